@@ -1,0 +1,5 @@
+"""``python -m attnscope`` = the ``attnscope`` command."""
+
+from attnscope.cli import main
+
+main()

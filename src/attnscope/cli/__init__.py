@@ -1,0 +1,69 @@
+"""The ``attnscope`` command line: a thin layer over the Python API.
+
+Each sub-app lives in its own module (``geometry``, ``zoo``, ``train``, ``compare``, ``heads``,
+``dynamics``); they parse options, call the API, and print with rich. Known errors
+(:class:`attnscope.errors.AttnscopeError`) become one line on stderr and exit code 2.
+Modules here import heavy libraries (torch, transformers, pandas) only inside commands so that
+``attnscope --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="attnscope",
+    help="Structure and dynamics of self-attention: geometry of W_qk, training, head anatomy, mean-field dynamics.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# (module, attribute, command name). A sub-app module that is not there yet is skipped, so the CLI
+# keeps working while a room is being built.
+_SUBAPPS = [
+    ("geometry", "app", "geometry"),
+    ("zoo", "app", "zoo"),
+    ("train", "app", "train"),
+    ("compare", "app", "compare"),
+    ("heads", "app", "heads"),
+    ("dynamics", "app", "dynamics"),
+]
+
+
+def _register() -> None:
+    for module, attr, name in _SUBAPPS:
+        try:
+            mod = importlib.import_module(f"{__name__}.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"{__name__}.{module}":
+                continue
+            raise
+        obj = getattr(mod, attr)
+        if isinstance(obj, typer.Typer):
+            app.add_typer(obj, name=name)
+        else:  # a plain function: a single command
+            app.command(name=name)(obj)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+) -> None:
+    if version:
+        from attnscope import __version__
+
+        typer.echo(__version__)
+        raise typer.Exit(0)
+
+
+_register()
+
+
+def main() -> None:
+    """Entry point: run the app, turning user errors into one line and exit code 2."""
+    from ._common import run_app
+
+    run_app(app)

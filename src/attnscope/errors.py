@@ -1,0 +1,35 @@
+"""User-facing errors.
+
+Every error a user can cause (a bad path, a corrupt file, a config that makes no sense) is raised
+as an :class:`AttnscopeError`. The CLI prints its message on one line and exits with code 2; the
+Python API lets it propagate. Messages are single sentences that say what was wrong and, where
+possible, what to do.
+"""
+
+from __future__ import annotations
+
+
+class AttnscopeError(Exception):
+    """Base class: a problem with the user's input, shown as one line (exit code 2)."""
+
+    exit_code = 2
+
+
+class InputError(AttnscopeError):
+    """A path, argument or option that cannot be used (missing file, bad value)."""
+
+
+class ConfigError(AttnscopeError):
+    """A configuration that makes no sense (e.g. d_model not divisible by n_heads)."""
+
+
+class FormatError(AttnscopeError):
+    """A file that exists but cannot be read: truncated, corrupt, wrong version or shape."""
+
+
+class UnsupportedError(AttnscopeError):
+    """Something valid but not supported (an unknown model family, a model without attention maps)."""
+
+
+class OfflineError(AttnscopeError):
+    """A resource that needs the network (a hub id) while offline or unreachable."""

@@ -1,0 +1,41 @@
+"""Weight sources: where tensors come from. ``open_source(spec)`` picks the right one.
+
+Kinds are tried in order (see ``SOURCE_TYPES``); each class's ``detect`` decides from the spec
+(a path or a hub id). A new source is one small class appended to that list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import DictSource, WeightSource
+
+__all__ = ["WeightSource", "DictSource", "open_source", "SOURCE_TYPES"]
+
+#: (module, class) pairs, tried in order; imported lazily so optional formats cost nothing
+SOURCE_TYPES: list[tuple[str, str]] = [
+    # filled in by the source modules' authors, e.g. ("hf", "HFDirectorySource"), ("hub", "HubSource")
+]
+
+
+def _source_classes() -> list[type[WeightSource]]:
+    import importlib
+
+    out = []
+    for module, cls in SOURCE_TYPES:
+        mod = importlib.import_module(f"{__name__}.{module}")
+        out.append(getattr(mod, cls))
+    return out
+
+
+def open_source(spec: "str | WeightSource", **options: Any) -> WeightSource:
+    """Open a path / hub id as a :class:`WeightSource` (a source passes through unchanged)."""
+    from attnscope.errors import InputError
+
+    if isinstance(spec, WeightSource):
+        return spec
+    spec = str(spec)
+    for cls in _source_classes():
+        if cls.detect(spec):
+            return cls.open(spec, **options)
+    raise InputError(f"{spec}: not a model directory, model file or hub id that attnscope can read")

@@ -1,0 +1,110 @@
+"""Tidy tables and files on disk: atomic writes and format-by-extension.
+
+Every result file attnscope writes goes through :func:`atomic_write_bytes` (write to a temporary
+file in the same directory, fsync, rename), so a crash never leaves a half-written file where a
+good one was. :func:`write_table` / :func:`read_table` pick CSV, Parquet or JSON by extension.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import FormatError, InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+TABLE_SUFFIXES = (".csv", ".parquet", ".json", ".jsonl")
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temp file + fsync + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Write ``obj`` as indented JSON to ``path`` atomically."""
+    return atomic_write_text(path, json.dumps(obj, indent=2, default=_json_default) + "\n")
+
+
+def _json_default(obj: Any) -> Any:
+    import numpy as np
+
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def records_to_json(df: "pd.DataFrame") -> str:
+    """A DataFrame as a JSON list of records (NaN -> null)."""
+    return df.to_json(orient="records", double_precision=15)
+
+
+def write_table(df: "pd.DataFrame", path: str | os.PathLike) -> Path:
+    """Write a tidy table atomically; the format follows the extension (.csv, .parquet, .json, .jsonl)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        data = df.to_csv(index=False).encode()
+    elif suffix == ".parquet":
+        buf = io.BytesIO()
+        df.to_parquet(buf, index=False)
+        data = buf.getvalue()
+    elif suffix == ".json":
+        data = records_to_json(df).encode()
+    elif suffix == ".jsonl":
+        data = df.to_json(orient="records", lines=True, double_precision=15).encode()
+    else:
+        raise InputError(f"cannot write table {path}: use one of {', '.join(TABLE_SUFFIXES)}")
+    return atomic_write_bytes(path, data)
+
+
+def read_table(path: str | os.PathLike) -> "pd.DataFrame":
+    """Read a table written by :func:`write_table` (format by extension)."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"no such table file: {path}")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".csv":
+            return pd.read_csv(path)
+        if suffix == ".parquet":
+            return pd.read_parquet(path)
+        if suffix == ".json":
+            return pd.read_json(path, orient="records")
+        if suffix == ".jsonl":
+            return pd.read_json(path, orient="records", lines=True)
+    except Exception as exc:  # corrupt file: one line, not a traceback
+        raise FormatError(f"cannot read table {path}: {exc.__class__.__name__}: {exc}") from exc
+    raise InputError(f"cannot read table {path}: use one of {', '.join(TABLE_SUFFIXES)}")
