@@ -51,3 +51,22 @@ def tinycoder_gguf():
     from pathlib import Path
 
     return Path(list(spec.submodule_search_locations)[0]) / "models" / "tiny.gguf"
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """A running Slurm cluster (started by scripts/start-slurm.sh in .ci/run); skips cleanly without one."""
+    import shutil
+    import subprocess
+
+    if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
+        pytest.skip("Slurm is not installed (scripts/start-slurm.sh starts a one-node cluster)")
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%P %t"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        pytest.skip("sinfo did not answer")
+    rows = [line.split() for line in out.stdout.splitlines() if line.strip()]
+    up = [r for r in rows if len(r) == 2 and r[1] in ("idle", "mix", "alloc")]
+    if out.returncode != 0 or not up:
+        pytest.skip("no Slurm partition with an idle node (scripts/start-slurm.sh starts one)")
+    return {"partition": up[0][0].rstrip("*")}

@@ -1,0 +1,14 @@
+# The two commands of the README. Both set up .venv from the project's own files first.
+.PHONY: demo test setup slow
+
+demo: setup  ## score the embedded default (all-MiniLM-L6-v2, offline) and write figures to out/demo
+	.venv/bin/attnscope geometry --demo --plot out/demo
+
+test:  ## the test suite (what CI runs)
+	bash scripts/test.sh
+
+setup:
+	bash scripts/setup.sh
+
+slow: setup  ## the slow tests too
+	.venv/bin/python -m pytest -m "slow" -n 2

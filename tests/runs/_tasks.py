@@ -1,0 +1,12 @@
+"""Top-level task functions for the runs tests (must be importable by worker processes)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+def square(payload):
+    x = payload["x"]
+    if payload.get("fail"):
+        raise ValueError(f"bad value {x}")
+    return pd.DataFrame({"x": [x], "y": [x * x]})
