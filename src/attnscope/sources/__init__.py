@@ -15,6 +15,8 @@ __all__ = ["WeightSource", "DictSource", "open_source", "SOURCE_TYPES"]
 #: (module, class) pairs, tried in order; imported lazily so optional formats cost nothing
 SOURCE_TYPES: list[tuple[str, str]] = [
     # filled in by the source modules' authors, e.g. ("hf", "HFDirectorySource"), ("hub", "HubSource")
+    ("gguf", "GGUFSource"),  # a single .gguf file (checked by magic)
+    ("ctranslate2", "CT2Source"),  # a directory with model.bin (before HF dirs: both have config.json)
 ]
 
 

@@ -1,0 +1,82 @@
+"""Family specs for GGUF files (llama.cpp naming), keyed ``gguf:<arch>``.
+
+Einstein legend: h query head, g kv head, d model dim, e head dim.
+
+Tensors are ``blk.{i}.attn_q.weight`` [h*e, d] and ``blk.{i}.attn_k.weight`` [g*e, d] (numpy order,
+as :class:`attnscope.sources.gguf.GGUFSource` returns them), or one fused ``blk.{i}.attn_qkv.weight``
+[(h + 2g)*e, d] with rows ``[q | k | v]`` (Phi-3, GPT-2 style archs). llama.cpp's converter permutes
+q/k rows *within* each head for RoPE; the same permutation on q and k leaves every M_h unchanged,
+so heads are sliced as ``(h e)`` without undoing it. Every GGUF arch here is a causal decoder.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnscope.errors import FormatError
+
+from .base import AttentionFactors, FamilySpec, StackInfo
+
+if TYPE_CHECKING:  # pragma: no cover
+    from attnscope.sources.base import WeightSource
+
+#: llama.cpp architectures with separate or fused (attn_qkv) q/k projections and plain MHA/GQA heads
+GGUF_ARCHS = (
+    "llama", "mistral", "mistral3", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma", "gemma2", "gemma3",
+    "phi3", "starcoder2", "granite", "olmo", "olmo2", "internlm2", "stablelm", "gpt2", "command-r",
+    "cohere2", "exaone", "smollm3",
+)
+
+
+def read_float32(source: "WeightSource", name: str) -> np.ndarray:
+    get_numpy = getattr(source, "get_numpy", None)
+    if get_numpy is not None:
+        return get_numpy(name)
+    return source.get(name).float().numpy()
+
+
+def split_heads(w: np.ndarray, n: int, e: int, d: int, what: str) -> np.ndarray:
+    """``[n*e, d]`` (nn.Linear rows ``(n e)``) -> ``[n, d, e]`` input-by-output factors."""
+    if w.shape != (n * e, d):
+        raise FormatError(f"{what}: expected shape {(n * e, d)}, found {tuple(w.shape)}")
+    return np.ascontiguousarray(w.reshape(n, e, d).transpose(0, 2, 1), dtype=np.float32)
+
+
+class GGUFLlamaLikeSpec(FamilySpec):
+    """llama.cpp decoders whose attention is plain multi-head / grouped-query attention."""
+
+    name = "gguf"
+    model_types = tuple(f"gguf:{a}" for a in GGUF_ARCHS)
+
+    def stacks(self, config: dict[str, Any], source: "WeightSource | None" = None) -> list[StackInfo]:
+        n_q = int(config["num_attention_heads"])
+        n_kv = int(config.get("num_key_value_heads") or n_q)
+        d = int(config["hidden_size"])
+        e = int(config.get("head_dim") or d // n_q)
+        info = StackInfo("decoder", int(config["num_hidden_layers"]), n_q, n_kv, d, e,
+                         extra={"arch": config.get("architecture")})
+        return [info]
+
+    def layer_factors(self, source: "WeightSource", info: StackInfo, layer: int) -> AttentionFactors:
+        h, g, d, e = info.n_heads, info.n_kv_heads, info.d_model, info.d_head
+        base = f"blk.{layer}"
+        if source.has(f"{base}.attn_q.weight"):
+            wq = read_float32(source, f"{base}.attn_q.weight")
+            wk = read_float32(source, f"{base}.attn_k.weight")
+        elif source.has(f"{base}.attn_qkv.weight"):
+            wqkv = read_float32(source, f"{base}.attn_qkv.weight")
+            if wqkv.shape[0] != (h + 2 * g) * e:
+                raise FormatError(
+                    f"{source.name}: {base}.attn_qkv.weight has {wqkv.shape[0]} rows, expected {(h + 2 * g) * e}"
+                )
+            wq, wk = wqkv[: h * e], wqkv[h * e : (h + g) * e]
+        else:
+            raise FormatError(f"{source.name}: no attn_q/attn_k or attn_qkv tensor for layer {layer}")
+        q = split_heads(wq, h, e, d, f"{source.name} {base} q")
+        k = split_heads(wk, g, e, d, f"{source.name} {base} k")
+        return AttentionFactors("decoder", layer, q, k)
+
+
+SPECS = [GGUFLlamaLikeSpec()]

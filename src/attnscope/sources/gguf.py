@@ -1,0 +1,202 @@
+"""GGUF files (llama.cpp / Ollama): metadata as an HF-style config, tensors read and dequantised one at a time.
+
+The header and tensor index are parsed with the ``gguf`` package's reader (memory-mapped). Tensor
+*data* is read with ``os.pread`` at the recorded offset rather than through the memory map, so the
+resident set stays at one tensor even when a 70B model is streamed layer by layer. Quantised
+tensors (Q8_0, Q4_K, ...) are dequantised with ``gguf.quants.dequantize``.
+
+ggml lists dimensions innermost first (``ne0`` = input dim); tensors come back in numpy / torch
+order, i.e. ``[out, in]`` like ``nn.Linear.weight``.
+
+The config exposes ``model_type = "gguf:<arch>"`` and Hugging Face keys (``num_attention_heads``,
+``num_key_value_heads``, ``hidden_size``, ``num_hidden_layers``, ``head_dim`` when the file states
+``key_length``), plus the raw metadata under ``gguf_metadata`` (scalars only).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from attnscope.errors import FormatError, InputError
+
+from .base import WeightSource
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+GGUF_MAGIC = b"GGUF"
+
+
+def _field_value(field: Any) -> Any:
+    """A reader field's value as plain Python (None for arrays longer than a few entries)."""
+    try:
+        if len(field.data) > 64:  # token lists etc.: not config
+            return None
+        return field.contents()
+    except Exception:  # noqa: BLE001 - odd field types are not config either
+        return None
+
+
+class GGUFSource(WeightSource):
+    """One ``.gguf`` file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.name = str(path)
+        try:
+            from gguf import GGUFReader
+        except ImportError as exc:  # pragma: no cover - gguf is a core dependency
+            raise InputError("reading GGUF files needs the 'gguf' package (pip install gguf)") from exc
+        size = self.path.stat().st_size
+        try:
+            with open(self.path, "rb") as fh:
+                magic = fh.read(4)
+            if magic != GGUF_MAGIC:
+                raise FormatError(f"{path}: not a GGUF file (magic {magic!r})")
+            self._reader = GGUFReader(self.path, "r")
+        except FormatError:
+            raise
+        except Exception as exc:  # the reader raises ValueError/IndexError/... on bad files
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if "version" in msg:
+                raise FormatError(f"{path}: unsupported GGUF file: {msg}") from None
+            raise FormatError(f"{path}: cannot read GGUF header (truncated or corrupt?): {msg}") from None
+        self._tensors = {}
+        for t in self._reader.tensors:
+            end = int(t.data_offset) + int(t.n_bytes)
+            if end > size:
+                raise FormatError(
+                    f"{path}: truncated GGUF file: tensor {t.name} needs bytes up to {end}, file has {size}"
+                )
+            self._tensors[t.name] = t
+        self._config = self._build_config()
+
+    # -- WeightSource -------------------------------------------------------------------------
+    @classmethod
+    def detect(cls, spec: str) -> bool:
+        p = Path(spec)
+        if p.is_file():
+            if p.suffix.lower() == ".gguf":
+                return True
+            try:
+                with open(p, "rb") as fh:
+                    return fh.read(4) == GGUF_MAGIC
+            except OSError:
+                return False
+        return False
+
+    @classmethod
+    def open(cls, spec: str, **options: Any) -> "GGUFSource":
+        p = Path(spec)
+        if not p.is_file():
+            raise InputError(f"{spec}: no such GGUF file")
+        return cls(p)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self._config
+
+    def keys(self) -> list[str]:
+        return list(self._tensors)
+
+    def has(self, name: str) -> bool:
+        return name in self._tensors
+
+    def get(self, name: str) -> "torch.Tensor":
+        import torch
+
+        return torch.from_numpy(self.get_numpy(name))
+
+    def get_numpy(self, name: str) -> np.ndarray:
+        """One tensor as float32 numpy in ``[out, in]`` order (dequantised), read with pread."""
+        from gguf import GGMLQuantizationType
+        from gguf.quants import dequantize
+
+        t = self._tensors.get(name)
+        if t is None:
+            raise FormatError(f"{self.name}: no tensor named {name!r}")
+        shape = tuple(int(x) for x in reversed([int(s) for s in t.shape]))  # numpy order
+        qtype = GGMLQuantizationType(int(t.tensor_type))
+        n_bytes = int(t.n_bytes)
+        raw = np.frombuffer(_pread(self.path, int(t.data_offset), n_bytes, self.name, name), dtype=np.uint8)
+        if qtype == GGMLQuantizationType.F32:
+            out = raw.view(np.float32).reshape(shape)
+        elif qtype == GGMLQuantizationType.F16:
+            out = raw.view(np.float16).reshape(shape).astype(np.float32)
+        else:
+            rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+            try:
+                out = dequantize(raw.reshape(rows, n_bytes // rows), qtype).reshape(shape)
+            except NotImplementedError as exc:
+                raise FormatError(f"{self.name}: cannot dequantise {name} of type {qtype.name}: {exc}") from None
+        return np.ascontiguousarray(out, dtype=np.float32)
+
+    def tensor_type(self, name: str) -> str:
+        """The ggml type name of a tensor (F32, F16, BF16, Q8_0, Q4_K, ...)."""
+        return self._tensors[name].tensor_type.name
+
+    def close(self) -> None:
+        self._reader = None  # drops the memory map
+
+    # -- config ---------------------------------------------------------------------------------
+    def _build_config(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {}
+        for key, field in self._reader.fields.items():
+            if key.startswith("tokenizer.") or key.startswith("GGUF."):
+                continue
+            val = _field_value(field)
+            if val is not None:
+                meta[key] = val
+        arch = meta.get("general.architecture")
+        if not isinstance(arch, str):
+            raise FormatError(f"{self.name}: GGUF file has no general.architecture")
+
+        def need(key: str) -> Any:
+            full = f"{arch}.{key}"
+            if full not in meta:
+                raise FormatError(f"{self.name}: GGUF metadata lacks {full}")
+            return meta[full]
+
+        n_heads = need("attention.head_count")
+        n_kv = meta.get(f"{arch}.attention.head_count_kv", n_heads)
+        if isinstance(n_heads, list) or isinstance(n_kv, list):  # per-layer counts (rare)
+            if len(set(np.atleast_1d(n_heads))) > 1 or len(set(np.atleast_1d(n_kv))) > 1:
+                raise FormatError(f"{self.name}: per-layer head counts are not supported")
+            n_heads = int(np.atleast_1d(n_heads)[0])
+            n_kv = int(np.atleast_1d(n_kv)[0])
+        cfg: dict[str, Any] = {
+            "model_type": f"gguf:{arch}",
+            "architecture": arch,
+            "num_attention_heads": int(n_heads),
+            "num_key_value_heads": int(n_kv),
+            "hidden_size": int(need("embedding_length")),
+            "num_hidden_layers": int(need("block_count")),
+            "gguf_metadata": meta,
+        }
+        key_length = meta.get(f"{arch}.attention.key_length")
+        if key_length is not None:
+            cfg["head_dim"] = int(key_length)
+        if "general.name" in meta:
+            cfg["name"] = meta["general.name"]
+        return cfg
+
+
+def _pread(path: Path, offset: int, n: int, label: str, tensor: str) -> bytearray:
+    """Read exactly ``n`` bytes at ``offset`` (positioned reads, no memory map)."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = 0
+        while got < n:
+            chunk = os.preadv(fd, [view[got:]], offset + got)
+            if chunk == 0:
+                raise FormatError(f"{label}: truncated tensor {tensor} ({got} of {n} bytes)")
+            got += chunk
+    finally:
+        os.close(fd)
+    return buf
