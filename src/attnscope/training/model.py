@@ -1,0 +1,476 @@
+"""The attnscope Transformer: one readable model file (nanoGPT-like), encoder or decoder.
+
+Einstein legend: b batch, t sequence (i query / j key positions), h query head, g kv head,
+d model dim, e head dim, v vocabulary.
+
+Owns: :class:`ModelConfig` (a dataclass, validated), the presets (``bert-mini``, ``bert-base``,
+``bert-large``, ``byte-12l``), the model (:class:`Transformer`: token + position embeddings,
+post-LN (BERT) or pre-LN blocks, multi-head / grouped-query attention through
+``scaled_dot_product_attention``, GELU MLP, tied output embedding, dropout, causal or bidirectional),
+the initialisations (``default``, ``symmetric``, ``symmetric-paper``, optional W_q = W_k tying),
+and safetensors save / :func:`load_model`.
+
+State-dict names are a cross-team interface: ``blocks.{i}.attn.q_proj.weight`` [h*e, d] and
+``blocks.{i}.attn.k_proj.weight`` [g*e, d] (``nn.Linear``, rows = output features).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from attnscope.errors import ConfigError, FormatError, InputError, UnsupportedError
+
+MODEL_TYPE = "attnscope"
+NORMS = ("post", "pre")
+POSITIONS = ("learned", "sinusoidal", "rotary")
+INITS = ("default", "symmetric", "symmetric-paper")
+
+AttnCallback = Callable[[int, torch.Tensor], None]
+
+
+@dataclass
+class ModelConfig:
+    """Architecture of one model. ``vocab_size=None`` means: take it from the tokenizer."""
+
+    n_layers: int = 4  # number of Transformer blocks
+    n_heads: int = 4  # query heads per layer
+    n_kv_heads: int | None = None  # key/value heads (GQA); None = n_heads
+    d_model: int = 256  # residual stream width
+    d_ff: int = 1024  # MLP hidden width
+    vocab_size: int | None = None  # token vocabulary (None: the tokenizer's)
+    max_seq_len: int = 512  # longest sequence (learned positions table size)
+    causal: bool = False  # decoder (causal mask) or encoder (bidirectional)
+    norm: str = "post"  # "post" (BERT) or "pre" (GPT-2) LayerNorm placement
+    pos: str = "learned"  # "learned" | "sinusoidal" | "rotary"
+    dropout: float = 0.1  # embeddings, attention probabilities, residual branches
+    tie_embeddings: bool = True  # output projection = token embedding
+    attn_pattern: str | None = None  # sparse-attention preset name (attnscope.sparse), None = dense
+    tie_qk: bool = False  # keep W_q = W_k for all of training (k_proj is the only parameter)
+    bias: bool = True  # biases in linear layers
+
+    def __post_init__(self) -> None:
+        if self.n_kv_heads is None:
+            self.n_kv_heads = self.n_heads
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    def validate(self) -> "ModelConfig":
+        """Raise ConfigError (one line) for a configuration that makes no sense."""
+        for name in ("n_layers", "n_heads", "n_kv_heads", "d_model", "d_ff", "max_seq_len"):
+            val = getattr(self, name)
+            if not isinstance(val, int) or val <= 0:
+                raise ConfigError(f"{name} must be a positive integer, not {val!r}")
+        if self.d_model % self.n_heads:
+            raise ConfigError(f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}")
+        if self.n_heads % self.n_kv_heads:
+            raise ConfigError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
+        if self.norm not in NORMS:
+            raise ConfigError(f"norm must be one of {', '.join(NORMS)}, not {self.norm!r}")
+        if self.pos not in POSITIONS:
+            raise ConfigError(f"pos must be one of {', '.join(POSITIONS)}, not {self.pos!r}")
+        if self.pos == "rotary" and self.d_head % 2:
+            raise ConfigError(f"rotary positions need an even head dim, got {self.d_head}")
+        if not 0.0 <= float(self.dropout) < 1.0:
+            raise ConfigError(f"dropout must be in [0, 1), not {self.dropout!r}")
+        if self.vocab_size is not None and (not isinstance(self.vocab_size, int) or self.vocab_size <= 0):
+            raise ConfigError(f"vocab_size must be a positive integer, not {self.vocab_size!r}")
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["d_head"] = self.d_head
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+#: presets: name -> ModelConfig fields (vocab None = from the tokenizer)
+PRESETS: dict[str, dict[str, Any]] = {
+    "bert-mini": dict(n_layers=4, n_heads=4, d_model=256, d_ff=1024, max_seq_len=512, norm="post"),
+    "bert-base": dict(n_layers=12, n_heads=12, d_model=768, d_ff=3072, max_seq_len=512, norm="post"),
+    "bert-large": dict(n_layers=24, n_heads=16, d_model=1024, d_ff=4096, max_seq_len=512, norm="post"),
+    "byte-12l": dict(
+        n_layers=12, n_heads=8, d_model=512, d_ff=2048, max_seq_len=1024, vocab_size=256, norm="pre", causal=True
+    ),
+}
+
+
+def preset_config(name: str, **overrides: Any) -> ModelConfig:
+    """A preset's config with overrides applied (``None`` overrides are ignored)."""
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    kw = dict(PRESETS[name])
+    kw.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return ModelConfig(**kw).validate()
+    except TypeError as exc:
+        raise ConfigError(f"bad model option: {exc}") from None
+
+
+# --------------------------------------------------------------------------- positions
+
+
+def sinusoidal_table(n: int, dim: int) -> torch.Tensor:
+    """[n, dim] fixed sinusoidal position embeddings (Vaswani et al.)."""
+    pos = torch.arange(n, dtype=torch.float32)[:, None]
+    inv = torch.exp(-math.log(10000.0) * torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    out = torch.zeros(n, dim)
+    out[:, 0::2] = torch.sin(pos * inv)
+    out[:, 1::2] = torch.cos(pos * inv[: dim // 2])
+    return out
+
+
+def rotary_tables(n: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [n, e] for rotate-half rotary embeddings."""
+    inv = 1.0 / (10000.0 ** (torch.arange(0, e, 2, dtype=torch.float32) / e))
+    ang = torch.arange(n, dtype=torch.float32)[:, None] * inv[None, :]  # [n, e/2]
+    ang = torch.cat([ang, ang], dim=-1)  # [n, e]
+    return ang.cos(), ang.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [b, h, t, e] rotated by position (cos/sin [t, e])."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+# --------------------------------------------------------------------------- blocks
+
+
+class Attention(nn.Module):
+    """Multi-head (or grouped-query) self-attention with separate q, k, v projections."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv, self.d_head = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
+        self.causal, self.dropout, self.tie_qk = cfg.causal, cfg.dropout, cfg.tie_qk
+        self.pattern = cfg.attn_pattern
+        kv_dim = cfg.n_kv_heads * cfg.d_head
+        if not cfg.tie_qk:
+            self.q_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.k_proj = nn.Linear(cfg.d_model, kv_dim, bias=cfg.bias)
+        self.v_proj = nn.Linear(cfg.d_model, kv_dim, bias=cfg.bias)
+        self.o_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+
+    def q_weight(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """W_q [h*e, d] and b_q: the own parameter, or k's expanded over each kv group when tied."""
+        if not self.tie_qk:
+            return self.q_proj.weight, self.q_proj.bias
+        r = self.n_heads // self.n_kv
+        w = self.k_proj.weight.view(self.n_kv, self.d_head, -1).repeat_interleave(r, dim=0)
+        b = None if self.k_proj.bias is None else self.k_proj.bias.view(self.n_kv, -1).repeat_interleave(r, 0)
+        return w.reshape(self.n_heads * self.d_head, -1), None if b is None else b.reshape(-1)
+
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, need_probs: bool
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        b, t, _ = x.shape
+        wq, bq = self.q_weight()
+        q = F.linear(x, wq, bq).view(b, t, self.n_heads, self.d_head).transpose(1, 2)  # [b, h, t, e]
+        k = self.k_proj(x).view(b, t, self.n_kv, self.d_head).transpose(1, 2)  # [b, g, t, e]
+        v = self.v_proj(x).view(b, t, self.n_kv, self.d_head).transpose(1, 2)  # [b, g, t, e]
+        if rope is not None:
+            cos, sin = rope[0][:t], rope[1][:t]
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        if self.n_kv != self.n_heads:  # query head h reads kv head h // (h/g) (HF repeat_kv)
+            r = self.n_heads // self.n_kv
+            k, v = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)  # [b, h, t, e]
+        p_drop = self.dropout if self.training else 0.0
+        probs = None
+        if self.pattern is not None:
+            y, probs = self._sparse(q, k, v, need_probs)
+        elif need_probs:  # explicit softmax so the maps can be handed out; same maths as SDPA
+            logits = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # [b, h, i, j]
+            if self.causal:
+                mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+                logits = logits.masked_fill(~mask, float("-inf"))
+            probs = logits.softmax(dim=-1)
+            y = F.dropout(probs, p_drop, self.training) @ v  # [b, h, t, e]
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, is_causal=self.causal)
+        y = y.transpose(1, 2).reshape(b, t, -1)  # [b, t, d]
+        return self.o_proj(y), probs
+
+    def _sparse(self, q, k, v, need_probs):
+        try:
+            from attnscope.sparse.attention import sparse_attention
+        except ImportError:
+            raise UnsupportedError(
+                f"attn_pattern {self.pattern!r} needs attnscope.sparse.attention, which is not available"
+            ) from None
+        # note: the sparse kernel applies no dropout to its probabilities
+        out = sparse_attention(q, k, v, self.pattern, causal=self.causal, return_probs=need_probs)
+        return out if need_probs else (out, None)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.up = nn.Linear(cfg.d_model, cfg.d_ff, bias=cfg.bias)
+        self.down = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.gelu(self.up(x)))
+
+
+class Block(nn.Module):
+    """One Transformer block; ``norm='post'``: x = LN(x + f(x)); ``'pre'``: x = x + f(LN(x))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.pre = cfg.norm == "pre"
+        self.ln1, self.ln2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
+        self.attn, self.mlp = Attention(cfg), MLP(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, rope, need_probs):
+        if self.pre:
+            a, probs = self.attn(self.ln1(x), rope, need_probs)
+            x = x + self.drop(a)
+            return x + self.drop(self.mlp(self.ln2(x))), probs
+        a, probs = self.attn(x, rope, need_probs)
+        x = self.ln1(x + self.drop(a))
+        return self.ln2(x + self.drop(self.mlp(x))), probs
+
+
+class Transformer(nn.Module):
+    """Token + position embeddings, ``n_layers`` blocks, (tied) output projection to the vocabulary."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        config.validate()
+        if config.vocab_size is None:
+            raise ConfigError("vocab_size is not set (it normally comes from the tokenizer)")
+        self.config = cfg = config
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        if cfg.pos == "learned":
+            self.pos_emb = nn.Embedding(cfg.max_seq_len, cfg.d_model)
+        elif cfg.pos == "sinusoidal":
+            self.register_buffer("pos_table", sinusoidal_table(cfg.max_seq_len, cfg.d_model), persistent=False)
+        else:
+            cos, sin = rotary_tables(cfg.max_seq_len, cfg.d_head)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        # post-LN (BERT) normalises the embeddings; pre-LN (GPT-2) normalises the final stream
+        self.ln_emb = nn.LayerNorm(cfg.d_model) if cfg.norm == "post" else nn.Identity()
+        self.ln_f = nn.LayerNorm(cfg.d_model) if cfg.norm == "pre" else nn.Identity()
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+        init_weights(self, "default", generator=None)
+
+    def forward(
+        self, idx: torch.Tensor, *, return_attn: bool = False, attn_callback: AttnCallback | None = None
+    ):
+        """idx [b, t] -> logits [b, t, v]; with ``return_attn`` also the per-layer maps [b, h, i, j]."""
+        b, t = idx.shape
+        if t > self.config.max_seq_len:
+            raise InputError(f"sequence length {t} exceeds the model's max_seq_len {self.config.max_seq_len}")
+        x = self.tok_emb(idx)  # [b, t, d]
+        rope = None
+        if self.config.pos == "learned":
+            x = x + self.pos_emb(torch.arange(t, device=idx.device))
+        elif self.config.pos == "sinusoidal":
+            x = x + self.pos_table[:t]
+        else:
+            rope = (self.rope_cos, self.rope_sin)
+        x = self.drop(self.ln_emb(x))
+        need = return_attn or attn_callback is not None
+        maps: list[torch.Tensor] = []
+        for i, block in enumerate(self.blocks):
+            x, probs = block(x, rope, need)
+            if attn_callback is not None:
+                attn_callback(i, probs)
+            if return_attn:
+                maps.append(probs)
+        logits = self.lm_head(self.ln_f(x))  # [b, t, v]
+        return (logits, maps) if return_attn else logits
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+
+# --------------------------------------------------------------------------- initialisation
+
+
+def _residual_params(model: Transformer) -> set[str]:
+    return {f"blocks.{i}.attn.o_proj.weight" for i in range(model.config.n_layers)} | {
+        f"blocks.{i}.mlp.down.weight" for i in range(model.config.n_layers)
+    }
+
+
+@torch.no_grad()
+def init_weights(model: Transformer, init: str = "default", generator: torch.Generator | None = None) -> None:
+    """Initialise in place.
+
+    ``default``: N(0, 0.02) weights and embeddings, zero biases, LayerNorm (1, 0), residual output
+    projections N(0, 0.02 / sqrt(2 n_layers)). ``symmetric``: the same draw, then W_q := W_k in every
+    layer (query head h copies key head h // (n_heads / n_kv_heads); biases equal), so every head's
+    W_q W_k^T is symmetric PSD at step 0. ``symmetric-paper``: the original code's variant: fresh
+    PyTorch-default q, k, v (Kaiming-uniform, random biases), then W_q := W_k (confounded by the
+    different distribution).
+    """
+    if init not in INITS:
+        raise ConfigError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
+    n_layers = model.config.n_layers
+    residual = _residual_params(model)
+    for name, p in model.named_parameters():
+        if name.endswith(".bias"):
+            p.zero_()
+        elif ".ln" in name or name.startswith("ln_"):
+            p.fill_(1.0)
+        else:
+            std = 0.02 / math.sqrt(2 * n_layers) if name in residual else 0.02
+            p.normal_(0.0, std, generator=generator)
+    if init == "default":
+        return
+    for block in model.blocks:
+        attn = block.attn
+        if init == "symmetric-paper":
+            for lin in (getattr(attn, "q_proj", None), attn.k_proj, attn.v_proj):
+                if lin is not None:
+                    _torch_default_linear(lin, generator)
+        if not attn.tie_qk:
+            w, b = _expand_kv(attn)
+            attn.q_proj.weight.copy_(w)
+            if b is not None:
+                attn.q_proj.bias.copy_(b)
+
+
+def _expand_kv(attn: Attention) -> tuple[torch.Tensor, torch.Tensor | None]:
+    r = attn.n_heads // attn.n_kv
+    w = attn.k_proj.weight.view(attn.n_kv, attn.d_head, -1).repeat_interleave(r, dim=0).reshape(-1, attn.k_proj.in_features)
+    b = attn.k_proj.bias
+    b = None if b is None else b.view(attn.n_kv, attn.d_head).repeat_interleave(r, dim=0).reshape(-1)
+    return w, b
+
+
+def _torch_default_linear(lin: nn.Linear, generator: torch.Generator | None) -> None:
+    """nn.Linear.reset_parameters (Kaiming-uniform a=sqrt(5), bias U(+-1/sqrt(fan_in))) with a generator."""
+    bound = 1.0 / math.sqrt(lin.in_features)
+    lin.weight.uniform_(-bound, bound, generator=generator)
+    if lin.bias is not None:
+        lin.bias.uniform_(-bound, bound, generator=generator)
+
+
+# --------------------------------------------------------------------------- save / load
+
+
+def export_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """Contiguous CPU tensors for safetensors: no tied lm_head copy; q_proj materialised when tie_qk."""
+    model = getattr(model, "module", model)  # unwrap DDP
+    sd = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_embeddings:
+        sd.pop("lm_head.weight", None)
+    if model.config.tie_qk:
+        for i, block in enumerate(model.blocks):
+            w, b = block.attn.q_weight()
+            sd[f"blocks.{i}.attn.q_proj.weight"] = w.detach().cpu().contiguous()
+            if b is not None:
+                sd[f"blocks.{i}.attn.q_proj.bias"] = b.detach().cpu().contiguous()
+    return sd
+
+
+def import_state_dict(model: Transformer, sd: dict[str, torch.Tensor]) -> None:
+    """Inverse of :func:`export_state_dict` (strict about everything else)."""
+    sd = dict(sd)
+    if model.config.tie_qk:
+        sd = {k: v for k, v in sd.items() if ".attn.q_proj." not in k}
+    if model.config.tie_embeddings:
+        sd["lm_head.weight"] = sd.get("tok_emb.weight")
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    if missing or unexpected:
+        raise FormatError(f"checkpoint does not match the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+
+
+def hf_config(config: ModelConfig, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """config.json content: our fields plus HF-style head-count keys so any reader finds them."""
+    out = {"model_type": MODEL_TYPE, **config.to_dict()}
+    out.update(
+        num_hidden_layers=config.n_layers,
+        num_attention_heads=config.n_heads,
+        num_key_value_heads=config.n_kv_heads,
+        hidden_size=config.d_model,
+    )
+    out.update(extra or {})
+    return out
+
+
+def save_model(model: Transformer, ckpt_dir: str | Path, extra_config: dict[str, Any] | None = None) -> Path:
+    """Write ``model.safetensors`` + ``config.json`` into ``ckpt_dir`` (each atomically)."""
+    from safetensors.torch import save
+
+    from attnscope.tables import atomic_write_bytes, atomic_write_json
+
+    model = getattr(model, "module", model)
+    ckpt_dir = Path(ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(ckpt_dir / "model.safetensors", save(export_state_dict(model), metadata={"format": "pt"}))
+    atomic_write_json(ckpt_dir / "config.json", hf_config(model.config, extra_config))
+    return ckpt_dir
+
+
+def read_config(ckpt_dir: str | Path) -> dict[str, Any]:
+    path = Path(ckpt_dir) / "config.json"
+    if not path.is_file():
+        raise InputError(f"{ckpt_dir}: not an attnscope checkpoint (no config.json)")
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise FormatError(f"{path}: corrupt config ({exc})") from None
+    if cfg.get("model_type") != MODEL_TYPE:
+        raise FormatError(f"{path}: model_type is {cfg.get('model_type')!r}, not {MODEL_TYPE!r}")
+    return cfg
+
+
+def load_model(ckpt_dir: str | Path, device: str | torch.device = "cpu") -> tuple[Transformer, ModelConfig]:
+    """Load a checkpoint directory written by the trainer; the model is returned in eval mode."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    cfg_dict = read_config(ckpt_dir)
+    try:
+        config = ModelConfig.from_dict(cfg_dict).validate()
+    except TypeError as exc:
+        raise FormatError(f"{ckpt_dir}: bad model config ({exc})") from None
+    weights = Path(ckpt_dir) / "model.safetensors"
+    if not weights.is_file():
+        raise InputError(f"{ckpt_dir}: no model.safetensors")
+    try:
+        sd = load_file(str(weights), device=str(device))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise FormatError(f"{weights}: corrupt weights file ({exc})") from None
+    model = Transformer(config)
+    import_state_dict(model, sd)
+    return model.to(device).eval(), config
+
+
+__all__ = [
+    "ModelConfig",
+    "PRESETS",
+    "INITS",
+    "Transformer",
+    "preset_config",
+    "init_weights",
+    "export_state_dict",
+    "import_state_dict",
+    "save_model",
+    "load_model",
+    "read_config",
+    "hf_config",
+]
