@@ -1,0 +1,287 @@
+"""Per-head sparse attention patterns: what each head may attend to.
+
+Einstein legend: h head, i query position, j key position, L sequence length.
+
+A head's pattern is a UNION of components, each optional:
+
+* ``window=w``      local band, key j allowed for query i when ``abs(i - j) <= w``
+* ``stride=s``      strided keys, ``j % s == 0``
+* ``anchors=(r,..)`` fractional anchors, ``j = floor(r * (L - 1))`` for r in [0, 1] (length-dependent)
+* ``positions=(p,..)`` absolute key positions
+* ``dense=True``    every key
+
+For decoders the union is always AND-ed with causality (``j <= i``). Masks have ONE polarity
+everywhere in attnscope: **True = may attend**. Strides, anchors and positions form a key set that
+is the same for every query (the "shared keys"); the kernel in :mod:`attnscope.sparse.attention`
+gathers that set once plus a local band, so its cost follows the pattern's density.
+
+Pattern specs load from a preset name (``"seed002"``, ``"dense"``, ``"local:W"``, ``"strided:W:S"``),
+a dict ``{"heads": [{...}, ...]}`` or ``{"all": {...}}``, or a YAML/JSON file holding such a dict
+(:func:`load_pattern`). ``attnscope heads derive`` writes files in this format.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+import numpy as np
+
+from attnscope.errors import ConfigError, FormatError, InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+#: The 11 fractional anchors of seed 002's heads 6-7 (reference/training.md section 2).
+SEED002_ANCHORS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.382, 0.5, 0.618, 0.7, 0.8, 0.9, 1.0)
+
+_FIELDS = ("window", "stride", "anchors", "positions", "dense")
+
+
+@dataclass(frozen=True)
+class HeadPattern:
+    """The keys one head may attend to: the union of its components (see module docstring)."""
+
+    window: int | None = None
+    stride: int | None = None
+    anchors: tuple[float, ...] = ()
+    positions: tuple[int, ...] = ()
+    dense: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "anchors", tuple(float(r) for r in self.anchors))
+        object.__setattr__(self, "positions", tuple(int(p) for p in self.positions))
+        if self.window is not None and (int(self.window) != self.window or self.window < 0):
+            raise ConfigError(f"pattern window must be an integer >= 0, not {self.window!r}")
+        if self.stride is not None and (int(self.stride) != self.stride or self.stride < 1):
+            raise ConfigError(f"pattern stride must be an integer >= 1, not {self.stride!r}")
+        if any(not (0.0 <= r <= 1.0) for r in self.anchors):
+            raise ConfigError(f"pattern anchors are fractions in [0, 1], got {list(self.anchors)}")
+        if any(p < 0 for p in self.positions):
+            raise ConfigError(f"pattern positions must be >= 0, got {list(self.positions)}")
+        if not (self.dense or self.window is not None or self.stride or self.anchors or self.positions):
+            raise ConfigError("a head pattern needs at least one of window, stride, anchors, positions, dense")
+
+    # ---- pieces used by the kernel -------------------------------------------------------------
+    def shared_keys(self, L: int) -> np.ndarray:
+        """Sorted key positions allowed for every query (strides, anchors, positions) at length L."""
+        keys: set[int] = set()
+        if self.stride:
+            keys.update(range(0, L, self.stride))
+        keys.update(int(math.floor(r * (L - 1))) for r in self.anchors)
+        keys.update(p for p in self.positions if p < L)
+        return np.array(sorted(keys), dtype=np.int64)
+
+    def allowed(self, L: int, causal: bool) -> np.ndarray:
+        """Boolean [i, j] array, True = query i may attend to key j (slow and explicit: for tests/masks)."""
+        i = np.arange(L)[:, None]
+        j = np.arange(L)[None, :]
+        if self.dense:
+            m = np.ones((L, L), dtype=bool)
+        else:
+            m = np.zeros((L, L), dtype=bool)
+            if self.window is not None:
+                m |= np.abs(i - j) <= self.window
+            m[:, self.shared_keys(L)] = True
+        if causal:
+            m &= j <= i
+        return m
+
+    # ---- (de)serialisation -----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.dense:
+            out["dense"] = True
+        if self.window is not None:
+            out["window"] = int(self.window)
+        if self.stride:
+            out["stride"] = int(self.stride)
+        if self.anchors:
+            out["anchors"] = list(self.anchors)
+        if self.positions:
+            out["positions"] = list(self.positions)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "HeadPattern":
+        if not isinstance(d, Mapping):
+            raise ConfigError(f"a head pattern must be a mapping with keys {', '.join(_FIELDS)}, not {d!r}")
+        unknown = set(d) - set(_FIELDS)
+        if unknown:
+            raise ConfigError(f"unknown head pattern key(s) {sorted(unknown)}; allowed: {', '.join(_FIELDS)}")
+        return cls(
+            window=d.get("window"),
+            stride=d.get("stride"),
+            anchors=tuple(d.get("anchors") or ()),
+            positions=tuple(d.get("positions") or ()),
+            dense=bool(d.get("dense", False)),
+        )
+
+    def describe(self) -> str:
+        if self.dense:
+            return "dense"
+        parts = []
+        if self.window is not None:
+            parts.append(f"local({self.window})")
+        if self.stride:
+            parts.append(f"stride({self.stride})")
+        if self.anchors:
+            parts.append(f"{len(self.anchors)} anchors")
+        if self.positions:
+            parts.append(f"{len(self.positions)} positions")
+        return " | ".join(parts)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One :class:`HeadPattern` per head of an attention layer (the same pattern in every layer)."""
+
+    heads: tuple[HeadPattern, ...]
+    name: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "heads", tuple(self.heads))
+        if not self.heads:
+            raise ConfigError("a sparse pattern needs at least one head")
+
+    @property
+    def n_heads(self) -> int:
+        return len(self.heads)
+
+    def mask(self, L: int, causal: bool) -> np.ndarray:
+        """Boolean [h, L, L] numpy mask, True = may attend."""
+        return np.stack([hp.allowed(L, causal) for hp in self.heads])
+
+    def density(self, L: int, causal: bool) -> float:
+        """Fraction of the visible entries (causal: lower triangle incl. diagonal) that are kept."""
+        kept = self.mask(L, causal).sum()
+        visible = self.n_heads * (L * (L + 1) // 2 if causal else L * L)
+        return float(kept / visible)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"heads": [hp.to_dict() for hp in self.heads]}
+        if self.name:
+            out["name"] = self.name
+        return out
+
+    def save(self, path: str | Path) -> Path:
+        """Write the spec as YAML (.yaml/.yml) or JSON (.json), atomically."""
+        from attnscope.tables import atomic_write_text
+
+        path = Path(path)
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            return atomic_write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
+        if path.suffix.lower() == ".json":
+            return atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
+        raise InputError(f"cannot write pattern {path}: use .yaml, .yml or .json")
+
+    def describe(self) -> list[str]:
+        return [f"head {h}: {hp.describe()}" for h, hp in enumerate(self.heads)]
+
+
+def dense_mask(pattern: "Pattern | str | Mapping", L: int, causal: bool, n_heads: int | None = None) -> "torch.Tensor":
+    """Boolean mask [h, L, L] as a torch tensor, True = may attend (the dense reference's mask)."""
+    import torch
+
+    return torch.from_numpy(load_pattern(pattern, n_heads=n_heads).mask(L, causal))
+
+
+# ---- presets and loading ------------------------------------------------------------------------
+def _seed002() -> Pattern:
+    local = lambda w: HeadPattern(window=w)  # noqa: E731
+    return Pattern(
+        heads=(
+            local(8),
+            local(16),
+            local(16),
+            HeadPattern(window=32, stride=8),
+            HeadPattern(window=32, stride=8),
+            HeadPattern(window=32, stride=8),
+            HeadPattern(anchors=SEED002_ANCHORS, stride=16),
+            HeadPattern(anchors=SEED002_ANCHORS, stride=16),
+        ),
+        name="seed002",
+    )
+
+
+def preset_names() -> list[str]:
+    return ["seed002", "dense", "local:W", "strided:W:S"]
+
+
+def _preset(name: str, n_heads: int | None) -> Pattern | None:
+    key = name.strip().lower()
+    if key == "seed002":
+        return _seed002()
+    parts = key.split(":")
+    try:
+        if parts[0] == "dense" and len(parts) == 1:
+            hp = HeadPattern(dense=True)
+        elif parts[0] == "local" and len(parts) == 2:
+            hp = HeadPattern(window=int(parts[1]))
+        elif parts[0] == "strided" and len(parts) == 3:
+            hp = HeadPattern(window=int(parts[1]), stride=int(parts[2]))
+        else:
+            return None
+    except ValueError:
+        raise ConfigError(f"bad pattern preset {name!r}: expected one of {', '.join(preset_names())}") from None
+    if n_heads is None:
+        raise ConfigError(f"pattern preset {name!r} needs the number of heads")
+    return Pattern(heads=(hp,) * n_heads, name=key)
+
+
+def _from_mapping(d: Mapping[str, Any], n_heads: int | None) -> Pattern:
+    if "heads" in d:
+        heads = d["heads"]
+        if not isinstance(heads, (list, tuple)):
+            raise ConfigError("pattern 'heads' must be a list of head patterns")
+        return Pattern(heads=tuple(HeadPattern.from_dict(h) for h in heads), name=d.get("name"))
+    if "all" in d:
+        if n_heads is None:
+            raise ConfigError("a pattern given for 'all' heads needs the number of heads")
+        return Pattern(heads=(HeadPattern.from_dict(d["all"]),) * n_heads, name=d.get("name"))
+    raise ConfigError("a pattern spec needs a 'heads' list (one entry per head) or an 'all' entry")
+
+
+def load_pattern(spec: "Pattern | str | Path | Mapping | Iterable", n_heads: int | None = None) -> Pattern:
+    """A :class:`Pattern` from a Pattern, preset name, dict, list of head dicts, or YAML/JSON path.
+
+    When ``n_heads`` is given, the pattern must have exactly that many heads (one clear error if not).
+    """
+    if isinstance(spec, Pattern):
+        pat = spec
+    elif isinstance(spec, Mapping):
+        pat = _from_mapping(spec, n_heads)
+    elif isinstance(spec, (str, Path)):
+        text = str(spec)
+        pat = _preset(text, n_heads) if isinstance(spec, str) else None
+        if pat is None:
+            path = Path(text)
+            if not path.is_file():
+                raise InputError(
+                    f"unknown sparse pattern {text!r}: not a preset ({', '.join(preset_names())}) nor a file"
+                )
+            try:
+                raw = path.read_text()
+                if path.suffix.lower() == ".json":
+                    data = json.loads(raw)
+                else:
+                    import yaml
+
+                    data = yaml.safe_load(raw)
+            except Exception as exc:
+                raise FormatError(f"cannot read pattern file {path}: {exc.__class__.__name__}: {exc}") from exc
+            if not isinstance(data, Mapping):
+                raise FormatError(f"pattern file {path} must hold a mapping with a 'heads' list")
+            pat = _from_mapping(data, n_heads)
+    elif isinstance(spec, (list, tuple)):
+        pat = Pattern(heads=tuple(h if isinstance(h, HeadPattern) else HeadPattern.from_dict(h) for h in spec))
+    else:
+        raise InputError(f"cannot make a sparse pattern from {type(spec).__name__}")
+    if n_heads is not None and pat.n_heads != n_heads:
+        raise ConfigError(f"sparse pattern {pat.name or ''} has {pat.n_heads} heads but the model has {n_heads}".replace("  ", " "))
+    return pat
