@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -13,20 +12,15 @@ from attnscope.errors import AttnscopeError
 
 
 def run_app(app: typer.Typer) -> None:
-    """Run a typer app; AttnscopeError -> one line on stderr, exit 2; Ctrl-C -> exit 130."""
+    """Run a typer app; AttnscopeError -> one line on stderr, exit 2; Ctrl-C -> exit 130.
+
+    Usage errors (bad options) are handled by typer's standalone mode (usage + exit 2).
+    """
     try:
-        app(standalone_mode=False)
+        app()
     except AttnscopeError as exc:
         print(f"attnscope: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        print("attnscope: interrupted", file=sys.stderr)
-        sys.exit(130)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(2)
     except KeyboardInterrupt:
         print("attnscope: interrupted", file=sys.stderr)
         sys.exit(130)
@@ -45,14 +39,14 @@ class DefaultCommandGroup(TyperGroup):
 
     default_command: str = "score"
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
             args = [self.default_command, *args]
         elif not args and self.default_command in self.commands:
             args = [self.default_command, "--help"]
         return super().parse_args(ctx, args)
 
-    def format_usage(self, ctx: click.Context, formatter: Any) -> None:
+    def format_usage(self, ctx: Any, formatter: Any) -> None:
         formatter.write_usage(ctx.command_path, f"[{self.default_command.upper()} ARGS] | COMMAND [ARGS]")
 
 

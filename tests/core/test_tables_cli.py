@@ -1,0 +1,88 @@
+"""Shared plumbing: atomic table files by extension, one-line CLI errors, default-command groups."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from attnscope.errors import FormatError, InputError
+from attnscope.tables import atomic_write_text, read_table, write_table
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".json", ".jsonl"])
+def test_table_roundtrip(tmp_path, suffix):
+    df = pd.DataFrame({"model": ["a", "b"], "layer": [0, 1], "symmetry": [0.5, float("nan")]})
+    p = write_table(df, tmp_path / f"t{suffix}")
+    back = read_table(p)
+    assert back["model"].tolist() == ["a", "b"]
+    assert back["symmetry"].iloc[0] == pytest.approx(0.5) and pd.isna(back["symmetry"].iloc[1])
+    assert [x.name for x in tmp_path.iterdir()] == [f"t{suffix}"]  # no temp file left
+
+
+def test_table_errors(tmp_path):
+    with pytest.raises(InputError, match="use one of"):
+        write_table(pd.DataFrame({"a": [1]}), tmp_path / "t.xlsx")
+    with pytest.raises(InputError, match="no such"):
+        read_table(tmp_path / "missing.csv")
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet")
+    with pytest.raises(FormatError, match="cannot read"):
+        read_table(tmp_path / "bad.parquet")
+
+
+def test_atomic_write_keeps_old_file_on_failure(tmp_path, monkeypatch):
+    p = tmp_path / "x.txt"
+    atomic_write_text(p, "good")
+    import os
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError):
+        atomic_write_text(p, "new")
+    assert p.read_text() == "good" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_default_command_group_routes():
+    from attnscope.cli._common import make_default_group
+
+    app = typer.Typer(cls=make_default_group("score"))
+    seen = {}
+
+    @app.command("score")
+    def score(sources: list[str]):
+        seen["score"] = sources
+
+    @app.command("plot")
+    def plot(results: str):
+        seen["plot"] = results
+
+    r = CliRunner()
+    assert r.invoke(app, ["a", "b"]).exit_code == 0 and seen["score"] == ["a", "b"]
+    assert r.invoke(app, ["plot", "r.csv"]).exit_code == 0 and seen["plot"] == "r.csv"
+
+
+def test_cli_user_error_is_one_line_exit_2():
+    code = (
+        "import typer\n"
+        "from attnscope.cli._common import run_app\n"
+        "from attnscope.errors import InputError\n"
+        "app = typer.Typer()\n"
+        "@app.command()\n"
+        "def go():\n"
+        "    raise InputError('no such model directory: /nope')\n"
+        "run_app(app)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip() == "attnscope: error: no such model directory: /nope"
+
+
+def test_cli_version_and_help():
+    r = subprocess.run([sys.executable, "-m", "attnscope", "--version"], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == __import__("attnscope").__version__
