@@ -1,0 +1,220 @@
+"""The math of W_qk geometry: sufficient statistics of bilinear forms, and the scores built on them.
+
+Einstein legend: h query head, g kv head (group), r query heads per group, d model dim (query side),
+c model dim on the key side (= d except for some cross-attention), e head dim, n forms in a batch.
+
+For one head, ``M_h = Q_h K_g^T`` (d x c, rows = query, columns = key) with ``Q_h [d, e]`` and
+``K_g [c, e]``. Everything a score needs is computed from e x e Gram matrices, never from M itself
+(reference/geometry.md, section 4):
+
+    ||M||_F^2   = tr((Q^T Q)(K^T K))      row norms^2 = diag(Q (K^T K) Q^T)
+    tr(M M)     = tr((K^T Q)^2)            col norms^2 = diag(K (Q^T Q) K^T)
+
+Matrix products run in float32 BLAS; every trace and norm is accumulated in float64. The explicit
+route (materialise M) is kept for layers whose rank is not below d, and as the slow reference
+(:func:`symmetry_ref`, :func:`directionality_ref`) the tests compare against.
+
+Conventions: a zero matrix has symmetry 0 and directionality 0 (no structure; its frobenius_norm
+of 0 tells it apart). Symmetry of a non-square form (cross-attention with d != c) is NaN.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnscope.families.base import kv_head_index
+
+__all__ = [
+    "FormStats",
+    "head_stats",
+    "layer_stats",
+    "layer_factors",
+    "explicit_stats",
+    "symmetry",
+    "directionality",
+    "symmetry_ref",
+    "directionality_ref",
+    "layer_matrix",
+]
+
+
+@dataclass(frozen=True)
+class FormStats:
+    """What the scores need from a batch of n bilinear forms M_n (d x c each)."""
+
+    frob2: np.ndarray  # [n] float64, ||M||_F^2
+    trace_mm: np.ndarray  # [n] float64, tr(M M) = <M, M^T>_F (NaN when d != c)
+    row_norms: np.ndarray  # [n, d] float64, ||M[i, :]||
+    col_norms: np.ndarray  # [n, c] float64, ||M[:, j]||
+
+    @property
+    def symmetry(self) -> np.ndarray:
+        """[n] symmetry scores."""
+        return symmetry(self.trace_mm, self.frob2)
+
+    def directionality(self, k: float = 2.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """[n] directionality scores, [n] outlier-row counts, [n] outlier-column counts."""
+        return directionality(self.row_norms, self.col_norms, k)
+
+
+def _as_f32(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a)
+    return a if a.dtype == np.float32 else a.astype(np.float32)
+
+
+def _check_factors(q: np.ndarray, k: np.ndarray) -> tuple[int, int, int]:
+    if q.ndim != 3 or k.ndim != 3:
+        raise ValueError(f"factors must be q [h, d, e] and k [g, c, e], got {q.shape} and {k.shape}")
+    if q.shape[2] != k.shape[2]:
+        raise ValueError(f"q and k head dims differ: {q.shape} vs {k.shape}")
+    h, g = q.shape[0], k.shape[0]
+    kv_head_index(h, g)  # validates the grouping (one clear error)
+    return h, g, h // g
+
+
+def head_stats(q: np.ndarray, k: np.ndarray) -> FormStats:
+    """Per-head statistics of ``M_h = q[h] @ k[h // (h/g)].T``, factored (no d x c matrix).
+
+    q [h, d, e], k [g, c, e] float32 -> FormStats with n = h. K^T K is computed once per kv group.
+    """
+    q, k = _as_f32(q), _as_f32(k)
+    h, g, r = _check_factors(q, k)
+    _, d, e = q.shape
+    c = k.shape[1]
+    qg = q.reshape(g, r, d, e)  # [g, r, d, e] (query heads grouped by their kv head)
+    qt, kt = qg.swapaxes(-1, -2), k.swapaxes(-1, -2)
+    a = np.matmul(qt, qg)  # [g, r, e, e]  Q_h^T Q_h
+    b = np.matmul(kt, k)  # [g, e, e]     K_g^T K_g, shared by the group
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    frob2 = np.einsum("grij,gij->gr", a64, b64).reshape(h)  # tr(A B), A and B symmetric
+    if d == c:
+        x64 = np.matmul(kt[:, None], qg).astype(np.float64)  # [g, r, e, e]  X = K_g^T Q_h
+        trace_mm = np.einsum("grij,grji->gr", x64, x64).reshape(h)  # tr(X X)
+    else:
+        trace_mm = np.full(h, np.nan)
+    qb = np.matmul(qg, b[:, None])  # [g, r, d, e]  Q_h B_g
+    rows2 = np.einsum("grde,grde->grd", qb, qg, dtype=np.float64).reshape(h, d)
+    ka = np.matmul(k[:, None], a)  # [g, r, c, e]  K_g A_h
+    cols2 = np.einsum("grce,gce->grc", ka, k, dtype=np.float64).reshape(h, c)
+    return FormStats(frob2, trace_mm, _sqrt0(rows2), _sqrt0(cols2))
+
+
+def layer_factors(q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Factors of the layer form ``M_L = sum_h M_h`` with the smallest inner dimension.
+
+    Query heads sharing a kv head add up first (``M_L = sum_g (sum_{h in g} Q_h) K_g^T``), so the
+    inner dimension is g*e: below d for grouped-query attention.
+    Returns qs [d, g*e], ks [c, g*e] float32 with ``M_L = qs @ ks.T``.
+    """
+    q, k = _as_f32(q), _as_f32(k)
+    h, g, r = _check_factors(q, k)
+    _, d, e = q.shape
+    c = k.shape[1]
+    qsum = q.reshape(g, r, d, e).sum(axis=1, dtype=np.float32) if r > 1 else q  # [g, d, e]
+    qs = qsum.transpose(1, 0, 2).reshape(d, g * e)
+    ks = k.transpose(1, 0, 2).reshape(c, g * e)
+    return qs, ks
+
+
+def layer_stats(q: np.ndarray, k: np.ndarray, *, method: str = "auto") -> FormStats:
+    """Statistics of the layer form ``M_L = sum_h M_h`` (n = 1).
+
+    method "auto": factored when the inner dimension g*e is below min(d, c), explicit d x c product
+    otherwise; "factored" or "explicit" force a route (both are exact; tests check they agree).
+    """
+    qs, ks = layer_factors(q, k)
+    rank = qs.shape[1]
+    if method == "auto":
+        method = "factored" if rank < min(qs.shape[0], ks.shape[0]) else "explicit"
+    if method == "factored":
+        return head_stats(qs[None], ks[None])
+    if method == "explicit":
+        return explicit_stats(np.matmul(qs, ks.T)[None])
+    raise ValueError(f"method must be auto, factored or explicit, not {method!r}")
+
+
+def layer_matrix(q: np.ndarray, k: np.ndarray, rows: int | None = None, cols: int | None = None) -> np.ndarray:
+    """The explicit layer form ``M_L[:rows, :cols]`` (float32), e.g. the 50 x 50 block of the figures."""
+    qs, ks = layer_factors(q, k)
+    return np.matmul(qs[:rows], ks[:cols].T)
+
+
+def explicit_stats(m: np.ndarray) -> FormStats:
+    """Statistics of explicit forms m [n, d, c] (float64 accumulation)."""
+    m = np.asarray(m)
+    if m.ndim == 2:
+        m = m[None]
+    m64 = m.astype(np.float64)
+    frob2 = np.einsum("nij,nij->n", m64, m64)
+    if m.shape[1] == m.shape[2]:
+        trace_mm = np.einsum("nij,nji->n", m64, m64)
+    else:
+        trace_mm = np.full(m.shape[0], np.nan)
+    rows = np.sqrt(np.einsum("nij,nij->ni", m64, m64))
+    cols = np.sqrt(np.einsum("nij,nij->nj", m64, m64))
+    return FormStats(frob2, trace_mm, rows, cols)
+
+
+def _sqrt0(x: np.ndarray) -> np.ndarray:
+    """sqrt of squared norms that rounding may have pushed a hair below zero."""
+    return np.sqrt(np.maximum(x, 0.0))
+
+
+def symmetry(trace_mm: np.ndarray, frob2: np.ndarray) -> np.ndarray:
+    """s = tr(M M) / ||M||_F^2 in [-1, 1]; 0 for the zero matrix (no warning)."""
+    trace_mm = np.asarray(trace_mm, dtype=np.float64)
+    frob2 = np.asarray(frob2, dtype=np.float64)
+    safe = np.where(frob2 > 0, frob2, 1.0)
+    s = np.where(frob2 > 0, trace_mm / safe, 0.0)
+    s = np.where(np.isnan(trace_mm), np.nan, s)
+    return np.clip(s, -1.0, 1.0)  # rounding can leave |s| a few ulps above 1
+
+
+def _excess(norms: np.ndarray, k: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per form: sum of (norm - tau) over norms above tau = mean + k std (ddof 1), and their count."""
+    n = norms.shape[-1]
+    mean = norms.mean(axis=-1, keepdims=True)
+    std = norms.std(axis=-1, ddof=1, keepdims=True) if n > 1 else np.zeros_like(mean)
+    over = norms - (mean + k * std)
+    mask = over > 0
+    return np.where(mask, over, 0.0).sum(axis=-1), mask.sum(axis=-1)
+
+
+def directionality(
+    row_norms: np.ndarray, col_norms: np.ndarray, k: float = 2.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """d = (R - C) / (R + C) in [-1, 1] (0 when R + C = 0), plus outlier row and column counts.
+
+    row_norms [n, d], col_norms [n, c] -> d [n], n_outlier_rows [n], n_outlier_cols [n].
+    Negative d: a few dominant columns (keys), the decoder signature.
+    """
+    rows = np.atleast_2d(np.asarray(row_norms, dtype=np.float64))
+    cols = np.atleast_2d(np.asarray(col_norms, dtype=np.float64))
+    big_r, n_r = _excess(rows, k)
+    big_c, n_c = _excess(cols, k)
+    tot = big_r + big_c
+    d = np.where(tot > 0, (big_r - big_c) / np.where(tot > 0, tot, 1.0), 0.0)
+    return d, n_r, n_c
+
+
+# ---- explicit slow references (tests and the benchmark's "paper" baseline) -------------------
+
+
+def symmetry_ref(m: np.ndarray) -> float:
+    """s(M) = sum_ij M_ij M_ji / sum_ij M_ij^2 on an explicit square matrix (0 for M = 0)."""
+    m = np.asarray(m, dtype=np.float64)
+    num, den = float((m * m.T).sum()), float((m * m).sum())
+    return num / den if den > 0 else 0.0
+
+
+def directionality_ref(m: np.ndarray, k: float = 2.0) -> float:
+    """d(M) straight from the definition: row/column norms, thresholds mean + k std (N-1)."""
+    m = np.asarray(m, dtype=np.float64)
+    r = np.linalg.norm(m, axis=1)
+    c = np.linalg.norm(m, axis=0)
+    tr, tc = r.mean() + k * r.std(ddof=1), c.mean() + k * c.std(ddof=1)
+    big_r = sum(x - tr for x in r if x > tr)
+    big_c = sum(x - tc for x in c if x > tc)
+    return (big_r - big_c) / (big_r + big_c) if big_r + big_c > 0 else 0.0
