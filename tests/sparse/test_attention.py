@@ -1,0 +1,128 @@
+"""The sparse kernel equals the dense masked reference (forward and gradients), never sees the future,
+and gives zeros (not NaN) on rows with no allowed key."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnscope.errors import AttnscopeError
+from attnscope.sparse import HeadPattern, Pattern, dense_mask
+from attnscope.sparse.attention import dense_attention, sparse_attention
+
+
+def _qkv(b, h, t, e, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(b, h, t, e, generator=g, dtype=dtype, requires_grad=True) for _ in range(3)]
+
+
+def _slow_attention(q, k, v, mask):
+    """Python loops: one row at a time, zero output for rows without keys."""
+    b, h, t, e = q.shape
+    out = torch.zeros_like(q)
+    for bi in range(b):
+        for hi in range(h):
+            for i in range(t):
+                js = [j for j in range(t) if mask[hi, i, j]]
+                if not js:
+                    continue
+                s = torch.stack([(q[bi, hi, i] * k[bi, hi, j]).sum() / e**0.5 for j in js])
+                p = torch.softmax(s, 0)
+                out[bi, hi, i] = sum(p[n] * v[bi, hi, j] for n, j in enumerate(js))
+    return out
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("t", [1, 9, 70, 300])
+def test_seed002_matches_sdpa_forward_and_backward(causal, t):
+    q, k, v = _qkv(2, 8, t, 8, seed=t)
+    mask = dense_mask("seed002", t, causal)
+    out = sparse_attention(q, k, v, "seed002", causal=causal)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
+    g = torch.randn_like(out)
+    ga = torch.autograd.grad((out * g).sum(), (q, k, v))
+    gb = torch.autograd.grad((ref * g).sum(), (q, k, v))
+    for a, b in zip(ga, gb):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+def test_matches_python_loop_reference():
+    pat = Pattern(heads=(HeadPattern(window=1), HeadPattern(stride=3, anchors=(0.5,)), HeadPattern(window=0, positions=(4,))))
+    q, k, v = _qkv(1, 3, 11, 4, seed=3)
+    for causal in (True, False):
+        out = sparse_attention(q, k, v, pat, causal=causal)
+        slow = _slow_attention(q, k, v, pat.mask(11, causal))
+        torch.testing.assert_close(out, slow, rtol=1e-10, atol=1e-10)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    t=st.integers(1, 40),
+    window=st.one_of(st.none(), st.integers(0, 20)),
+    stride=st.one_of(st.none(), st.integers(1, 9)),
+    anchors=st.lists(st.floats(0, 1), max_size=3),
+    causal=st.booleans(),
+    dense_second=st.booleans(),
+)
+def test_random_patterns_match_dense_reference(t, window, stride, anchors, causal, dense_second):
+    if window is None and not stride and not anchors:
+        window = 0
+    hp = HeadPattern(window=window, stride=stride, anchors=tuple(anchors))
+    pat = Pattern(heads=(hp, HeadPattern(dense=True) if dense_second else hp, hp))
+    q, k, v = _qkv(1, 3, t, 4, seed=t)
+    mask = torch.from_numpy(pat.mask(t, causal))
+    out, probs = sparse_attention(q, k, v, pat, causal=causal, return_probs=True)
+    ref_out, ref_probs = dense_attention(q, k, v, mask)
+    torch.testing.assert_close(out, ref_out, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(probs, ref_probs, rtol=1e-10, atol=1e-10)
+    assert (probs.masked_select(~mask.expand_as(probs)) == 0).all()
+    g = torch.randn_like(out)
+    ga = torch.autograd.grad((out * g).sum(), (q, k, v))
+    gb = torch.autograd.grad((ref_out * g).sum(), (q, k, v))
+    for a, b in zip(ga, gb):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+def test_rows_without_keys_are_zero_not_nan():
+    # anchor at the last position only: causal rows before it see nothing
+    pat = Pattern(heads=(HeadPattern(anchors=(1.0,)), HeadPattern(positions=(3,))))
+    q, k, v = _qkv(1, 2, 6, 4)
+    out, probs = sparse_attention(q, k, v, pat, causal=True, return_probs=True)
+    assert torch.isfinite(out).all()
+    assert (out[0, 0, :5] == 0).all() and (probs[0, 0, :5] == 0).all()
+    assert (out[0, 1, :3] == 0).all() and torch.allclose(out[0, 1, 3:], v[0, 1, 3].expand(3, -1))
+    out.sum().backward()
+    assert all(torch.isfinite(x.grad).all() for x in (q, k, v))
+
+
+def test_kernel_cannot_see_the_future():
+    t = 257
+    q, k, v = _qkv(1, 8, t, 8, seed=5)
+    out = sparse_attention(q, k, v, "seed002", causal=True)
+    cut = 100
+    k2, v2 = k.detach().clone(), v.detach().clone()
+    k2[:, :, cut:] = torch.randn_like(k2[:, :, cut:]) * 10
+    v2[:, :, cut:] = torch.randn_like(v2[:, :, cut:]) * 10
+    out2 = sparse_attention(q, k2, v2, "seed002", causal=True)
+    torch.testing.assert_close(out[:, :, :cut], out2[:, :, :cut], rtol=0, atol=0)
+    assert not torch.allclose(out[:, :, cut:], out2[:, :, cut:])
+
+
+def test_float32_close_to_sdpa():
+    q, k, v = _qkv(1, 8, 513, 32, dtype=torch.float32)
+    mask = dense_mask("seed002", 513, True)
+    torch.testing.assert_close(
+        sparse_attention(q, k, v, "seed002"), F.scaled_dot_product_attention(q, k, v, attn_mask=mask), rtol=1e-4, atol=1e-5
+    )
+
+
+def test_shape_and_head_count_errors():
+    q, k, v = _qkv(1, 4, 8, 4)
+    with pytest.raises(AttnscopeError):
+        sparse_attention(q, k, v, "seed002")
+    with pytest.raises(AttnscopeError):
+        sparse_attention(q[0], k[0], v[0], "local:2")
