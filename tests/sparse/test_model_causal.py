@@ -1,0 +1,42 @@
+"""A causal sparse MODEL (the training lab's Transformer with attn_pattern) cannot see the future."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+model_mod = pytest.importorskip("attnscope.training.model")
+
+
+@pytest.mark.parametrize("pattern", ["seed002", None])
+def test_changing_a_future_byte_leaves_earlier_outputs_unchanged(pattern):
+    torch.manual_seed(0)
+    cfg = model_mod.ModelConfig(
+        n_layers=2, n_heads=8, d_model=32, d_ff=64, vocab_size=256, max_seq_len=96, causal=True,
+        norm="pre", dropout=0.0, attn_pattern=pattern,
+    )
+    model = model_mod.Transformer(cfg).eval()
+    idx = torch.randint(0, 256, (1, 96))
+    cut = 60
+    idx2 = idx.clone()
+    idx2[0, cut] = (idx[0, cut] + 1) % 256
+    with torch.no_grad():
+        a, b = model(idx), model(idx2)
+    torch.testing.assert_close(a[:, :cut], b[:, :cut], rtol=0, atol=1e-6)
+    assert not torch.allclose(a[:, cut:], b[:, cut:])
+
+
+def test_sparse_model_maps_respect_the_pattern():
+    from attnscope.sparse import dense_mask
+
+    torch.manual_seed(1)
+    cfg = model_mod.ModelConfig(
+        n_layers=1, n_heads=8, d_model=32, d_ff=64, vocab_size=256, max_seq_len=64, causal=True,
+        norm="pre", dropout=0.0, attn_pattern="seed002",
+    )
+    model = model_mod.Transformer(cfg).eval()
+    with torch.no_grad():
+        _, maps = model(torch.randint(0, 256, (2, 64)), return_attn=True)
+    mask = dense_mask("seed002", 64, causal=True)
+    assert (maps[0].masked_select(~mask.expand_as(maps[0])) == 0).all()
+    torch.testing.assert_close(maps[0].sum(-1), torch.ones(2, 8, 64))
