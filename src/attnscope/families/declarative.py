@@ -1,0 +1,275 @@
+"""The one generic mechanism behind every family spec: tensor names, einops layouts and config keys as data.
+
+Einstein legend: l layer, h query head (or the heads of one projection), g kv head, d model dim
+(input side), e head dim, three the q|k|v axis of a fused projection.
+
+A family is declared, not coded: a :class:`DeclarativeSpec` lists its attention :class:`Stack` s; each
+stack names where W_q and W_k of layer ``i`` live (a :class:`Proj`: a tensor-name template, resolved
+by *suffix* against the source's keys so any checkpoint prefix works, plus an einops pattern from the
+stored tensor to ``[h, d, e]``) and which config keys hold its layer and head counts.
+
+Resolution reads ``source.keys()`` once per source; each tensor's shape is checked against the config
+before it is rearranged, and every problem is a one-line :class:`~attnscope.errors.FormatError` or
+:class:`~attnscope.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Union
+
+import numpy as np
+
+from .base import AttentionFactors, FamilySpec, StackInfo, kv_head_index
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+    from attnscope.sources.base import WeightSource
+
+#: config keys tried in order; an ``int`` entry is a literal default
+ConfigKeys = tuple[Union[str, int], ...]
+
+LINEAR = "(h e) d -> h d e"  # nn.Linear.weight [out = h*e, in = d]
+CONV1D = "d (h e) -> h d e"  # HF Conv1D.weight, already input-by-output
+
+
+@dataclass(frozen=True)
+class Proj:
+    """Where one projection (W_q or W_k) of layer ``{i}`` lives, and how it is laid out.
+
+    ``pattern`` is an einops pattern from the stored tensor to ``h d e`` (or ``three h d e`` for a
+    fused q|k|v tensor, with ``part`` choosing 0 = q, 1 = k). Axis sizes: ``h`` = heads of this
+    projection (n_q for W_q, n_kv for W_k), ``e`` = head dim, ``d`` = input dim, ``three`` = 3.
+    ``blocks`` declares a fused tensor whose rows are blocks of unequal height, e.g. Phi-3's
+    ``("q", "kv", "kv")`` = [n_q e | n_kv e | n_kv e]; then ``part`` picks the block and ``pattern``
+    applies to it.
+    """
+
+    tensor: str
+    pattern: str = LINEAR
+    part: int | None = None
+    blocks: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Stack:
+    """One attention stack of a family: its q/k tensors and the config keys of its sizes."""
+
+    stack: str  # "encoder" | "decoder" | "cross"
+    q: Proj
+    k: Proj
+    n_layers: ConfigKeys
+    n_heads: ConfigKeys
+    d_model: ConfigKeys
+    n_kv_heads: ConfigKeys = ()  # empty: same as n_heads
+    d_head: ConfigKeys = ()  # empty: d_model // n_heads
+    d_model_kv: ConfigKeys = ()  # empty: d_model (cross-attention keys may live in another width)
+    #: skipped when the source holds none of its tensors (an encoder-only export of a seq2seq model)
+    optional: bool = False
+
+
+def _config_int(config: dict[str, Any], keys: ConfigKeys, what: str, model_type: str) -> int | None:
+    for key in keys:
+        if isinstance(key, int):
+            return key
+        value = config.get(key)
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 0:
+                from attnscope.errors import ConfigError
+
+                raise ConfigError(f"{model_type} config: {key}={value!r} is not a valid {what}")
+            return int(value)
+    return None
+
+
+def _required(config: dict[str, Any], keys: ConfigKeys, what: str, model_type: str) -> int:
+    value = _config_int(config, keys, what, model_type)
+    if value is None:
+        from attnscope.errors import ConfigError
+
+        names = ", ".join(str(k) for k in keys)
+        raise ConfigError(f"{model_type} config has no {what} (looked for: {names})")
+    return value
+
+
+class _KeyIndex:
+    """Tensor names of one source, with template -> concrete-name resolution by suffix."""
+
+    def __init__(self, source: "WeightSource") -> None:
+        self.name = getattr(source, "name", repr(source))
+        self.keys = list(source.keys())
+        self.keyset = set(self.keys)
+        self._prefix: dict[str, str | None] = {}
+
+    def prefix(self, template: str, layer: int = 0) -> str | None:
+        """The checkpoint prefix in front of ``template`` (found once, at ``layer``), or None."""
+        if template not in self._prefix:
+            probe = template.format(i=layer)
+            found = sorted(
+                {k[: len(k) - len(probe)] for k in self.keys if k == probe or k.endswith("." + probe)}
+            )
+            if len(found) > 1:
+                from attnscope.errors import FormatError
+
+                shown = ", ".join(repr(p + probe) for p in found[:3])
+                raise FormatError(f"{self.name}: several tensors end in {probe!r} ({shown}); cannot tell which to score")
+            self._prefix[template] = found[0] if found else None
+        return self._prefix[template]
+
+    def resolve(self, template: str, layer: int) -> str | None:
+        prefix = self.prefix(template)
+        if prefix is None:
+            return None
+        name = prefix + template.format(i=layer)
+        return name if name in self.keyset else None
+
+
+_INDEX: "weakref.WeakKeyDictionary[Any, _KeyIndex]" = weakref.WeakKeyDictionary()
+
+
+def key_index(source: "WeightSource") -> _KeyIndex:
+    """The (cached) key index of ``source``: ``source.keys()`` is read once per source."""
+    try:
+        idx = _INDEX.get(source)
+    except TypeError:  # not weak-referenceable: no cache
+        return _KeyIndex(source)
+    if idx is None:
+        idx = _KeyIndex(source)
+        _INDEX[source] = idx
+    return idx
+
+
+_GROUP = re.compile(r"\([^)]*\)|\S+")
+
+
+def pattern_shape(pattern: str, sizes: dict[str, int]) -> tuple[int, ...]:
+    """Shape of the stored tensor that the left side of ``pattern`` describes, e.g. ``(h e) d`` -> (h*e, d)."""
+    lhs = pattern.split("->")[0]
+    shape = []
+    for group in _GROUP.findall(lhs):
+        n = 1
+        for axis in group.strip("()").split():
+            n *= sizes[axis]
+        shape.append(n)
+    return tuple(shape)
+
+
+def _to_float32(t: "torch.Tensor") -> "torch.Tensor":
+    import torch
+
+    t = t.detach()
+    if not torch.is_floating_point(t):
+        from attnscope.errors import FormatError
+
+        raise FormatError(f"tensor of dtype {t.dtype} is not a floating-point weight")
+    return t.to(device="cpu", dtype=torch.float32)
+
+
+@dataclass(frozen=True)
+class DeclarativeSpec(FamilySpec):
+    """A family as data: its name, the ``model_type`` values it handles, and its attention stacks."""
+
+    name: str
+    model_types: tuple[str, ...]
+    layout: tuple[Stack, ...] = ()
+    #: one line for docs/families.md and error messages
+    note: str = ""
+
+    # -- sizes ---------------------------------------------------------------------------------
+    def stack_info(self, config: dict[str, Any], st: Stack) -> StackInfo:
+        mt = str(config.get("model_type", self.name))
+        n_layers = _required(config, st.n_layers, f"{st.stack} layer count", mt)
+        n_heads = _required(config, st.n_heads, f"{st.stack} head count", mt)
+        d_model = _required(config, st.d_model, "model width", mt)
+        n_kv = _config_int(config, st.n_kv_heads, "key/value head count", mt) or n_heads
+        d_head = _config_int(config, st.d_head, "head dim", mt)
+        if d_head is None:
+            if n_heads == 0 or d_model % n_heads:
+                from attnscope.errors import ConfigError
+
+                raise ConfigError(f"{mt} config: width {d_model} is not divisible by {n_heads} heads")
+            d_head = d_model // n_heads
+        d_kv = _config_int(config, st.d_model_kv, "key-side width", mt) or d_model
+        kv_head_index(n_heads, n_kv)  # validates the grouping (one clear ConfigError)
+        return StackInfo(st.stack, n_layers, n_heads, n_kv, d_model, d_head, d_kv if d_kv != d_model else None)
+
+    def stacks(self, config: dict[str, Any], source: "WeightSource | None" = None) -> list[StackInfo]:
+        out = []
+        for st in self.layout:
+            if st.optional and source is not None and key_index(source).prefix(st.q.tensor) is None:
+                continue
+            out.append(self.stack_info(config, st))
+        if source is not None and not out:
+            from attnscope.errors import FormatError
+
+            raise FormatError(f"{source.name}: holds none of the {self.name} attention tensors")
+        return out
+
+    def _stack(self, name: str) -> Stack:
+        for st in self.layout:
+            if st.stack == name:
+                return st
+        raise ValueError(f"{self.name} has no {name!r} stack")
+
+    # -- tensors -------------------------------------------------------------------------------
+    def _read(self, source: "WeightSource", info: StackInfo, layer: int, proj: Proj, n: int, d: int) -> np.ndarray:
+        """One projection of one layer as float32 ``[n, d, e]`` (shape-checked against the config)."""
+        import torch
+        from einops import rearrange
+
+        from attnscope.errors import FormatError
+
+        idx = key_index(source)
+        name = idx.resolve(proj.tensor, layer)
+        if name is None:
+            raise FormatError(
+                f"{source.name}: missing tensor ending in {proj.tensor.format(i=layer)!r} "
+                f"({self.name} {info.stack} layer {layer} of {info.n_layers} in the config)"
+            )
+        heads = {"q": info.n_heads, "kv": info.n_kv_heads}
+        e = info.d_head
+        sizes = {"h": n, "e": e, "d": d, "three": 3}
+        if proj.blocks is not None:
+            rows = [heads[b] * e for b in proj.blocks]
+            expected: tuple[int, ...] = (sum(rows), d)
+        else:
+            expected = pattern_shape(proj.pattern, sizes)
+        t = source.get(name)
+        if tuple(t.shape) != expected:
+            raise FormatError(
+                f"{source.name}: tensor {name!r} has shape {tuple(t.shape)}, but the config "
+                f"(heads={info.n_heads}, kv_heads={info.n_kv_heads}, d_head={e}, d_model={d}) needs {expected}"
+            )
+        t = _to_float32(t)
+        if proj.blocks is not None:
+            start = sum(rows[: proj.part])
+            t = t[start : start + rows[proj.part]]
+        used = {a: v for a, v in sizes.items() if re.search(rf"\b{a}\b", proj.pattern.split("->")[0])}
+        out = rearrange(t, proj.pattern, **used)
+        if "three" in proj.pattern.split("->")[1]:
+            out = out[proj.part]
+        return np.ascontiguousarray(out.numpy(), dtype=np.float32)  # [n, d, e]
+
+    def layer_factors(self, source: "WeightSource", info: StackInfo, layer: int) -> AttentionFactors:
+        st = self._stack(info.stack)
+        q = self._read(source, info, layer, st.q, info.n_heads, info.d_model)  # [h, d, e]
+        k = self._read(source, info, layer, st.k, info.n_kv_heads, info.d_model_kv or info.d_model)  # [g, d, e]
+        return AttentionFactors(info.stack, layer, q, k)
+
+
+def separate(q: str, k: str, pattern: str = LINEAR) -> tuple[Proj, Proj]:
+    """W_q and W_k in two tensors of the same layout."""
+    return Proj(q, pattern), Proj(k, pattern)
+
+
+def fused(tensor: str, pattern: str) -> tuple[Proj, Proj]:
+    """W_q and W_k in one q|k|v tensor whose pattern has a ``three`` axis (0 = q, 1 = k)."""
+    return Proj(tensor, pattern, part=0), Proj(tensor, pattern, part=1)
+
+
+def fused_blocks(tensor: str, blocks: tuple[str, ...] = ("q", "kv", "kv"), pattern: str = LINEAR) -> tuple[Proj, Proj]:
+    """W_q and W_k as the first two row blocks of a fused tensor of unequal blocks (Phi-3)."""
+    return Proj(tensor, pattern, part=0, blocks=blocks), Proj(tensor, pattern, part=1, blocks=blocks)

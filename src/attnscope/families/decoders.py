@@ -1,0 +1,59 @@
+"""Family specs of causal language models (stack ``decoder``): GPT-2 and its Conv1D kin, GPT-Neo,
+GPT-J, GPT-NeoX/Pythia, the LLaMA line (grouped-query attention), Phi and Phi-3.
+
+Einstein legend: h head, d model dim, e head dim, three the q|k|v axis of a fused projection.
+"""
+
+from __future__ import annotations
+
+from .declarative import CONV1D, DeclarativeSpec, Stack, fused, fused_blocks, separate
+
+_GPT2_KEYS = dict(n_layers=("n_layer",), n_heads=("n_head",), d_model=("n_embd",))
+_HF = dict(n_layers=("num_hidden_layers",), n_heads=("num_attention_heads",), d_model=("hidden_size",))
+#: grouped-query models: kv heads and an explicit head dim when the config has them
+_GQA = dict(_HF, n_kv_heads=("num_key_value_heads",), d_head=("head_dim",))
+
+_CONV1D_QKV = fused("h.{i}.attn.c_attn.weight", CONV1D.replace("(h e)", "(three h e)").replace("-> h", "-> three h"))
+_LLAMA_QK = separate("layers.{i}.self_attn.q_proj.weight", "layers.{i}.self_attn.k_proj.weight")
+
+
+def _llama_like(name: str, *model_types: str, note: str = "") -> DeclarativeSpec:
+    return DeclarativeSpec(name, model_types, (Stack("decoder", *_LLAMA_QK, **_GQA),), note=note)
+
+
+SPECS = [
+    DeclarativeSpec("gpt2", ("gpt2",), (Stack("decoder", *_CONV1D_QKV, **_GPT2_KEYS),),
+                    note="Conv1D c_attn [d, 3d], columns [q | k | v]"),
+    DeclarativeSpec("openai-gpt", ("openai-gpt",), (Stack("decoder", *_CONV1D_QKV, **_GPT2_KEYS),),
+                    note="GPT-1, same Conv1D layout as GPT-2"),
+    DeclarativeSpec("imagegpt", ("imagegpt",), (Stack("decoder", *_CONV1D_QKV, **_GPT2_KEYS),),
+                    note="same Conv1D layout as GPT-2"),
+    DeclarativeSpec(
+        "gpt-neo",
+        ("gpt_neo",),
+        (Stack("decoder", *separate("h.{i}.attn.attention.q_proj.weight", "h.{i}.attn.attention.k_proj.weight"),
+               n_layers=("num_layers",), n_heads=("num_heads",), d_model=("hidden_size",)),),
+    ),
+    DeclarativeSpec(
+        "gpt-j",
+        ("gptj",),
+        (Stack("decoder", *separate("h.{i}.attn.q_proj.weight", "h.{i}.attn.k_proj.weight"), **_GPT2_KEYS),),
+    ),
+    DeclarativeSpec(
+        "gpt-neox",
+        ("gpt_neox",),
+        (Stack("decoder", *fused("layers.{i}.attention.query_key_value.weight", "(h three e) d -> three h d e"), **_HF),),
+        note="fused query_key_value rows interleaved per head (h three e); Pythia",
+    ),
+    _llama_like("llama", "llama", note="also MobileLLM and other llama-architecture models"),
+    _llama_like("mistral", "mistral", "mixtral"),
+    _llama_like("qwen2", "qwen2", "qwen2_moe"),
+    _llama_like("gemma", "gemma", "gemma2"),
+    _llama_like("phi", "phi", note="Phi-1, Phi-1.5, Phi-2"),
+    DeclarativeSpec(
+        "phi3",
+        ("phi3",),
+        (Stack("decoder", *fused_blocks("layers.{i}.self_attn.qkv_proj.weight"), **_GQA),),
+        note="fused qkv_proj rows [q (n_q e) | k (n_kv e) | v (n_kv e)]",
+    ),
+]

@@ -1,0 +1,48 @@
+"""Family specs of bidirectional text encoders: BERT and its descendants, DeBERTa-v2, DistilBERT,
+ALBERT and ModernBERT. All score as the ``encoder`` stack.
+
+Einstein legend: h head, d model dim, e head dim, three the q|k|v axis of a fused projection.
+"""
+
+from __future__ import annotations
+
+from .declarative import DeclarativeSpec, Stack, fused, separate
+
+#: Hugging Face's BERT-style config keys
+_HF = dict(n_layers=("num_hidden_layers",), n_heads=("num_attention_heads",), d_model=("hidden_size",))
+
+
+def _bert_like(name: str, *model_types: str, q: str = "query", k: str = "key", note: str = "") -> DeclarativeSpec:
+    wq, wk = separate(f"encoder.layer.{{i}}.attention.self.{q}.weight", f"encoder.layer.{{i}}.attention.self.{k}.weight")
+    return DeclarativeSpec(name, model_types, (Stack("encoder", wq, wk, **_HF),), note=note)
+
+
+SPECS = [
+    _bert_like("bert", "bert"),
+    _bert_like("roberta", "roberta", "xlm-roberta", "camembert", note="RoBERTa, XLM-R, CamemBERT"),
+    _bert_like("electra", "electra"),
+    _bert_like("deberta-v2", "deberta-v2", q="query_proj", k="key_proj",
+               note="content-to-content form only; relative-position terms are not part of W_qk"),
+    DeclarativeSpec(
+        "distilbert",
+        ("distilbert",),
+        (Stack("encoder", *separate("transformer.layer.{i}.attention.q_lin.weight",
+                                    "transformer.layer.{i}.attention.k_lin.weight"),
+               n_layers=("n_layers",), n_heads=("n_heads",), d_model=("dim",)),),
+    ),
+    DeclarativeSpec(
+        "albert",
+        ("albert",),
+        # one shared layer per group (usually one group): the paper scores it once
+        (Stack("encoder", *separate("albert_layer_groups.{i}.albert_layers.0.attention.query.weight",
+                                    "albert_layer_groups.{i}.albert_layers.0.attention.key.weight"),
+               n_layers=("num_hidden_groups", 1), n_heads=("num_attention_heads",), d_model=("hidden_size",)),),
+        note="one shared layer per hidden group, scored once (layer = group index)",
+    ),
+    DeclarativeSpec(
+        "modernbert",
+        ("modernbert",),
+        (Stack("encoder", *fused("layers.{i}.attn.Wqkv.weight", "(three h e) d -> three h d e"), **_HF),),
+        note="fused Wqkv rows (three h e)",
+    ),
+]

@@ -1,0 +1,23 @@
+"""Family specs of vision and speech Transformer encoders (stack ``encoder``): ViT, DeiT, DINOv2,
+BEiT, ViT-MAE, Data2Vec-vision; HuBERT, Wav2Vec2, WavLM, Data2Vec-audio.
+
+Einstein legend: h head, d model dim, e head dim.
+"""
+
+from __future__ import annotations
+
+from .declarative import DeclarativeSpec, Stack, separate
+
+_HF = dict(n_layers=("num_hidden_layers",), n_heads=("num_attention_heads",), d_model=("hidden_size",))
+
+_VISION = (Stack("encoder", *separate("encoder.layer.{i}.attention.attention.query.weight",
+                                      "encoder.layer.{i}.attention.attention.key.weight"), **_HF),)
+_SPEECH = (Stack("encoder", *separate("encoder.layers.{i}.attention.q_proj.weight",
+                                      "encoder.layers.{i}.attention.k_proj.weight"), **_HF),)
+
+SPECS = [
+    DeclarativeSpec("vit", ("vit", "deit", "dinov2", "vit_mae"), _VISION, note="ViT, DeiT, DINOv2, ViT-MAE"),
+    DeclarativeSpec("beit", ("beit", "data2vec-vision"), _VISION, note="relative position bias not in W_qk"),
+    DeclarativeSpec("wav2vec2", ("wav2vec2", "hubert", "data2vec-audio"), _SPEECH, note="Wav2Vec2, HuBERT, Data2Vec-audio"),
+    DeclarativeSpec("wavlm", ("wavlm",), _SPEECH, note="gated relative position bias not in W_qk"),
+]

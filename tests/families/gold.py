@@ -1,0 +1,219 @@
+"""Gold-test machinery: the model's own pre-softmax logits per head vs ``x Q[h] K[g(h)]^T x'^T`` from our factors.
+
+A :class:`Case` builds a tiny random model from its real Hugging Face config class (no download),
+zeroes every bias, runs one forward pass and captures, for every attention call, the model's own
+per-head query and key (as its modeling code splits them) plus the inputs of its q and k projections.
+Three capture routes, chosen per case:
+
+* ``interface``: a custom attention function registered with transformers' AttentionInterface
+  receives the real ``query [b, h, i, e]`` and ``key [b, g, j, e]`` (before repeat_kv);
+* ``attn_method``: the attention module's ``_attn(query, key, ...)`` method is wrapped (older files);
+* ``proj``: the q/k projection outputs are split per head as ``view(b, t, h, e)`` (only for separate
+  nn.Linear projections whose modeling code does exactly that).
+
+Rotary models are run with all ``position_ids`` = 0 (rotation = identity), so q.k is the un-rotated form.
+The model's logit for query head h uses transformers' own ``repeat_kv``; ours uses ``kv_head_index``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+CAPTURE_NAME = "attnscope_gold_capture"
+
+
+@dataclass
+class Case:
+    id: str
+    config: Callable[[], Any]  # -> a transformers PretrainedConfig
+    model: str  # transformers class name
+    attn: dict[str, str]  # regex on the attention module's qualified name (group 1 = layer) -> stack
+    q_in: str  # child of the attention module whose input is x (query side)
+    k_in: str  # child whose input is x' (key side)
+    inputs: Callable[[Any], dict[str, torch.Tensor]] = field(default=lambda cfg: text_inputs(cfg))
+    capture: str = "interface"  # "interface" | "attn_method" | "proj"
+    k_transposed: bool = False  # _attn receives key as [b, h, e, j] (openai-gpt)
+    rope: bool = False  # run with position_ids = 0
+
+
+def text_inputs(cfg: Any, t: int = 7) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return {"input_ids": torch.randint(3, cfg.vocab_size, (2, t), generator=g)}
+
+
+def seq2seq_inputs(cfg: Any) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(2)
+    return {
+        "input_ids": torch.randint(3, cfg.vocab_size, (2, 7), generator=g),
+        "decoder_input_ids": torch.randint(3, cfg.vocab_size, (2, 5), generator=g),
+    }
+
+
+def image_inputs(cfg: Any) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    return {"pixel_values": torch.randn(2, cfg.num_channels, cfg.image_size, cfg.image_size, generator=g)}
+
+
+def audio_inputs(cfg: Any) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(4)
+    return {"input_values": torch.randn(2, 400, generator=g)}
+
+
+def whisper_inputs(cfg: Any) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(5)
+    return {
+        "input_features": torch.randn(2, cfg.num_mel_bins, 2 * cfg.max_source_positions, generator=g),
+        "decoder_input_ids": torch.randint(3, cfg.vocab_size, (2, 5), generator=g),
+    }
+
+
+@dataclass
+class Call:
+    """One attention call as the model made it."""
+
+    stack: str
+    layer: int
+    query: torch.Tensor  # [b, h, i, e]
+    key: torch.Tensor  # [b, g, j, e]
+    x: torch.Tensor  # [b, i, d]   input of the q projection
+    xk: torch.Tensor  # [b, j, d_k] input of the k projection
+
+
+_SINK: list = []  # (attention module, query, key) of every call through the capture function
+
+
+def _register_capture() -> None:
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def capture(module, query, key, value, attention_mask, **kwargs):
+        _SINK.append((module, query.detach().clone(), key.detach().clone()))
+        kwargs.pop("position_bias", None)
+        return sdpa_attention_forward(module, query, key, value, None, **kwargs)
+
+    AttentionInterface.register(CAPTURE_NAME, capture)
+
+
+def _heads_of(module: torch.nn.Module) -> int:
+    for attr in ("num_attention_heads", "num_heads", "n_heads"):
+        if hasattr(module, attr):
+            return int(getattr(module, attr))
+    raise AttributeError(f"cannot tell the head count of {type(module).__name__}")
+
+
+def build(case: Case) -> tuple[torch.nn.Module, Any]:
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = case.config()
+    if case.capture == "interface":
+        _register_capture()
+        cfg._attn_implementation = CAPTURE_NAME
+    else:
+        cfg._attn_implementation = "eager"
+    model = getattr(transformers, case.model)(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            last = name.rsplit(".", 1)[-1]
+            if last == "bias" or last.endswith("_bias"):
+                p.zero_()
+            elif p.dim() >= 2 and "embed" not in name and "shared" not in name:
+                p.normal_(0.0, 0.3)  # well away from zero: logits of order 1
+    return model, cfg
+
+
+def run(case: Case, model: torch.nn.Module, cfg: Any) -> list[Call]:
+    """One forward pass, returning every attention call with its inputs."""
+    names = {id(m): n for n, m in model.named_modules()}
+    attn_mods: dict[int, tuple[str, int]] = {}
+    for n, m in model.named_modules():
+        for pattern, stack in case.attn.items():
+            hit = re.search(pattern + "$", n)
+            if hit:
+                attn_mods[id(m)] = (stack, int(hit.group(1)))
+    assert attn_mods, f"{case.id}: no attention module matched {list(case.attn)}"
+
+    inputs_seen: dict[tuple[int, str], list[torch.Tensor]] = {}
+    qk_out: dict[tuple[int, str], list[torch.Tensor]] = {}
+    handles = []
+    _SINK.clear()
+    sink = _SINK
+    mods = dict(model.named_modules())
+    for n, m in mods.items():
+        if id(m) not in attn_mods:
+            continue
+        for role, child in (("q", case.q_in), ("k", case.k_in)):
+            sub = m.get_submodule(child)
+
+            def pre(mod, args, kwargs, key=(id(m), role)):
+                x = args[0] if args else next(iter(kwargs.values()))
+                inputs_seen.setdefault(key, []).append(x.detach().clone())
+
+            def post(mod, args, out, key=(id(m), role)):
+                qk_out.setdefault(key, []).append(out.detach().clone())
+
+            handles.append(sub.register_forward_pre_hook(pre, with_kwargs=True))
+            if case.capture == "proj":
+                handles.append(sub.register_forward_hook(post))
+        if case.capture == "attn_method":
+            orig = m._attn
+
+            def wrapped(query, key, *a, _orig=orig, _m=m, **kw):
+                k = key.transpose(-1, -2) if case.k_transposed else key
+                sink.append((_m, query.detach().clone(), k.detach().clone()))
+                return _orig(query, key, *a, **kw)
+
+            m._attn = wrapped
+
+    inputs = case.inputs(cfg)
+    if case.rope:
+        first = next(iter(inputs.values()))
+        inputs["position_ids"] = torch.zeros(first.shape[:2], dtype=torch.long)
+    with torch.no_grad():
+        model(**inputs)
+    for h in handles:
+        h.remove()
+
+    if case.capture == "proj":
+        for mid, (stack, layer) in attn_mods.items():
+            m = next(mm for mm in mods.values() if id(mm) == mid)
+            n_h = _heads_of(m)
+            for qo, ko in zip(qk_out[(mid, "q")], qk_out[(mid, "k")]):
+                q = qo.view(*qo.shape[:2], n_h, -1).transpose(1, 2)
+                k = ko.view(*ko.shape[:2], n_h, -1).transpose(1, 2)
+                sink.append((m, q, k))
+
+    calls = []
+    counters: dict[tuple[int, str], int] = {}
+    for m, q, k in sink:
+        assert id(m) in attn_mods, f"{case.id}: attention call from unexpected module {names.get(id(m))}"
+        stack, layer = attn_mods[id(m)]
+        nth = counters.get((id(m), "n"), 0)
+        counters[(id(m), "n")] = nth + 1
+        x = inputs_seen[(id(m), "q")][nth]
+        xk = inputs_seen[(id(m), "k")][nth]
+        calls.append(Call(stack, layer, q, k, x, xk))
+    return calls
+
+
+def model_logits(call: Call) -> np.ndarray:
+    """The model's own un-scaled logits [b, h, i, j], key heads expanded by transformers' repeat_kv."""
+    from transformers.models.llama.modeling_llama import repeat_kv
+
+    n_rep = call.query.shape[1] // call.key.shape[1]
+    k = repeat_kv(call.key.double(), n_rep)
+    return torch.matmul(call.query.double(), k.transpose(-1, -2)).numpy()
+
+
+def our_logits(call: Call, q: np.ndarray, k: np.ndarray, kv_index: np.ndarray) -> np.ndarray:
+    """x_i Q[h] K[g(h)]^T x'_j^T for every head, in float64: [b, h, i, j]."""
+    x = call.x.double().numpy()
+    xk = call.xk.double().numpy()
+    qx = np.einsum("bid,hde->bhie", x, q.astype(np.float64))
+    kx = np.einsum("bjd,gde->bgje", xk, k.astype(np.float64))[:, kv_index]
+    return np.einsum("bhie,bhje->bhij", qx, kx)
