@@ -1,0 +1,183 @@
+"""The model registry: a YAML data file of models (hub id, family, modality, type, params, groups) and its queries.
+
+The packaged ``models.yaml`` lists every pretrained model the attention-geometry paper scored, with
+the paper's published median [Q1, Q3] per stack and caveat flags where a correct re-run is expected
+to differ. Users can pass their own YAML of the same shape (``--zoo-file``); an entry may add
+``source:`` (a local directory or file) to score instead of downloading ``id``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from attnscope.errors import ConfigError, InputError
+
+DEFAULT_REGISTRY = Path(__file__).with_name("models.yaml")
+MODALITIES = ("text", "vision", "audio")
+TYPES = ("encoder", "decoder", "encoder-decoder")
+STACK_NAMES = ("encoder", "decoder", "cross")
+
+
+@dataclass(frozen=True)
+class Published:
+    """The paper's published layer-median score of one stack: (median, Q1, Q3) each."""
+
+    layers: int
+    symmetry: tuple[float, float, float]
+    directionality: tuple[float, float, float]
+    plotted: bool = True
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """One model of the zoo."""
+
+    id: str
+    family: str
+    modality: str
+    type: str
+    params: int | None
+    groups: tuple[str, ...]
+    caveats: tuple[str, ...] = ()
+    published: dict[str, Published] = field(default_factory=dict, compare=False)
+    source: str | None = None  # local path/file to score instead of the hub id
+
+    @property
+    def spec(self) -> str:
+        """What to open to score this model: the local ``source`` if given, else the hub id."""
+        return self.source or self.id
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-ready dict (what ``attnscope zoo list --json`` prints)."""
+        rec: dict[str, Any] = {
+            "id": self.id, "family": self.family, "modality": self.modality, "type": self.type,
+            "params": self.params, "groups": list(self.groups), "caveats": list(self.caveats),
+        }
+        if self.source:
+            rec["source"] = self.source
+        if self.published:
+            rec["published"] = {
+                s: {"layers": p.layers, "symmetry": list(p.symmetry), "directionality": list(p.directionality),
+                    "plotted": p.plotted}
+                for s, p in self.published.items()
+            }
+        return rec
+
+
+def _triple(value: Any, where: str) -> tuple[float, float, float]:
+    if not (isinstance(value, (list, tuple)) and len(value) == 3):
+        raise ConfigError(f"{where}: expected [median, Q1, Q3], got {value!r}")
+    try:
+        return tuple(float(v) for v in value)  # type: ignore[return-value]
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: expected numbers, got {value!r}") from None
+
+
+def _entry(raw: Any, where: str, base: Path) -> ZooEntry:
+    if not isinstance(raw, dict) or "id" not in raw:
+        raise ConfigError(f"{where}: each model needs at least an 'id'")
+    mid = str(raw["id"])
+    where = f"{where} ({mid})"
+    modality = raw.get("modality", "text")
+    typ = raw.get("type", "encoder")
+    if modality not in MODALITIES:
+        raise ConfigError(f"{where}: modality must be one of {', '.join(MODALITIES)}, not {modality!r}")
+    if typ not in TYPES:
+        raise ConfigError(f"{where}: type must be one of {', '.join(TYPES)}, not {typ!r}")
+    params = raw.get("params")
+    if params is not None and (not isinstance(params, int) or params < 0):
+        raise ConfigError(f"{where}: params must be a non-negative integer, not {params!r}")
+    groups = raw.get("groups") or []
+    if isinstance(groups, str):
+        groups = [groups]
+    published = {}
+    for stack, pub in (raw.get("published") or {}).items():
+        if stack not in STACK_NAMES or not isinstance(pub, dict):
+            raise ConfigError(f"{where}: published entries are per stack ({', '.join(STACK_NAMES)})")
+        published[stack] = Published(
+            int(pub.get("layers", 0)), _triple(pub.get("symmetry"), f"{where} {stack} symmetry"),
+            _triple(pub.get("directionality"), f"{where} {stack} directionality"), bool(pub.get("plotted", True)),
+        )
+    source = raw.get("source")
+    if source is not None:
+        p = Path(str(source)).expanduser()
+        source = str(p if p.is_absolute() else (base / p))
+    return ZooEntry(mid, str(raw.get("family", "")), modality, typ, params, tuple(map(str, groups)),
+                    tuple(map(str, raw.get("caveats") or ())), published, source)
+
+
+@lru_cache(maxsize=16)
+def _load_cached(path: str, mtime: float) -> tuple[ZooEntry, ...]:
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: invalid YAML ({str(exc).splitlines()[0]})") from None
+    models = data.get("models") if isinstance(data, dict) else data
+    if not isinstance(models, list):
+        raise ConfigError(f"{p}: expected a list of models (or a mapping with a 'models' list)")
+    entries = [_entry(m, f"{p.name} model {i + 1}", p.parent) for i, m in enumerate(models)]
+    seen: set[str] = set()
+    for e in entries:
+        if e.id in seen:
+            raise ConfigError(f"{p}: model id {e.id!r} is listed twice")
+        seen.add(e.id)
+    return tuple(entries)
+
+
+def load_registry(path: str | Path | None = None) -> list[ZooEntry]:
+    """All entries of a registry file (the packaged ``models.yaml`` by default)."""
+    p = Path(path).expanduser() if path else DEFAULT_REGISTRY
+    if not p.is_file():
+        raise InputError(f"no such zoo file: {p}")
+    return list(_load_cached(str(p.resolve()), p.stat().st_mtime))
+
+
+def groups(path: str | Path | None = None) -> dict[str, int]:
+    """Group name -> number of models, sorted by name."""
+    counts: dict[str, int] = {}
+    for e in load_registry(path):
+        for g in e.groups:
+            counts[g] = counts.get(g, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def select(group: str | None = None, path: str | Path | None = None) -> list[ZooEntry]:
+    """Entries of one group (all entries when ``group`` is None or ``"all"``); unknown group -> InputError."""
+    entries = load_registry(path)
+    if group in (None, "all"):
+        return entries
+    out = [e for e in entries if group in e.groups]
+    if not out:
+        known = ", ".join(groups(path)) or "none"
+        raise InputError(f"no zoo group {group!r}; known groups: {known}")
+    return out
+
+
+def get_entry(model_id: str, path: str | Path | None = None) -> ZooEntry | None:
+    """The entry with this hub id, or None."""
+    for e in load_registry(path):
+        if e.id == model_id:
+            return e
+    return None
+
+
+def published_table(path: str | Path | None = None) -> "Any":
+    """The paper's published values as a tidy table: model, stack, layers, s/d median, Q1, Q3, caveats."""
+    import pandas as pd
+
+    rows = []
+    for e in load_registry(path):
+        for stack, p in e.published.items():
+            rows.append({
+                "model": e.id, "stack": stack, "layers": p.layers, "plotted": p.plotted,
+                "symmetry_median": p.symmetry[0], "symmetry_q1": p.symmetry[1], "symmetry_q3": p.symmetry[2],
+                "directionality_median": p.directionality[0], "directionality_q1": p.directionality[1],
+                "directionality_q3": p.directionality[2], "caveats": ",".join(e.caveats),
+            })
+    return pd.DataFrame(rows)
