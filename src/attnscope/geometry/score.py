@@ -1,0 +1,245 @@
+"""Scoring pipeline: source -> family spec -> per-layer factors -> score records -> tidy table.
+
+``score(source)`` streams one layer at a time (a family spec reads that layer's q and k tensors,
+then they are dropped), so peak memory is about one layer's factors whatever the model size.
+Records follow the shared score-record schema (:data:`RECORD_COLUMNS`); ``summarize`` reduces them
+to the paper's per-model numbers (median and IQR over layers).
+
+Non-finite weights never abort a run: the affected heads (and their layer) get NaN scores and one
+warning per call names them; every other head is scored as usual.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import numpy as np
+
+from attnscope.errors import FormatError, InputError
+
+from .kernels import head_stats, layer_stats
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from attnscope.families.base import AttentionFactors
+    from attnscope.sources.base import WeightSource
+
+LEVELS = ("head", "layer")
+
+#: the shared score record (same columns in geometry output, trainer metrics and the zoo store)
+RECORD_COLUMNS = [
+    "model", "family", "stack", "level", "layer", "head", "kv_head",
+    "symmetry", "directionality", "frobenius_norm", "n_outlier_rows", "n_outlier_cols",
+    "n_heads", "n_kv_heads", "d_model", "d_head",
+]  # fmt: skip
+
+_INT_COLUMNS = ("layer", "head", "kv_head", "n_outlier_rows", "n_outlier_cols", "n_heads", "n_kv_heads", "d_model", "d_head")
+
+
+class NonFiniteWeightsWarning(UserWarning):
+    """Some q/k weights are NaN or infinite; those heads are scored NaN."""
+
+
+def _check_levels(levels: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(levels, str):
+        levels = ("head", "layer") if levels == "both" else (levels,)
+    levels = tuple(levels)
+    bad = [lv for lv in levels if lv not in LEVELS]
+    if bad or not levels:
+        raise InputError(f"level must be head, layer or both, not {', '.join(bad) or 'nothing'}")
+    return levels
+
+
+def _nan_record() -> dict[str, Any]:
+    return {"symmetry": np.nan, "directionality": np.nan, "frobenius_norm": np.nan,
+            "n_outlier_rows": None, "n_outlier_cols": None}  # fmt: skip
+
+
+def _score_layer(factors: "AttentionFactors", k: float, levels: tuple[str, ...]) -> tuple[list[dict], int]:
+    """Records of one layer, and how many of its query heads had non-finite weights."""
+    q = np.asarray(factors.q, dtype=np.float32)
+    kk = np.asarray(factors.k, dtype=np.float32)
+    if q.ndim != 3 or kk.ndim != 3 or q.shape[2] != kk.shape[2]:
+        raise FormatError(
+            f"{factors.stack} layer {factors.layer}: q {tuple(q.shape)} and k {tuple(kk.shape)} "
+            "are not per-head factors [h, d, e] / [g, d, e]"
+        )
+    kv = factors.kv_index  # validates the grouping
+    n_h, d, e = q.shape
+    bad_q = ~np.isfinite(q).reshape(n_h, -1).all(axis=1)  # [h]
+    bad_k = ~np.isfinite(kk).reshape(kk.shape[0], -1).all(axis=1)  # [g]
+    bad = bad_q | bad_k[kv]  # [h]
+    if bad.any():  # score the rest on zeroed copies; the bad ones become NaN below
+        q = np.where(bad[:, None, None], np.float32(0), np.nan_to_num(q))
+        kk = np.where(bad_k[:, None, None], np.float32(0), np.nan_to_num(kk))
+    base = {"stack": factors.stack, "layer": int(factors.layer), "n_heads": int(n_h),
+            "n_kv_heads": int(kk.shape[0]), "d_model": int(d), "d_head": int(e)}  # fmt: skip
+    records: list[dict] = []
+    if "head" in levels:
+        stats = head_stats(q, kk)
+        dirs, n_r, n_c = stats.directionality(k)
+        sym, frob = stats.symmetry, np.sqrt(stats.frob2)
+        for h in range(n_h):
+            rec = {**base, "level": "head", "head": h, "kv_head": int(kv[h])}
+            if bad[h]:
+                rec.update(_nan_record())
+            else:
+                rec.update(symmetry=float(sym[h]), directionality=float(dirs[h]), frobenius_norm=float(frob[h]),
+                           n_outlier_rows=int(n_r[h]), n_outlier_cols=int(n_c[h]))  # fmt: skip
+            records.append(rec)
+    if "layer" in levels:
+        rec = {**base, "level": "layer", "head": None, "kv_head": None}
+        if bad.any():
+            rec.update(_nan_record())
+        else:
+            stats = layer_stats(q, kk)
+            dirs, n_r, n_c = stats.directionality(k)
+            rec.update(symmetry=float(stats.symmetry[0]), directionality=float(dirs[0]),
+                       frobenius_norm=float(np.sqrt(stats.frob2[0])),
+                       n_outlier_rows=int(n_r[0]), n_outlier_cols=int(n_c[0]))  # fmt: skip
+        records.append(rec)
+    return records, int(bad.sum())
+
+
+def score_factors(
+    factors: "AttentionFactors", *, k: float = 2.0, levels: Sequence[str] = LEVELS
+) -> list[dict]:
+    """Score records (without model/family) of one layer's factors; warns once on non-finite weights."""
+    records, n_bad = _score_layer(factors, float(k), _check_levels(levels))
+    if n_bad:
+        warnings.warn(
+            f"{factors.stack} layer {factors.layer}: {n_bad} head(s) have non-finite q/k weights; scored NaN",
+            NonFiniteWeightsWarning,
+            stacklevel=2,
+        )
+    return records
+
+
+def _progress():
+    """A transient rich progress bar on stderr."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from attnscope.cli._common import stderr_console  # console helper only; no CLI logic
+
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        console=stderr_console(), transient=True,
+    )  # fmt: skip
+
+
+def score(
+    source: "str | WeightSource",
+    *,
+    k: float = 2.0,
+    levels: Sequence[str] = LEVELS,
+    stacks: Sequence[str] | None = None,
+    progress: bool = False,
+    name: str | None = None,
+) -> "pd.DataFrame":
+    """Score every layer (and head) of a model: a tidy DataFrame of score records.
+
+    source: a local HF directory, a weights file, a hub id, or any WeightSource.
+    k: outlier threshold (mean + k std) for directionality. levels: "head" and/or "layer".
+    stacks: restrict to some of "encoder", "decoder", "cross". progress: a rich bar on stderr.
+    """
+    from attnscope.families import get_family
+    from attnscope.sources import open_source
+
+    if not np.isfinite(k) or k < 0:
+        raise InputError(f"k must be a finite number >= 0, not {k}")
+    lv = _check_levels(levels)
+    src = open_source(source)
+    model = name or src.name
+    try:
+        fam = get_family(src.config)
+        infos = fam.stacks(src.config, src)
+        if stacks is not None:
+            stacks = tuple(stacks)
+            bad = [s for s in stacks if s not in {"encoder", "decoder", "cross"}]
+            if bad:
+                raise InputError(f"stack must be encoder, decoder or cross, not {', '.join(bad)}")
+            have = {i.stack for i in infos}
+            if not have & set(stacks):
+                raise InputError(f"{model}: has no {'/'.join(stacks)} stack (it has {', '.join(sorted(have))})")
+            infos = [i for i in infos if i.stack in stacks]
+        total = sum(i.n_layers for i in infos)
+        records: list[dict] = []
+        bad_layers: list[str] = []
+        bar = _progress() if progress else None
+        task = bar.add_task(str(model)[-40:], total=total) if bar else None
+        if bar:
+            bar.start()
+        try:
+            for info in infos:
+                for layer in range(info.n_layers):
+                    factors = fam.layer_factors(src, info, layer)
+                    recs, n_bad = _score_layer(factors, float(k), lv)
+                    if n_bad:
+                        bad_layers.append(f"{info.stack} {layer} ({n_bad} heads)")
+                    records.extend(recs)
+                    del factors
+                    if bar:
+                        bar.advance(task)
+        finally:
+            if bar:
+                bar.stop()
+    finally:
+        if src is not source:  # we opened it, we close it
+            src.close()
+    if bad_layers:
+        warnings.warn(
+            f"{model}: non-finite q/k weights in layer(s) {', '.join(bad_layers)}; those scores are NaN",
+            NonFiniteWeightsWarning,
+            stacklevel=2,
+        )
+    for rec in records:
+        rec["model"] = model
+        rec["family"] = fam.name
+    return records_frame(records)
+
+
+def records_frame(records: list[dict]) -> "pd.DataFrame":
+    """Records -> DataFrame with the record columns in order and nullable integer columns."""
+    import pandas as pd
+
+    df = pd.DataFrame.from_records(records)
+    for col in RECORD_COLUMNS:
+        if col not in df.columns:
+            df[col] = None
+    extra = [c for c in df.columns if c not in RECORD_COLUMNS]
+    df = df[RECORD_COLUMNS + extra]
+    for col in _INT_COLUMNS:
+        df[col] = pd.array(df[col].tolist(), dtype="Int64")
+    for col in ("symmetry", "directionality", "frobenius_norm"):
+        df[col] = df[col].astype("float64")
+    return df
+
+
+def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
+    """Per model and stack: median and IQR (25th, 75th percentile) over layers of s and d.
+
+    Uses the layer-level rows (the paper's per-layer M_L); a table holding only head rows is
+    summarised over all its heads instead (``level`` says which).
+    """
+    import pandas as pd
+
+    if df.empty:
+        raise InputError("no scores to summarise")
+    rows = df[df["level"] == "layer"]
+    level = "layer"
+    if rows.empty:
+        rows, level = df[df["level"] == "head"], "head"
+    out = []
+    for (model, family, stack), grp in rows.groupby(["model", "family", "stack"], sort=False, dropna=False):
+        rec: dict[str, Any] = {"model": model, "family": family, "stack": stack, "level": level,
+                               "n_layers": int(grp["layer"].nunique()), "n_rows": len(grp)}  # fmt: skip
+        for col in ("symmetry", "directionality"):
+            vals = grp[col].astype("float64")
+            rec[f"{col}_median"] = vals.median()
+            rec[f"{col}_q1"] = vals.quantile(0.25)
+            rec[f"{col}_q3"] = vals.quantile(0.75)
+        rec["n_nan"] = int(grp["symmetry"].isna().sum())
+        out.append(rec)
+    return pd.DataFrame(out)
