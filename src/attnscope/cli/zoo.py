@@ -1,0 +1,65 @@
+"""``attnscope zoo``: list the model registry and its groups (scoring a group is ``attnscope geometry --zoo``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ._common import echo_json
+
+app = typer.Typer(help="The model zoo: the paper's models and named groups.", no_args_is_help=True)
+
+_ZOO_FILE = typer.Option(None, "--zoo-file", help="A registry YAML of your own instead of the packaged one.")
+
+
+@app.command("list")
+def list_models(
+    group: Optional[str] = typer.Option(None, "--group", "-g", help="Only models of this group (see `zoo groups`)."),
+    zoo_file: Optional[Path] = _ZOO_FILE,
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list of objects on stdout."),
+) -> None:
+    """List the models of the zoo (id, family, modality, type, params, groups)."""
+    from attnscope.zoo import select
+
+    entries = select(group, zoo_file)
+    if as_json:
+        echo_json(json.dumps([e.to_record() for e in entries]))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"attnscope zoo: {group or 'all'} ({len(entries)} models)")
+    for col in ("id", "family", "modality", "type", "params", "groups", "caveats"):
+        table.add_column(col, justify="right" if col == "params" else "left", overflow="fold")
+    for e in entries:
+        table.add_row(e.id, e.family, e.modality, e.type, _human(e.params), ", ".join(e.groups), ", ".join(e.caveats))
+    Console().print(table)
+
+
+@app.command("groups")
+def list_groups(
+    zoo_file: Optional[Path] = _ZOO_FILE,
+    as_json: bool = typer.Option(False, "--json", help="Print {group: n_models} as JSON on stdout."),
+) -> None:
+    """List the named groups of the zoo and how many models each holds."""
+    from attnscope.zoo import groups
+
+    counts = groups(zoo_file)
+    if as_json:
+        echo_json(json.dumps(counts))
+        return
+    width = max((len(g) for g in counts), default=5)
+    for g, n in counts.items():
+        typer.echo(f"{g:<{width}}  {n:>4} models")
+
+
+def _human(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= div:
+            return f"{n / div:.3g}{unit}"
+    return str(n)

@@ -1,0 +1,86 @@
+"""The zoo survey: score every model of a group, one result file per model, resumable, merged at the end.
+
+``run_zoo(group, out_dir)`` turns the registry entries into :class:`attnscope.runs.Task` s (key = hub
+id) and runs :func:`score_model` on each through :func:`attnscope.runs.run_tasks`. The results store
+under ``out_dir`` keeps one Parquet file per model (written atomically); a rerun skips finished
+models, recomputes files that are corrupt (moved aside by the store), and retries failures. At the
+end ``out_dir/merged.parquet`` + ``merged.csv`` hold every score record of the finished models,
+with the zoo's ``modality``, ``type`` and ``params`` columns added, and ``out_dir/failures.json``
+lists the models that failed in this run (``[{"id": ..., "error": ...}]``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from attnscope.errors import AttnscopeError, InputError
+from attnscope.tables import atomic_write_json, write_table
+
+from .registry import ZooEntry, select
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+#: zoo columns appended to the score records of every model
+ZOO_COLUMNS = ("modality", "type", "params")
+
+
+def score_model(payload: dict[str, Any]) -> "pd.DataFrame":
+    """Score one zoo model (top level, picklable: runs in worker processes and Slurm jobs)."""
+    from attnscope.geometry import score
+
+    df = score(payload["spec"], k=payload.get("k", 2.0), stacks=payload.get("stacks"), name=payload["id"])
+    if df is None or len(df) == 0:
+        raise AttnscopeError(f"{payload['id']}: no attention layers were scored")
+    df = df.copy()
+    df["model"] = payload["id"]  # the hub id, even when weights came from a local `source`
+    for col in ZOO_COLUMNS:
+        df[col] = payload.get(col)
+    return df
+
+
+def _payload(e: ZooEntry, k: float, stacks: tuple[str, ...] | None) -> dict[str, Any]:
+    return {"id": e.id, "spec": e.spec, "k": k, "stacks": stacks, "modality": e.modality, "type": e.type,
+            "params": e.params}
+
+
+def run_zoo(
+    group: str | None,
+    out_dir: str | Path,
+    *,
+    zoo_file: str | Path | None = None,
+    executor: str = "local",
+    workers: int = 2,
+    k: float = 2.0,
+    stacks: tuple[str, ...] | None = None,
+    slurm: dict[str, Any] | None = None,
+    progress: bool = True,
+) -> "pd.DataFrame":
+    """Score every model of ``group`` (from ``zoo_file`` or the packaged registry) into ``out_dir``.
+
+    Returns the merged table of all finished models (also written to ``out_dir/merged.parquet``
+    and ``.csv``). ``df.attrs["summary"]`` holds the :class:`attnscope.runs.RunSummary` of this
+    run and ``df.attrs["failures"]`` the {id: one-line error} of the models that failed.
+    """
+    from attnscope.runs import ResultsStore, Task, run_tasks
+
+    if k <= 0:
+        raise InputError(f"k must be positive, not {k}")
+    entries = select(group, zoo_file)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} exists and is not a directory")
+    store = ResultsStore(out)
+    tasks = [Task(e.id, _payload(e, k, stacks)) for e in entries]
+    summary = run_tasks(score_model, tasks, store, executor=executor, workers=workers, slurm=slurm,
+                        progress=progress, desc=f"zoo {group or 'all'}")
+    merged = store.merge([t.key for t in tasks])
+    if len(merged):
+        write_table(merged, out / "merged.parquet")
+        write_table(merged, out / "merged.csv")
+    failures = [{"id": key, "error": msg} for key, msg in summary.failed.items()]
+    atomic_write_json(out / "failures.json", failures)
+    merged.attrs["summary"] = summary
+    merged.attrs["failures"] = dict(summary.failed)
+    return merged
