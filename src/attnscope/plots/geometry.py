@@ -1,0 +1,172 @@
+"""Figures of W_qk geometry, drawn from tidy score tables (matplotlib, Agg backend).
+
+One function per figure, each returning a matplotlib Figure:
+
+* :func:`plot_layer_curves`  s and d of the layer form per layer, with the head IQR as a band;
+* :func:`plot_head_heatmaps` layer x head heatmaps of s and d, one row per stack;
+* :func:`plot_wqk_block`     the explicit block M[:50, :50] of one layer (diverging, centred at 0).
+
+:func:`save_figure` writes a figure atomically; :func:`geometry_figures` writes the whole set for
+every model in a table and returns the paths.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+#: the paper's colours: encoders navy, decoders purple; cross-attention teal
+STACK_COLORS = {"encoder": "#1f2a6b", "decoder": "#7b2d8e", "cross": "#2a8c82"}
+SCORES = (("symmetry", "symmetry s"), ("directionality", "directionality d"))
+
+
+def _figure(**kwargs):  # noqa: ANN202
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)  # not registered with pyplot: no global state, no leaks
+
+
+def short_name(model: str) -> str:
+    """A readable model label: a hub id as is, a path by its last two components."""
+    parts = [p for p in re.split(r"[/\\]", str(model)) if p]
+    if len(parts) <= 2:
+        return "/".join(parts)
+    tail = parts[-2:] if parts[-1] not in ("model", "snapshots") else parts[-3:-1]
+    return "/".join(tail)
+
+
+def slug(model: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", short_name(model)).strip("_") or "model"
+
+
+def plot_layer_curves(df: "pd.DataFrame", title: str | None = None) -> "Figure":
+    """s and d of each layer's M_L (lines), the IQR over heads (bands), median over layers (dotted)."""
+    import numpy as np
+
+    fig = _figure(figsize=(10, 3.8), layout="constrained")
+    axes = fig.subplots(1, 2, sharex=True)
+    groups = list(df.groupby(["model", "stack"], sort=False))
+    many = df["model"].nunique() > 1
+    for (model, stack), grp in groups:
+        color = STACK_COLORS.get(stack, "black")
+        label = f"{short_name(model)} · {stack}" if many else stack
+        lay = grp[grp["level"] == "layer"].sort_values("layer")
+        heads = grp[grp["level"] == "head"]
+        for ax, (col, _) in zip(axes, SCORES):
+            if not heads.empty:
+                q = heads.groupby("layer")[col].quantile([0.25, 0.5, 0.75]).unstack()
+                x = q.index.to_numpy(dtype=float)
+                ax.fill_between(x, q[0.25], q[0.75], color=color, alpha=0.18, lw=0, label=f"{label}: IQR over heads")
+                if lay.empty:
+                    ax.plot(x, q[0.5], color=color, lw=1.8, marker="o", ms=3.5, label=f"{label}: heads median")
+            if not lay.empty:
+                x, y = lay["layer"].to_numpy(dtype=float), lay[col].to_numpy(dtype=float)
+                ax.plot(x, y, color=color, lw=1.8, marker="o", ms=3.5, label=f"{label}: layer M_L")
+                med = np.nanmedian(y) if np.isfinite(y).any() else np.nan
+                ax.axhline(med, color=color, lw=0.9, ls=":", label=f"{label}: median over layers")
+    for ax, (col, name) in zip(axes, SCORES):
+        ax.axhline(0, color="0.6", lw=0.6)
+        ax.set_ylim(-1.02, 1.02)
+        ax.set_xlabel("layer")
+        ax.set_ylabel(name)
+        ax.grid(alpha=0.25)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    axes[0].set_title("symmetry (+1 symmetric, -1 skew)")
+    axes[1].set_title("directionality (< 0: dominant columns)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    if handles:
+        axes[1].legend(handles, labels, fontsize=8, loc="lower right", framealpha=0.85)
+    if title or not many:
+        fig.suptitle(title or short_name(str(df["model"].iloc[0])), fontsize=11)
+    return fig
+
+
+def plot_head_heatmaps(df: "pd.DataFrame", title: str | None = None) -> "Figure":
+    """Layer x head heatmaps of s and d (diverging, -1..1), one row per stack; one model's head rows."""
+    import numpy as np
+
+    heads = df[df["level"] == "head"]
+    stacks = list(dict.fromkeys(heads["stack"])) or ["encoder"]
+    n_layers = max(int(heads["layer"].max()) + 1 if not heads.empty else 1, 1)
+    n_heads = max(int(heads["head"].max()) + 1 if not heads.empty else 1, 1)
+    width = min(max(6.0, 2 * (1.6 + 0.28 * n_heads)), 16.0)
+    height = min(max(2.2, 0.7 + 0.24 * n_layers), 9.0) * len(stacks)
+    fig = _figure(figsize=(width, height), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(len(stacks), 2, squeeze=False))
+    for row, stack in enumerate(stacks):
+        grp = heads[heads["stack"] == stack]
+        for col_i, (col, name) in enumerate(SCORES):
+            grid = np.full((n_layers, n_heads), np.nan)
+            if not grp.empty:
+                grid[grp["layer"].to_numpy(int), grp["head"].to_numpy(int)] = grp[col].to_numpy(float)
+            ax = axes[row, col_i]
+            im = ax.imshow(grid, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+            ax.set_xlabel("head")
+            ax.set_ylabel("layer")
+            ax.set_title(f"{stack}: {name}", fontsize=10)
+            ax.set_xticks(range(0, n_heads, max(1, n_heads // 12)))
+            ax.set_yticks(range(0, n_layers, max(1, n_layers // 12)))
+            fig.colorbar(im, ax=ax, shrink=0.9)
+    if title or not heads.empty:
+        fig.suptitle(title or short_name(str(heads["model"].iloc[0])), fontsize=11)
+    return fig
+
+
+def plot_wqk_block(block: "np.ndarray", title: str = "") -> "Figure":
+    """Heatmap of an explicit block of W_qk (rows = query dims, columns = key dims), centred at 0."""
+    import numpy as np
+
+    block = np.asarray(block, dtype=np.float64)
+    vmax = float(np.nanmax(np.abs(block))) if block.size and np.isfinite(block).any() else 1.0
+    fig = _figure(figsize=(5.4, 4.6), layout="constrained")
+    ax = fig.subplots()
+    im = ax.imshow(block, cmap="RdBu_r", vmin=-vmax or -1, vmax=vmax or 1, interpolation="nearest")
+    ax.set_xlabel("key dimension j (column)")
+    ax.set_ylabel("query dimension i (row)")
+    ax.set_title(title or f"W_qk[:{block.shape[0]}, :{block.shape[1]}]", fontsize=10)
+    fig.colorbar(im, ax=ax, shrink=0.85)
+    return fig
+
+
+def save_figure(fig: "Figure", path: str | Path, dpi: int = 130) -> Path:
+    """Write a figure atomically (format by extension, PNG by default)."""
+    from attnscope.tables import atomic_write_bytes
+
+    path = Path(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=(path.suffix.lstrip(".") or "png"), dpi=dpi)
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def geometry_figures(
+    df: "pd.DataFrame",
+    out_dir: str | Path,
+    blocks: Mapping[tuple[str, str, int], "np.ndarray"] | None = None,
+) -> list[Path]:
+    """All figures for every model of a score table; blocks maps (model, stack, layer) -> M block."""
+    out_dir = Path(out_dir)
+    paths: list[Path] = []
+    used: set[str] = set()
+    for model, grp in df.groupby("model", sort=False):
+        name = slug(model)
+        while name in used:
+            name += "_"
+        used.add(name)
+        paths.append(save_figure(plot_layer_curves(grp), out_dir / f"{name}_layers.png"))
+        if (grp["level"] == "head").any():
+            paths.append(save_figure(plot_head_heatmaps(grp), out_dir / f"{name}_heads.png"))
+        for (b_model, stack, layer), block in (blocks or {}).items():
+            if b_model == model:
+                title = f"{short_name(model)} · {stack} layer {layer}: W_qk[:{block.shape[0]}, :{block.shape[1]}]"
+                paths.append(save_figure(plot_wqk_block(block, title), out_dir / f"{name}_wqk_{stack}_L{layer}.png"))
+    return paths
