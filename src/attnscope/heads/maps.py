@@ -1,0 +1,468 @@
+"""Attention maps out of models, streamed layer by layer into per-head metrics.
+
+Einstein legend: b batch (windows), h head, l layer, i/j query/key positions, L window length.
+
+Two kinds of source:
+
+* a Hugging Face model directory or hub id: loaded with ``attn_implementation="eager"`` (the only
+  implementation that forms probabilities). A short probe forward finds the innermost modules whose
+  output carries a [b, h, L, L] probability tensor (e.g. ``BertSelfAttention``); forward hooks on those
+  hand each layer's map to the metrics as it is produced, so ``output_attentions`` (which would keep
+  every layer's maps until the end of the forward) is never requested. Models where no such module
+  is found fall back to ``output_attentions=True`` (all layers held at once: noted in the result).
+* an attnscope checkpoint (a ``checkpoints/step-N`` directory, or a run directory: its latest
+  checkpoint): the model's ``attn_callback`` hands over each layer's maps.
+
+Either way, only ONE layer's maps for ONE batch of windows are alive at a time; per-window metric
+values are kept (tiny) so means and spreads are exact. :func:`extract` is the whole pipeline.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from attnscope.errors import FormatError, InputError, OfflineError, UnsupportedError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    import torch
+
+LayerFn = Callable[[int, "torch.Tensor"], None]
+
+_DECODER_ARCH_SUFFIXES = ("ForCausalLM", "LMHeadModel")
+_ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert", "longformer")
+
+
+@dataclass
+class MapModel:
+    """A model that can hand over its attention maps layer by layer."""
+
+    name: str
+    kind: str  # "hf" | "attnscope"
+    n_layers: int
+    n_heads: int
+    causal: bool
+    max_len: int | None
+    tokenizer: Any  # attnscope.training.tokenizers interface (encode_array, name, vocab_size)
+    byte_level: bool
+    cls_id: int | None = None
+    sep_id: int | None = None
+    streaming: bool = True  # False: HF fallback through output_attentions (all layers at once)
+    _forward: Callable[["torch.Tensor", LayerFn], None] | None = field(default=None, repr=False)
+
+    def run(self, idx: "torch.Tensor", on_layer: LayerFn) -> None:
+        """Forward ``idx`` [b, L]; ``on_layer(layer, probs [b, h, L, L])`` is called once per layer."""
+        import torch
+
+        if self.max_len is not None and idx.shape[1] > self.max_len:
+            raise InputError(f"window length {idx.shape[1]} is longer than the model's maximum {self.max_len}")
+        with torch.inference_mode():
+            self._forward(idx, on_layer)
+
+    def default_length(self) -> int:
+        if self.byte_level:
+            return min(1024, self.max_len or 1024)
+        if self.max_len is None:
+            raise InputError(f"{self.name}: the model does not say its maximum length; pass --length")
+        return self.max_len
+
+
+# --------------------------------------------------------------------------- opening models
+
+
+def _is_attnscope_dir(path: Path) -> Path | None:
+    """The checkpoint directory for an attnscope checkpoint or run directory, else None."""
+    import json
+
+    cfg = path / "config.json"
+    if cfg.is_file():
+        try:
+            mt = json.loads(cfg.read_text()).get("model_type")
+        except (OSError, ValueError):
+            return None
+        return path if mt == "attnscope" else None
+    if (path / "checkpoints").is_dir():
+        from attnscope.training.trainer import list_checkpoints
+
+        ckpts = list_checkpoints(path)
+        if not ckpts:
+            raise InputError(f"{path}: run directory without checkpoints")
+        return ckpts[-1][1]
+    return None
+
+
+def open_model(source: str | os.PathLike, device: str = "cpu") -> MapModel:
+    """Open an attnscope checkpoint / run directory, or a Hugging Face model directory / hub id."""
+    path = Path(str(source)).expanduser()
+    if path.is_dir():
+        ckpt = _is_attnscope_dir(path)
+        if ckpt is not None:
+            return _open_attnscope(ckpt, device)
+        if not (path / "config.json").is_file():
+            raise InputError(f"{source}: neither a model directory (no config.json) nor an attnscope run")
+        return _open_hf(str(path), path, device)
+    if path.exists():
+        raise InputError(f"{source}: a model is a directory (or a hub id), not a file")
+    if str(source).startswith((".", "/", "~")) or str(source).count("/") > 1:
+        raise InputError(f"{source}: no such model directory")
+    return _open_hf(str(source), _hub_dir(str(source)), device)
+
+
+def _hub_dir(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(
+            snapshot_download(
+                repo_id, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.model", "*.bin"]
+            )
+        )
+    except Exception as exc:
+        name = exc.__class__.__name__
+        if "Offline" in name or "LocalEntryNotFound" in name or "Connection" in name:
+            raise OfflineError(f"{repo_id}: not in the local Hugging Face cache and the hub is unreachable") from None
+        raise InputError(f"{repo_id}: cannot fetch from the Hugging Face hub ({name})") from None
+
+
+def _open_attnscope(ckpt: Path, device: str) -> MapModel:
+    import json
+
+    from attnscope.training.model import load_model
+    from attnscope.training.tokenizers import load_tokenizer
+
+    model, cfg = load_model(ckpt, device=device)
+    raw = json.loads((ckpt / "config.json").read_text())
+    if (ckpt / "tokenizer.json").is_file():
+        tok = load_tokenizer(ckpt / "tokenizer.json")
+    else:
+        spec = raw.get("tokenizer") or ("bytes" if cfg.vocab_size == 256 else None)
+        if spec is None:
+            raise FormatError(f"{ckpt}: checkpoint does not say which tokenizer it was trained with")
+        tok = load_tokenizer(spec)
+    byte_level = getattr(tok, "name", "") == "bytes"
+
+    def forward(idx: "torch.Tensor", on_layer: LayerFn) -> None:
+        model(idx.to(device), attn_callback=on_layer)
+
+    ids = _special_ids(tok)
+    return MapModel(
+        name=str(raw.get("run") or ckpt.name),
+        kind="attnscope",
+        n_layers=cfg.n_layers,
+        n_heads=cfg.n_heads,
+        causal=bool(cfg.causal),
+        max_len=cfg.max_seq_len,
+        tokenizer=tok,
+        byte_level=byte_level,
+        cls_id=ids.get("cls"),
+        sep_id=ids.get("sep"),
+        _forward=forward,
+    )
+
+
+def _special_ids(tok: Any) -> dict[str, int]:
+    inner = getattr(tok, "tok", None)
+    out: dict[str, int] = {}
+    if inner is None:
+        return out
+    for key, names in (("cls", ("[CLS]", "<s>")), ("sep", ("[SEP]", "</s>"))):
+        for n in names:
+            tid = inner.token_to_id(n)
+            if tid is not None:
+                out[key] = int(tid)
+                break
+    return out
+
+
+def _max_len(config: Any) -> int | None:
+    for attr in ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "seq_length"):
+        val = getattr(config, attr, None)
+        if isinstance(val, int) and val > 0:
+            if attr == "max_position_embeddings" and getattr(config, "model_type", "") in _ROBERTA_LIKE:
+                val -= 2  # padding offset of RoBERTa-style position ids
+            return val
+    return None
+
+
+def _open_hf(name: str, local: Path, device: str) -> MapModel:
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModel
+
+    from attnscope.training.tokenizers import load_tokenizer
+
+    transformers.logging.set_verbosity_error()
+    try:
+        transformers.utils.logging.disable_progress_bar()
+    except AttributeError:  # pragma: no cover - older transformers
+        pass
+    try:
+        config = AutoConfig.from_pretrained(str(local), trust_remote_code=False)
+    except Exception as exc:
+        raise FormatError(f"{name}: cannot read the model config ({exc.__class__.__name__})") from None
+    if getattr(config, "is_encoder_decoder", False):
+        raise UnsupportedError(f"{name}: encoder-decoder models are not supported by `heads` yet (self-attention stacks only)")
+    try:
+        model = AutoModel.from_pretrained(str(local), attn_implementation="eager", trust_remote_code=False)
+    except Exception as exc:
+        msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        if "eager" in msg or "attn_implementation" in msg:
+            raise UnsupportedError(f"{name}: model cannot return attention maps (no eager attention): {msg}") from None
+        raise FormatError(f"{name}: cannot load the model ({exc.__class__.__name__}: {msg[:200]})") from None
+    model = model.to(device).eval()
+    archs = getattr(config, "architectures", None) or []
+    causal = bool(getattr(config, "is_decoder", False)) or any(a.endswith(_DECODER_ARCH_SUFFIXES) for a in archs)
+    try:
+        tok = load_tokenizer(local)
+    except Exception as exc:
+        raise InputError(f"{name}: no usable tokenizer next to the model ({exc})") from None
+    ids = _special_ids(tok)
+
+    # probe: which modules emit a [b, h, t, t] probability tensor? keep the innermost, in call order
+    t_probe = 5
+    probe = torch.full((1, t_probe), ids.get("cls", 0), dtype=torch.long)
+    probe[0, 1:] = torch.arange(1, t_probe) + 100 if config.vocab_size > 200 else torch.arange(1, t_probe)
+    seen: list[Any] = []
+    handles = []
+    for mod in model.modules():
+        handles.append(mod.register_forward_hook(lambda m, i, o: seen.append(m) if _probs_in(o, t_probe) is not None else None))
+    try:
+        with torch.inference_mode():
+            out = model(probe.to(device), output_attentions=False)
+    except Exception as exc:
+        raise UnsupportedError(f"{name}: probe forward failed ({exc.__class__.__name__}: {str(exc)[:160]})") from None
+    finally:
+        for hd in handles:
+            hd.remove()
+    matched = set(map(id, seen))
+    inner: list[Any] = []
+    for m in seen:
+        if any(id(c) in matched for c in m.modules() if c is not m):
+            continue
+        if all(m is not x for x in inner):
+            inner.append(m)
+    n_heads = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_head", 0) or 0)
+
+    if inner:
+        order = {id(m): li for li, m in enumerate(inner)}
+
+        def forward(idx: "torch.Tensor", on_layer: LayerFn) -> None:
+            hs = [
+                m.register_forward_hook(lambda mod, i, o: on_layer(order[id(mod)], _probs_in(o, idx.shape[1])))
+                for m in inner
+            ]
+            try:
+                model(idx.to(device), output_attentions=False)
+            finally:
+                for h in hs:
+                    h.remove()
+
+        n_layers = len(inner)
+        streaming = True
+    else:
+        try:
+            with torch.inference_mode():
+                out = model(probe.to(device), output_attentions=True)
+        except Exception as exc:
+            raise UnsupportedError(f"{name}: model cannot return attention maps ({exc.__class__.__name__})") from None
+        atts = getattr(out, "attentions", None)
+        if not atts or atts[0] is None:
+            raise UnsupportedError(f"{name}: model cannot return attention maps (no eager attention probabilities)")
+
+        def forward(idx: "torch.Tensor", on_layer: LayerFn) -> None:
+            res = model(idx.to(device), output_attentions=True)
+            for li, a in enumerate(res.attentions):
+                on_layer(li, a)
+
+        n_layers = len(atts)
+        streaming = False
+    return MapModel(
+        name=name,
+        kind="hf",
+        n_layers=n_layers,
+        n_heads=n_heads,
+        causal=causal,
+        max_len=_max_len(config),
+        tokenizer=tok,
+        byte_level=False,
+        cls_id=ids.get("cls"),
+        sep_id=ids.get("sep"),
+        streaming=streaming,
+        _forward=forward,
+    )
+
+
+def _probs_in(out: Any, t: int) -> "torch.Tensor | None":
+    """The first [b, h, t, t] tensor in a module output whose rows sum to 1, else None."""
+    import torch
+
+    items = out if isinstance(out, (tuple, list)) else (out,)
+    for o in items:
+        if isinstance(o, torch.Tensor) and o.dim() == 4 and o.shape[-1] == t and o.shape[-2] == t:
+            if o.is_floating_point() and torch.allclose(o.sum(-1), torch.ones((), dtype=o.dtype), atol=1e-3):
+                return o
+    return None
+
+
+# --------------------------------------------------------------------------- windows
+
+
+def make_windows(model: MapModel, corpus: str, n: int, length: int, split: str = "valid") -> "torch.Tensor":
+    """``n`` held-out windows [n, length] tokenised with the model's tokenizer.
+
+    For models whose tokenizer has [CLS]/[SEP] (BERT-style encoders) each window is
+    ``[CLS] + (length - 2) corpus tokens + [SEP]``, the input such models were trained on.
+    """
+    import torch
+
+    from attnscope.training.data import heldout_windows, open_corpus
+
+    if n < 1:
+        raise InputError(f"--windows must be at least 1, not {n}")
+    if length < 2:
+        raise InputError(f"--length must be at least 2, not {length}")
+    if model.max_len is not None and length > model.max_len:
+        raise InputError(f"window length {length} is longer than the model's maximum {model.max_len}")
+    corp = open_corpus(corpus)
+    wrap = model.kind == "hf" and model.cls_id is not None and model.sep_id is not None and not model.causal
+    body = heldout_windows(corp, model.tokenizer, length - 2 if wrap else length, n, split=split)
+    if len(body) == 0 or body.shape[1] == 0:
+        raise InputError(f"corpus {corpus!r} gives no tokens in its {split} split")
+    if wrap:
+        cls = torch.full((n, 1), model.cls_id, dtype=torch.long)
+        sep = torch.full((n, 1), model.sep_id, dtype=torch.long)
+        body = torch.cat([cls, body, sep], dim=1)
+    return body
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+@dataclass
+class HeadsResult:
+    """What :func:`extract` returns: tidy tables (and a few example maps for figures)."""
+
+    metrics: "pd.DataFrame"  # one row per (layer, head): metric means and <metric>_std
+    js: "pd.DataFrame | None" = None  # head-to-head JS divergences (layer_a, head_a, layer_b, head_b, js)
+    examples: dict[int, Any] = field(default_factory=dict)  # layer -> [h, L, L] maps of window 0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def extract(
+    source: "str | MapModel",
+    data: str = "builtin",
+    windows: int = 10,
+    length: int | None = None,
+    batch_size: int = 1,
+    js_rows: int = 0,
+    example_layers: tuple[int, ...] = (),
+    example_len: int = 128,
+    progress: bool = False,
+    device: str = "cpu",
+) -> HeadsResult:
+    """Stream the held-out windows of ``data`` through ``source`` and measure every head.
+
+    ``js_rows > 0`` also keeps that many (evenly spaced) query rows of window 0 for every head and
+    returns head-to-head Jensen-Shannon divergences (Clark et al. 2019). ``example_layers`` keeps the
+    top-left ``example_len`` x ``example_len`` corner of window 0's maps of those layers (for figures).
+    """
+    import numpy as np
+    import pandas as pd
+    import torch
+
+    from .metrics import METRICS, pairwise_js, summarize_windows, window_metrics
+
+    model = source if isinstance(source, MapModel) else open_model(source, device=device)
+    if batch_size < 1:
+        raise InputError(f"--batch-size must be at least 1, not {batch_size}")
+    length = length or model.default_length()
+    idx = make_windows(model, data, windows, length)
+    per_layer: dict[int, dict[str, list[np.ndarray]]] = {}
+    js_keep: dict[int, torch.Tensor] = {}
+    examples: dict[int, Any] = {}
+    rows_sel = torch.linspace(0, length - 1, steps=max(1, min(js_rows, length))).round().long() if js_rows else None
+
+    state = {"b0": 0, "tok": None}
+
+    def on_layer(layer: int, probs: "torch.Tensor") -> None:
+        if probs is None:
+            raise UnsupportedError(f"{model.name}: layer {layer} returned no attention probabilities")
+        vals = window_metrics(probs, model.causal, token_ids=state["tok"], cls_id=model.cls_id, sep_id=model.sep_id)
+        bucket = per_layer.setdefault(layer, {})
+        for k, v in vals.items():
+            bucket.setdefault(k, []).append(v.cpu().numpy())
+        if state["b0"] == 0:
+            if rows_sel is not None:
+                js_keep[layer] = probs[0][:, rows_sel].float().cpu().clone()  # [h, r, L]
+            if layer in example_layers:
+                examples[layer] = probs[0, :, :example_len, :example_len].float().cpu().numpy().copy()
+
+    bar = None
+    if progress:
+        from rich.progress import Progress
+
+        bar = Progress(transient=True, console=_stderr())
+        bar.start()
+        task = bar.add_task(f"heads {model.name}", total=len(idx))
+    try:
+        for b0 in range(0, len(idx), batch_size):
+            batch = idx[b0 : b0 + batch_size]
+            state["b0"], state["tok"] = b0, batch
+            model.run(batch, on_layer)
+            if bar is not None:
+                bar.update(task, advance=len(batch))
+    finally:
+        if bar is not None:
+            bar.stop()
+    if not per_layer:
+        raise UnsupportedError(f"{model.name}: the model produced no attention maps")
+
+    frames = []
+    for layer in sorted(per_layer):
+        vals = {k: np.concatenate(v, axis=0) for k, v in per_layer[layer].items()}
+        frames.append(summarize_windows(vals, layer=layer))
+    df = pd.concat(frames, ignore_index=True)
+    df.insert(0, "model", model.name)
+    df.insert(1, "stack", "decoder" if model.causal else "encoder")
+    df["causal"] = model.causal
+    df["length"] = length
+    ordered = ["model", "stack", "layer", "head", "n_windows", *METRICS, *[f"{m}_std" for m in METRICS], "causal", "length"]
+    df = df[[c for c in ordered if c in df.columns]]
+
+    js_df = None
+    if js_keep:
+        layers = sorted(js_keep)
+        rows = torch.cat([js_keep[l] for l in layers], dim=0)  # [(l h), r, L]
+        labels = [(l, h) for l in layers for h in range(js_keep[l].shape[0])]
+        D = pairwise_js(rows.to(torch.float64)).numpy()
+        a, b = np.triu_indices(len(labels), k=1)
+        js_df = pd.DataFrame(
+            {
+                "layer_a": [labels[x][0] for x in a],
+                "head_a": [labels[x][1] for x in a],
+                "layer_b": [labels[x][0] for x in b],
+                "head_b": [labels[x][1] for x in b],
+                "js": D[a, b],
+            }
+        )
+        js_df.insert(0, "model", model.name)
+    info = {
+        "model": model.name,
+        "kind": model.kind,
+        "causal": model.causal,
+        "windows": int(len(idx)),
+        "length": int(length),
+        "streaming": model.streaming,
+        "n_layers": model.n_layers,
+        "n_heads": model.n_heads,
+    }
+    return HeadsResult(metrics=df, js=js_df, examples=examples, info=info)
+
+
+def _stderr():
+    from rich.console import Console
+
+    return Console(stderr=True)
