@@ -32,11 +32,16 @@ def list_models(
     from rich.table import Table
 
     table = Table(title=f"attnscope zoo: {group or 'all'} ({len(entries)} models)")
-    for col in ("id", "family", "modality", "type", "params", "groups", "caveats"):
+    table.add_column("id", no_wrap=True, min_width=max((len(e.id) for e in entries), default=2))
+    for col in ("family", "modality", "type", "params", "groups", "caveats"):
         table.add_column(col, justify="right" if col == "params" else "left", overflow="fold")
     for e in entries:
-        table.add_row(e.id, e.family, e.modality, e.type, _human(e.params), ", ".join(e.groups), ", ".join(e.caveats))
-    Console().print(table)
+        shown = [g for g in e.groups if g != "paper-all"]
+        table.add_row(e.id, e.family, e.modality, e.type, _human(e.params), " ".join(shown), " ".join(e.caveats))
+    console = Console()
+    if not console.is_terminal:  # piped: do not squeeze the table into 80 columns
+        console = Console(width=160)
+    console.print(table)
 
 
 @app.command("groups")

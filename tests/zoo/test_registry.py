@@ -1,0 +1,90 @@
+"""The packaged registry and user registry files: content, validation, queries, ``attnscope zoo`` CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from attnscope.cli import app
+from attnscope.errors import ConfigError, InputError
+from attnscope.zoo import get_entry, groups, load_registry, published_table, select
+
+runner = CliRunner()
+
+
+def test_packaged_registry_covers_the_paper():
+    entries = load_registry()
+    ids = [e.id for e in entries]
+    assert len(ids) == len(set(ids)) >= 140
+    g = groups()
+    assert {"paper-all", "paper-language", "paper-vision", "paper-audio"} <= set(g)
+    assert g["paper-all"] == len(entries)
+    for e in entries:
+        assert e.modality in ("text", "vision", "audio") and e.type in ("encoder", "decoder", "encoder-decoder")
+        assert e.params and e.params > 0 and e.family and "paper-all" in e.groups
+        for p in e.published.values():
+            for med, q1, q3 in (p.symmetry, p.directionality):
+                assert -1 <= q1 <= med <= q3 <= 1
+    for mid in ("bert-base-uncased", "gpt2", "openai/whisper-tiny", "facebook/dinov2-small", "EleutherAI/pythia-1b",
+                "meta-llama/Llama-2-7b-hf", "google-t5/t5-small", "facebook/hubert-base-ls960"):
+        assert mid in ids
+
+
+def test_published_values_and_caveats():
+    w = get_entry("openai/whisper-tiny")
+    assert w.type == "encoder-decoder" and w.published["encoder"].symmetry == (0.50, 0.42, 0.59)
+    assert w.published["decoder"].plotted is False
+    assert "random-init" in get_entry("meta-llama/Meta-Llama-3-8B").caveats
+    assert "layout-bug-gqa" in get_entry("mistralai/Mistral-7B-v0.1").caveats
+    assert "layout-bug-neox" in get_entry("EleutherAI/pythia-70m").caveats
+    assert get_entry("gpt2").caveats == ()
+    assert get_entry("microsoft/speecht5_asr").family == "speecht5"
+    t = published_table()
+    assert set(t["stack"]) <= {"encoder", "decoder"} and len(t) > len(load_registry())
+
+
+def test_select_and_unknown_group():
+    assert all(e.modality == "audio" for e in select("paper-audio"))
+    assert len(select("all")) == len(load_registry())
+    with pytest.raises(InputError, match="known groups"):
+        select("no-such-group")
+
+
+@pytest.mark.parametrize("bad,msg", [
+    ("models: [{id: a, type: transformer}]", "type must be"),
+    ("models: [{id: a, modality: smell}]", "modality must be"),
+    ("models: [{id: a}, {id: a}]", "listed twice"),
+    ("models: [{family: bert}]", "needs at least an 'id'"),
+    ("models: [{id: a, published: {encoder: {symmetry: [1, 2]}}}]", "median, Q1, Q3"),
+    ("models: {id: a", "invalid YAML"),
+])
+def test_bad_registry_files(tmp_path, bad, msg):
+    p = tmp_path / "z.yaml"
+    p.write_text(bad)
+    with pytest.raises(ConfigError, match=msg):
+        load_registry(p)
+
+
+def test_cli_list_json_and_groups(fake_zoo):
+    r = runner.invoke(app, ["zoo", "list", "--group", "paper-vision", "--json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert rows and all({"id", "family", "modality", "type", "params", "groups"} <= set(x) for x in rows)
+    assert all("paper-vision" in x["groups"] for x in rows)
+    r = runner.invoke(app, ["zoo", "list", "--zoo-file", str(fake_zoo), "--json"])
+    assert [x["id"] for x in json.loads(r.stdout)][0] == "fake/llama-a"
+    r = runner.invoke(app, ["zoo", "groups", "--zoo-file", str(fake_zoo), "--json"])
+    assert json.loads(r.stdout) == {"broken": 1, "fake": 4, "fake-text": 2}
+    r = runner.invoke(app, ["zoo", "list"])
+    assert r.exit_code == 0 and "bert-base-uncased" in r.stdout
+
+
+def test_cli_unknown_group_is_one_line_exit_2():
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "attnscope", "zoo", "list", "--group", "nope"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "known groups" in p.stderr
