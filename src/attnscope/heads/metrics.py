@@ -28,6 +28,14 @@ From the literature (Clark et al. 2019, Voita et al. 2019, TransformerLens head 
 * ``induction_score`` mass on keys j <= i whose PREVIOUS token equals the query's token (the token
                    after an earlier occurrence), averaged over the rows that have such a key
 
+Periodicity (for ``attnscope heads derive``; strided heads attend to keys ``j % s == 0``):
+
+* ``period_enrichment`` for each s in :data:`PERIODS` (s < L/2), the mass on "far" visible keys
+  (``abs(i-j) > s``) with ``j % s == 0``, divided by what a head spreading its far mass uniformly
+  would put there (1 = no preference, s = everything on the stride); scanning s upwards, a larger s
+  is taken only when its ratio beats the current one by 25% (multiples of a true stride tie with it)
+* ``period``       the s achieving it, when the enrichment is >= 2 and the far mass is >= 5%; else NaN
+
 :func:`window_metrics` returns one value per (window, head); :func:`head_metrics` averages over
 windows and reports the spread (sample std). Everything here runs on torch tensors (numpy arrays
 are accepted) and never loops in Python over positions.
@@ -62,7 +70,17 @@ METRICS = (
     "next_mass",
     "dup_score",
     "induction_score",
+    "period",
+    "period_enrichment",
 )
+
+#: candidate absolute strides for the periodicity metric
+PERIODS = (4, 8, 16, 32, 64)
+#: enrichment needed before a head is called periodic
+PERIOD_MIN_ENRICHMENT = 2.0
+#: a larger stride replaces a smaller one only when its enrichment is this much higher (a head on
+#: every 8th key is as enriched on every 16th: multiples of the true stride must not win ties)
+PERIOD_SWITCH = 1.25
 
 
 def as_maps(maps: Any) -> "torch.Tensor":
@@ -142,6 +160,8 @@ def window_metrics(
     out["prev_mass"] = rowmean(torch.diagonal(A, offset=-1, dim1=-2, dim2=-1)) if L > 1 else nan.clone()
     out["next_mass"] = rowmean(torch.diagonal(A, offset=1, dim1=-2, dim2=-1)) if L > 1 else nan.clone()
 
+    out["period"], out["period_enrichment"] = _periodicity(A, offset, visible)
+
     out["sink_cls"], out["sink_sep"] = nan.clone(), nan.clone()
     out["dup_score"], out["induction_score"] = nan.clone(), nan.clone()
     if token_ids is not None:
@@ -164,6 +184,37 @@ def window_metrics(
         ind &= offset >= 0
         out["induction_score"] = _pattern_score(A, ind)
     return out
+
+
+def _periodicity(A: "torch.Tensor", offset: "torch.Tensor", visible: "torch.Tensor") -> tuple["torch.Tensor", "torch.Tensor"]:
+    """(period, enrichment) per (window, head); see the module docstring."""
+    import torch
+
+    b, h, L, _ = A.shape
+    best = torch.full((b, h), float("nan"), dtype=torch.float64, device=A.device)
+    period = torch.full((b, h), float("nan"), dtype=torch.float64, device=A.device)
+    far_mass_ok = torch.zeros((b, h), dtype=torch.bool, device=A.device)
+    j = torch.arange(L, device=A.device)
+    for s in PERIODS:
+        if s >= L / 2:
+            break
+        far = visible & (offset.abs() > s)  # [i, j]
+        on = far & (j % s == 0)[None, :]
+        n_far = far.sum(-1).to(torch.float64)  # [i]
+        rows = n_far > 0
+        if not rows.any():
+            continue
+        frac = torch.where(rows, on.sum(-1) / n_far.clamp_min(1), torch.zeros_like(n_far))  # [i]
+        m_far = (A * far.to(A.dtype)).sum(-1).to(torch.float64)  # [b,h,i]
+        m_on = (A * on.to(A.dtype)).sum(-1).to(torch.float64)
+        expected = (m_far * frac).sum(-1)
+        ratio = torch.where(expected > 0, m_on.sum(-1) / expected.clamp_min(1e-300), torch.zeros_like(expected))
+        better = torch.isnan(best) | (ratio > PERIOD_SWITCH * best)
+        best = torch.where(better, ratio, best)
+        period = torch.where(better, torch.full_like(period, float(s)), period)
+        far_mass_ok = torch.where(better, m_far.mean(-1) >= 0.05, far_mass_ok)
+    called = (best >= PERIOD_MIN_ENRICHMENT) & far_mass_ok
+    return torch.where(called, period, torch.full_like(period, float("nan"))), best
 
 
 def _pattern_score(A: "torch.Tensor", pattern: "torch.Tensor") -> "torch.Tensor":
