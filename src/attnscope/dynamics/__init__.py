@@ -1,0 +1,26 @@
+"""Mean-field dynamics of a 1-bit self-attention network (Poc-Lopez & Aguilera, arXiv 2406.07247).
+
+Rooms: ``model`` (config, weights, presets), ``meanfield`` (the map: numpy reference, state,
+checkpoints), ``kernels`` (numba fast path), ``simulate`` (batched runs, trajectories), ``lyapunov``
+(Benettin/QR spectra), ``regimes`` (classification), ``sweeps`` (bifurcation, phase diagrams through
+attnscope.runs), ``finite`` (finite-N sampler). Quick start::
+
+    from attnscope import dynamics as dyn
+    cfg = dyn.load_preset("paper")
+    traj = dyn.trajectory(cfg, beta_o=1.27, steps=5000)
+    lam = dyn.lyapunov_table(cfg, [1.255, 1.27], transient=20000, steps=20000)
+"""
+
+from .finite import finite_size_table, simulate_finite
+from .meanfield import State, compile_config, initial_state, load_state, save_state
+from .model import DynamicsConfig, apply_overrides, from_dict, load_config, load_preset, random_config, resolve_config
+from .regimes import lyapunov_regime
+from .simulate import advance, trajectory
+from .sweeps import bifurcation, lyapunov_table, phase, protocol_checkpoint, sweep_values
+
+__all__ = [
+    "DynamicsConfig", "State", "advance", "apply_overrides", "bifurcation", "compile_config",
+    "finite_size_table", "from_dict", "initial_state", "load_config", "load_preset", "load_state",
+    "lyapunov_regime", "lyapunov_table", "phase", "protocol_checkpoint", "random_config",
+    "resolve_config", "save_state", "simulate_finite", "sweep_values", "trajectory",
+]

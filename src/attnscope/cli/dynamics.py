@@ -1,0 +1,254 @@
+"""``attnscope dynamics``: mean-field dynamics of 1-bit self-attention (a thin layer over
+:mod:`attnscope.dynamics`): trajectory, bifurcation, lyapunov, phase, finite, show."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ._common import echo_json, stderr_console
+
+app = typer.Typer(help="Mean-field dynamics of a 1-bit self-attention network (trajectories, bifurcations, chaos).",
+                  no_args_is_help=True)
+
+# shared options
+PRESET = typer.Option(None, "--preset", help="Named preset (default: paper).")
+CONFIG = typer.Option(None, "--config", help="YAML or TOML config file.")
+WSEED = typer.Option(None, "--weights-seed", help="Random +-1 weights from this seed (M=3, P=2, 3x33 segments).")
+SETS = typer.Option(None, "--set", help="Override a scalar, e.g. --set eps=0.05 (repeatable).")
+GAMMA = typer.Option(None, "--gamma", help="Attention gain gamma (g = gamma / sqrt(M)).")
+EPS = typer.Option(None, "--eps", help="Positional weight eps.")
+INIT = typer.Option(None, "--init-state", help="Checkpoint .npz (mv_window, mk_window, mq_window, att_window).")
+EXECUTOR = typer.Option("none", "--executor", help="none (in-process), inline, local or slurm (chunks in OUT/store).")
+
+
+def _config(preset, config, weights_seed, sets, **scalars):
+    from attnscope.dynamics import apply_overrides, resolve_config
+
+    cfg = resolve_config(preset, config, weights_seed, scalars)
+    return apply_overrides(cfg, list(sets)) if sets else cfg
+
+
+def _slurm_opts(partition: Optional[str], time_min: int) -> dict:
+    return {"partition": partition, "time_min": time_min}
+
+
+@app.command()
+def show(preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG,
+         weights_seed: Optional[int] = WSEED, sets: Optional[List[str]] = SETS) -> None:
+    """Print the resolved config (weights as column groups) as YAML."""
+    import yaml
+
+    cfg = _config(preset, config, weights_seed, sets)
+    typer.echo(yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=None))
+
+
+@app.command()
+def trajectory(
+    beta_o: Optional[List[float]] = typer.Option(None, "--beta-o", help="Output inverse temperature (repeatable)."),
+    steps: int = typer.Option(5000, "--steps", help="Steps to simulate."),
+    out: Path = typer.Option(..., "--out", help="Output directory."),
+    init_state: Optional[Path] = INIT,
+    preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
+    sets: Optional[List[str]] = SETS, gamma: Optional[float] = GAMMA, eps: Optional[float] = EPS,
+    feature: int = typer.Option(0, "--feature", help="Feature shown in the figures (0-based)."),
+    last: int = typer.Option(400, "--last", help="Steps shown in the time-series figure."),
+    figures: bool = typer.Option(True, "--figures/--no-figures"),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
+) -> None:
+    """Simulate from x_0 or --init-state: trajectory.npz, final_state.npz and figures in OUT."""
+    import io
+
+    import numpy as np
+
+    from attnscope import dynamics as dyn
+    from attnscope.plots import dynamics as plots
+    from attnscope.tables import atomic_write_bytes, atomic_write_json
+
+    cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps)
+    if steps < 2:
+        raise dyn_error("--steps must be >= 2")
+    traj = dyn.trajectory(cfg, beta_o=beta_o or None, steps=steps, init=init_state)
+    out.mkdir(parents=True, exist_ok=True)
+    buf = io.BytesIO()
+    np.savez_compressed(buf, t=traj["t"], m=traj["m"], mo_se=traj["mo_se"], A=traj["A"],
+                        beta_o=traj["beta_o"], gamma=traj["gamma"], eps=traj["eps"],
+                        matrices=np.array(["o", "v", "q", "k"]))
+    atomic_write_bytes(out / "trajectory.npz", buf.getvalue())
+    dyn.save_state(out / "final_state.npz", traj["state"])
+    files = ["trajectory.npz", "final_state.npz"]
+    if figures:
+        df = plots.trajectory_frame(traj)
+        plots.timeseries(df, out / "timeseries.png", feature=feature, last=last)
+        plots.power_spectrum(df, out / "power_spectrum.png", feature=feature)
+        plots.autocorrelation(df, out / "autocorrelation.png", feature=feature)
+        if cfg.M > 1:
+            plots.phase_plane(df, out / "phase_plane.png", features=(feature, (feature + 1) % cfg.M))
+            files.append("phase_plane.png")
+        files += ["timeseries.png", "power_spectrum.png", "autocorrelation.png"]
+    summary = [{"beta_o": float(b), "min": traj["mo_se"][i].min(axis=0).tolist(),
+                "max": traj["mo_se"][i].max(axis=0).tolist()} for i, b in enumerate(traj["beta_o"])]
+    atomic_write_json(out / "summary.json", {"config": cfg.to_dict(), "steps": steps, "runs": summary})
+    if as_json:
+        echo_json(json.dumps({"out": str(out), "files": files, "runs": summary}))
+    else:
+        stderr_console().print(f"wrote {', '.join(files)} to {out}")
+
+
+def dyn_error(msg: str):
+    from attnscope.errors import InputError
+
+    return InputError(msg)
+
+
+@app.command()
+def lyapunov(
+    beta_o: Optional[List[float]] = typer.Option(None, "--beta-o", help="Values of beta_o (repeatable)."),
+    transient: int = typer.Option(20000, "--transient", help="Steps discarded (state and tangents)."),
+    steps: int = typer.Option(20000, "--steps", help="Steps averaged."),
+    exponents: int = typer.Option(2, "--exponents", help="Number K of leading exponents."),
+    init_state: Optional[Path] = INIT,
+    preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
+    sets: Optional[List[str]] = SETS, gamma: Optional[float] = GAMMA, eps: Optional[float] = EPS,
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the table (.csv/.parquet/.json)."),
+    as_json: bool = typer.Option(False, "--json", help="Print [{beta_o, lyapunov, regime}] on stdout."),
+) -> None:
+    """Leading Lyapunov exponents (per step, descending) and the regime, for each beta_o."""
+    from attnscope import dynamics as dyn
+    from attnscope.tables import records_to_json, write_table
+
+    cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps)
+    values = list(beta_o) if beta_o else [cfg.beta_o]
+    df = dyn.lyapunov_table(cfg, values, init=init_state, transient=transient, steps=steps, k=exponents)
+    if out is not None:
+        write_table(df, out)
+    if as_json:
+        echo_json(records_to_json(df))
+        return
+    from rich.table import Table
+
+    t = Table("beta_o", *[f"lambda_{i + 1}" for i in range(exponents)], "regime")
+    for r in df.itertuples(index=False):
+        t.add_row(f"{r.beta_o:g}", *[f"{x:+.6f}" for x in r.lyapunov], r.regime)
+    stderr_console().print(t)
+
+
+@app.command()
+def bifurcation(
+    param: str = typer.Option("beta_o", "--param", help="beta_o, gamma or eps."),
+    start: float = typer.Option(..., "--start"), stop: float = typer.Option(..., "--stop"),
+    num: int = typer.Option(..., "--num", help="Number of values."),
+    steps: int = typer.Option(120000, "--steps", help="Steps per value."),
+    transient: int = typer.Option(100000, "--transient", help="Steps discarded per value."),
+    out: Path = typer.Option(..., "--out", help="Output directory."),
+    mode: str = typer.Option("protocol", "--mode", help="protocol (paper), continuation (both directions) or x0."),
+    checkpoint_steps: Optional[int] = typer.Option(None, "--checkpoint-steps", help="Steps of the protocol checkpoint run (default --steps)."),
+    lyap_steps: int = typer.Option(5000, "--lyap-steps", help="Steps of the Lyapunov estimate after the run (0: skip)."),
+    exponents: int = typer.Option(2, "--exponents"),
+    feature: int = typer.Option(0, "--feature", help="Plotted feature (0-based)."),
+    section_feature: Optional[int] = typer.Option(None, "--section-feature", help="Poincare section |m_f| <= 1e-3 (default 1)."),
+    init_state: Optional[Path] = INIT,
+    preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
+    sets: Optional[List[str]] = SETS, gamma: Optional[float] = GAMMA, eps: Optional[float] = EPS,
+    beta_o: Optional[float] = typer.Option(None, "--beta-o", help="Fixed beta_o when sweeping another parameter."),
+    executor: str = EXECUTOR, workers: int = typer.Option(2, "--workers"),
+    chunk: int = typer.Option(256, "--chunk", help="Values per chunk (one task each)."),
+    partition: Optional[str] = typer.Option(None, "--partition", help="Slurm partition."),
+    time_min: int = typer.Option(60, "--time-min", help="Slurm time limit per chunk (minutes)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the per-value table as JSON on stdout."),
+) -> None:
+    """Sweep one parameter: bifurcation.csv, points.parquet, bifurcation.png, lyapunov.png in OUT."""
+    from attnscope import dynamics as dyn
+    from attnscope.plots import dynamics as plots
+    from attnscope.tables import records_to_json, write_table
+
+    cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps, beta_o=beta_o)
+    values = dyn.sweep_values(start, stop, num)
+    if chunk < 1:
+        raise dyn_error("--chunk must be >= 1")
+    res = dyn.bifurcation(
+        cfg, values, param=param, steps=steps, transient=transient, mode=mode, init=init_state,
+        checkpoint_steps=checkpoint_steps, lyap_steps=lyap_steps, lyap_k=exponents, feature=feature,
+        section_feature=section_feature, chunk=chunk, store=None if executor == "none" else out / "store",
+        executor="inline" if executor == "none" else executor, workers=workers,
+        slurm=_slurm_opts(partition, time_min), progress=True)
+    out.mkdir(parents=True, exist_ok=True)
+    write_table(res.table, out / "bifurcation.csv")
+    write_table(res.points, out / "points.parquet")
+    if res.checkpoint is not None:
+        dyn.save_state(out / "checkpoint.npz", res.checkpoint)
+    plots.bifurcation(res.table, res.points, out / "bifurcation.png", param=param, feature=feature)
+    if lyap_steps > 0:
+        plots.lyapunov_curve(res.table, out / "lyapunov.png", param=param)
+    if as_json:
+        echo_json(records_to_json(res.table))
+    else:
+        counts = res.table["regime" if "regime" in res.table else "regime_distinct"].value_counts().to_dict()
+        stderr_console().print(f"{len(res.table)} values -> {out}  regimes: {counts}")
+
+
+@app.command()
+def phase(
+    x: str = typer.Option("beta_o", "--x", help="Parameter on the x axis."),
+    x_start: float = typer.Option(..., "--x-start"), x_stop: float = typer.Option(..., "--x-stop"),
+    x_num: int = typer.Option(..., "--x-num"),
+    y: str = typer.Option("gamma", "--y", help="Parameter on the y axis."),
+    y_start: float = typer.Option(..., "--y-start"), y_stop: float = typer.Option(..., "--y-stop"),
+    y_num: int = typer.Option(..., "--y-num"),
+    transient: int = typer.Option(20000, "--transient"), steps: int = typer.Option(5000, "--steps"),
+    exponents: int = typer.Option(2, "--exponents"),
+    color: str = typer.Option("lambda_1", "--color", help="lambda_1 or regime."),
+    out: Path = typer.Option(..., "--out", help="Output directory (phase.csv, phase.png, store/)."),
+    init_state: Optional[Path] = INIT,
+    preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
+    sets: Optional[List[str]] = SETS,
+    executor: str = typer.Option("local", "--executor", help="inline, local or slurm (resumable store in OUT/store)."),
+    workers: int = typer.Option(2, "--workers"), chunk: int = typer.Option(256, "--chunk"),
+    partition: Optional[str] = typer.Option(None, "--partition"), time_min: int = typer.Option(60, "--time-min"),
+) -> None:
+    """2-D sweep (e.g. beta_o x gamma) coloured by lambda_1 or regime, chunked and resumable."""
+    from attnscope import dynamics as dyn
+    from attnscope.plots import dynamics as plots
+    from attnscope.tables import write_table
+
+    if color not in ("lambda_1", "regime"):
+        raise dyn_error("--color must be lambda_1 or regime")
+    if chunk < 1:
+        raise dyn_error("--chunk must be >= 1")
+    cfg = _config(preset, config, weights_seed, sets)
+    df = dyn.phase(cfg, (x, dyn.sweep_values(x_start, x_stop, x_num)), (y, dyn.sweep_values(y_start, y_stop, y_num)),
+                   transient=transient, steps=steps, k=exponents, init=init_state, chunk=chunk,
+                   store=out / "store", executor="inline" if executor == "none" else executor,
+                   workers=workers, slurm=_slurm_opts(partition, time_min), progress=True)
+    write_table(df, out / "phase.csv")
+    plots.phase_diagram(df, out / "phase.png", x=x, y=y, color=color)
+    stderr_console().print(f"{len(df)} grid points -> {out}  regimes: {df['regime'].value_counts().to_dict()}")
+
+
+@app.command()
+def finite(
+    beta_o: Optional[float] = typer.Option(None, "--beta-o"),
+    repeats: Optional[List[int]] = typer.Option(None, "--repeats", help="Column repetition factors (repeatable; default 1..10^4)."),
+    steps: int = typer.Option(20, "--steps", help="Horizon (steps) of the comparison."),
+    seeds: int = typer.Option(8, "--seeds", help="Independent samples per N."),
+    out: Path = typer.Option(..., "--out", help="Output directory (finite.csv, finite.png)."),
+    preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
+    sets: Optional[List[str]] = SETS, gamma: Optional[float] = GAMMA, eps: Optional[float] = EPS,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Finite-N stochastic network vs the mean field: error of the overlaps against N."""
+    from attnscope import dynamics as dyn
+    from attnscope.plots import dynamics as plots
+    from attnscope.tables import records_to_json, write_table
+
+    cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps, beta_o=beta_o)
+    df = dyn.finite_size_table(cfg, repeats or (1, 10, 100, 1000, 10000), steps=steps, seeds=seeds)
+    write_table(df, out / "finite.csv")
+    plots.finite_size(df, out / "finite.png")
+    if as_json:
+        echo_json(records_to_json(df))
+    else:
+        stderr_console().print(df.to_string(index=False))

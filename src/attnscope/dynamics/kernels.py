@@ -1,0 +1,201 @@
+"""Numba kernels: the mean-field map and its tangent map, a time loop per parameter value, run in
+parallel over the batch (``prange``), with the observables of a sweep accumulated on the fly.
+
+Owns the fast path only; the readable reference is :mod:`attnscope.dynamics.meanfield` and the two are
+tested to agree to 1e-12 over short horizons. Arrays follow the same layout (see that module):
+U [K', M], Cf [4, M, K'], pos [4, C, M], mv/mk [B, C, M], A [B, M]. The tangent state of one value is
+flattened as (dmv [C*M], dmk [C*M], dA [M]), D = 2CM + M.
+
+Legend: b batch element, a matrix (o v q k = 0 1 2 3), m/c features, k column group, s slot.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, inline="always")
+def _step1(U, Cf, pos, beta, g, eps, mv, mk, A, t, T, m, mo, p):
+    """One step of one value in place (mv, mk [C,M], A [M]); fills T [K'], m [4,M], mo [M], p [C]."""
+    C, M = mv.shape
+    Kp = U.shape[0]
+    for k in range(Kp):
+        z = 0.0
+        for c in range(M):
+            z += U[k, c] * A[c]
+        T[k] = math.tanh(beta * z)
+    phi = t % C
+    for a in range(4):
+        for b in range(M):
+            acc = 0.0
+            for k in range(Kp):
+                acc += Cf[a, b, k] * T[k]
+            if a == 0:
+                mo[b] = acc
+            m[a, b] = (1.0 - eps) * acc + eps * pos[a, phi, b]
+    for c in range(M):
+        mv[phi, c] = m[1, c]
+        mk[phi, c] = m[3, c]
+    n = t + 1 if t + 1 < C else C
+    smax = -np.inf
+    for s in range(n):
+        acc = 0.0
+        for c in range(M):
+            acc += m[2, c] * mk[s, c]
+        p[s] = g * acc
+        if p[s] > smax:
+            smax = p[s]
+    tot = 0.0
+    for s in range(n):
+        p[s] = math.exp(p[s] - smax)
+        tot += p[s]
+    for s in range(n):
+        p[s] /= tot
+    for c in range(M):
+        acc = 0.0
+        for s in range(n):
+            acc += p[s] * mv[s, c]
+        A[c] = acc
+    return n
+
+
+@njit(cache=True, inline="always")
+def _tangent1(U, Cf, beta, g, eps, mv, mk, t, n, T, m, p, x, dT, dm, ds):
+    """Push one tangent vector x [D] through the step just taken (uses T, m, p, window after it)."""
+    C, M = mv.shape
+    Kp = U.shape[0]
+    CM = C * M
+    oA = 2 * CM
+    phi = t % C
+    for k in range(Kp):
+        z = 0.0
+        for c in range(M):
+            z += U[k, c] * x[oA + c]
+        dT[k] = (1.0 - T[k] * T[k]) * beta * z
+    for a in range(1, 4):
+        for b in range(M):
+            acc = 0.0
+            for k in range(Kp):
+                acc += Cf[a, b, k] * dT[k]
+            dm[a, b] = (1.0 - eps) * acc
+    for c in range(M):
+        x[phi * M + c] = dm[1, c]
+        x[CM + phi * M + c] = dm[3, c]
+    sbar = 0.0
+    for s in range(n):
+        acc = 0.0
+        for c in range(M):
+            acc += dm[2, c] * mk[s, c] + m[2, c] * x[CM + s * M + c]
+        ds[s] = g * acc
+        sbar += p[s] * ds[s]
+    for c in range(M):
+        acc = 0.0
+        for s in range(n):
+            acc += p[s] * (ds[s] - sbar) * mv[s, c] + p[s] * x[s * M + c]
+        x[oA + c] = acc
+
+
+@njit(parallel=True, cache=True)
+def run_batch(U, Cf, pos, beta, g, eps, mv, mk, A, t0, n_steps, transient,
+              rec_m, rec_mo, rec_A, feat, sec_feat, sec_tol,
+              stats, series, sec_pts, sec_n, tail):
+    """Advance every value n_steps from time t0 (state in place) and accumulate observables.
+
+    rec_* [B, n_rec, ...] record every step when n_rec == n_steps (else nothing). Over the saved
+    steps (index >= transient): stats [B, 4, M] (sum, sum of squares, min, max of mo_se), series
+    [B, n_saved] receives mo_se[feat] (when it has that many columns), sec_pts/sec_n collect
+    mo_se where |mo_se[sec_feat]| <= sec_tol (Poincare section), tail [B, n_tail, M] is a ring of
+    the last saved values (slot (i - transient) mod n_tail).
+    """
+    B = mv.shape[0]
+    C, M = mv.shape[1], mv.shape[2]
+    Kp = U.shape[0]
+    record = rec_m.shape[1] == n_steps
+    keep_series = series.shape[1] == n_steps - transient
+    max_sec = sec_pts.shape[1]
+    n_tail = tail.shape[1]
+    for b in prange(B):
+        T = np.empty(Kp)
+        m = np.empty((4, M))
+        mo = np.empty(M)
+        p = np.empty(C)
+        for c in range(M):
+            stats[b, 0, c] = 0.0
+            stats[b, 1, c] = 0.0
+            stats[b, 2, c] = np.inf
+            stats[b, 3, c] = -np.inf
+        for i in range(n_steps):
+            t = t0 + i
+            _step1(U, Cf, pos, beta[b], g[b], eps[b], mv[b], mk[b], A[b], t, T, m, mo, p)
+            if record:
+                for c in range(M):
+                    for a in range(4):
+                        rec_m[b, i, a, c] = m[a, c]
+                    rec_mo[b, i, c] = mo[c]
+                    rec_A[b, i, c] = A[b, c]
+            if i >= transient:
+                for c in range(M):
+                    v = mo[c]
+                    stats[b, 0, c] += v
+                    stats[b, 1, c] += v * v
+                    if v < stats[b, 2, c]:
+                        stats[b, 2, c] = v
+                    if v > stats[b, 3, c]:
+                        stats[b, 3, c] = v
+                if keep_series:
+                    series[b, i - transient] = mo[feat]
+                if abs(mo[sec_feat]) <= sec_tol and sec_n[b] < max_sec:
+                    for c in range(M):
+                        sec_pts[b, sec_n[b], c] = mo[c]
+                    sec_n[b] += 1
+                if n_tail > 0:
+                    r = (i - transient) % n_tail
+                    for c in range(M):
+                        tail[b, r, c] = mo[c]
+
+
+@njit(parallel=True, cache=True)
+def lyapunov_batch(U, Cf, pos, beta, g, eps, mv, mk, A, t0, n_steps, transient, Q0, out):
+    """Benettin/QR: K tangent vectors (rows of Q0 [K, D], orthonormal) pushed through the exact
+    one-step Jacobian and re-orthonormalised (modified Gram-Schmidt = thin QR) every step; out [B, K]
+    receives sum log |R_jj| over the steps after ``transient``, divided by n_steps - transient."""
+    B = mv.shape[0]
+    C, M = mv.shape[1], mv.shape[2]
+    Kp = U.shape[0]
+    Kx, D = Q0.shape
+    for b in prange(B):
+        T = np.empty(Kp)
+        m = np.empty((4, M))
+        mo = np.empty(M)
+        p = np.empty(C)
+        dT = np.empty(Kp)
+        dm = np.empty((4, M))
+        ds = np.empty(C)
+        Q = Q0.copy()
+        acc = np.zeros(Kx)
+        for i in range(n_steps):
+            t = t0 + i
+            n = _step1(U, Cf, pos, beta[b], g[b], eps[b], mv[b], mk[b], A[b], t, T, m, mo, p)
+            for j in range(Kx):
+                _tangent1(U, Cf, beta[b], g[b], eps[b], mv[b], mk[b], t, n, T, m, p, Q[j], dT, dm, ds)
+            for j in range(Kx):  # modified Gram-Schmidt
+                for l in range(j):
+                    dot = 0.0
+                    for d in range(D):
+                        dot += Q[j, d] * Q[l, d]
+                    for d in range(D):
+                        Q[j, d] -= dot * Q[l, d]
+                nrm = 0.0
+                for d in range(D):
+                    nrm += Q[j, d] * Q[j, d]
+                nrm = math.sqrt(nrm)
+                if i >= transient:
+                    acc[j] += math.log(nrm) if nrm > 0.0 else -np.inf
+                if nrm > 0.0:
+                    for d in range(D):
+                        Q[j, d] /= nrm
+        for j in range(Kx):
+            out[b, j] = acc[j] / max(n_steps - transient, 1)
