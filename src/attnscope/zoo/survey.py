@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from attnscope.errors import AttnscopeError, InputError
 from attnscope.tables import atomic_write_json, write_table
 
-from .registry import ZooEntry, select
+from .registry import ZooEntry, resolve_source, select
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -30,7 +30,7 @@ def score_model(payload: dict[str, Any]) -> "pd.DataFrame":
     """Score one zoo model (top level, picklable: runs in worker processes and Slurm jobs)."""
     from attnscope.geometry import score
 
-    df = score(payload["spec"], k=payload.get("k", 2.0), stacks=payload.get("stacks"), name=payload["id"])
+    df = score(resolve_source(payload["spec"]), k=payload.get("k", 2.0), stacks=payload.get("stacks"), name=payload["id"])
     if df is None or len(df) == 0:
         raise AttnscopeError(f"{payload['id']}: no attention layers were scored")
     df = df.copy()
@@ -41,7 +41,7 @@ def score_model(payload: dict[str, Any]) -> "pd.DataFrame":
 
 
 def _payload(e: ZooEntry, k: float, stacks: tuple[str, ...] | None) -> dict[str, Any]:
-    return {"id": e.id, "spec": e.spec, "k": k, "stacks": stacks, "modality": e.modality, "type": e.type,
+    return {"id": e.id, "spec": e.source or e.id, "k": k, "stacks": stacks, "modality": e.modality, "type": e.type,
             "params": e.params}
 
 
