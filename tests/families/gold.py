@@ -33,12 +33,13 @@ class Case:
     config: Callable[[], Any]  # -> a transformers PretrainedConfig
     model: str  # transformers class name
     attn: dict[str, str]  # regex on the attention module's qualified name (group 1 = layer) -> stack
-    q_in: str  # child of the attention module whose input is x (query side)
-    k_in: str  # child whose input is x' (key side)
+    q_in: str  # child of the attention module whose input is x (query side); "a|b" = alternatives
+    k_in: str  # child whose input is x' (key side); "" = the attention module itself
     inputs: Callable[[Any], dict[str, torch.Tensor]] = field(default=lambda cfg: text_inputs(cfg))
-    capture: str = "interface"  # "interface" | "attn_method" | "proj"
+    capture: str = "interface"  # "interface" | "attn_method" | "proj" | "mha"
     k_transposed: bool = False  # _attn receives key as [b, h, e, j] (openai-gpt)
     rope: bool = False  # run with position_ids = 0
+    prescaled: bool = False  # the modeling code multiplies q by d_head**-0.5 before the attention call (Whisper)
 
 
 def text_inputs(cfg: Any, t: int = 7) -> dict[str, torch.Tensor]:
@@ -93,7 +94,8 @@ def _register_capture() -> None:
 
     def capture(module, query, key, value, attention_mask, **kwargs):
         _SINK.append((module, query.detach().clone(), key.detach().clone()))
-        kwargs.pop("position_bias", None)
+        for unsupported in ("position_bias", "softcap"):
+            kwargs.pop(unsupported, None)
         return sdpa_attention_forward(module, query, key, value, None, **kwargs)
 
     AttentionInterface.register(CAPTURE_NAME, capture)
@@ -104,6 +106,24 @@ def _heads_of(module: torch.nn.Module) -> int:
         if hasattr(module, attr):
             return int(getattr(module, attr))
     raise AttributeError(f"cannot tell the head count of {type(module).__name__}")
+
+
+def _child(module: torch.nn.Module, spec: str) -> torch.nn.Module | None:
+    """The first of the ``|``-separated child names that ``module`` has ("" = the module itself)."""
+    for name in spec.split("|"):
+        try:
+            return module.get_submodule(name)
+        except AttributeError:
+            continue
+    return None
+
+
+def saved_tensors(model: torch.nn.Module, tmp_path: Any) -> dict[str, torch.Tensor]:
+    """The state dict as ``save_pretrained`` writes it (on-disk names, which transformers may rename on load)."""
+    from safetensors.torch import load_file
+
+    model.save_pretrained(tmp_path)
+    return load_file(str(tmp_path / "model.safetensors"))
 
 
 def build(case: Case) -> tuple[torch.nn.Module, Any]:
@@ -131,11 +151,14 @@ def run(case: Case, model: torch.nn.Module, cfg: Any) -> list[Call]:
     """One forward pass, returning every attention call with its inputs."""
     names = {id(m): n for n, m in model.named_modules()}
     attn_mods: dict[int, tuple[str, int]] = {}
+    children: dict[tuple[int, str], torch.nn.Module] = {}
     for n, m in model.named_modules():
         for pattern, stack in case.attn.items():
             hit = re.search(pattern + "$", n)
-            if hit:
+            subs = {role: _child(m, spec) for role, spec in (("q", case.q_in), ("k", case.k_in))}
+            if hit and None not in subs.values():
                 attn_mods[id(m)] = (stack, int(hit.group(1)))
+                children.update({(id(m), role): sub for role, sub in subs.items()})
     assert attn_mods, f"{case.id}: no attention module matched {list(case.attn)}"
 
     inputs_seen: dict[tuple[int, str], list[torch.Tensor]] = {}
@@ -147,8 +170,8 @@ def run(case: Case, model: torch.nn.Module, cfg: Any) -> list[Call]:
     for n, m in mods.items():
         if id(m) not in attn_mods:
             continue
-        for role, child in (("q", case.q_in), ("k", case.k_in)):
-            sub = m.get_submodule(child)
+        for role in ("q", "k"):
+            sub = children[(id(m), role)]
 
             def pre(mod, args, kwargs, key=(id(m), role)):
                 x = args[0] if args else next(iter(kwargs.values()))
@@ -179,7 +202,12 @@ def run(case: Case, model: torch.nn.Module, cfg: Any) -> list[Call]:
     for h in handles:
         h.remove()
 
-    if case.capture == "proj":
+    if case.capture == "mha":  # torch's multi_head_attention_forward projects with the q/k weights itself
+        for (mid, role), xs in inputs_seen.items():
+            w = children[(mid, role)].get_submodule(role + "_proj").weight
+            with torch.no_grad():
+                qk_out[(mid, role)] = [torch.nn.functional.linear(x, w) for x in xs]
+    if case.capture in ("proj", "mha"):
         for mid, (stack, layer) in attn_mods.items():
             m = next(mm for mm in mods.values() if id(mm) == mid)
             n_h = _heads_of(m)
@@ -201,13 +229,16 @@ def run(case: Case, model: torch.nn.Module, cfg: Any) -> list[Call]:
     return calls
 
 
-def model_logits(call: Call) -> np.ndarray:
+def model_logits(call: Call, prescaled: bool = False) -> np.ndarray:
     """The model's own un-scaled logits [b, h, i, j], key heads expanded by transformers' repeat_kv."""
     from transformers.models.llama.modeling_llama import repeat_kv
 
     n_rep = call.query.shape[1] // call.key.shape[1]
     k = repeat_kv(call.key.double(), n_rep)
-    return torch.matmul(call.query.double(), k.transpose(-1, -2)).numpy()
+    q = call.query.double()
+    if prescaled:
+        q = q * q.shape[-1] ** 0.5
+    return torch.matmul(q, k.transpose(-1, -2)).numpy()
 
 
 def our_logits(call: Call, q: np.ndarray, k: np.ndarray, kv_index: np.ndarray) -> np.ndarray:

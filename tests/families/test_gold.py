@@ -12,7 +12,7 @@ import pytest
 from attnscope.families import get_family
 from attnscope.sources import DictSource
 
-from .gold import Case, audio_inputs, build, image_inputs, model_logits, our_logits, run, seq2seq_inputs, whisper_inputs
+from .gold import Case, audio_inputs, build, saved_tensors, image_inputs, model_logits, our_logits, run, seq2seq_inputs, whisper_inputs
 
 transformers = pytest.importorskip("transformers")
 
@@ -29,26 +29,134 @@ LLAMA_ATTN = {r"layers\.(\d+)\.self_attn": "decoder"}
 
 
 def _llama(cls: str, n_kv: int, **extra) -> Case:
-    return Case(f"{cls}-kv{n_kv}", _cfg(cls, **TINY, num_key_value_heads=n_kv, **extra), cls.replace("Config", "Model"),
+    return Case(f"{cls}-kv{n_kv}", _cfg(cls, **{**TINY, "num_key_value_heads": n_kv, **extra}), cls.replace("Config", "Model"),
                 LLAMA_ATTN, "q_proj", "k_proj", rope=True)
 
 
+GPT2_TINY = dict(n_embd=32, n_layer=2, n_head=4, vocab_size=99, n_positions=32)
+T5_TINY = dict(vocab_size=99, d_model=32, d_kv=6, d_ff=37, num_layers=2, num_decoder_layers=3, num_heads=4)
+BART_TINY = dict(vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4,
+                 decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=32)
+VISION_TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                   image_size=8, patch_size=4, num_channels=3)
+AUDIO_TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99,
+                  conv_dim=(8, 8), conv_stride=(4, 4), conv_kernel=(8, 8), num_conv_pos_embeddings=4,
+                  num_conv_pos_embedding_groups=2)
+SEQ2SEQ_ATTN = {r"encoder\.layers\.(\d+)\.self_attn": "encoder", r"decoder\.layers\.(\d+)\.self_attn": "decoder",
+                r"decoder\.layers\.(\d+)\.encoder_attn": "cross"}
+T5_ATTN = {r"encoder\.block\.(\d+)\.layer\.0\.SelfAttention": "encoder",
+           r"decoder\.block\.(\d+)\.layer\.0\.SelfAttention": "decoder",
+           r"decoder\.block\.(\d+)\.layer\.1\.EncDecAttention": "cross"}
+VIT_ATTN = {r"(?:encoder\.layer|layers)\.(\d+)\.attention(?:\.attention)?": "encoder"}
+SPEECH_ATTN = {r"encoder\.layers\.(\d+)\.attention": "encoder"}
+
+
+def _bart(cls: str, **extra) -> Case:
+    return Case(cls.replace("Config", "").lower(), _cfg(cls, **BART_TINY, **extra), cls.replace("Config", "Model"),
+                SEQ2SEQ_ATTN, "q_proj", "k_proj", inputs=seq2seq_inputs)
+
+
+def _t5(cls: str) -> Case:
+    return Case(cls.replace("Config", "").lower(), _cfg(cls, **T5_TINY), cls.replace("Config", "Model"),
+                T5_ATTN, "q", "k", inputs=seq2seq_inputs)
+
+
+def _vision(cls: str, model: str | None = None, capture: str = "interface") -> Case:
+    return Case(cls.replace("Config", "").lower(), _cfg(cls, **VISION_TINY), model or cls.replace("Config", "Model"),
+                VIT_ATTN, "query|q_proj", "key|k_proj", inputs=image_inputs, capture=capture)
+
+
+def _speech(cls: str, capture: str = "interface") -> Case:
+    return Case(cls.replace("Config", "").lower(), _cfg(cls, **AUDIO_TINY), cls.replace("Config", "Model"),
+                SPEECH_ATTN, "q_proj", "k_proj", inputs=audio_inputs, capture=capture)
+
+
 CASES = [
+    # bidirectional text encoders
     Case("bert", _cfg("BertConfig", **TINY), "BertModel", BERT_ATTN, "query", "key"),
+    Case("roberta", _cfg("RobertaConfig", **TINY), "RobertaModel", BERT_ATTN, "query", "key"),
+    Case("xlm-roberta", _cfg("XLMRobertaConfig", **TINY), "XLMRobertaModel", BERT_ATTN, "query", "key"),
+    Case("camembert", _cfg("CamembertConfig", **TINY), "CamembertModel", BERT_ATTN, "query", "key"),
+    Case("electra", _cfg("ElectraConfig", **TINY, embedding_size=16), "ElectraModel", BERT_ATTN, "query", "key"),
+    Case("deberta-v2", _cfg("DebertaV2Config", **TINY, relative_attention=True, position_buckets=4),
+         "DebertaV2Model", BERT_ATTN, "query_proj", "key_proj", capture="proj"),
+    Case("distilbert", _cfg("DistilBertConfig", dim=32, n_layers=2, n_heads=4, hidden_dim=37, vocab_size=99),
+         "DistilBertModel", {r"transformer\.layer\.(\d+)\.attention": "encoder"}, "q_lin", "k_lin"),
+    Case("albert", _cfg("AlbertConfig", **TINY, embedding_size=16), "AlbertModel",
+         {r"albert_layer_groups\.(\d+)\.albert_layers\.0\.attention": "encoder"}, "query", "key"),
+    Case("modernbert", _cfg("ModernBertConfig", **TINY, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                            cls_token_id=1, sep_token_id=2), "ModernBertModel",
+         {r"layers\.(\d+)\.attn": "encoder"}, "Wqkv", "Wqkv", rope=True),
+    # causal decoders
+    Case("gpt2", _cfg("GPT2Config", **GPT2_TINY), "GPT2Model", {r"h\.(\d+)\.attn": "decoder"}, "c_attn", "c_attn"),
+    Case("openai-gpt", _cfg("OpenAIGPTConfig", **GPT2_TINY), "OpenAIGPTModel", {r"h\.(\d+)\.attn": "decoder"},
+         "c_attn", "c_attn", capture="attn_method", k_transposed=True),
+    Case("imagegpt", _cfg("ImageGPTConfig", **GPT2_TINY), "ImageGPTModel", {r"h\.(\d+)\.attn": "decoder"},
+         "c_attn", "c_attn", capture="attn_method"),
+    Case("gpt-neo", _cfg("GPTNeoConfig", hidden_size=32, num_layers=2, num_heads=4, vocab_size=99,
+                         attention_types=[[["global", "local"], 1]], intermediate_size=37, window_size=4),
+         "GPTNeoModel", {r"h\.(\d+)\.attn\.attention": "decoder"}, "q_proj", "k_proj", capture="attn_method"),
+    Case("gpt-j", _cfg("GPTJConfig", **GPT2_TINY, rotary_dim=4), "GPTJModel", {r"h\.(\d+)\.attn": "decoder"},
+         "q_proj", "k_proj", capture="attn_method", rope=True),
+    Case("gpt-neox", _cfg("GPTNeoXConfig", **TINY), "GPTNeoXModel", {r"layers\.(\d+)\.attention": "decoder"},
+         "query_key_value", "query_key_value", rope=True),
     _llama("LlamaConfig", 4),  # MHA
     _llama("LlamaConfig", 2),  # GQA
     _llama("LlamaConfig", 1),  # MQA
     _llama("LlamaConfig", 2, head_dim=16),  # explicit head_dim != d / h
+    _llama("MistralConfig", 2),
+    _llama("MixtralConfig", 2, num_local_experts=2, num_experts_per_tok=1, intermediate_size=48),
+    _llama("Qwen2Config", 2),
+    _llama("Qwen2MoeConfig", 2, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
+           shared_expert_intermediate_size=8),
+    _llama("GemmaConfig", 1, head_dim=8),
+    _llama("Gemma2Config", 2, head_dim=8),
+    _llama("PhiConfig", 2),
+    Case("phi3-kv2", _cfg("Phi3Config", **TINY, num_key_value_heads=2, pad_token_id=0), "Phi3Model", LLAMA_ATTN,
+         "qkv_proj", "qkv_proj", rope=True),
+    Case("phi3-kv4", _cfg("Phi3Config", **TINY, pad_token_id=0), "Phi3Model", LLAMA_ATTN,
+         "qkv_proj", "qkv_proj", rope=True),
+    # encoder-decoder (three stacks)
+    _t5("T5Config"),
+    _t5("MT5Config"),
+    _t5("UMT5Config"),
+    _bart("BartConfig"),
+    _bart("MBartConfig"),
+    _bart("MarianConfig", decoder_vocab_size=99, pad_token_id=0),
+    _bart("PegasusConfig"),
+    Case("whisper", _cfg("WhisperConfig", **BART_TINY, num_mel_bins=8, max_source_positions=8,
+                         max_target_positions=16, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                         decoder_start_token_id=1), "WhisperModel", SEQ2SEQ_ATTN, "q_proj", "k_proj",
+         inputs=whisper_inputs, prescaled=True),
+    # vision and speech encoders
+    _vision("ViTConfig"),
+    _vision("DeiTConfig"),
+    _vision("Dinov2Config"),
+    _vision("BeitConfig"),
+    _vision("ViTMAEConfig"),
+    _vision("Data2VecVisionConfig", capture="proj"),
+    _speech("Wav2Vec2Config"),
+    _speech("HubertConfig"),
+    _speech("Data2VecAudioConfig"),
+    Case("wavlm", _cfg("WavLMConfig", **AUDIO_TINY), "WavLMModel", SPEECH_ATTN, "", "", inputs=audio_inputs,
+         capture="mha"),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_factors_reproduce_model_logits(case: Case) -> None:
+def test_factors_reproduce_model_logits(case: Case, tmp_path) -> None:
     model, cfg = build(case)
     config = cfg.to_dict()
-    source = DictSource(model.state_dict(), config, name=case.id)
     spec = get_family(config)
+    # the checkpoint as written to disk (what users score) ...
+    source = DictSource(saved_tensors(model, tmp_path), config, name=case.id)
     factors = {(f.stack, f.layer): f for f in spec.iter_factors(source)}
+    # ... and the live module's state dict (transformers may rename modules on load) give the same factors
+    live = {(f.stack, f.layer): f for f in spec.iter_factors(DictSource.from_module(model, config))}
+    assert live.keys() == factors.keys()
+    for key, f in live.items():
+        np.testing.assert_array_equal(f.q, factors[key].q)
+        np.testing.assert_array_equal(f.k, factors[key].k)
 
     calls = run(case, model, cfg)
     assert calls, f"{case.id}: the model made no attention call"
@@ -57,7 +165,7 @@ def test_factors_reproduce_model_logits(case: Case) -> None:
         f = factors[(call.stack, call.layer)]
         assert f.q.dtype == np.float32 and f.k.dtype == np.float32
         assert f.q.shape[0] == call.query.shape[1] and f.k.shape[0] == call.key.shape[1]
-        want = model_logits(call)
+        want = model_logits(call, case.prescaled)
         got = our_logits(call, f.q, f.k, f.kv_index)
         scale = np.abs(want).max()
         assert scale > 1e-2, "degenerate logits: the test would prove nothing"

@@ -48,10 +48,14 @@ class Proj:
     applies to it.
     """
 
-    tensor: str
+    tensor: str | tuple[str, ...]  # name template(s); alternatives tried in order (on-disk vs renamed live modules)
     pattern: str = LINEAR
     part: int | None = None
     blocks: tuple[str, ...] | None = None
+
+    @property
+    def templates(self) -> tuple[str, ...]:
+        return (self.tensor,) if isinstance(self.tensor, str) else tuple(self.tensor)
 
 
 @dataclass(frozen=True)
@@ -119,11 +123,19 @@ class _KeyIndex:
             self._prefix[template] = found[0] if found else None
         return self._prefix[template]
 
-    def resolve(self, template: str, layer: int) -> str | None:
-        prefix = self.prefix(template)
-        if prefix is None:
+    def template_of(self, proj: Proj) -> str | None:
+        """The first of ``proj``'s name templates that this source uses, or None."""
+        for template in proj.templates:
+            if self.prefix(template) is not None:
+                return template
+        return None
+
+    def resolve(self, proj: Proj, layer: int) -> str | None:
+        """The concrete tensor name of ``proj`` at ``layer``, or None when the source lacks it."""
+        template = self.template_of(proj)
+        if template is None:
             return None
-        name = prefix + template.format(i=layer)
+        name = self.prefix(template) + template.format(i=layer)
         return name if name in self.keyset else None
 
 
@@ -199,7 +211,7 @@ class DeclarativeSpec(FamilySpec):
     def stacks(self, config: dict[str, Any], source: "WeightSource | None" = None) -> list[StackInfo]:
         out = []
         for st in self.layout:
-            if st.optional and source is not None and key_index(source).prefix(st.q.tensor) is None:
+            if st.optional and source is not None and key_index(source).template_of(st.q) is None:
                 continue
             out.append(self.stack_info(config, st))
         if source is not None and not out:
@@ -223,10 +235,11 @@ class DeclarativeSpec(FamilySpec):
         from attnscope.errors import FormatError
 
         idx = key_index(source)
-        name = idx.resolve(proj.tensor, layer)
+        name = idx.resolve(proj, layer)
         if name is None:
+            template = idx.template_of(proj) or proj.templates[0]
             raise FormatError(
-                f"{source.name}: missing tensor ending in {proj.tensor.format(i=layer)!r} "
+                f"{source.name}: missing tensor ending in {template.format(i=layer)!r} "
                 f"({self.name} {info.stack} layer {layer} of {info.n_layers} in the config)"
             )
         heads = {"q": info.n_heads, "kv": info.n_kv_heads}

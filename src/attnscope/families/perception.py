@@ -6,12 +6,15 @@ Einstein legend: h head, d model dim, e head dim.
 
 from __future__ import annotations
 
-from .declarative import DeclarativeSpec, Stack, separate
+from .declarative import DeclarativeSpec, Proj, Stack, separate
 
 _HF = dict(n_layers=("num_hidden_layers",), n_heads=("num_attention_heads",), d_model=("hidden_size",))
 
-_VISION = (Stack("encoder", *separate("encoder.layer.{i}.attention.attention.query.weight",
-                                      "encoder.layer.{i}.attention.attention.key.weight"), **_HF),)
+#: on-disk names first; transformers >= 5 renames the live modules (q_proj/k_proj, some drop "encoder.layer")
+_VISION_Q = ("encoder.layer.{i}.attention.attention.query.weight", "encoder.layer.{i}.attention.q_proj.weight",
+             "layers.{i}.attention.q_proj.weight")
+_VISION = (Stack("encoder", Proj(_VISION_Q), Proj(tuple(t.replace("query", "key").replace("q_proj", "k_proj")
+                                                       for t in _VISION_Q)), **_HF),)
 _SPEECH = (Stack("encoder", *separate("encoder.layers.{i}.attention.q_proj.weight",
                                       "encoder.layers.{i}.attention.k_proj.weight"), **_HF),)
 
