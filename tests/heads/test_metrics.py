@@ -54,8 +54,8 @@ def slow_metrics(A: np.ndarray, causal: bool, tok=None, cls_id=None, sep_id=None
             m_far = sum(A[i, j] for j in range(L) if far[i][j])
             m_far_rows.append(m_far)
             if nf:
-                expected += m_far * sum(far[i][j] and j % s == 0 for j in range(L)) / nf
-            observed += sum(A[i, j] for j in range(L) if far[i][j] and j % s == 0)
+                expected += m_far * sum(far[i][j] and j % s == 0 and j > 0 for j in range(L)) / nf
+            observed += sum(A[i, j] for j in range(L) if far[i][j] and j % s == 0 and j > 0)
         ratio = observed / expected if expected > 0 else 0.0
         if math.isnan(best) or ratio > 1.25 * best:
             best, period, ok = ratio, s, sum(m_far_rows) / L >= 0.05

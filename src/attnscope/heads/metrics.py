@@ -31,7 +31,7 @@ From the literature (Clark et al. 2019, Voita et al. 2019, TransformerLens head 
 Periodicity (for ``attnscope heads derive``; strided heads attend to keys ``j % s == 0``):
 
 * ``period_enrichment`` for each s in :data:`PERIODS` (s < L/2), the mass on "far" visible keys
-  (``abs(i-j) > s``) with ``j % s == 0``, divided by what a head spreading its far mass uniformly
+  (``abs(i-j) > s``) with ``j % s == 0`` and ``j > 0`` (key 0 is the sink, measured on its own), divided by what a head spreading its far mass uniformly
   would put there (1 = no preference, s = everything on the stride); scanning s upwards, a larger s
   is taken only when its ratio beats the current one by 25% (multiples of a true stride tie with it)
 * ``period``       the s achieving it, when the enrichment is >= 2 and the far mass is >= 5%; else NaN
@@ -199,7 +199,7 @@ def _periodicity(A: "torch.Tensor", offset: "torch.Tensor", visible: "torch.Tens
         if s >= L / 2:
             break
         far = visible & (offset.abs() > s)  # [i, j]
-        on = far & (j % s == 0)[None, :]
+        on = far & ((j % s == 0) & (j > 0))[None, :]  # key 0 is the sink: measured on its own
         n_far = far.sum(-1).to(torch.float64)  # [i]
         rows = n_far > 0
         if not rows.any():

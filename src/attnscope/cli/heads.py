@@ -1,0 +1,209 @@
+"""``attnscope heads``: per-head attention metrics (default command), ``cluster`` and ``derive``.
+
+    attnscope heads SOURCE --data CORPUS --windows N --length L [--out FILE] [--json] [--plot DIR] [--js FILE]
+    attnscope heads cluster METRICS [--features a,b,c] [--k-min 2 --k-max 8] [--method ward|kmeans|both]
+    attnscope heads derive METRICS [--out pattern.yaml] [--layer N]
+
+Thin layer over :mod:`attnscope.heads`; heavy imports happen inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ._common import echo_json, make_default_group, stderr_console
+
+app = typer.Typer(
+    cls=make_default_group("measure"),
+    help="Head anatomy: per-head attention metrics (attnscope heads SOURCE ...), clustering, sparse-pattern derivation.",
+    no_args_is_help=True,
+)
+
+
+def _plot_dir(plot: Optional[Path]) -> Optional[Path]:
+    if plot is None:
+        return None
+    if plot.exists() and not plot.is_dir():
+        from attnscope.errors import InputError
+
+        raise InputError(f"--plot {plot}: exists and is not a directory")
+    plot.mkdir(parents=True, exist_ok=True)
+    return plot
+
+
+@app.command("measure")
+def measure(
+    source: str = typer.Argument(..., help="HF model dir / hub id, or an attnscope checkpoint / run dir."),
+    data: str = typer.Option("builtin", "--data", help="Corpus: builtin, a text file/dir, enwik8, hf:NAME, jigsaw:PATH."),
+    windows: int = typer.Option(10, "--windows", help="Number of held-out windows."),
+    length: Optional[int] = typer.Option(None, "--length", help="Window length (default: 1024 for byte models, else the model's max)."),
+    batch_size: int = typer.Option(1, "--batch-size", help="Windows per forward pass."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the per-head table (.csv/.parquet/.json)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON records on stdout."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write figures into this directory."),
+    js: Optional[Path] = typer.Option(None, "--js", help="Also compute head-to-head JS divergences and write them here."),
+    js_rows: int = typer.Option(64, "--js-rows", help="Query rows of window 0 used for the JS divergences."),
+    device: str = typer.Option("cpu", "--device", help="torch device."),
+) -> None:
+    """Measure every head of SOURCE on held-out windows of a corpus (streamed layer by layer)."""
+    from attnscope.heads.maps import extract, open_model
+    from attnscope.tables import write_table
+
+    plot_dir = _plot_dir(plot)
+    model = open_model(source, device=device)
+    ex_layers: tuple[int, ...] = ()
+    if plot_dir is not None:
+        ex_layers = tuple(sorted({0, model.n_layers // 2, model.n_layers - 1}))
+    res = extract(
+        model, data=data, windows=windows, length=length, batch_size=batch_size, js_rows=js_rows if js else 0,
+        example_layers=ex_layers, example_len=96, progress=True, device=device,
+    )
+    df = res.metrics
+    if out is not None:
+        write_table(df, out)
+    if js is not None and res.js is not None:
+        write_table(res.js, js)
+    if plot_dir is not None:
+        from attnscope.plots import heads as hp
+
+        hp.metric_heatmaps(df, title=f"{model.name[-50:]}: per-head metrics", path=plot_dir / "heads_heatmaps.png")
+        hp.metric_scatter(df, hue="layer", path=plot_dir / "heads_scatter.png")
+        hp.example_maps(res.examples, title=f"{model.name[-40:]}: window 0", path=plot_dir / "heads_maps.png")
+    if as_json:
+        from attnscope.tables import records_to_json
+
+        echo_json(records_to_json(df))
+        return
+    _summary(df, res.info, out, js, plot_dir)
+
+
+def _summary(df, info, out, js, plot_dir) -> None:
+    from rich.table import Table
+
+    con = stderr_console()
+    streaming = "streamed per layer" if info["streaming"] else "output_attentions (all layers at once)"
+    con.print(
+        f"[bold]{info['model']}[/]: {info['n_layers']} layers x {info['n_heads']} heads, "
+        f"{'causal' if info['causal'] else 'bidirectional'}, {info['windows']} windows x {info['length']} tokens, {streaming}"
+    )
+    cols = ["entropy", "entropy_norm", "sparsity", "distance", "confidence", "sink_first", "prev_mass"]
+    t = Table(title="per layer: median over heads")
+    t.add_column("layer", justify="right")
+    for c in cols:
+        t.add_column(c, justify="right")
+    for layer, sub in df.groupby("layer"):
+        t.add_row(str(layer), *[f"{sub[c].median():.3f}" for c in cols])
+    con.print(t)
+    notable = []
+    for col, label in (("prev_mass", "previous-token"), ("sink_first", "first-token sink"), ("induction_score", "induction"), ("dup_score", "duplicate-token")):
+        if col in df.columns and df[col].notna().any():
+            r = df.loc[df[col].idxmax()]
+            notable.append(f"{label}: L{int(r['layer'])}H{int(r['head'])} ({r[col]:.2f})")
+    if notable:
+        con.print("strongest heads -- " + "; ".join(notable))
+    for what, p in (("table", out), ("JS divergences", js), ("figures", plot_dir)):
+        if p is not None:
+            con.print(f"wrote {what}: {p}")
+
+
+@app.command("cluster")
+def cluster(
+    metrics: Path = typer.Argument(..., help="A metrics table written by `attnscope heads SOURCE --out`."),
+    features: str = typer.Option("entropy,sparsity,distance", "--features", help="Comma-separated metric columns."),
+    k_min: int = typer.Option(2, "--k-min"),
+    k_max: int = typer.Option(8, "--k-max"),
+    method: str = typer.Option("both", "--method", help="ward, kmeans or both."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write labels (all k; `best` marks each method's best k); silhouettes go next to it as <stem>_silhouette<ext>."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write figures into this directory."),
+    js: Optional[Path] = typer.Option(None, "--js", help="A JS table from `attnscope heads --js`: embed heads with MDS."),
+    seed: int = typer.Option(0, "--seed", help="k-means / MDS seed."),
+    as_json: bool = typer.Option(False, "--json", help="Print silhouettes, best k and labels (best k) as JSON on stdout."),
+) -> None:
+    """Cluster heads on z-scored metric features; silhouette per k picks the best k from the data."""
+    from attnscope.heads.cluster import cluster_heads, cluster_profiles, embed_js
+    from attnscope.tables import read_table, write_table
+
+    df = read_table(metrics)
+    feats = [f.strip() for f in features.split(",") if f.strip()]
+    res = cluster_heads(df, feats, k_min=k_min, k_max=k_max, method=method, seed=seed)
+    if out is not None:
+        write_table(res.labels, out)
+        write_table(res.silhouette, out.with_name(f"{out.stem}_silhouette{out.suffix}"))
+    emb = embed_js(read_table(js), seed=seed) if js is not None else None
+    plot_dir = _plot_dir(plot)
+    if plot_dir is not None:
+        from attnscope.plots import heads as hp
+
+        hp.silhouette_curve(res.silhouette, path=plot_dir / "cluster_silhouette.png")
+        for m, k in res.best_k.items():
+            best = res.labels[(res.labels["method"] == m) & (res.labels["k"] == k)]
+            hp.cluster_map(best, title=f"{m}, k = {k} (best silhouette)", path=plot_dir / f"cluster_map_{m}.png")
+        if emb is not None:
+            hp.js_mds(emb, path=plot_dir / "cluster_js_mds.png")
+    if as_json:
+        best_rows = res.labels[res.labels["best"]]
+        payload = {
+            "features": list(res.features),
+            "best_k": res.best_k,
+            "silhouette": json.loads(res.silhouette.to_json(orient="records")),
+            "labels": json.loads(best_rows.to_json(orient="records")),
+        }
+        if emb is not None:
+            payload["mds"] = json.loads(emb.to_json(orient="records"))
+        echo_json(json.dumps(payload))
+        return
+    from rich.table import Table
+
+    con = stderr_console()
+    t = Table(title=f"mean silhouette ({', '.join(res.features)}, z-scored; {len(df)} heads)")
+    t.add_column("k", justify="right")
+    methods = list(res.best_k)
+    for m in methods:
+        t.add_column(m, justify="right")
+    for k in range(k_min, k_max + 1):
+        cells = []
+        for m in methods:
+            v = res.silhouette[(res.silhouette["method"] == m) & (res.silhouette["k"] == k)]["silhouette"].iloc[0]
+            cells.append(f"[bold]{v:.3f}[/]" if res.best_k[m] == k else f"{v:.3f}")
+        t.add_row(str(k), *cells)
+    con.print(t)
+    for m, k in res.best_k.items():
+        con.print(f"{m}: best k = {k}")
+        con.print(cluster_profiles(df, res.labels, m, res.features).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+
+
+@app.command("derive")
+def derive(
+    metrics: Path = typer.Argument(..., help="A metrics table written by `attnscope heads SOURCE --out`."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the pattern spec (.yaml/.json); usable as attn_pattern."),
+    layer: Optional[int] = typer.Option(None, "--layer", help="Derive from this layer only (default: median over layers)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Which model of a multi-model table."),
+    min_window: int = typer.Option(4, "--min-window"),
+    max_window: int = typer.Option(128, "--max-window", help="Wider than this = a global head (stride + anchor instead)."),
+    sink_threshold: float = typer.Option(0.2, "--sink-threshold", help="First-token mass that earns an anchor at key 0."),
+    as_json: bool = typer.Option(False, "--json", help="Print the pattern spec as JSON on stdout."),
+) -> None:
+    """Propose a sparse attention pattern per head from its measured metrics."""
+    from attnscope.heads.derive import derive_pattern
+    from attnscope.tables import read_table
+
+    df = read_table(metrics)
+    pat, why = derive_pattern(df, layer=layer, model=model, min_window=min_window, max_window=max_window, sink_threshold=sink_threshold)
+    if out is not None:
+        pat.save(out)
+    if as_json:
+        echo_json(json.dumps(pat.to_dict()))
+        return
+    con = stderr_console()
+    for r in why.itertuples():
+        con.print(f"head {r.head}: {r.pattern}   [dim]{r.reason}[/]")
+    if out is not None:
+        con.print(f"wrote pattern: {out}  (train with --attn-pattern {out})")
+    else:
+        import yaml
+
+        typer.echo(yaml.safe_dump(pat.to_dict(), sort_keys=False), nl=False)

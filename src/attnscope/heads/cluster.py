@@ -1,0 +1,159 @@
+"""Head clustering: z-scored metric features, Ward and k-means, silhouette per k, JS-distance MDS.
+
+Einstein legend: n heads (rows of the metrics table, all layers), f features, k clusters.
+
+Seed 002 clustered ``[entropy, sparsity, distance]`` with Ward for k = 2..8 and hard-coded its
+"best k"; here the best k per method is the one with the highest mean silhouette, read off the data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from attnscope.errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    import pandas as pd
+
+DEFAULT_FEATURES = ("entropy", "sparsity", "distance")
+METHODS = ("ward", "kmeans")
+ID_COLUMNS = ("model", "stack", "layer", "head")
+
+
+@dataclass
+class ClusterResult:
+    silhouette: "pd.DataFrame"  # method, k, silhouette
+    labels: "pd.DataFrame"  # id columns + method, k, cluster, best (k is the method's best)
+    best_k: dict[str, int]
+    features: tuple[str, ...]
+
+
+def zscore_features(df: "pd.DataFrame", features: Sequence[str]) -> "np.ndarray":
+    """[n, f] z-scored features; constant columns become 0; missing columns / NaN are clear errors."""
+    import numpy as np
+
+    missing = [f for f in features if f not in df.columns]
+    if missing:
+        raise InputError(
+            f"metrics table has no column(s) {', '.join(missing)} (it has: {', '.join(map(str, df.columns[:20]))})"
+        )
+    X = df[list(features)].to_numpy(dtype=np.float64)
+    bad = [f for f, col in zip(features, X.T) if not np.isfinite(col).all()]
+    if bad:
+        raise InputError(f"feature(s) {', '.join(bad)} have missing/NaN values; choose others with --features")
+    mu, sd = X.mean(0), X.std(0)
+    return np.where(sd > 0, (X - mu) / np.where(sd > 0, sd, 1.0), 0.0)
+
+
+def fit_labels(X: "np.ndarray", k: int, method: str, seed: int = 0) -> "np.ndarray":
+    """Cluster labels [n] for one k with ``ward`` (agglomerative, Ward linkage) or ``kmeans``."""
+    if method == "ward":
+        from sklearn.cluster import AgglomerativeClustering
+
+        return AgglomerativeClustering(n_clusters=k, linkage="ward").fit_predict(X)
+    if method == "kmeans":
+        from sklearn.cluster import KMeans
+
+        return KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(X)
+    raise InputError(f"unknown clustering method {method!r}; use ward, kmeans or both")
+
+
+def cluster_heads(
+    df: "pd.DataFrame",
+    features: Sequence[str] = DEFAULT_FEATURES,
+    k_min: int = 2,
+    k_max: int = 8,
+    method: str = "both",
+    seed: int = 0,
+) -> ClusterResult:
+    """Cluster the heads (rows) of a metrics table for every k in [k_min, k_max]."""
+    import numpy as np
+    import pandas as pd
+    from sklearn.metrics import silhouette_score
+
+    methods = METHODS if method == "both" else (method,)
+    for m in methods:
+        if m not in METHODS:
+            raise InputError(f"unknown clustering method {m!r}; use ward, kmeans or both")
+    features = tuple(features)
+    if not features:
+        raise InputError("choose at least one feature")
+    n = len(df)
+    if k_min < 2:
+        raise InputError(f"--k-min must be at least 2, not {k_min}")
+    if k_max < k_min:
+        raise InputError(f"--k-max {k_max} is smaller than --k-min {k_min}")
+    if k_max >= n:
+        raise InputError(f"k = {k_max} is too large for {n} heads (silhouette needs k <= number of heads - 1)")
+    X = zscore_features(df, features)
+    ids = df[[c for c in ID_COLUMNS if c in df.columns]].reset_index(drop=True)
+    sil_rows, label_frames = [], []
+    for m in methods:
+        for k in range(k_min, k_max + 1):
+            lab = fit_labels(X, k, m, seed)
+            n_found = len(np.unique(lab))
+            s = float(silhouette_score(X, lab)) if 2 <= n_found < n else float("nan")
+            sil_rows.append({"method": m, "k": k, "silhouette": s, "n_clusters": n_found})
+            fr = ids.copy()
+            fr["method"], fr["k"], fr["cluster"] = m, k, lab
+            label_frames.append(fr)
+    sil = pd.DataFrame(sil_rows)
+    best_k: dict[str, int] = {}
+    for m in methods:
+        sub = sil[(sil["method"] == m) & sil["silhouette"].notna()]
+        if sub.empty:
+            raise InputError(f"{m}: no k in {k_min}..{k_max} gives a valid silhouette (are all heads identical?)")
+        best_k[m] = int(sub.loc[sub["silhouette"].idxmax(), "k"])
+    sil["best"] = [best_k.get(r.method) == r.k for r in sil.itertuples()]
+    labels = pd.concat(label_frames, ignore_index=True)
+    labels["best"] = [best_k.get(m) == k for m, k in zip(labels["method"], labels["k"])]
+    return ClusterResult(silhouette=sil, labels=labels, best_k=best_k, features=features)
+
+
+def cluster_profiles(df: "pd.DataFrame", labels: "pd.DataFrame", method: str, features: Sequence[str]) -> "pd.DataFrame":
+    """Mean raw feature values and head count per cluster of the method's best k."""
+    sub = labels[(labels["method"] == method) & labels["best"]].reset_index(drop=True)
+    merged = df.reset_index(drop=True)[list(features)].copy()
+    merged["cluster"] = sub["cluster"].to_numpy()
+    prof = merged.groupby("cluster")[list(features)].mean()
+    prof.insert(0, "n_heads", merged.groupby("cluster").size())
+    return prof.reset_index()
+
+
+def js_matrix(js: "pd.DataFrame") -> tuple["np.ndarray", list[tuple[int, int]]]:
+    """Square symmetric JS matrix [n, n] and the (layer, head) label of each row from a pair table."""
+    import numpy as np
+
+    need = {"layer_a", "head_a", "layer_b", "head_b", "js"}
+    missing = need - set(js.columns)
+    if missing:
+        raise InputError(f"JS table has no column(s) {', '.join(sorted(missing))}")
+    labels = sorted(
+        set(zip(js["layer_a"].astype(int), js["head_a"].astype(int))) | set(zip(js["layer_b"].astype(int), js["head_b"].astype(int)))
+    )
+    pos = {lab: n for n, lab in enumerate(labels)}
+    D = np.zeros((len(labels), len(labels)))
+    for la, ha, lb, hb, v in js[["layer_a", "head_a", "layer_b", "head_b", "js"]].itertuples(index=False):
+        a, b = pos[(int(la), int(ha))], pos[(int(lb), int(hb))]
+        D[a, b] = D[b, a] = float(v)
+    return D, labels
+
+
+def embed_js(js: "pd.DataFrame", seed: int = 0) -> "pd.DataFrame":
+    """2-D MDS embedding of the heads from their pairwise JS divergences (distance = sqrt(JS))."""
+    import numpy as np
+    import pandas as pd
+    from sklearn.manifold import MDS
+
+    D, labels = js_matrix(js)
+    if len(labels) < 3:
+        raise InputError("MDS needs at least 3 heads in the JS table")
+    import inspect
+
+    params = inspect.signature(MDS).parameters
+    kw = {"metric": "precomputed", "init": "classical_mds"} if "metric_mds" in params else {"dissimilarity": "precomputed"}
+    mds = MDS(n_components=2, random_state=seed, n_init=1 if "init" in kw else 4, **kw)
+    xy = mds.fit_transform(np.sqrt(np.clip(D, 0, None)))
+    return pd.DataFrame({"layer": [l for l, _ in labels], "head": [h for _, h in labels], "x": xy[:, 0], "y": xy[:, 1]})

@@ -1,0 +1,103 @@
+"""Propose a sparse pattern per head from its measured metrics (the step seed 002 did by hand).
+
+One pattern serves every layer (the training model's ``attn_pattern``), so by default each head
+index is summarised by the median of its metrics over layers (``layer=`` picks one layer instead).
+Rules, applied per head:
+
+* window: a head spreading its mass evenly over the last w keys has a mean look-back of ~w/2, so
+  ``w = next power of two >= 2 * lookback`` (``distance`` for encoders), at least ``min_window``.
+* if that window exceeds ``max_window`` the head is "global": it gets no window but a stride (its
+  measured period, else ``global_stride``) plus the first-token anchor.
+* stride: the measured ``period`` (see :mod:`attnscope.heads.metrics`) when the head has one.
+* anchors: key 0 (``positions=[0]``) when the head's first-token sink mass >= ``sink_threshold``.
+
+Output: a :class:`attnscope.sparse.Pattern` (save it as YAML/JSON; ``attn_pattern`` accepts the path)
+and a table saying what was proposed for each head and why.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from attnscope.errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from attnscope.sparse.patterns import Pattern
+
+REQUIRED = ("head", "distance", "sink_first")
+
+
+def _pow2_at_least(x: float) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(x, 1.0))))
+
+
+def derive_pattern(
+    df: "pd.DataFrame",
+    layer: int | None = None,
+    model: str | None = None,
+    min_window: int = 4,
+    max_window: int = 128,
+    global_stride: int = 16,
+    sink_threshold: float = 0.2,
+) -> tuple["Pattern", "pd.DataFrame"]:
+    """(pattern, explanation table) from a per-(layer, head) metrics table written by ``attnscope heads``."""
+    import numpy as np
+    import pandas as pd
+
+    from attnscope.sparse.patterns import HeadPattern, Pattern
+
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise InputError(f"metrics table has no column(s) {', '.join(missing)}: write it with `attnscope heads`")
+    if min_window < 0 or max_window < min_window:
+        raise InputError(f"need 0 <= min_window <= max_window, got {min_window} and {max_window}")
+    sub = df
+    if model is not None:
+        if "model" not in df.columns or model not in set(df["model"]):
+            raise InputError(f"model {model!r} is not in the metrics table")
+        sub = sub[sub["model"] == model]
+    elif "model" in df.columns and df["model"].nunique() > 1:
+        raise InputError(f"the metrics table holds {df['model'].nunique()} models; pick one with --model")
+    if layer is not None:
+        if "layer" not in sub.columns or layer not in set(sub["layer"]):
+            raise InputError(f"layer {layer} is not in the metrics table")
+        sub = sub[sub["layer"] == layer]
+    if sub.empty:
+        raise InputError("the metrics table has no rows to derive a pattern from")
+    causal = bool(sub["causal"].iloc[0]) if "causal" in sub.columns else True
+    reach_col = "lookback" if causal and "lookback" in sub.columns else "distance"
+    cols = [reach_col, "sink_first"] + (["period"] if "period" in sub.columns else [])
+    med = sub.groupby("head")[cols].median(numeric_only=True).sort_index()
+    heads = list(med.index)
+    if heads != list(range(len(heads))):
+        raise InputError(f"heads in the metrics table are not 0..n-1: {heads[:10]}")
+
+    patterns, rows = [], []
+    for h, r in med.iterrows():
+        reach = float(r[reach_col])
+        period = r.get("period", np.nan)
+        has_period = period is not None and np.isfinite(period)
+        sink = float(r["sink_first"]) >= sink_threshold
+        w = max(min_window, _pow2_at_least(2 * reach))
+        if w > max_window:
+            stride = int(period) if has_period else global_stride
+            hp = HeadPattern(stride=stride, positions=(0,))
+            why = f"global (2 x {reach_col} {reach:.1f} > {max_window}): stride {stride}" + (
+                " (measured period)" if has_period else " (default)"
+            )
+        else:
+            hp = HeadPattern(
+                window=w, stride=int(period) if has_period else None, positions=(0,) if sink else ()
+            )
+            why = f"window {w} from 2 x {reach_col} {reach:.1f}"
+            if has_period:
+                why += f"; stride {int(period)} (measured period)"
+            if sink:
+                why += f"; anchor 0 (sink mass {float(r['sink_first']):.2f})"
+        patterns.append(hp)
+        rows.append({"head": int(h), "pattern": hp.describe(), "reason": why})
+    name = "derived" + (f"-layer{layer}" if layer is not None else "")
+    return Pattern(heads=tuple(patterns), name=name), pd.DataFrame(rows)
