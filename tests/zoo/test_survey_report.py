@@ -1,0 +1,93 @@
+"""Survey figures and tables: summary numbers against explicit quantiles, paper values, files, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnscope.errors import InputError
+from attnscope.plots.survey import (
+    load_results,
+    plot_encoder_decoder,
+    plot_scores_vs_params,
+    summary_latex,
+    summary_markdown,
+    survey_report,
+    survey_summary,
+)
+
+
+def _records(model, stack, n_layers, rng, family="x"):
+    rows = []
+    for layer in range(n_layers):
+        rows.append({"model": model, "family": family, "stack": stack, "level": "layer", "layer": layer,
+                     "head": None, "symmetry": rng.uniform(-1, 1), "directionality": rng.uniform(-1, 1)})
+        rows.append({"model": model, "family": family, "stack": stack, "level": "head", "layer": layer,
+                     "head": 0, "symmetry": 0.99, "directionality": 0.99})  # head rows must not leak in
+    return rows
+
+
+@pytest.fixture()
+def table():
+    rng = np.random.default_rng(0)
+    rows = (_records("gpt2", "decoder", 12, rng) + _records("bert-base-uncased", "encoder", 12, rng)
+            + _records("openai/whisper-tiny", "encoder", 4, rng) + _records("openai/whisper-tiny", "decoder", 4, rng)
+            + _records("openai/whisper-tiny", "cross", 4, rng) + _records("my/local_model", "encoder", 3, rng))
+    return pd.DataFrame(rows)
+
+
+def test_summary_is_the_median_and_iqr_over_layers(table):
+    s = survey_summary(table)
+    g = table[(table.model == "gpt2") & (table.level == "layer")]["symmetry"]
+    row = s[(s.model == "gpt2") & (s["stack"] == "decoder")].iloc[0]
+    assert row.symmetry_median == pytest.approx(np.median(g))
+    assert row.symmetry_q1 == pytest.approx(np.percentile(g, 25)) and row.symmetry_q3 == pytest.approx(np.percentile(g, 75))
+    # zoo columns and the paper's published values come from the registry
+    assert row.modality == "text" and row.type == "decoder" and row.params == 124_439_808
+    assert row.paper_symmetry_median == pytest.approx(0.15) and row.paper_directionality_median == pytest.approx(-0.58)
+    w = s[s.model == "openai/whisper-tiny"]
+    assert list(w["stack"]) == ["encoder", "decoder", "cross"] and (w.type == "encoder-decoder").all()
+    unknown = s[s.model == "my/local_model"].iloc[0]
+    assert unknown.type == "encoder" and pd.isna(unknown.params)
+
+
+def test_tables(table):
+    s = survey_summary(table)
+    md = summary_markdown(s)
+    assert md.count("\n") == len(s) + 2
+    gpt2 = next(line for line in md.splitlines() if line.startswith("| gpt2 "))
+    assert "+0.15 [+0.13, +0.18]" in gpt2 and "-0.58 [-0.64, -0.44]" in gpt2
+    tex = summary_latex(s)
+    assert r"my/local\_model" in tex and tex.strip().endswith(r"\end{tabular}") and "\\toprule" in tex
+
+
+def test_figures_and_report_files(table, tmp_path):
+    s = survey_summary(table)
+    fig = plot_scores_vs_params(s)
+    assert len(fig.axes) == 4  # 2 scores x (text, audio); the model without params is left out
+    assert plot_encoder_decoder(s) is not None
+    assert plot_encoder_decoder(s[s.model == "gpt2"]) is None
+    table.to_parquet(tmp_path / "merged.parquet")
+    paths = survey_report(tmp_path, tmp_path / "fig")
+    names = sorted(p.name for p in paths)
+    assert names == ["survey_encdec.png", "survey_scores.png", "survey_summary.csv", "survey_table.md", "survey_table.tex"]
+    assert all(p.stat().st_size > 0 for p in paths)
+    assert (tmp_path / "fig" / "survey_scores.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_load_results_from_a_store_only_directory(table, tmp_path):
+    from attnscope.runs import ResultsStore
+
+    store = ResultsStore(tmp_path)
+    for m, g in table.groupby("model"):
+        store.write(m, g)
+    assert len(load_results(tmp_path)) == len(table)
+
+
+def test_bad_input(tmp_path):
+    with pytest.raises(InputError):
+        load_results(tmp_path)  # empty directory
+    pd.DataFrame({"a": [1]}).to_csv(tmp_path / "x.csv", index=False)
+    with pytest.raises(InputError, match="not a score table"):
+        survey_report(tmp_path / "x.csv", tmp_path / "o")
