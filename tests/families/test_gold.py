@@ -171,3 +171,49 @@ def test_factors_reproduce_model_logits(case: Case, tmp_path) -> None:
         assert scale > 1e-2, "degenerate logits: the test would prove nothing"
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * scale,
                                    err_msg=f"{case.id} {call.stack} layer {call.layer}")
+
+
+# -- the gold test has teeth: the layout bugs of the paper's code are caught ----------------------
+
+
+def _worst_error(case: Case, spec, tmp_path, kv_map=None) -> float:
+    """Largest |ours - model| / max|model| over all calls, for a given (possibly wrong) spec."""
+    model, cfg = build(case)
+    config = cfg.to_dict()
+    factors = {(f.stack, f.layer): f for f in spec.iter_factors(DictSource(saved_tensors(model, tmp_path), config))}
+    worst = 0.0
+    for call in run(case, model, cfg):
+        f = factors[(call.stack, call.layer)]
+        kv = f.kv_index if kv_map is None else kv_map(f.n_heads, f.n_kv_heads)
+        want = model_logits(call, case.prescaled)
+        worst = max(worst, float(np.abs(our_logits(call, f.q, f.k, kv) - want).max() / np.abs(want).max()))
+    return worst
+
+
+def _with_pattern(spec, pattern: str):
+    import dataclasses
+
+    st = spec.layout[0]
+    return dataclasses.replace(spec, layout=(dataclasses.replace(
+        st, q=dataclasses.replace(st.q, pattern=pattern), k=dataclasses.replace(st.k, pattern=pattern)),))
+
+
+WRONG_LAYOUTS = [
+    ("gpt-neox", "(three h e) d -> three h d e"),  # NeoX is interleaved per head
+    ("modernbert", "(h three e) d -> three h d e"),  # ModernBERT is not
+    ("gpt2", "d (h three e) -> three h d e"),  # Conv1D columns are [q | k | v], not per head
+    ("bert", "(e h) d -> h d e"),  # heads are the outer factor of the rows
+]
+
+
+@pytest.mark.parametrize("case_id,pattern", WRONG_LAYOUTS, ids=[c for c, _ in WRONG_LAYOUTS])
+def test_gold_test_catches_a_wrong_layout(case_id: str, pattern: str, tmp_path) -> None:
+    case = next(c for c in CASES if c.id == case_id)
+    spec = get_family(case.config().to_dict())
+    assert _worst_error(case, _with_pattern(spec, pattern), tmp_path) > 1e-2
+
+
+def test_gold_test_catches_the_modulo_gqa_pairing(tmp_path) -> None:
+    case = next(c for c in CASES if c.id == "LlamaConfig-kv2")
+    spec = get_family(case.config().to_dict())
+    assert _worst_error(case, spec, tmp_path, kv_map=lambda n_q, n_kv: np.arange(n_q) % n_kv) > 1e-2
