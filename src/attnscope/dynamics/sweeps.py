@@ -61,7 +61,12 @@ def _param_kwargs(param: str, values: np.ndarray, extra: dict[str, Any] | None =
 
 
 def run_chunk(payload: dict[str, Any]) -> "pd.DataFrame":  # noqa: F821
-    """Top-level task: simulate a batch of values, return value + point rows (see module docstring).
+    """Top-level task: simulate a batch of values, return value + point rows (see module docstring)."""
+    return chunk_with_state(payload)[0]
+
+
+def chunk_with_state(payload: dict[str, Any]) -> tuple["pd.DataFrame", State]:  # noqa: F821
+    """:func:`run_chunk` plus the final state after the run (before any Lyapunov steps).
 
     payload: config (dict), params {name: [B] values}, init (state dict, one state or None = x_0),
     steps, transient, lyap_steps, lyap_k, feature, section_feature, n_tail, max_section, direction.
@@ -113,10 +118,7 @@ def run_chunk(payload: dict[str, Any]) -> "pd.DataFrame":  # noqa: F821
                 df[f"mo_se{f}"] = cat[:, f]
             df["direction"] = payload.get("direction", "")
             rows.append(df)
-    out = pd.concat(rows, ignore_index=True)
-    if payload.get("keep_state"):  # continuation only (never stored: attrs go into parquet metadata)
-        out.attrs["final_state"] = final
-    return out
+    return pd.concat(rows, ignore_index=True), final
 
 
 @dataclass
@@ -240,10 +242,9 @@ def bifurcation(cfg: DynamicsConfig, values: Sequence[float], *, param: str = "b
 
                 it = track(order, description=f"continuation {direction}", console=stderr_console())
             for v in it:
-                p = dict(common, params={param: [v]}, direction=direction, keep_state=True,
+                p = dict(common, params={param: [v]}, direction=direction,
                          init=None if state is None else _state_dict(state))
-                df = run_chunk(p)
-                state = df.attrs["final_state"]
+                df, state = chunk_with_state(p)
                 frames.append(df)
         values_df, points = _split(pd.concat(frames, ignore_index=True))
         return SweepResult(values_df, points, None)

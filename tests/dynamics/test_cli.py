@@ -1,0 +1,91 @@
+"""`attnscope dynamics ...`: the interface the acceptance checks rely on, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from attnscope.cli import app
+
+runner = CliRunner()
+
+
+def _run(*args):
+    return runner.invoke(app, ["dynamics", *args])
+
+
+def test_lyapunov_json_interface():
+    r = _run("lyapunov", "--preset", "paper", "--beta-o", "1.27", "--beta-o", "1.4", "--transient", "2000",
+             "--steps", "2000", "--exponents", "3", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert [d["beta_o"] for d in data] == [1.27, 1.4]
+    for d in data:
+        assert len(d["lyapunov"]) == 3 and d["lyapunov"] == sorted(d["lyapunov"], reverse=True)
+        assert d["regime"] in ("periodic", "quasi-periodic", "chaotic", "hyperchaotic")
+
+
+def test_bifurcation_and_trajectory_write_outputs(tmp_path):
+    out = tmp_path / "bif"
+    r = _run("bifurcation", "--preset", "paper", "--param", "beta_o", "--start", "1.24", "--stop", "1.28",
+             "--num", "5", "--steps", "400", "--transient", "200", "--lyap-steps", "100", "--out", str(out))
+    assert r.exit_code == 0, r.output
+    for f in ("bifurcation.csv", "points.parquet", "checkpoint.npz", "bifurcation.png", "lyapunov.png"):
+        assert (out / f).is_file(), f
+    table = pd.read_csv(out / "bifurcation.csv")
+    assert len(table) == 5 and {"lambda_1", "lambda_2", "regime", "regime_distinct", "n_distinct"} <= set(table.columns)
+    traj = tmp_path / "traj"
+    r = _run("trajectory", "--preset", "paper", "--beta-o", "1.4", "--steps", "300", "--out", str(traj),
+             "--init-state", str(out / "checkpoint.npz"))
+    assert r.exit_code == 0, r.output
+    with np.load(traj / "trajectory.npz") as z:
+        assert z["mo_se"].shape == (1, 300, 3) and z["m"].shape == (1, 300, 4, 3)
+        assert z["t"][0] == 4  # continues at t = C
+    for f in ("timeseries.png", "power_spectrum.png", "autocorrelation.png", "phase_plane.png", "final_state.npz"):
+        assert (traj / f).is_file(), f
+
+
+def test_phase_and_finite_commands(tmp_path):
+    r = _run("phase", "--x", "beta_o", "--x-start", "1.0", "--x-stop", "1.4", "--x-num", "2", "--y", "eps",
+             "--y-start", "0.0", "--y-stop", "0.05", "--y-num", "2", "--transient", "50", "--steps", "50",
+             "--executor", "inline", "--out", str(tmp_path / "ph"), "--color", "regime")
+    assert r.exit_code == 0, r.output
+    assert len(pd.read_csv(tmp_path / "ph" / "phase.csv")) == 4 and (tmp_path / "ph" / "phase.png").is_file()
+    r = _run("finite", "--repeats", "1", "--repeats", "100", "--steps", "5", "--seeds", "2",
+             "--out", str(tmp_path / "fin"), "--json")
+    assert r.exit_code == 0, r.output
+    assert [d["repeats"] for d in json.loads(r.stdout)] == [1, 100]
+
+
+@pytest.mark.parametrize("args,match", [
+    (["bifurcation", "--start", "1", "--stop", "2", "--num", "0", "--steps", "10", "--transient", "5",
+      "--out", "{tmp}/x"], "at least one point"),
+    (["lyapunov", "--set", "beta_o=nan", "--steps", "10", "--transient", "0"], "beta_o must be finite"),
+    (["lyapunov", "--beta-o", "inf", "--steps", "10", "--transient", "0"], "finite"),
+    (["lyapunov", "--init-state", "{tmp}/bad.npz", "--steps", "10", "--transient", "0"], "lacks key"),
+    (["lyapunov", "--config", "{tmp}/m4.yaml", "--steps", "10", "--transient", "0"], "rows but M = 4"),
+    (["lyapunov", "--config", "{tmp}/c8.yaml", "--steps", "10", "--transient", "0"], "context C = 8"),
+])
+def test_bad_input_is_one_line_exit_2(tmp_path, args, match):
+    import yaml
+
+    from attnscope.dynamics import load_preset
+
+    np.savez(tmp_path / "bad.npz", mv_window=np.zeros((4, 3)))
+    d = load_preset("paper").to_dict()
+    (tmp_path / "m4.yaml").write_text(yaml.safe_dump({**d, "features": 4}))
+    (tmp_path / "c8.yaml").write_text(yaml.safe_dump({**d, "positional_bits": 3}))
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    env = {**os.environ, "NUMBA_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-m", "attnscope", "dynamics", *args], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and match in lines[0], p.stderr
