@@ -30,6 +30,8 @@ def train(
     score_every: Optional[int] = typer.Option(None, help="Log geometry scores every K steps (and at step 0)."),
     checkpoint_every: Optional[int] = typer.Option(None, help="Write a checkpoint every K steps (and at the end)."),
     eval_every: Optional[int] = typer.Option(None, help="Evaluate on the held-out split every K steps."),
+    eval_windows: Optional[int] = typer.Option(None, help="Held-out windows per evaluation (default 64)."),
+    mask_prob: Optional[float] = typer.Option(None, help="mlm: fraction of positions selected (default 0.15)."),
     log_every: Optional[int] = typer.Option(None, help="Log the training loss every K steps."),
     keep_checkpoints: Optional[int] = typer.Option(None, help="Keep only the last N checkpoints."),
     out: Optional[str] = typer.Option(None, "--out", "-o", help="Run directory (default runs/run)."),

@@ -193,12 +193,16 @@ def write_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    save_model(model, tmp, extra_config=extra)
-    tokenizer.save(tmp)
-    with open(tmp / "trainer_state.pt", "wb") as fh:
-        torch.save(state, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        save_model(model, tmp, extra_config=extra)
+        tokenizer.save(tmp)
+        with open(tmp / "trainer_state.pt", "wb") as fh:
+            torch.save(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if final.exists():  # re-writing a step (a resumed run passing an old checkpoint): swap, then drop the old
         old = root / f".old-step-{step}-{os.getpid()}"
         os.replace(final, old)

@@ -1,0 +1,236 @@
+"""The trainer end to end on tiny models: logged geometry, checkpoints, kill + resume, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from attnscope.errors import ConfigError, FormatError, InputError
+from attnscope.training.trainer import TrainConfig, list_checkpoints, lr_at, train
+
+TINY = dict(n_layers=2, n_heads=4, d_model=32, d_ff=64, batch_size=4, seq_len=32, eval_windows=8, progress=False)
+
+
+def run(tmp_path: Path, name: str = "run", **kw) -> tuple[Path, dict]:
+    opts = {**TINY, "out": str(tmp_path / name), **kw}
+    cfg = TrainConfig.from_sources(None, **opts)
+    return Path(cfg.out), train(cfg)
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def cli(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "attnscope", *args], capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=300, **kw)
+
+
+@pytest.mark.parametrize("objective, stack", [("mlm", "encoder"), ("clm", "decoder")])
+def test_symmetric_init_scores_one_and_zero_at_step_zero(tmp_path, objective, stack):
+    run_dir, _ = run(tmp_path, objective=objective, init="symmetric", steps=2, score_every=2)
+    first = metrics(run_dir)[0]
+    assert first["step"] == 0 and np.isfinite(first["loss"])
+    g = pd.DataFrame(first["geometry"])
+    assert set(g.level) == {"head", "layer"} and set(g["stack"]) == {stack}
+    assert len(g) == 2 * 4 + 2
+    np.testing.assert_allclose(g.symmetry, 1.0, atol=1e-5)
+    np.testing.assert_allclose(g.directionality, 0.0, atol=1e-5)
+
+
+def test_default_init_is_not_symmetric_and_loss_falls(tmp_path):
+    run_dir, summary = run(tmp_path, objective="clm", steps=30, lr=3e-3, warmup=5, score_every=15, log_every=5)
+    m = metrics(run_dir)
+    g0 = pd.DataFrame(m[0]["geometry"])
+    assert abs(g0[g0.level == "head"].symmetry).max() < 0.5
+    assert [r["step"] for r in m] == [0, 5, 10, 15, 20, 25, 30]
+    assert [("geometry" in r) for r in m] == [True, False, False, True, False, False, True]
+    assert m[-1]["loss"] < m[1]["loss"] - 0.5
+    assert summary["eval_loss"] < m[0]["loss"]
+    assert summary["eval_bits_per_byte"] == pytest.approx(summary["eval_loss"] / np.log(2))  # bytes tokenizer
+
+
+def test_checkpoint_scores_equal_logged_scores(tmp_path):
+    from attnscope.geometry import score
+
+    run_dir, _ = run(tmp_path, objective="mlm", steps=6, score_every=3, checkpoint_every=3, n_kv_heads=2)
+    assert [s for s, _ in list_checkpoints(run_dir)] == [3, 6]
+    for step, ckpt in list_checkpoints(run_dir):
+        assert {p.name for p in ckpt.iterdir()} >= {"model.safetensors", "config.json", "trainer_state.pt"}
+        logged = pd.DataFrame(next(r for r in metrics(run_dir) if r["step"] == step)["geometry"])
+        fresh = score(str(ckpt))
+        cols = ["stack", "level", "layer", "symmetry", "directionality", "frobenius_norm", "n_outlier_rows"]
+        pd.testing.assert_frame_equal(
+            logged[cols].reset_index(drop=True), fresh[cols].reset_index(drop=True), check_dtype=False, atol=1e-9
+        )
+
+
+def test_load_model_on_a_checkpoint(tmp_path):
+    from attnscope.training.model import load_model
+
+    run_dir, _ = run(tmp_path, objective="clm", steps=2, checkpoint_every=2)
+    model, cfg = load_model(run_dir / "checkpoints" / "step-2")
+    assert cfg.causal and cfg.vocab_size == 256 and not model.training
+    conf = json.loads((run_dir / "checkpoints" / "step-2" / "config.json").read_text())
+    assert conf["model_type"] == "attnscope" and conf["tokenizer"] == "bytes" and conf["step"] == 2
+
+
+def _params(ckpt: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(ckpt / "model.safetensors"))
+
+
+def test_resume_after_sigkill_reaches_the_same_weights(tmp_path):
+    """Run the CLI, SIGKILL it after its first checkpoint, resume, compare with an uninterrupted run."""
+    args = ["train", "--objective", "mlm", "--n-layers", "2", "--n-heads", "4", "--d-model", "32", "--d-ff", "64",
+            "--steps", "12", "--batch-size", "4", "--seq-len", "32", "--checkpoint-every", "4", "--score-every", "4",
+            "--log-every", "2", "--warmup", "3", "--seed", "7", "--no-progress", "--grad-accum", "2"]
+    full = tmp_path / "full"
+    done = cli(*args, "--out", str(full))
+    assert done.returncode == 0, done.stderr
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "attnscope", *args, "--out", str(killed)],
+                            env={**os.environ, "ATTNSCOPE_STEP_DELAY": "0.3"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 240
+        while not (killed / "checkpoints" / "step-4").is_dir():
+            assert proc.poll() is None, "run ended before it could be killed"
+            assert time.time() < deadline
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    steps = [s for s, _ in list_checkpoints(killed)]
+    assert steps and max(steps) < 12
+    resumed = cli(*args, "--out", str(killed), "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    a, b = _params(full / "checkpoints" / "step-12"), _params(killed / "checkpoints" / "step-12")
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=0)
+    ma, mb = metrics(full), metrics(killed)
+    assert [r["step"] for r in ma] == [r["step"] for r in mb]
+    for ra, rb in zip(ma, mb):
+        assert ra["loss"] == pytest.approx(rb["loss"], abs=1e-6)
+
+
+def test_a_crash_mid_checkpoint_leaves_the_last_good_one(tmp_path, monkeypatch):
+    run_dir, _ = run(tmp_path, steps=2, checkpoint_every=2)
+    good = _params(run_dir / "checkpoints" / "step-2")
+
+    def boom(*a, **k):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(torch, "save", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        run(tmp_path, steps=4, checkpoint_every=2, resume=True)
+    assert [s for s, _ in list_checkpoints(run_dir)] == [2]
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step-2"]  # no temporary left behind
+    after = _params(run_dir / "checkpoints" / "step-2")
+    for k in good:
+        assert torch.equal(good[k], after[k])
+
+
+def test_corrupt_checkpoint_on_resume_is_one_line(tmp_path):
+    run_dir, _ = run(tmp_path, steps=2, checkpoint_every=2)
+    (run_dir / "checkpoints" / "step-2" / "trainer_state.pt").write_bytes(b"garbage")
+    with pytest.raises(FormatError, match="step-2 is corrupt"):
+        run(tmp_path, steps=4, checkpoint_every=2, resume=True)
+    r = cli("train", "--out", str(run_dir), "--resume", "--steps", "4", "--n-layers", "2", "--n-heads", "4",
+            "--d-model", "32", "--d-ff", "64", "--batch-size", "4", "--seq-len", "32", "--eval-windows", "8",
+            "--checkpoint-every", "2", "--no-progress")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "corrupt" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (["--preset", "bert-huge"], "unknown preset"),
+        (["--objective", "prefix-lm"], "unknown objective"),
+        (["--init", "orthogonal"], "unknown init"),
+        (["--d-model", "30", "--n-heads", "4"], "not divisible"),
+        (["--data", "/nonexistent/corpus.txt"], "no such file"),
+        (["--preset", "byte-12l", "--tokenizer", "MINILM", "--n-layers", "1"], "vocab_size is 256"),
+        (["--seq-len", "4096"], "max_seq_len"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, minilm_dir, args, msg):
+    args = [str(minilm_dir) if a == "MINILM" else a for a in args]
+    r = cli("train", "--steps", "1", "--out", str(tmp_path / "r"), "--no-progress", *args)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and msg in lines[0], r.stderr
+
+
+def test_empty_corpus_and_existing_run(tmp_path):
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(InputError, match="empty"):
+        run(tmp_path, data=str(tmp_path / "empty.txt"), steps=1)
+    (tmp_path / "small.txt").write_text("tiny")
+    with pytest.raises(InputError, match="too small"):
+        run(tmp_path, data=str(tmp_path / "small.txt"), steps=1)
+    run(tmp_path, name="done", steps=1)
+    with pytest.raises(InputError, match="already holds a run"):
+        run(tmp_path, name="done", steps=1)
+    with pytest.raises(ConfigError, match="different settings: seed"):
+        run(tmp_path, name="done", steps=2, resume=True, seed=99)
+
+
+def test_yaml_config_and_flag_precedence(tmp_path, minilm_dir):
+    (tmp_path / "c.yaml").write_text(
+        f"objective: clm\nn-layers: 1\nn_heads: 2\nd_model: 32\nd_ff: 64\nsteps: 3\nbatch_size: 2\nseq_len: 16\n"
+        f"tokenizer: {minilm_dir}\nscore_every: 3\nlr: 0.001\n"
+    )
+    r = cli("train", "--config", str(tmp_path / "c.yaml"), "--steps", "2", "--out", str(tmp_path / "y"),
+            "--no-progress", "--json")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["steps"] == 2 and summary["objective"] == "clm"
+    conf = json.loads((tmp_path / "y" / "run.json").read_text())
+    assert conf["model"]["n_layers"] == 1 and conf["model"]["vocab_size"] == 30522 and conf["lr"] == 0.001
+    (tmp_path / "bad.yaml").write_text("stepz: 3\n")
+    r = cli("train", "--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "z"))
+    assert r.returncode == 2 and "unknown training option(s): stepz" in r.stderr
+
+
+def test_trained_wordpiece_tokenizer_and_mlm_mask_id(tmp_path):
+    run_dir, summary = run(tmp_path, tokenizer="wordpiece:300", objective="mlm", steps=2, checkpoint_every=2)
+    assert (run_dir / "tokenizer.json").is_file()
+    assert (run_dir / "checkpoints" / "step-2" / "tokenizer.json").is_file()
+    conf = json.loads((run_dir / "run.json").read_text())
+    assert conf["model"]["vocab_size"] <= 300
+
+
+def test_bytes_mlm_gets_an_extra_mask_id(tmp_path):
+    run_dir, _ = run(tmp_path, objective="mlm", steps=1)
+    assert json.loads((run_dir / "run.json").read_text())["model"]["vocab_size"] == 257
+
+
+def test_lr_schedule():
+    cfg = TrainConfig(steps=100, warmup=10, lr=1.0, schedule="linear")
+    assert [lr_at(s, cfg) for s in (1, 10, 55, 100)] == pytest.approx([0.1, 1.0, 0.5, 0.0])
+    cfg.schedule = "cosine"
+    assert [lr_at(s, cfg) for s in (10, 55, 100)] == pytest.approx([1.0, 0.5, 0.0])
+    cfg.schedule = "constant"
+    assert lr_at(90, cfg) == 1.0
+
+
+def test_bf16_and_tie_qk_run(tmp_path):
+    run_dir, _ = run(tmp_path, objective="clm", steps=3, bf16=True, tie_qk=True, score_every=3, lr=1e-2, warmup=0)
+    last = pd.DataFrame(metrics(run_dir)[-1]["geometry"])
+    np.testing.assert_allclose(last.symmetry, 1.0, atol=1e-5)  # tied for all of training
