@@ -64,7 +64,7 @@ def score_cmd(
     k: float = typer.Option(2.0, "--k", help="Outlier threshold: mean + k std of row/column norms."),
     level: str = typer.Option("both", "--level", help="head, layer or both."),
     stack: Optional[List[str]] = typer.Option(None, "--stack", help="Only this stack (encoder/decoder/cross); repeatable."),
-    demo: bool = typer.Option(False, "--demo", help="Score the bundled all-MiniLM-L6-v2 (needs attnscope[demo])."),
+    demo: bool = typer.Option(False, "--demo", help="Score the bundled all-MiniLM-L6-v2 (needs attnscope\\[demo])."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Survey a zoo group of models into --out DIR."),
     executor: str = typer.Option("local", "--executor", help="Zoo survey executor: local, inline or slurm."),
     workers: int = typer.Option(2, "--workers", help="Zoo survey parallel workers."),

@@ -10,9 +10,16 @@ For one head, ``M_h = Q_h K_g^T`` (d x c, rows = query, columns = key) with ``Q_
     ||M||_F^2   = tr((Q^T Q)(K^T K))      row norms^2 = diag(Q (K^T K) Q^T)
     tr(M M)     = tr((K^T Q)^2)            col norms^2 = diag(K (Q^T Q) K^T)
 
-Matrix products run in float32 BLAS; every trace and norm is accumulated in float64. The explicit
+Matrix products run in float32 BLAS (the row/column quadratic forms too); traces are accumulated
+in float64. The explicit
 route (materialise M) is kept for layers whose rank is not below d, and as the slow reference
 (:func:`symmetry_ref`, :func:`directionality_ref`) the tests compare against.
+
+Threads: the factored kernel is many small BLAS calls (e x e outputs); a multithreaded BLAS spends
+more time synchronising than computing on them, catastrophically so on a busy machine (measured:
+15 ms vs 141 ms per Llama-3-8B head on 2 shared cores). :func:`head_stats` therefore runs its BLAS
+calls single-threaded (``ATTNSCOPE_KERNEL_THREADS`` overrides; parallelism belongs to layers and
+models, e.g. the zoo survey's workers). The explicit d x d product keeps the BLAS default.
 
 Conventions: a zero matrix has symmetry 0 and directionality 0 (no structure; its frobenius_norm
 of 0 tells it apart). Symmetry of a non-square form (cross-attention with d != c) is NaN.
@@ -20,7 +27,10 @@ of 0 tells it apart). Symmetry of a non-square form (cross-attention with d != c
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -74,31 +84,56 @@ def _check_factors(q: np.ndarray, k: np.ndarray) -> tuple[int, int, int]:
     return h, g, h // g
 
 
+@contextlib.contextmanager
+def kernel_threads() -> Iterator[None]:
+    """Limit BLAS to ``ATTNSCOPE_KERNEL_THREADS`` threads (default 1) inside the factored kernel."""
+    n = os.environ.get("ATTNSCOPE_KERNEL_THREADS", "1")
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+        yield
+        return
+    if n.strip().lower() in ("", "0", "default", "auto"):
+        yield
+        return
+    with threadpool_limits(limits=int(n), user_api="blas"):
+        yield
+
+
 def head_stats(q: np.ndarray, k: np.ndarray) -> FormStats:
     """Per-head statistics of ``M_h = q[h] @ k[h // (h/g)].T``, factored (no d x c matrix).
 
     q [h, d, e], k [g, c, e] float32 -> FormStats with n = h. K^T K is computed once per kv group.
     """
+    with kernel_threads():
+        return _head_stats(q, k)
+
+
+def _head_stats(q: np.ndarray, k: np.ndarray) -> FormStats:
     q, k = _as_f32(q), _as_f32(k)
     h, g, r = _check_factors(q, k)
     _, d, e = q.shape
     c = k.shape[1]
-    qg = q.reshape(g, r, d, e)  # [g, r, d, e] (query heads grouped by their kv head)
-    qt, kt = qg.swapaxes(-1, -2), k.swapaxes(-1, -2)
-    a = np.matmul(qt, qg)  # [g, r, e, e]  Q_h^T Q_h
-    b = np.matmul(kt, k)  # [g, e, e]     K_g^T K_g, shared by the group
+    # Work on the transposed factors P = Q^T [e, d], L = K^T [e, c]: for nn.Linear weights this is
+    # the stored row-major layout, so every elementwise pass below runs along contiguous memory.
+    p = np.ascontiguousarray(q.swapaxes(1, 2)).reshape(g, r, e, d)  # [g, r, e, d]
+    lk = np.ascontiguousarray(k.swapaxes(1, 2))  # [g, e, c]
+    a = np.matmul(p, p.swapaxes(-1, -2))  # [g, r, e, e]  A_h = Q_h^T Q_h
+    b = np.matmul(lk, lk.swapaxes(-1, -2))  # [g, e, e]     B_g = K_g^T K_g, shared by the group
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     frob2 = np.einsum("grij,gij->gr", a64, b64).reshape(h)  # tr(A B), A and B symmetric
-    if d == c:
-        x64 = np.matmul(kt[:, None], qg).astype(np.float64)  # [g, r, e, e]  X = K_g^T Q_h
-        trace_mm = np.einsum("grij,grji->gr", x64, x64).reshape(h)  # tr(X X)
+    if d == c:  # X_h = K_g^T Q_h, one (e x d)(d x r e) product per group
+        x = np.matmul(lk, p.reshape(g, r * e, d).swapaxes(-1, -2)).reshape(g, e, r, e)  # [g, e, r, e]
+        x64 = x.astype(np.float64)
+        trace_mm = np.einsum("girj,gjri->gr", x64, x64).reshape(h)  # tr(X_h X_h)
     else:
         trace_mm = np.full(h, np.nan)
-    qb = np.matmul(qg, b[:, None])  # [g, r, d, e]  Q_h B_g
-    rows2 = np.einsum("grde,grde->grd", qb, qg, dtype=np.float64).reshape(h, d)
-    ka = np.matmul(k[:, None], a)  # [g, r, c, e]  K_g A_h
-    cols2 = np.einsum("grce,gce->grc", ka, k, dtype=np.float64).reshape(h, c)
-    return FormStats(frob2, trace_mm, _sqrt0(rows2), _sqrt0(cols2))
+    bp = np.matmul(b[:, None], p)  # [g, r, e, d]  B_g Q_h^T
+    rows2 = np.einsum("gred,gred->grd", bp, p).reshape(h, d)  # diag(Q_h B_g Q_h^T)
+    del bp
+    al = np.matmul(a.reshape(g, r * e, e), lk).reshape(g, r, e, c)  # [g, r, e, c]  A_h K_g^T
+    cols2 = np.einsum("grec,gec->grc", al, lk).reshape(h, c)  # diag(K_g A_h K_g^T)
+    return FormStats(frob2, trace_mm, _sqrt0(rows2.astype(np.float64)), _sqrt0(cols2.astype(np.float64)))
 
 
 def layer_factors(q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
