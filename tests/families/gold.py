@@ -8,6 +8,9 @@ Three capture routes, chosen per case:
 * ``interface``: a custom attention function registered with transformers' AttentionInterface
   receives the real ``query [b, h, i, e]`` and ``key [b, g, j, e]`` (before repeat_kv);
 * ``attn_method``: the attention module's ``_attn(query, key, ...)`` method is wrapped (older files);
+* ``matmul``: the first 4-d ``torch.matmul(query, key^T)`` inside the attention module's forward
+  (modeling code that splits a fused projection itself, e.g. DeBERTa v1);
+* ``mha``: torch's ``multi_head_attention_forward`` (WavLM) projects x with the q/k weights itself;
 * ``proj``: the q/k projection outputs are split per head as ``view(b, t, h, e)`` (only for separate
   nn.Linear projections whose modeling code does exactly that).
 
@@ -36,7 +39,7 @@ class Case:
     q_in: str  # child of the attention module whose input is x (query side); "a|b" = alternatives
     k_in: str  # child whose input is x' (key side); "" = the attention module itself
     inputs: Callable[[Any], dict[str, torch.Tensor]] = field(default=lambda cfg: text_inputs(cfg))
-    capture: str = "interface"  # "interface" | "attn_method" | "proj" | "mha"
+    capture: str = "interface"  # "interface" | "attn_method" | "matmul" | "proj" | "mha"
     k_transposed: bool = False  # _attn receives key as [b, h, e, j] (openai-gpt)
     rope: bool = False  # run with position_ids = 0
     prescaled: bool = False  # the modeling code multiplies q by d_head**-0.5 before the attention call (Whisper)
@@ -63,6 +66,20 @@ def image_inputs(cfg: Any) -> dict[str, torch.Tensor]:
 def audio_inputs(cfg: Any) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(4)
     return {"input_values": torch.randn(2, 400, generator=g)}
+
+
+def speech_to_text_inputs(cfg: Any) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(6)
+    n_feat = cfg.input_feat_per_channel * cfg.input_channels
+    return {"input_features": torch.randn(2, 16, n_feat, generator=g),
+            "decoder_input_ids": torch.randint(3, cfg.vocab_size, (2, 5), generator=g)}
+
+
+def hidden_inputs(cfg: Any) -> dict[str, torch.Tensor]:
+    """SpeechT5 without pre-nets takes hidden states directly, on both sides."""
+    g = torch.Generator().manual_seed(7)
+    return {"input_values": torch.randn(2, 7, cfg.hidden_size, generator=g),
+            "decoder_input_values": torch.randn(2, 5, cfg.hidden_size, generator=g)}
 
 
 def whisper_inputs(cfg: Any) -> dict[str, torch.Tensor]:
@@ -106,6 +123,39 @@ def _heads_of(module: torch.nn.Module) -> int:
         if hasattr(module, attr):
             return int(getattr(module, attr))
     raise AttributeError(f"cannot tell the head count of {type(module).__name__}")
+
+
+def _first_matmul(module: torch.nn.Module, forward: Callable, sink: list) -> Callable:
+    """Wrap ``forward`` to record the first matmul it makes: the model's own (query, key^T).
+
+    4-d ``[b, h, i, e] @ [b, h, e, j]`` as is; 3-d ``bmm`` over ``[(b h), i, e]`` is unfolded with b
+    taken from the module's first input.
+    """
+    from torch.overrides import TorchFunctionMode
+
+    class FirstMatmul(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.args: tuple | None = None
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if self.args is None and func in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm):
+                if all(isinstance(a, torch.Tensor) and a.dim() in (3, 4) for a in args[:2]):
+                    self.args = (args[0].detach().clone(), args[1].detach().transpose(-1, -2).clone())
+            return func(*args, **(kwargs or {}))
+
+    def wrapped(*args, **kwargs):
+        with FirstMatmul() as mode:
+            out = forward(*args, **kwargs)
+        assert mode.args is not None, f"{type(module).__name__} made no matmul"
+        q, k = mode.args
+        if q.dim() == 3:
+            b = (args[0] if args else next(iter(kwargs.values()))).shape[0]
+            q, k = q.view(b, -1, *q.shape[1:]), k.view(b, -1, *k.shape[1:])
+        sink.append((module, q, k))
+        return out
+
+    return wrapped
 
 
 def _child(module: torch.nn.Module, spec: str) -> torch.nn.Module | None:
@@ -192,6 +242,8 @@ def run(case: Case, model: torch.nn.Module, cfg: Any) -> list[Call]:
                 return _orig(query, key, *a, **kw)
 
             m._attn = wrapped
+        if case.capture == "matmul":
+            m.forward = _first_matmul(m, m.forward, sink)
 
     inputs = case.inputs(cfg)
     if case.rope:

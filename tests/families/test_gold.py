@@ -12,7 +12,7 @@ import pytest
 from attnscope.families import get_family
 from attnscope.sources import DictSource
 
-from .gold import Case, audio_inputs, build, saved_tensors, image_inputs, model_logits, our_logits, run, seq2seq_inputs, whisper_inputs
+from .gold import Case, audio_inputs, build, hidden_inputs, saved_tensors, speech_to_text_inputs, image_inputs, model_logits, our_logits, run, seq2seq_inputs, whisper_inputs
 
 transformers = pytest.importorskip("transformers")
 
@@ -80,6 +80,8 @@ CASES = [
     Case("electra", _cfg("ElectraConfig", **TINY, embedding_size=16), "ElectraModel", BERT_ATTN, "query", "key"),
     Case("deberta-v2", _cfg("DebertaV2Config", **TINY, relative_attention=True, position_buckets=4),
          "DebertaV2Model", BERT_ATTN, "query_proj", "key_proj", capture="proj"),
+    Case("deberta", _cfg("DebertaConfig", **TINY), "DebertaModel", BERT_ATTN, "in_proj", "in_proj",
+         capture="matmul", prescaled=True),
     Case("distilbert", _cfg("DistilBertConfig", dim=32, n_layers=2, n_heads=4, hidden_dim=37, vocab_size=99),
          "DistilBertModel", {r"transformer\.layer\.(\d+)\.attention": "encoder"}, "q_lin", "k_lin"),
     Case("albert", _cfg("AlbertConfig", **TINY, embedding_size=16), "AlbertModel",
@@ -128,6 +130,16 @@ CASES = [
                          max_target_positions=16, pad_token_id=0, bos_token_id=1, eos_token_id=2,
                          decoder_start_token_id=1), "WhisperModel", SEQ2SEQ_ATTN, "q_proj", "k_proj",
          inputs=whisper_inputs, prescaled=True),
+    Case("speech_to_text", _cfg("Speech2TextConfig", **BART_TINY, input_feat_per_channel=8, max_source_positions=32,
+                                max_target_positions=32), "Speech2TextModel", SEQ2SEQ_ATTN, "q_proj", "k_proj",
+         inputs=speech_to_text_inputs),
+    Case("speecht5", _cfg("SpeechT5Config", vocab_size=99, hidden_size=32, encoder_layers=2, decoder_layers=3,
+                          encoder_attention_heads=4, decoder_attention_heads=2, encoder_ffn_dim=37,
+                          decoder_ffn_dim=37), "SpeechT5Model",
+         {r"wrapped_encoder\.layers\.(\d+)\.attention": "encoder",
+          r"wrapped_decoder\.layers\.(\d+)\.self_attn": "decoder",
+          r"wrapped_decoder\.layers\.(\d+)\.encoder_attn": "cross"}, "q_proj", "k_proj", inputs=hidden_inputs,
+         capture="matmul", prescaled=True),
     # vision and speech encoders
     _vision("ViTConfig"),
     _vision("DeiTConfig"),
@@ -138,6 +150,8 @@ CASES = [
     _speech("Wav2Vec2Config"),
     _speech("HubertConfig"),
     _speech("Data2VecAudioConfig"),
+    _speech("UniSpeechConfig"),
+    _speech("UniSpeechSatConfig"),
     Case("wavlm", _cfg("WavLMConfig", **AUDIO_TINY), "WavLMModel", SPEECH_ATTN, "", "", inputs=audio_inputs,
          capture="mha"),
 ]

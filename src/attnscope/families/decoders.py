@@ -45,7 +45,7 @@ SPECS = [
         (Stack("decoder", *fused("layers.{i}.attention.query_key_value.weight", "(h three e) d -> three h d e"), **_HF),),
         note="fused query_key_value rows interleaved per head (h three e); Pythia",
     ),
-    _llama_like("llama", "llama", note="also MobileLLM and other llama-architecture models"),
+    _llama_like("llama", "llama", "mobilellm", note="also MobileLLM (remote-code config, llama tensor names)"),
     _llama_like("mistral", "mistral", "mixtral"),
     _llama_like("qwen2", "qwen2", "qwen2_moe"),
     _llama_like("gemma", "gemma", "gemma2"),

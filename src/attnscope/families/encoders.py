@@ -1,4 +1,4 @@
-"""Family specs of bidirectional text encoders: BERT and its descendants, DeBERTa-v2, DistilBERT,
+"""Family specs of bidirectional text encoders: BERT and its descendants, DeBERTa (v1, v2), DistilBERT,
 ALBERT and ModernBERT. All score as the ``encoder`` stack.
 
 Einstein legend: h head, d model dim, e head dim, three the q|k|v axis of a fused projection.
@@ -23,6 +23,13 @@ SPECS = [
     _bert_like("electra", "electra"),
     _bert_like("deberta-v2", "deberta-v2", q="query_proj", k="key_proj",
                note="content-to-content form only; relative-position terms are not part of W_qk"),
+    DeclarativeSpec(
+        "deberta",
+        ("deberta",),
+        (Stack("encoder", *fused("encoder.layer.{i}.attention.self.in_proj.weight", "(h three e) d -> three h d e"),
+               **_HF),),
+        note="DeBERTa v1: fused in_proj rows interleaved per head (h three e)",
+    ),
     DeclarativeSpec(
         "distilbert",
         ("distilbert",),

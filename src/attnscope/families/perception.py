@@ -1,5 +1,5 @@
 """Family specs of vision and speech Transformer encoders (stack ``encoder``): ViT, DeiT, DINOv2,
-BEiT, ViT-MAE, Data2Vec-vision; HuBERT, Wav2Vec2, WavLM, Data2Vec-audio.
+BEiT, ViT-MAE, Data2Vec-vision; HuBERT, Wav2Vec2, WavLM, Data2Vec-audio, UniSpeech(-SAT).
 
 Einstein legend: h head, d model dim, e head dim.
 """
@@ -21,6 +21,7 @@ _SPEECH = (Stack("encoder", *separate("encoder.layers.{i}.attention.q_proj.weigh
 SPECS = [
     DeclarativeSpec("vit", ("vit", "deit", "dinov2", "vit_mae"), _VISION, note="ViT, DeiT, DINOv2, ViT-MAE"),
     DeclarativeSpec("beit", ("beit", "data2vec-vision"), _VISION, note="relative position bias not in W_qk"),
-    DeclarativeSpec("wav2vec2", ("wav2vec2", "hubert", "data2vec-audio"), _SPEECH, note="Wav2Vec2, HuBERT, Data2Vec-audio"),
+    DeclarativeSpec("wav2vec2", ("wav2vec2", "hubert", "data2vec-audio", "unispeech", "unispeech-sat"), _SPEECH,
+                    note="Wav2Vec2, HuBERT, Data2Vec-audio, UniSpeech(-SAT)"),
     DeclarativeSpec("wavlm", ("wavlm",), _SPEECH, note="gated relative position bias not in W_qk"),
 ]

@@ -1,4 +1,5 @@
-"""Family specs of encoder-decoder models: T5, BART/mBART/Marian/Pegasus and Whisper, each with three
+"""Family specs of encoder-decoder models: T5, BART/mBART/Marian/Pegasus, Whisper, Speech2Text and
+SpeechT5, each with three
 stacks: ``encoder`` (self-attention), ``decoder`` (causal self-attention) and ``cross``
 (decoder queries against encoder keys; a different object, scored separately).
 
@@ -27,16 +28,20 @@ def _t5_stacks() -> tuple[Stack, ...]:
     )
 
 
-def _bart_stacks() -> tuple[Stack, ...]:
+def _bart_stacks(encoder: str = "encoder.layers.{i}.self_attn", decoder: str = "decoder.layers.{i}",
+                 d_model: str = "d_model") -> tuple[Stack, ...]:
+    """BART-style names: ``q_proj``/``k_proj`` under the encoder's self-attention and the decoder's
+    ``self_attn`` (causal) and ``encoder_attn`` (cross)."""
+
     def qk(where: str) -> tuple:
         return separate(f"{where}.q_proj.weight", f"{where}.k_proj.weight")
 
-    enc = dict(n_layers=("encoder_layers",), n_heads=("encoder_attention_heads",), d_model=("d_model",))
-    dec = dict(n_layers=("decoder_layers",), n_heads=("decoder_attention_heads",), d_model=("d_model",))
+    enc = dict(n_layers=("encoder_layers",), n_heads=("encoder_attention_heads",), d_model=(d_model,))
+    dec = dict(n_layers=("decoder_layers",), n_heads=("decoder_attention_heads",), d_model=(d_model,))
     return (
-        Stack("encoder", *qk("encoder.layers.{i}.self_attn"), **enc),
-        Stack("decoder", *qk("decoder.layers.{i}.self_attn"), optional=True, **dec),
-        Stack("cross", *qk("decoder.layers.{i}.encoder_attn"), optional=True, **dec),
+        Stack("encoder", *qk(encoder), **enc),
+        Stack("decoder", *qk(f"{decoder}.self_attn"), optional=True, **dec),
+        Stack("cross", *qk(f"{decoder}.encoder_attn"), optional=True, **dec),
     )
 
 
@@ -45,4 +50,9 @@ SPECS = [
                     note="no 1/sqrt(d) scaling in the model; head dim from d_kv; relative bias not in W_qk"),
     DeclarativeSpec("bart", ("bart", "mbart", "marian", "pegasus"), _bart_stacks(), note="BART, mBART, Marian, Pegasus"),
     DeclarativeSpec("whisper", ("whisper",), _bart_stacks(), note="audio encoder + text decoder"),
+    DeclarativeSpec("speech_to_text", ("speech_to_text",), _bart_stacks(), note="S2T: speech encoder + text decoder"),
+    DeclarativeSpec("speecht5", ("speecht5",),
+                    _bart_stacks("encoder.wrapped_encoder.layers.{i}.attention", "decoder.wrapped_decoder.layers.{i}",
+                                 d_model="hidden_size"),
+                    note="the shared encoder/decoder of SpeechT5 (pre/post-nets carry no attention)"),
 ]
