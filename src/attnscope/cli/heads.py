@@ -207,3 +207,27 @@ def derive(
         import yaml
 
         typer.echo(yaml.safe_dump(pat.to_dict(), sort_keys=False), nl=False)
+
+
+@app.command("study")
+def study(
+    out: Path = typer.Argument(..., help="Study directory (runs, tables, figures); finished runs are reused."),
+    pattern: str = typer.Option("seed002", "--pattern", help="Sparse pattern of the sparse run (preset or spec file)."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Optimizer updates per model (default 250)."),
+    n_layers: Optional[int] = typer.Option(None, "--n-layers"),
+    d_model: Optional[int] = typer.Option(None, "--d-model"),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Context length (also the measured window length)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size"),
+    data: Optional[str] = typer.Option(None, "--data", help="Byte corpus (default builtin)."),
+    windows: int = typer.Option(10, "--windows", help="Held-out windows for the head metrics."),
+) -> None:
+    """Train a dense and a sparse byte decoder differing only in attention pattern; compare and cluster heads."""
+    from attnscope.heads.study import run_study
+
+    over = {k: v for k, v in dict(steps=steps, n_layers=n_layers, d_model=d_model, batch_size=batch_size, data=data).items() if v is not None}
+    if seq_len is not None:
+        over.update(seq_len=seq_len, max_seq_len=seq_len)
+    con = stderr_console()
+    res = run_study(out, pattern=pattern, windows=windows, train_overrides=over, log=lambda m: con.print(m))
+    con.print(res["summary"].to_string(index=False))
+    con.print(f"best k: {res['clusters'].best_k}; tables and figures in {out}")

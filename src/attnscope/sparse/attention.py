@@ -127,8 +127,9 @@ def _group_attention(
         t_pad = nb * B
         right = t_pad - t + (0 if causal else w)
         qb = F.pad(q, (0, 0, 0, t_pad - t)).view(b, g, nb, B, e)
-        kb = F.pad(k, (0, 0, w, right)).unfold(2, W, B).transpose(-1, -2)  # [b,g,n,c,e]
-        vb = F.pad(v, (0, 0, w, right)).unfold(2, W, B).transpose(-1, -2)  # [b,g,n,c,e]
+        # overlapping key windows, materialised once (matmul on the strided view would copy per block)
+        kb = F.pad(k, (0, 0, w, right)).unfold(2, W, B).transpose(-1, -2).contiguous()  # [b,g,n,c,e]
+        vb = F.pad(v, (0, 0, w, right)).unfold(2, W, B).transpose(-1, -2).contiguous()  # [b,g,n,c,e]
         sb = (qb @ kb.transpose(-1, -2)) * scale  # [b,g,n,a,c]
         parts.append(sb.reshape(b, g, t_pad, W)[:, :, :t])
         masks.append(plan["band_mask"])
@@ -153,7 +154,7 @@ def _group_attention(
         if dense_p is not None:
             dense_p = dense_p.scatter_add(-1, plan["band_idx"].expand(b, g, t, W), pb)
     if "keys" in plan:
-        ps = p[..., offset:]
+        ps = p[..., offset:].contiguous()  # a strided slice makes bmm fall back to per-matrix copies
         os_ = ps @ vs
         out = os_ if out is None else out + os_
         if dense_p is not None:

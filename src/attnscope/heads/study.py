@@ -1,0 +1,155 @@
+"""The dense-vs-sparse study: two byte-level decoders that differ ONLY in their attention pattern.
+
+Both runs share every training option (preset, overrides, data, optimiser, seed, steps); the sparse
+run adds ``attn_pattern``. Each run trains in its own subprocess (so its peak resident memory is
+its own: ``ru_maxrss``) through the training lab's trainer; then both final checkpoints are measured
+with :func:`attnscope.heads.maps.extract`, and their heads are clustered jointly.
+
+Outputs in ``out_dir``: ``dense/`` and ``sparse/`` run directories, ``summary.csv`` (bits per byte on
+the held-out split, tokens/s, peak RSS, params), ``heads_metrics.csv``, ``clusters.csv`` (+ silhouettes)
+and figures. Entry points: :func:`run_study` (Python) and ``attnscope heads study`` (CLI).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from attnscope.errors import AttnscopeError, InputError
+
+#: the scaled-down default: byte-12l's shape (pre-LN, 8 heads, causal, bytes) at a size a shared
+#: 2-core CPU trains in ~10 minutes per model
+DEFAULT_TRAIN = dict(
+    preset="byte-12l",
+    objective="clm",
+    data="builtin",
+    tokenizer="bytes",
+    n_layers=4,
+    d_model=128,
+    d_ff=512,
+    seq_len=256,
+    max_seq_len=256,
+    batch_size=16,
+    steps=250,
+    lr=1e-3,
+    weight_decay=0.1,
+    warmup=30,
+    schedule="cosine",
+    clip=1.0,
+    dropout=0.0,
+    seed=0,
+    score_every=100,
+    checkpoint_every=100,
+    eval_windows=16,
+    log_every=10,
+)
+
+
+def _train_one(options: dict[str, Any], summary_path: str) -> None:
+    """Subprocess body: train one run and record its summary plus peak RSS (MB)."""
+    import resource
+
+    from attnscope.tables import atomic_write_json
+    from attnscope.training.trainer import TrainConfig, train
+
+    cfg = TrainConfig.from_sources(None, **options)
+    summary = train(cfg)
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    summary["peak_rss_mb"] = peak_kb / 1024.0
+    atomic_write_json(summary_path, summary)
+
+
+def train_variant(out_dir: Path, variant: str, options: dict[str, Any], log=None) -> dict[str, Any]:
+    """Train one variant in a subprocess (skipped if its summary exists); returns its summary."""
+    summary_path = out_dir / f"{variant}_train_summary.json"
+    if summary_path.is_file():
+        return json.loads(summary_path.read_text())
+    opts = dict(options, out=str(out_dir / variant), progress=False)
+    cmd = [sys.executable, "-m", "attnscope.heads.study", json.dumps(opts), str(summary_path)]
+    with open(out_dir / f"{variant}_train.log", "w") as fh:
+        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=dict(os.environ))
+    if proc.returncode != 0 or not summary_path.is_file():
+        raise AttnscopeError(f"training the {variant} model failed; see {out_dir / f'{variant}_train.log'}")
+    return json.loads(summary_path.read_text())
+
+
+def run_study(
+    out_dir: str | Path,
+    pattern: str = "seed002",
+    windows: int = 10,
+    train_overrides: dict[str, Any] | None = None,
+    log=print,
+) -> dict[str, Any]:
+    """Train dense and sparse, measure and cluster their heads, write tables and figures."""
+    import pandas as pd
+
+    from attnscope.tables import write_table
+
+    from .cluster import cluster_heads
+    from .maps import extract
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    base = dict(DEFAULT_TRAIN, **(train_overrides or {}))
+    if base.get("attn_pattern"):
+        raise InputError("the study sets attn_pattern itself; pass --pattern")
+    variants = {"dense": dict(base), "sparse": dict(base, attn_pattern=pattern)}
+    rows, metrics, examples = [], [], {}
+    for name, opts in variants.items():
+        log(f"training {name} ...")
+        s = train_variant(out, name, opts)
+        bpb = s.get("eval_loss", float("nan")) / math.log(2)
+        rows.append(
+            {
+                "variant": name,
+                "attn_pattern": opts.get("attn_pattern") or "dense",
+                "params": s.get("params"),
+                "steps": s.get("steps"),
+                "tokens": s.get("tokens"),
+                "heldout_bits_per_byte": bpb,
+                "tokens_per_second": s.get("tokens_per_second"),
+                "train_seconds": s.get("train_seconds"),
+                "peak_rss_mb": s.get("peak_rss_mb"),
+            }
+        )
+        log(f"measuring heads of {name} ...")
+        res = extract(str(out / name), data=base["data"], windows=windows, length=base["seq_len"],
+                      batch_size=2, example_layers=tuple(range(base["n_layers"])), example_len=96)
+        df = res.metrics.copy()
+        df["model"] = name
+        metrics.append(df)
+        examples[name] = res.examples
+    summary = pd.DataFrame(rows)
+    write_table(summary, out / "summary.csv")
+    allm = pd.concat(metrics, ignore_index=True)
+    write_table(allm, out / "heads_metrics.csv")
+    n_heads = len(allm)
+    cl = cluster_heads(allm, k_min=2, k_max=min(8, n_heads - 1), method="both")
+    write_table(cl.labels, out / "clusters.csv")
+    write_table(cl.silhouette, out / "clusters_silhouette.csv")
+    _figures(out, allm, cl, examples)
+    return {"summary": summary, "metrics": allm, "clusters": cl}
+
+
+def _figures(out: Path, allm, cl, examples) -> None:
+    from attnscope.plots import heads as hp
+
+    figs = out / "figures"
+    figs.mkdir(exist_ok=True)
+    for name, sub in allm.groupby("model"):
+        hp.metric_heatmaps(sub, title=f"{name} model: per-head metrics", path=figs / f"{name}_heatmaps.png")
+        hp.example_maps(examples[name], title=f"{name} model: attention maps (window 0, first 96 bytes)", path=figs / f"{name}_maps.png")
+    hp.metric_scatter(allm, hue="model", path=figs / "scatter.png")
+    hp.silhouette_curve(cl.silhouette, path=figs / "silhouette.png")
+    for m, k in cl.best_k.items():
+        best = cl.labels[(cl.labels["method"] == m) & (cl.labels["k"] == k)]
+        hp.cluster_map(best, title=f"{m}, k = {k} (best silhouette; clustered jointly)", path=figs / f"clusters_{m}.png")
+
+
+if __name__ == "__main__":  # the training subprocess of train_variant
+    _train_one(json.loads(sys.argv[1]), sys.argv[2])
