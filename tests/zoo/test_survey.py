@@ -107,3 +107,34 @@ def test_slurm_executor(fake_zoo, tmp_path, slurm_cluster):
     again = run_zoo("fake-text", tmp_path, zoo_file=fake_zoo, executor="slurm", progress=False,
                     slurm={"partition": slurm_cluster["partition"], "time_min": 10})
     assert sorted(again.attrs["summary"].skipped) == GOOD[:2]
+
+
+def test_group_spec_can_name_a_registry_file(fake_zoo, tmp_path):
+    from attnscope.errors import InputError
+    from attnscope.zoo.survey import split_group_spec
+
+    assert split_group_spec(str(fake_zoo), None) == (None, str(fake_zoo))
+    assert split_group_spec(f"{fake_zoo}:fake-text", None) == ("fake-text", str(fake_zoo))
+    assert split_group_spec("paper-all", None) == ("paper-all", None)
+    with pytest.raises(InputError, match="no such zoo file"):
+        split_group_spec(str(tmp_path / "missing.yaml"), None)
+    df = run_zoo(f"{fake_zoo}:fake-text", tmp_path / "o", executor="inline", progress=False)
+    assert sorted(df["model"].unique()) == GOOD[:2]
+
+
+def test_cli_zoo_survey_end_to_end(fake_zoo, tmp_path):
+    """`attnscope geometry --zoo FILE.yaml:GROUP --out DIR` then `attnscope geometry plot DIR`."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "cli"
+    p = subprocess.run([sys.executable, "-m", "attnscope", "geometry", "--zoo", f"{fake_zoo}:fake", "--out", str(out),
+                        "--executor", "inline", "--json"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)
+    assert sorted({r["model"] for r in rows}) == GOOD
+    assert (out / "merged.parquet").is_file() and BAD in (out / "failures.json").read_text()
+    p = subprocess.run([sys.executable, "-m", "attnscope", "geometry", "plot", str(out), "--out", str(out / "fig")],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert (out / "fig" / "survey_scores.png").is_file() and (out / "fig" / "survey_table.md").is_file()

@@ -45,6 +45,18 @@ def _payload(e: ZooEntry, k: float, stacks: tuple[str, ...] | None) -> dict[str,
             "params": e.params}
 
 
+def split_group_spec(group: str | None, zoo_file: str | Path | None) -> tuple[str | None, str | Path | None]:
+    """``FILE.yaml`` or ``FILE.yaml:GROUP`` given as the group selects a registry file (so the CLI's
+    ``--zoo my-zoo.yaml`` works); anything else is a group name of ``zoo_file`` / the packaged registry."""
+    if group and zoo_file is None:
+        path, sep, sub = group.rpartition(":") if not group.endswith((".yaml", ".yml")) else (group, "", "")
+        if path.endswith((".yaml", ".yml")):
+            if not Path(path).expanduser().is_file():
+                raise InputError(f"no such zoo file: {path}")
+            return (sub or None), path
+    return group, zoo_file
+
+
 def run_zoo(
     group: str | None,
     out_dir: str | Path,
@@ -59,6 +71,8 @@ def run_zoo(
 ) -> "pd.DataFrame":
     """Score every model of ``group`` (from ``zoo_file`` or the packaged registry) into ``out_dir``.
 
+    ``group`` may also be ``FILE.yaml`` (every model of that file) or ``FILE.yaml:GROUP``.
+
     Returns the merged table of all finished models (also written to ``out_dir/merged.parquet``
     and ``.csv``). ``df.attrs["summary"]`` holds the :class:`attnscope.runs.RunSummary` of this
     run and ``df.attrs["failures"]`` the {id: one-line error} of the models that failed.
@@ -67,6 +81,7 @@ def run_zoo(
 
     if k <= 0:
         raise InputError(f"k must be positive, not {k}")
+    group, zoo_file = split_group_spec(group, zoo_file)
     entries = select(group, zoo_file)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
