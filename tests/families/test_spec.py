@@ -232,3 +232,14 @@ def test_real_minilm_checkpoint(minilm_dir) -> None:
     assert [f.layer for f in factors] == list(range(6))
     assert all(f.stack == "encoder" and f.q.shape == (12, 384, 32) and f.k.shape == (12, 384, 32) for f in factors)
     assert all(np.isfinite(f.q).all() and np.abs(f.q).max() > 0 for f in factors)
+
+
+def test_docs_list_every_model_type() -> None:
+    from pathlib import Path
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "families.md"
+    if not doc.exists():
+        pytest.skip("docs not shipped with this checkout")
+    text = doc.read_text()
+    missing = [mt for spec in _our_specs() for mt in spec.model_types if f"`{mt}`" not in text]
+    assert missing == []
