@@ -166,3 +166,24 @@ def test_real_process_exit_code(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().count("\n") == 0 and "no such file or directory" in proc.stderr
+
+
+def test_zoo_wiring_inline(monkeypatch, capsys, tiny_llama_dirs, tmp_path):
+    """--zoo runs attnscope.zoo.survey.run_zoo (a one-model zoo file pointing at a local directory)."""
+    pytest.importorskip("attnscope.zoo.survey")
+    zoo = tmp_path / "tiny.yaml"
+    zoo.write_text(
+        "models:\n- id: test/tiny-llama\n  source: " + str(tiny_llama_dirs["single"]) + "\n"
+        "  family: llama\n  modality: text\n  type: decoder\n  params: 1000\n  groups: [tiny]\n"
+    )
+    out = tmp_path / "survey"
+    code, stdout, err = run(monkeypatch, capsys, "--zoo", f"{zoo}:tiny", "--out", out, "--executor", "inline", "--json")
+    assert code == 0, err
+    recs = json.loads(stdout)
+    assert len(recs) == 10 and {r["model"] for r in recs} == {"test/tiny-llama"}
+    assert (out / "merged.csv").is_file()
+
+
+def test_zoo_needs_out_dir(monkeypatch, capsys):
+    code, out, err = run(monkeypatch, capsys, "--zoo", "paper-all")
+    assert_one_line_error(code, out, err, "--zoo needs --out")

@@ -74,7 +74,7 @@ def score_cmd(
 ) -> None:
     """Score models (SOURCE = HF directory, weights file or hub id); print a summary, write tables and figures."""
     if zoo is not None:
-        _run_zoo(zoo, out, executor, workers, k, slurm_partition, slurm_time, slurm_mem, json_out)
+        _run_zoo(zoo, out, executor, workers, k, stack, slurm_partition, slurm_time, slurm_mem, json_out)
         return
     levels = _levels(level)
     specs: list[tuple[str, str | None]] = [(s, None) for s in (sources or [])]
@@ -186,7 +186,7 @@ def print_summary(df: "pd.DataFrame") -> None:
 
 
 def _run_zoo(
-    group: str, out: Optional[Path], executor: str, workers: int, k: float,
+    group: str, out: Optional[Path], executor: str, workers: int, k: float, stacks: Optional[List[str]],
     partition: Optional[str], time_min: Optional[int], mem_gb: Optional[float], json_out: bool,
 ) -> None:  # fmt: skip
     if out is None:
@@ -202,7 +202,10 @@ def _run_zoo(
     slurm = None
     if executor == "slurm" or any(v is not None for v in (partition, time_min, mem_gb)):
         slurm = {key: val for key, val in (("partition", partition), ("time_min", time_min), ("mem_gb", mem_gb)) if val is not None}
-    df = run_zoo(group, out, executor=executor, workers=workers, k=k, slurm=slurm, progress=not json_out)
+    kwargs = {"stacks": tuple(stacks)} if stacks else {}
+    df = run_zoo(group, out, executor=executor, workers=workers, k=k, slurm=slurm, progress=not json_out, **kwargs)
+    for model_id, msg in (getattr(df, "attrs", {}).get("failures") or {}).items():
+        print(f"attnscope: warning: {model_id} failed: {msg}", file=sys.stderr)
     if json_out:
         from attnscope.tables import records_to_json
 
