@@ -55,6 +55,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--heads", type=int, default=8, help="query heads per call (kv heads = heads / 4)")
+    ap.add_argument("--md", type=str, default=None, help="append the markdown section to this file")
     args = ap.parse_args()
 
     from attnscope.geometry.kernels import head_stats
@@ -98,7 +99,16 @@ def main() -> None:
     ]
     for name, t in best.items():
         lines.append(f"| {name} | {t * 1e3:.1f} | {t / best['ours']:.1f}x |")
-    print("\n".join(lines))
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.md:
+        from pathlib import Path
+
+        from attnscope.tables import atomic_write_text
+
+        path = Path(args.md)
+        old = path.read_text() if path.is_file() else ""
+        atomic_write_text(path, old + ("\n" if old else "") + text)
 
 
 if __name__ == "__main__":

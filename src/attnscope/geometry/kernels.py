@@ -105,6 +105,8 @@ def head_stats(q: np.ndarray, k: np.ndarray) -> FormStats:
 
     q [h, d, e], k [g, c, e] float32 -> FormStats with n = h. K^T K is computed once per kv group.
     """
+    if q.shape[-1] > 256:  # large inner products (a layer form) are worth BLAS threads
+        return _head_stats(q, k)
     with kernel_threads():
         return _head_stats(q, k)
 
@@ -156,13 +158,15 @@ def layer_factors(q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 def layer_stats(q: np.ndarray, k: np.ndarray, *, method: str = "auto") -> FormStats:
     """Statistics of the layer form ``M_L = sum_h M_h`` (n = 1).
 
-    method "auto": factored when the inner dimension g*e is below min(d, c), explicit d x c product
-    otherwise; "factored" or "explicit" force a route (both are exact; tests check they agree).
+    method "auto": factored when the inner dimension r = g*e is at most min(d, c) / 5, one explicit
+    d x c product otherwise (the factored route costs ~10 d r^2 flops, the explicit one ~2 d^2 r, so
+    "rank below d" alone is not enough to win); "factored" or "explicit" force a route (both exact,
+    the tests check they agree).
     """
     qs, ks = layer_factors(q, k)
     rank = qs.shape[1]
     if method == "auto":
-        method = "factored" if rank < min(qs.shape[0], ks.shape[0]) else "explicit"
+        method = "factored" if 5 * rank <= min(qs.shape[0], ks.shape[0]) else "explicit"
     if method == "factored":
         return head_stats(qs[None], ks[None])
     if method == "explicit":
