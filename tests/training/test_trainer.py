@@ -18,7 +18,8 @@ import torch
 from attnscope.errors import ConfigError, FormatError, InputError
 from attnscope.training.trainer import TrainConfig, list_checkpoints, lr_at, train
 
-TINY = dict(n_layers=2, n_heads=4, d_model=32, d_ff=64, batch_size=4, seq_len=32, eval_windows=8, progress=False)
+TINY = dict(n_layers=2, n_heads=4, d_model=32, d_ff=64, batch_size=4, seq_len=32, eval_windows=8, progress=False,
+            threads=1)
 
 
 def run(tmp_path: Path, name: str = "run", **kw) -> tuple[Path, dict]:
@@ -32,8 +33,27 @@ def metrics(run_dir: Path) -> list[dict]:
 
 
 def cli(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProcess:
+    """The real CLI in a subprocess (used where a process must be killed)."""
     return subprocess.run([sys.executable, "-m", "attnscope", *args], capture_output=True, text=True,
                           env={**os.environ, **(env or {})}, timeout=300, **kw)
+
+
+@pytest.fixture
+def cli_inproc(capsys, monkeypatch):
+    """The CLI entry point in this process: returns (exit code, stdout, stderr)."""
+    from attnscope.cli import main
+
+    def call(*args: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["attnscope", *args])
+        code = 0
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code or 0
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return call
 
 
 @pytest.mark.parametrize("objective, stack", [("mlm", "encoder"), ("clm", "decoder")])
@@ -91,35 +111,36 @@ def _params(ckpt: Path) -> dict[str, torch.Tensor]:
     return load_file(str(ckpt / "model.safetensors"))
 
 
-def test_resume_after_sigkill_reaches_the_same_weights(tmp_path):
-    """Run the CLI, SIGKILL it after its first checkpoint, resume, compare with an uninterrupted run."""
+def test_resume_after_sigkill_reaches_the_same_weights(tmp_path, cli_inproc):
+    """SIGKILL the CLI after its first checkpoint, resume, compare with an uninterrupted run."""
     args = ["train", "--objective", "mlm", "--n-layers", "2", "--n-heads", "4", "--d-model", "32", "--d-ff", "64",
-            "--steps", "12", "--batch-size", "4", "--seq-len", "32", "--checkpoint-every", "4", "--score-every", "4",
-            "--log-every", "2", "--warmup", "3", "--seed", "7", "--no-progress", "--grad-accum", "2"]
+            "--steps", "8", "--batch-size", "4", "--seq-len", "32", "--checkpoint-every", "3", "--score-every", "4",
+            "--log-every", "2", "--warmup", "3", "--seed", "7", "--no-progress", "--grad-accum", "2",
+            "--eval-windows", "8", "--threads", "1"]
     full = tmp_path / "full"
-    done = cli(*args, "--out", str(full))
-    assert done.returncode == 0, done.stderr
+    code, _, err = cli_inproc(*args, "--out", str(full))
+    assert code == 0, err
 
     killed = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, "-m", "attnscope", *args, "--out", str(killed)],
-                            env={**os.environ, "ATTNSCOPE_STEP_DELAY": "0.3"},
+                            env={**os.environ, "ATTNSCOPE_STEP_DELAY": "0.25"},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 240
-        while not (killed / "checkpoints" / "step-4").is_dir():
+        while not (killed / "checkpoints" / "step-3").is_dir():
             assert proc.poll() is None, "run ended before it could be killed"
             assert time.time() < deadline
-            time.sleep(0.05)
+            time.sleep(0.02)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
         if proc.poll() is None:
             proc.kill()
     steps = [s for s, _ in list_checkpoints(killed)]
-    assert steps and max(steps) < 12
-    resumed = cli(*args, "--out", str(killed), "--resume")
-    assert resumed.returncode == 0, resumed.stderr
-    a, b = _params(full / "checkpoints" / "step-12"), _params(killed / "checkpoints" / "step-12")
+    assert steps and max(steps) < 8
+    code, _, err = cli_inproc(*args, "--out", str(killed), "--resume")
+    assert code == 0, err
+    a, b = _params(full / "checkpoints" / "step-8"), _params(killed / "checkpoints" / "step-8")
     assert a.keys() == b.keys()
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=0)
@@ -146,15 +167,15 @@ def test_a_crash_mid_checkpoint_leaves_the_last_good_one(tmp_path, monkeypatch):
         assert torch.equal(good[k], after[k])
 
 
-def test_corrupt_checkpoint_on_resume_is_one_line(tmp_path):
+def test_corrupt_checkpoint_on_resume_is_one_line(tmp_path, cli_inproc):
     run_dir, _ = run(tmp_path, steps=2, checkpoint_every=2)
     (run_dir / "checkpoints" / "step-2" / "trainer_state.pt").write_bytes(b"garbage")
     with pytest.raises(FormatError, match="step-2 is corrupt"):
         run(tmp_path, steps=4, checkpoint_every=2, resume=True)
-    r = cli("train", "--out", str(run_dir), "--resume", "--steps", "4", "--n-layers", "2", "--n-heads", "4",
-            "--d-model", "32", "--d-ff", "64", "--batch-size", "4", "--seq-len", "32", "--eval-windows", "8",
-            "--checkpoint-every", "2", "--no-progress")
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "corrupt" in r.stderr
+    code, _, err = cli_inproc("train", "--out", str(run_dir), "--resume", "--steps", "4", "--n-layers", "2",
+                              "--n-heads", "4", "--d-model", "32", "--d-ff", "64", "--batch-size", "4",
+                              "--seq-len", "32", "--eval-windows", "8", "--checkpoint-every", "2", "--no-progress")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "corrupt" in err
 
 
 @pytest.mark.parametrize(
@@ -169,12 +190,13 @@ def test_corrupt_checkpoint_on_resume_is_one_line(tmp_path):
         (["--seq-len", "4096"], "max_seq_len"),
     ],
 )
-def test_bad_input_is_one_line_exit_2(tmp_path, minilm_dir, args, msg):
+def test_bad_input_is_one_line_exit_2(tmp_path, minilm_dir, cli_inproc, args, msg):
     args = [str(minilm_dir) if a == "MINILM" else a for a in args]
-    r = cli("train", "--steps", "1", "--out", str(tmp_path / "r"), "--no-progress", *args)
-    assert r.returncode == 2, r.stderr
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and msg in lines[0], r.stderr
+    code, _, err = cli_inproc("train", "--steps", "1", "--out", str(tmp_path / "r"), "--no-progress", *args)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and msg in lines[0], err
+    assert not (tmp_path / "r" / "metrics.jsonl").exists()
 
 
 def test_empty_corpus_and_existing_run(tmp_path):
@@ -191,21 +213,21 @@ def test_empty_corpus_and_existing_run(tmp_path):
         run(tmp_path, name="done", steps=2, resume=True, seed=99)
 
 
-def test_yaml_config_and_flag_precedence(tmp_path, minilm_dir):
+def test_yaml_config_and_flag_precedence(tmp_path, cli_inproc):
     (tmp_path / "c.yaml").write_text(
         f"objective: clm\nn-layers: 1\nn_heads: 2\nd_model: 32\nd_ff: 64\nsteps: 3\nbatch_size: 2\nseq_len: 16\n"
-        f"tokenizer: {minilm_dir}\nscore_every: 3\nlr: 0.001\n"
+        "tokenizer: bytes\nscore_every: 3\nlr: 0.001\neval_windows: 4\n"
     )
-    r = cli("train", "--config", str(tmp_path / "c.yaml"), "--steps", "2", "--out", str(tmp_path / "y"),
-            "--no-progress", "--json")
-    assert r.returncode == 0, r.stderr
-    summary = json.loads(r.stdout)
+    code, out, err = cli_inproc("train", "--config", str(tmp_path / "c.yaml"), "--steps", "2",
+                                "--out", str(tmp_path / "y"), "--no-progress", "--json")
+    assert code == 0, err
+    summary = json.loads(out)
     assert summary["steps"] == 2 and summary["objective"] == "clm"
     conf = json.loads((tmp_path / "y" / "run.json").read_text())
-    assert conf["model"]["n_layers"] == 1 and conf["model"]["vocab_size"] == 30522 and conf["lr"] == 0.001
+    assert conf["model"]["n_layers"] == 1 and conf["model"]["vocab_size"] == 256 and conf["lr"] == 0.001
     (tmp_path / "bad.yaml").write_text("stepz: 3\n")
-    r = cli("train", "--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "z"))
-    assert r.returncode == 2 and "unknown training option(s): stepz" in r.stderr
+    code, _, err = cli_inproc("train", "--config", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "z"))
+    assert code == 2 and "unknown training option(s): stepz" in err
 
 
 def test_trained_wordpiece_tokenizer_and_mlm_mask_id(tmp_path):

@@ -49,6 +49,7 @@ def train(
     tie_qk: bool = typer.Option(False, "--tie-qk", help="Keep W_q = W_k for all of training."),
     bf16: bool = typer.Option(False, "--bf16", help="bf16 autocast."),
     device: Optional[str] = typer.Option(None, help="cpu (default) or cuda[:N]."),
+    threads: Optional[int] = typer.Option(None, help="torch CPU threads (1 is fastest on a shared machine)."),
     wandb: Optional[str] = typer.Option(None, help="Also log to this Weights & Biases project."),
     tensorboard: bool = typer.Option(False, "--tensorboard", help="Also log to TensorBoard (RUN_DIR/tensorboard)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bar."),

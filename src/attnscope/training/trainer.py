@@ -40,7 +40,7 @@ MODEL_OVERRIDES = (
     "dropout", "pos", "norm", "attn_pattern",
 )
 #: options that may differ between a run and its --resume (everything else must match)
-RESUME_FREE = ("resume", "progress", "steps", "out", "wandb", "tensorboard", "config")
+RESUME_FREE = ("resume", "progress", "steps", "out", "wandb", "tensorboard", "config", "threads")
 STEP_DIR = re.compile(r"^step-(\d+)$")
 
 
@@ -76,6 +76,7 @@ class TrainConfig:
     resume: bool = False
     progress: bool = True
     device: str = "cpu"
+    threads: int | None = None  # torch CPU threads (None: torch's default); 1 is best on a busy machine
     wandb: str | None = None  # a W&B project name
     tensorboard: bool = False
     # model overrides (None: the preset's value)
@@ -391,6 +392,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     from .objectives import IGNORE, lm_loss, make_batch, window_length
 
     cfg.validate()
+    if cfg.threads:
+        torch.set_num_threads(int(cfg.threads))
     dist_info = init_distributed(cfg.device)
     run_dir = Path(cfg.out)
     existing = list_checkpoints(run_dir)
