@@ -147,3 +147,20 @@ def test_minilm_real_model(minilm_dir):
     # a trained BERT-style encoder: clearly symmetric W_qk (the paper's BERT range is +0.26 ... +0.77)
     assert 0.2 < s["symmetry_median"] < 0.9
     assert -1.0 <= s["directionality_median"] <= 1.0
+
+
+def test_weight_source_object_and_wqk_block(tiny_llama, tiny_llama_dirs):
+    """A live model's state dict (DictSource) scores like its files; wqk_block is the explicit M_L."""
+    from attnscope.geometry import wqk_block
+    from attnscope.sources import DictSource
+
+    src = DictSource.from_module(tiny_llama, tiny_llama.config.to_dict(), name="live")
+    live = score(src)
+    disk = score(str(tiny_llama_dirs["single"]))
+    np.testing.assert_allclose(live["symmetry"], disk["symmetry"], atol=1e-12)
+    assert set(live["model"]) == {"live"}
+    ref = llama_reference(tiny_llama)
+    block = wqk_block(src, layer=1, n=20)
+    np.testing.assert_allclose(block, ref[(1, None)][:20, :20], rtol=1e-4, atol=1e-5)
+    with pytest.raises(InputError, match="out of range"):
+        wqk_block(src, layer=5)
