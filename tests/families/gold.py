@@ -8,6 +8,8 @@ Three capture routes, chosen per case:
 * ``interface``: a custom attention function registered with transformers' AttentionInterface
   receives the real ``query [b, h, i, e]`` and ``key [b, g, j, e]`` (before repeat_kv);
 * ``attn_method``: the attention module's ``_attn(query, key, ...)`` method is wrapped (older files);
+* ``split:<method>``: the module's own head-splitting method (returning q, k, v as [b, h, t, e]) is
+  wrapped and its outputs recorded (BLOOM's ``_reshape``);
 * ``matmul``: the first 4-d ``torch.matmul(query, key^T)`` inside the attention module's forward
   (modeling code that splits a fused projection itself, e.g. DeBERTa v1);
 * ``mha``: torch's ``multi_head_attention_forward`` (WavLM) projects x with the q/k weights itself;
@@ -39,7 +41,7 @@ class Case:
     q_in: str  # child of the attention module whose input is x (query side); "a|b" = alternatives
     k_in: str  # child whose input is x' (key side); "" = the attention module itself
     inputs: Callable[[Any], dict[str, torch.Tensor]] = field(default=lambda cfg: text_inputs(cfg))
-    capture: str = "interface"  # "interface" | "attn_method" | "matmul" | "proj" | "mha"
+    capture: str = "interface"  # "interface" | "attn_method" | "split:<method>" | "matmul" | "proj" | "mha"
     k_transposed: bool = False  # _attn receives key as [b, h, e, j] (openai-gpt)
     rope: bool = False  # run with position_ids = 0
     prescaled: bool = False  # the modeling code multiplies q by d_head**-0.5 before the attention call (Whisper)
@@ -242,6 +244,16 @@ def run(case: Case, model: torch.nn.Module, cfg: Any) -> list[Call]:
                 return _orig(query, key, *a, **kw)
 
             m._attn = wrapped
+        if case.capture.startswith("split:"):
+            method = case.capture.split(":", 1)[1]
+            orig_split = getattr(m, method)
+
+            def split(*a, _orig=orig_split, _m=m, **kw):
+                out = _orig(*a, **kw)
+                sink.append((_m, out[0].detach().clone(), out[1].detach().clone()))
+                return out
+
+            setattr(m, method, split)
         if case.capture == "matmul":
             m.forward = _first_matmul(m, m.forward, sink)
 

@@ -180,6 +180,15 @@ def test_missing_or_nonsense_config_keys_are_config_errors() -> None:
             list(get_family(bad).iter_factors(DictSource(tensors, bad)))
 
 
+@pytest.mark.parametrize("cfg", [{"model_type": "stablelm", "qk_layernorm": True},
+                                 {"model_type": "cohere", "use_qk_norm": True},
+                                 {"model_type": "phi", "qk_layernorm": True}])
+def test_qk_norm_variants_are_refused(cfg: dict) -> None:
+    cfg = {**cfg, "hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 4}
+    with pytest.raises(UnsupportedError, match="normalises q and k"):
+        get_family(cfg).stacks(cfg)
+
+
 def test_unsupported_model_type_names_the_supported_ones() -> None:
     with pytest.raises(UnsupportedError) as err:
         get_family({"model_type": "no-such-model"})

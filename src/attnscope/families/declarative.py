@@ -73,6 +73,8 @@ class Stack:
     d_model_kv: ConfigKeys = ()  # empty: d_model (cross-attention keys may live in another width)
     #: skipped when the source holds none of its tensors (an encoder-only export of a seq2seq model)
     optional: bool = False
+    #: config flags that make the logits non-bilinear in x (e.g. a per-head norm on q and k): refused
+    refuse_if: tuple[str, ...] = ()
 
 
 def _config_int(config: dict[str, Any], keys: ConfigKeys, what: str, model_type: str) -> int | None:
@@ -193,6 +195,14 @@ class DeclarativeSpec(FamilySpec):
     # -- sizes ---------------------------------------------------------------------------------
     def stack_info(self, config: dict[str, Any], st: Stack) -> StackInfo:
         mt = str(config.get("model_type", self.name))
+        for flag in st.refuse_if:
+            if config.get(flag):
+                from attnscope.errors import UnsupportedError
+
+                raise UnsupportedError(
+                    f"{mt} with {flag}={config[flag]!r} normalises q and k per head, so its logits are not "
+                    "the bilinear form x W_q W_k^T x'^T; not supported (see docs/families.md)"
+                )
         n_layers = _required(config, st.n_layers, f"{st.stack} layer count", mt)
         n_heads = _required(config, st.n_heads, f"{st.stack} head count", mt)
         d_model = _required(config, st.d_model, "model width", mt)

@@ -1,5 +1,6 @@
 """Family specs of causal language models (stack ``decoder``): GPT-2 and its Conv1D kin, GPT-Neo,
-GPT-J, GPT-NeoX/Pythia, the LLaMA line (grouped-query attention), Phi and Phi-3.
+GPT-J, GPT-NeoX/Pythia, BLOOM, the LLaMA line (grouped-query attention: also Mistral, Qwen2, Gemma,
+OPT, StableLM, StarCoder2, Granite, OLMo, Cohere), Phi and Phi-3.
 
 Einstein legend: h head, d model dim, e head dim, three the q|k|v axis of a fused projection.
 """
@@ -17,8 +18,8 @@ _CONV1D_QKV = fused("h.{i}.attn.c_attn.weight", CONV1D.replace("(h e)", "(three 
 _LLAMA_QK = separate("layers.{i}.self_attn.q_proj.weight", "layers.{i}.self_attn.k_proj.weight")
 
 
-def _llama_like(name: str, *model_types: str, note: str = "") -> DeclarativeSpec:
-    return DeclarativeSpec(name, model_types, (Stack("decoder", *_LLAMA_QK, **_GQA),), note=note)
+def _llama_like(name: str, *model_types: str, note: str = "", refuse_if: tuple[str, ...] = ()) -> DeclarativeSpec:
+    return DeclarativeSpec(name, model_types, (Stack("decoder", *_LLAMA_QK, **_GQA, refuse_if=refuse_if),), note=note)
 
 
 SPECS = [
@@ -49,7 +50,20 @@ SPECS = [
     _llama_like("mistral", "mistral", "mixtral"),
     _llama_like("qwen2", "qwen2", "qwen2_moe"),
     _llama_like("gemma", "gemma", "gemma2"),
-    _llama_like("phi", "phi", note="Phi-1, Phi-1.5, Phi-2"),
+    _llama_like("phi", "phi", note="Phi-1, Phi-1.5, Phi-2", refuse_if=("qk_layernorm",)),
+    _llama_like("opt", "opt", note="OPT (decoder.layers...)"),
+    _llama_like("stablelm", "stablelm", refuse_if=("qk_layernorm",)),
+    _llama_like("starcoder2", "starcoder2"),
+    _llama_like("granite", "granite"),
+    _llama_like("olmo", "olmo", note="OLMo 1 (OLMo 2 has qk-norm: not supported)"),
+    _llama_like("cohere", "cohere", refuse_if=("use_qk_norm",)),
+    DeclarativeSpec(
+        "bloom",
+        ("bloom",),
+        (Stack("decoder", *fused("h.{i}.self_attention.query_key_value.weight", "(h three e) d -> three h d e"),
+               n_layers=("n_layer",), n_heads=("n_head",), d_model=("hidden_size",)),),
+        note="fused query_key_value rows interleaved per head (h three e); ALiBi not in W_qk",
+    ),
     DeclarativeSpec(
         "phi3",
         ("phi3",),
