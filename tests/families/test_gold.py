@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from attnscope.families import get_family
-from attnscope.sources import DictSource
+from attnscope.sources import DictSource, open_source
 
 from .gold import Case, audio_inputs, build, hidden_inputs, saved_tensors, speech_to_text_inputs, image_inputs, model_logits, our_logits, run, seq2seq_inputs, whisper_inputs
 
@@ -172,9 +172,11 @@ def test_factors_reproduce_model_logits(case: Case, tmp_path) -> None:
     model, cfg = build(case)
     config = cfg.to_dict()
     spec = get_family(config)
-    # the checkpoint as written to disk (what users score) ...
-    source = DictSource(saved_tensors(model, tmp_path), config, name=case.id)
-    factors = {(f.stack, f.layer): f for f in spec.iter_factors(source)}
+    # the checkpoint as save_pretrained writes it (config.json + safetensors: what users score) ...
+    model.save_pretrained(tmp_path)
+    with open_source(str(tmp_path)) as source:
+        assert get_family(source.config) is spec
+        factors = {(f.stack, f.layer): f for f in spec.iter_factors(source)}
     # ... and the live module's state dict (transformers may rename modules on load) give the same factors
     live = {(f.stack, f.layer): f for f in spec.iter_factors(DictSource.from_module(model, config))}
     assert live.keys() == factors.keys()
