@@ -246,15 +246,28 @@ def read_trainer_state(ckpt: Path) -> dict[str, Any]:
 
 
 def geometry_records(model, model_config, name: str) -> list[dict[str, Any]]:
-    """Per-head and per-layer score records of the live weights (same path as scoring a checkpoint)."""
-    from attnscope import geometry
+    """Per-head and per-layer score records of the live weights.
+
+    The same path as ``attnscope geometry CHECKPOINT``: the attnscope family spec reads q/k from the
+    exported state dict and :func:`attnscope.geometry.score_factors` scores each layer (no table is
+    built, which keeps logging cheap).
+    """
+    from attnscope.families import get_family
+    from attnscope.geometry import score_factors
+    from attnscope.geometry.score import RECORD_COLUMNS
     from attnscope.sources.base import DictSource
 
     from .model import export_state_dict, hf_config
 
-    source = DictSource(export_state_dict(model), hf_config(model_config), name=name)
-    df = geometry.score(source)
-    return [{k: _jsonable(v) for k, v in rec.items()} for rec in df.to_dict("records")]
+    config = hf_config(model_config)
+    source = DictSource(export_state_dict(model), config, name=name)
+    family = get_family(config)
+    out = []
+    for factors in family.iter_factors(source):
+        for rec in score_factors(factors):
+            rec = {"model": name, "family": family.name, **rec}
+            out.append({c: _jsonable(rec.get(c)) for c in RECORD_COLUMNS})
+    return out
 
 
 def _jsonable(v: Any) -> Any:

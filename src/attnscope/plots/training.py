@@ -1,0 +1,123 @@
+"""Figures of training runs, drawn from the tidy tables of :mod:`attnscope.training.compare`.
+
+One function per figure, each returning a matplotlib Figure (Agg, not registered with pyplot):
+
+* :func:`loss_curves`   training loss (and held-out loss, dashed) vs step, one panel per objective;
+* :func:`score_medians` median over layers of s and d vs step with the IQR as a band, one line per run,
+                        encoders and decoders in separate rows;
+* :func:`score_layers`  s and d of each layer vs step, one curve per layer, one row per run.
+
+:func:`save` writes a figure atomically as PNG.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+SCORES = (("symmetry", "symmetry s"), ("directionality", "directionality d"))
+INIT_STYLE = {"default": "-", "symmetric": "--", "symmetric-paper": ":"}
+
+
+def _figure(**kwargs) -> "Figure":
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)
+
+
+def save(fig: "Figure", path: str | Path, dpi: int = 120) -> Path:
+    """Write ``fig`` as PNG atomically; returns the path."""
+    from attnscope.tables import atomic_write_bytes
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def _colors(names) -> dict[str, str]:
+    palette = ["#1f2a6b", "#c0392b", "#7b2d8e", "#2a8c82", "#d68910", "#566573", "#1e8449", "#a04000"]
+    return {n: palette[i % len(palette)] for i, n in enumerate(names)}
+
+
+def loss_curves(losses: "pd.DataFrame") -> "Figure":
+    """losses: run, objective, init, step, loss, eval_loss -> one panel per objective."""
+    objectives = list(dict.fromkeys(losses["objective"]))
+    fig = _figure(figsize=(5.5 * len(objectives), 3.8))
+    axes = fig.subplots(1, len(objectives), squeeze=False)[0]
+    colors = _colors(dict.fromkeys(losses["run"]))
+    for ax, obj in zip(axes, objectives):
+        part = losses[losses["objective"] == obj]
+        for run, df in part.groupby("run", sort=False):
+            df = df.sort_values("step")
+            train = df[df["step"] > 0]
+            ax.plot(train["step"], train["loss"], color=colors[run], label=f"{run} (train)", lw=1.3)
+            ev = df.dropna(subset=["eval_loss"])
+            if len(ev):
+                ax.plot(ev["step"], ev["eval_loss"], color=colors[run], ls="--", marker="o", ms=3, lw=1,
+                        label=f"{run} (held-out)")
+        ax.set_title(f"{obj} loss")
+        ax.set_xlabel("step")
+        ax.set_ylabel("cross-entropy (nats)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def score_medians(summary: "pd.DataFrame") -> "Figure":
+    """summary: run, init, stack, step, {symmetry,directionality}_{median,q1,q3} -> rows = stacks."""
+    stacks = [s for s in ("encoder", "decoder", "cross") if s in set(summary["stack"])]
+    fig = _figure(figsize=(10, 3.3 * len(stacks)))
+    axes = fig.subplots(len(stacks), 2, squeeze=False)
+    colors = _colors(dict.fromkeys(summary["run"]))
+    for row, stack in zip(axes, stacks):
+        part = summary[summary["stack"] == stack]
+        for ax, (metric, label) in zip(row, SCORES):
+            for run, df in part.groupby("run", sort=False):
+                df = df.sort_values("step")
+                style = INIT_STYLE.get(str(df["init"].iloc[0]), "-")
+                ax.plot(df["step"], df[f"{metric}_median"], color=colors[run], ls=style, label=run)
+                ax.fill_between(df["step"], df[f"{metric}_q1"], df[f"{metric}_q3"], color=colors[run], alpha=0.15)
+            ax.axhline(0, color="k", lw=0.5)
+            ax.set_ylim(-1.05, 1.05)
+            ax.set_title(f"{stack}s: {label} (median, IQR over layers)")
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def score_layers(scores: "pd.DataFrame") -> "Figure":
+    """scores: run, step, level, layer, symmetry, directionality -> one row per run, one curve per layer."""
+    import matplotlib
+
+    layer = scores[scores["level"] == "layer"]
+    runs = list(dict.fromkeys(layer["run"]))
+    fig = _figure(figsize=(10, 2.8 * max(len(runs), 1)))
+    axes = fig.subplots(max(len(runs), 1), 2, squeeze=False)
+    n_layers = int(layer["layer"].max()) + 1 if len(layer) else 1
+    cmap = matplotlib.colormaps["viridis"]
+    for row, run in zip(axes, runs):
+        part = layer[layer["run"] == run]
+        stack = part["stack"].iloc[0]
+        for ax, (metric, label) in zip(row, SCORES):
+            for li, df in part.groupby("layer"):
+                df = df.sort_values("step")
+                ax.plot(df["step"], df[metric], color=cmap(li / max(n_layers - 1, 1)), label=f"layer {li}")
+            ax.axhline(0, color="k", lw=0.5)
+            ax.set_ylim(-1.05, 1.05)
+            ax.set_title(f"{run} ({stack}): {label}", fontsize=9)
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+        row[1].legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    return fig
