@@ -49,7 +49,8 @@ def show(preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG,
 @app.command()
 def trajectory(
     beta_o: Optional[List[float]] = typer.Option(None, "--beta-o", help="Output inverse temperature (repeatable)."),
-    steps: int = typer.Option(5000, "--steps", help="Steps to simulate."),
+    steps: int = typer.Option(5000, "--steps", help="Steps recorded."),
+    transient: int = typer.Option(0, "--transient", help="Steps run first and not recorded."),
     out: Path = typer.Option(..., "--out", help="Output directory."),
     init_state: Optional[Path] = INIT,
     preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
@@ -71,7 +72,7 @@ def trajectory(
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps)
     if steps < 2:
         raise dyn_error("--steps must be >= 2")
-    traj = dyn.trajectory(cfg, beta_o=beta_o or None, steps=steps, init=init_state)
+    traj = dyn.trajectory(cfg, beta_o=beta_o or None, steps=steps, init=init_state, transient=transient)
     out.mkdir(parents=True, exist_ok=True)
     buf = io.BytesIO()
     np.savez_compressed(buf, t=traj["t"], m=traj["m"], mo_se=traj["mo_se"], A=traj["A"],
@@ -91,7 +92,8 @@ def trajectory(
         files += ["timeseries.png", "power_spectrum.png", "autocorrelation.png"]
     summary = [{"beta_o": float(b), "min": traj["mo_se"][i].min(axis=0).tolist(),
                 "max": traj["mo_se"][i].max(axis=0).tolist()} for i, b in enumerate(traj["beta_o"])]
-    atomic_write_json(out / "summary.json", {"config": cfg.to_dict(), "steps": steps, "runs": summary})
+    atomic_write_json(out / "summary.json", {"config": cfg.to_dict(), "steps": steps, "transient": transient,
+                                             "runs": summary})
     if as_json:
         echo_json(json.dumps({"out": str(out), "files": files, "runs": summary}))
     else:

@@ -199,3 +199,122 @@ def lyapunov_batch(U, Cf, pos, beta, g, eps, mv, mk, A, t0, n_steps, transient, 
                         Q[j, d] /= nrm
         for j in range(Kx):
             out[b, j] = acc[j] / max(n_steps - transient, 1)
+
+
+@njit(parallel=True, cache=True)
+def run_batch_inner(U, Cf, pos, beta, g, eps, mvT, mkT, AT, t0, n_steps, transient, n_parts,
+                    feat, sec_feat, sec_tol, statsT, seriesT, sec_pts, sec_n, tailT):
+    """Same map and observables as :func:`run_batch`, batch-innermost layout for SIMD across values.
+
+    mvT/mkT [C, M, B], AT [M, B], statsT [4, M, B], seriesT [n_saved or 0, B], tailT [n_tail, M, B];
+    the batch is split into ``n_parts`` contiguous parts run in parallel, each with its own time loop.
+    No per-step recording (use :func:`run_batch` for trajectories).
+    """
+    C, M, B = mvT.shape
+    Kp = U.shape[0]
+    keep_series = seriesT.shape[0] == n_steps - transient
+    max_sec = sec_pts.shape[1]
+    n_tail = tailT.shape[0]
+    size = (B + n_parts - 1) // n_parts
+    for part in prange(n_parts):
+        lo = part * size
+        hi = min(B, lo + size)
+        nb = hi - lo
+        if nb <= 0:
+            continue
+        T = np.empty((Kp, nb))
+        z = np.empty(nb)
+        mm = np.empty((4, M, nb))
+        sc = np.empty((C, nb))
+        mx = np.empty(nb)
+        tot = np.empty(nb)
+        be = beta[lo:hi].copy()
+        gg = g[lo:hi].copy()
+        ee = eps[lo:hi].copy()
+        one_m_e = 1.0 - ee
+        mv = mvT[:, :, lo:hi].copy()
+        mk = mkT[:, :, lo:hi].copy()
+        A = AT[:, lo:hi].copy()
+        st = np.zeros((4, M, nb))
+        for c in range(M):
+            for j in range(nb):
+                st[2, c, j] = np.inf
+                st[3, c, j] = -np.inf
+        for i in range(n_steps):
+            t = t0 + i
+            phi = t % C
+            # every inner loop runs over the batch (j), so LLVM can vectorise across values
+            for k in range(Kp):
+                for j in range(nb):
+                    z[j] = 0.0
+                for c in range(M):
+                    u = U[k, c]
+                    for j in range(nb):
+                        z[j] += u * A[c, j]
+                for j in range(nb):
+                    T[k, j] = math.tanh(be[j] * z[j])
+            for a in range(4):
+                for r in range(M):
+                    for j in range(nb):
+                        mm[a, r, j] = 0.0
+                    for k in range(Kp):
+                        cf = Cf[a, r, k]
+                        for j in range(nb):
+                            mm[a, r, j] += cf * T[k, j]
+            for r in range(M):
+                pv, pk, pq = pos[1, phi, r], pos[3, phi, r], pos[2, phi, r]
+                for j in range(nb):
+                    mv[phi, r, j] = one_m_e[j] * mm[1, r, j] + ee[j] * pv
+                    mk[phi, r, j] = one_m_e[j] * mm[3, r, j] + ee[j] * pk
+                    mm[2, r, j] = one_m_e[j] * mm[2, r, j] + ee[j] * pq
+            n = t + 1 if t + 1 < C else C
+            for j in range(nb):
+                mx[j] = -np.inf
+                tot[j] = 0.0
+            for s in range(n):
+                for j in range(nb):
+                    sc[s, j] = 0.0
+                for c in range(M):
+                    for j in range(nb):
+                        sc[s, j] += mm[2, c, j] * mk[s, c, j]
+                for j in range(nb):
+                    sc[s, j] *= gg[j]
+                    mx[j] = max(mx[j], sc[s, j])
+            for s in range(n):
+                for j in range(nb):
+                    sc[s, j] = math.exp(sc[s, j] - mx[j])
+                    tot[j] += sc[s, j]
+            for s in range(n):
+                for j in range(nb):
+                    sc[s, j] /= tot[j]
+            for c in range(M):
+                for j in range(nb):
+                    A[c, j] = 0.0
+                for s in range(n):
+                    for j in range(nb):
+                        A[c, j] += sc[s, j] * mv[s, c, j]
+            if i >= transient:
+                for c in range(M):
+                    for j in range(nb):
+                        v = mm[0, c, j]
+                        st[0, c, j] += v
+                        st[1, c, j] += v * v
+                        st[2, c, j] = min(st[2, c, j], v)
+                        st[3, c, j] = max(st[3, c, j], v)
+                if keep_series:
+                    for j in range(nb):
+                        seriesT[i - transient, lo + j] = mm[0, feat, j]
+                for j in range(nb):
+                    if abs(mm[0, sec_feat, j]) <= sec_tol and sec_n[lo + j] < max_sec:
+                        for c in range(M):
+                            sec_pts[lo + j, sec_n[lo + j], c] = mm[0, c, j]
+                        sec_n[lo + j] += 1
+                if n_tail > 0:
+                    rr = (i - transient) % n_tail
+                    for c in range(M):
+                        for j in range(nb):
+                            tailT[rr, c, lo + j] = mm[0, c, j]
+        mvT[:, :, lo:hi] = mv
+        mkT[:, :, lo:hi] = mk
+        AT[:, lo:hi] = A
+        statsT[:, :, lo:hi] = st

@@ -47,8 +47,13 @@ def make_state(mf: MeanField, init: State | str | Path | None, B: int) -> State:
 def advance(mf: MeanField, state: State, beta: np.ndarray, g: np.ndarray, eps: np.ndarray,
             n_steps: int, *, transient: int = 0, record: bool = False, feature: int = 0,
             section_feature: int = 1, section_tol: float = 1e-3, y_max: float | None = None,
-            bins: int = DISTINCT_BINS, max_section: int = 2000, n_tail: int = 400) -> SweepObservables:
-    """Run every value ``n_steps`` steps (state in place); observables over steps >= ``transient``."""
+            bins: int = DISTINCT_BINS, max_section: int = 2000, n_tail: int = 400,
+            kernel: str = "auto") -> SweepObservables:
+    """Run every value ``n_steps`` steps (state in place); observables over steps >= ``transient``.
+
+    kernel ``auto`` uses the batch-innermost kernel for batches of 8+ values without recording,
+    ``outer`` forces the value-outermost one (both compute the same map).
+    """
     from .kernels import run_batch
 
     B, M = state.A.shape
@@ -70,9 +75,29 @@ def advance(mf: MeanField, state: State, beta: np.ndarray, g: np.ndarray, eps: n
     n_saved = n_steps - transient
     n_tail = min(n_tail, n_saved)
     tail = np.zeros((B, n_tail, M))
-    run_batch(mf.U, mf.Cf, mf.pos, beta, g, eps, state.mv, state.mk, state.A, state.t, n_steps,
-              transient, rec_m, rec_mo, rec_A, feature, section_feature, section_tol,
-              stats, series, sec_pts, sec_n, tail)
+    if record or B < 8 or kernel == "outer":
+        run_batch(mf.U, mf.Cf, mf.pos, beta, g, eps, state.mv, state.mk, state.A, state.t, n_steps,
+                  transient, rec_m, rec_mo, rec_A, feature, section_feature, section_tol,
+                  stats, series, sec_pts, sec_n, tail)
+    else:  # batch-innermost layout: SIMD across values, one contiguous part per thread
+        import numba
+
+        from .kernels import run_batch_inner
+
+        tr = lambda x, axes: np.ascontiguousarray(x.transpose(axes))  # noqa: E731
+        mvT, mkT, AT = tr(state.mv, (1, 2, 0)), tr(state.mk, (1, 2, 0)), tr(state.A, (1, 0))
+        statsT = np.zeros((4, M, B))
+        seriesT = np.zeros((series.shape[1], B))
+        tailT = np.zeros((n_tail, M, B))
+        run_batch_inner(mf.U, mf.Cf, mf.pos, beta, g, eps, mvT, mkT, AT, state.t, n_steps, transient,
+                        max(1, min(B // 4, numba.get_num_threads())), feature, section_feature,
+                        section_tol, statsT, seriesT, sec_pts, sec_n, tailT)
+        state.mv[...] = mvT.transpose(2, 0, 1)
+        state.mk[...] = mkT.transpose(2, 0, 1)
+        state.A[...] = AT.T
+        stats = statsT.transpose(2, 0, 1)
+        series = seriesT.T
+        tail = tailT.transpose(2, 0, 1)
     state.t += n_steps
     mean = stats[:, 0] / n_saved
     var = np.maximum(stats[:, 1] / n_saved - mean**2, 0.0)
@@ -102,15 +127,19 @@ def summary_table(obs: SweepObservables, params: dict[str, np.ndarray]) -> "pd.D
 
 
 def trajectory(cfg: DynamicsConfig, *, beta_o=None, gamma=None, eps=None, steps: int = 2000,
-               init: State | str | Path | None = None) -> dict[str, np.ndarray]:
+               init: State | str | Path | None = None, transient: int = 0) -> dict[str, np.ndarray]:
     """Full time series of one (or a few) parameter values from x_0 or a checkpoint.
 
-    Returns t [n], m [B, n, 4, M] (overlaps o, v, q, k), mo_se [B, n, M], A [B, n, M], and the
-    parameter arrays; the final state is returned under ``state``.
+    ``transient`` steps run first and are not recorded. Returns t [n], m [B, n, 4, M] (overlaps o, v,
+    q, k), mo_se [B, n, M], A [B, n, M], and the parameter arrays; the final state under ``state``.
     """
     mf = compile_config(cfg)
     beta, g, ep = params_arrays(cfg, beta_o, gamma, eps)
     state = make_state(mf, init, beta.size)
+    if transient < 0:
+        raise InputError(f"transient must be >= 0, got {transient}")
+    if transient:
+        advance(mf, state, beta, g, ep, transient, transient=transient - 1, n_tail=0, bins=0)
     t0 = state.t
     obs = advance(mf, state, beta, g, ep, steps, record=True, feature=0,
                   section_feature=min(1, mf.M - 1))
