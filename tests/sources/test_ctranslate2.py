@@ -26,7 +26,7 @@ def whisper():
 def ct2_dirs(whisper, tmp_path_factory):
     model, cfg = whisper
     root = tmp_path_factory.mktemp("ct2")
-    return {dt: write_whisper_ct2(root / dt, model, cfg, dtype=dt) for dt in ("float32", "float16", "int8")}
+    return {dt: write_whisper_ct2(root / dt, model, cfg, dtype=dt) for dt in ("float32", "float16", "bfloat16", "int8")}
 
 
 def _hf_heads(model, stack, layer):
@@ -47,7 +47,7 @@ def test_config_and_detection(ct2_dirs):
     np.testing.assert_array_equal(src.get_numpy("decoder/projection/weight"), src.get_numpy("decoder/embeddings/weight"))
 
 
-@pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("float16", 3e-3), ("int8", 3e-2)])
+@pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("float16", 3e-3), ("bfloat16", 3e-2), ("int8", 3e-2)])
 def test_three_stacks_equal_hf(whisper, ct2_dirs, dtype, tol):
     model, _ = whisper
     src = open_source(str(ct2_dirs[dtype]))

@@ -147,3 +147,14 @@ def test_missing_tensor_is_format_error(gguf_files):
     src = open_source(str(gguf_files["F32"]))
     with pytest.raises(FormatError):
         src.get("blk.7.attn_q.weight")
+
+
+def test_fused_qkv_phi3_layout(llama, tmp_path):
+    """arch phi3: one attn_qkv tensor with rows [q | k | v] is split at the right rows."""
+    model, cfg = llama
+    path = write_llama_gguf(tmp_path / "phi3.gguf", model, cfg, arch="phi3", fused=True, permute=False)
+    src = open_source(str(path))
+    assert src.config["model_type"] == "gguf:phi3" and src.has("blk.0.attn_qkv.weight")
+    for f in get_family(src.config).iter_factors(src):
+        ref = _hf_heads(model, cfg, f.layer)
+        np.testing.assert_allclose(factor_head_matrices(f.q, f.k), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())

@@ -39,8 +39,12 @@ def tiny_llama(n_layers=2, d=64, n_heads=4, n_kv=2, seed=0):
     return model, cfg
 
 
-def write_llama_gguf(path, model, cfg, qtype: str = "F32", permute: bool = True, arch: str = "llama") -> Path:
-    """Write the q/k/v projections of an HF llama to a GGUF file (``qtype``: F32, F16, BF16, Q8_0, ...)."""
+def write_llama_gguf(path, model, cfg, qtype: str = "F32", permute: bool = True, arch: str = "llama",
+                     fused: bool = False) -> Path:
+    """Write the q/k/v projections of an HF llama to a GGUF file (``qtype``: F32, F16, BF16, Q8_0, ...).
+
+    ``fused=True`` writes one ``attn_qkv`` tensor with rows [q | k | v] (the Phi-3 layout, no RoPE permutation).
+    """
     import gguf
 
     path = Path(path)
@@ -62,6 +66,8 @@ def write_llama_gguf(path, model, cfg, qtype: str = "F32", permute: bool = True,
             "attn_k": llama_rope_permute(sd[f"{p}.k_proj.weight"], g) if permute else sd[f"{p}.k_proj.weight"],
             "attn_v": sd[f"{p}.v_proj.weight"],
         }
+        if fused:
+            tensors = {"attn_qkv": np.concatenate([sd[f"{p}.{x}_proj.weight"] for x in "qkv"], axis=0)}
         for name, arr in tensors.items():
             arr = np.ascontiguousarray(arr, dtype=np.float32)
             if qt == gguf.GGMLQuantizationType.F32:
@@ -83,6 +89,13 @@ _CT2_DTYPE_IDS = {np.dtype("float32"): 0, np.dtype("int8"): 1, np.dtype("int16")
                   np.dtype("float16"): 4}
 
 
+class _BF16(np.ndarray):
+    """Marks a uint16 array as bfloat16 bit patterns for :func:`write_ct2`."""
+
+    def __new__(cls, bits: np.ndarray) -> "_BF16":
+        return np.asarray(bits, dtype=np.uint16).view(cls)
+
+
 def _ct2_string(s: str) -> bytes:
     raw = s.encode() + b"\0"
     return struct.pack("<H", len(raw)) + raw
@@ -100,7 +113,8 @@ def write_ct2(directory, spec: str, variables: dict[str, np.ndarray], aliases: d
         out += _ct2_string(name) + struct.pack("<B", arr.ndim)
         out += b"".join(struct.pack("<I", s) for s in arr.shape)
         data = arr.astype(arr.dtype.newbyteorder("<")).tobytes()
-        out += struct.pack("<B", _CT2_DTYPE_IDS[arr.dtype]) + struct.pack("<I", len(data)) + data
+        dtype_id = 5 if isinstance(variables[name], _BF16) else _CT2_DTYPE_IDS[arr.dtype]
+        out += struct.pack("<B", dtype_id) + struct.pack("<I", len(data)) + data
     aliases = aliases or {}
     out += struct.pack("<I", len(aliases))
     for a, t in aliases.items():
@@ -147,7 +161,9 @@ def write_whisper_ct2(directory, model, cfg, dtype: str = "float16") -> Path:
     }
 
     def put(name: str, w: np.ndarray) -> None:
-        if dtype == "int8":
+        if dtype == "bfloat16":  # stored as raw bf16 bit patterns (uint16), CTranslate2 dtype id 5
+            variables[name] = _BF16((w.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16))
+        elif dtype == "int8":
             q, scale = _quantize_int8(w)
             variables[name], variables[f"{name}_scale"] = q, scale
         else:
