@@ -84,6 +84,37 @@ def hidden_inputs(cfg: Any) -> dict[str, torch.Tensor]:
             "decoder_input_values": torch.randn(2, 5, cfg.hidden_size, generator=g)}
 
 
+def musicgen_config(text_width: int = 24) -> Any:
+    """A tiny MusicGen: T5 text encoder, a 2-codebook audio-token decoder and a tiny EnCodec."""
+    import transformers as t
+
+    text = t.T5Config(vocab_size=99, d_model=text_width, d_kv=8, d_ff=37, num_layers=2, num_heads=3)
+    audio = t.EncodecConfig(hidden_size=8, num_filters=4, codebook_size=16, codebook_dim=8, upsampling_ratios=[2, 2],
+                            num_residual_layers=1, audio_channels=1, sampling_rate=100)
+    return t.MusicgenConfig(text_encoder=text.to_dict(), audio_encoder=audio.to_dict(),
+                            decoder=musicgen_decoder_config().to_dict())
+
+
+def musicgen_decoder_config() -> Any:
+    import transformers as t
+
+    return t.MusicgenDecoderConfig(vocab_size=16, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                   ffn_dim=37, num_codebooks=2, pad_token_id=15, bos_token_id=15)
+
+
+def musicgen_inputs(cfg: Any) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(8)
+    n_cb = cfg.decoder.num_codebooks
+    return {"input_ids": torch.randint(3, cfg.text_encoder.vocab_size, (2, 7), generator=g),
+            "decoder_input_ids": torch.randint(0, 15, (2 * n_cb, 5), generator=g)}
+
+
+def musicgen_decoder_inputs(cfg: Any) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(9)
+    return {"input_ids": torch.randint(0, 15, (2 * cfg.num_codebooks, 5), generator=g),
+            "encoder_hidden_states": torch.randn(2, 6, cfg.hidden_size, generator=g)}
+
+
 def whisper_inputs(cfg: Any) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(5)
     return {

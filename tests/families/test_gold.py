@@ -12,7 +12,24 @@ import pytest
 from attnscope.families import get_family
 from attnscope.sources import DictSource, open_source
 
-from .gold import Case, audio_inputs, build, hidden_inputs, saved_tensors, speech_to_text_inputs, image_inputs, model_logits, our_logits, run, seq2seq_inputs, whisper_inputs
+from .gold import (
+    Case,
+    audio_inputs,
+    build,
+    hidden_inputs,
+    image_inputs,
+    model_logits,
+    musicgen_config,
+    musicgen_decoder_config,
+    musicgen_decoder_inputs,
+    musicgen_inputs,
+    our_logits,
+    run,
+    saved_tensors,
+    seq2seq_inputs,
+    speech_to_text_inputs,
+    whisper_inputs,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -29,8 +46,8 @@ LLAMA_ATTN = {r"layers\.(\d+)\.self_attn": "decoder"}
 
 
 def _llama(cls: str, n_kv: int, **extra) -> Case:
-    return Case(f"{cls}-kv{n_kv}", _cfg(cls, **{**TINY, "num_key_value_heads": n_kv, **extra}), cls.replace("Config", "Model"),
-                LLAMA_ATTN, "q_proj", "k_proj", rope=True)
+    config = _cfg(cls, **{**TINY, "num_key_value_heads": n_kv, **extra})
+    return Case(f"{cls}-kv{n_kv}", config, cls.replace("Config", "Model"), LLAMA_ATTN, "q_proj", "k_proj", rope=True)
 
 
 GPT2_TINY = dict(n_embd=32, n_layer=2, n_head=4, vocab_size=99, n_positions=32)
@@ -150,6 +167,10 @@ CASES = [
           r"wrapped_decoder\.layers\.(\d+)\.self_attn": "decoder",
           r"wrapped_decoder\.layers\.(\d+)\.encoder_attn": "cross"}, "q_proj", "k_proj", inputs=hidden_inputs,
          capture="matmul", prescaled=True),
+    Case("musicgen", musicgen_config, "MusicgenForConditionalGeneration", {**T5_ATTN, **SEQ2SEQ_ATTN},
+         "q|q_proj", "k|k_proj", inputs=musicgen_inputs),
+    Case("musicgen_decoder", musicgen_decoder_config, "MusicgenForCausalLM", SEQ2SEQ_ATTN, "q_proj", "k_proj",
+         inputs=musicgen_decoder_inputs),
     # vision and speech encoders
     _vision("ViTConfig"),
     _vision("DeiTConfig"),

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from attnscope.sources.base import WeightSource
 
-#: config keys tried in order; an ``int`` entry is a literal default
+#: config keys tried in order (dotted = nested sub-config); an ``int`` entry is a literal default
 ConfigKeys = tuple[Union[str, int], ...]
 
 LINEAR = "(h e) d -> h d e"  # nn.Linear.weight [out = h*e, in = d]
@@ -77,11 +77,21 @@ class Stack:
     refuse_if: tuple[str, ...] = ()
 
 
+def _lookup(config: dict[str, Any], key: str) -> Any:
+    """``config[key]``; a dotted key walks nested sub-configs (``"decoder.num_hidden_layers"``)."""
+    value: Any = config
+    for part in key.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
 def _config_int(config: dict[str, Any], keys: ConfigKeys, what: str, model_type: str) -> int | None:
     for key in keys:
         if isinstance(key, int):
             return key
-        value = config.get(key)
+        value = _lookup(config, key)
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 0:
                 from attnscope.errors import ConfigError
@@ -121,7 +131,9 @@ class _KeyIndex:
                 from attnscope.errors import FormatError
 
                 shown = ", ".join(repr(p + probe) for p in found[:3])
-                raise FormatError(f"{self.name}: several tensors end in {probe!r} ({shown}); cannot tell which to score")
+                raise FormatError(
+                    f"{self.name}: several tensors end in {probe!r} ({shown}); cannot tell which to score"
+                )
             self._prefix[template] = found[0] if found else None
         return self._prefix[template]
 

@@ -43,7 +43,8 @@ SPECS = [
     DeclarativeSpec(
         "gpt-neox",
         ("gpt_neox",),
-        (Stack("decoder", *fused("layers.{i}.attention.query_key_value.weight", "(h three e) d -> three h d e"), **_HF),),
+        (Stack("decoder", *fused("layers.{i}.attention.query_key_value.weight", "(h three e) d -> three h d e"),
+               **_HF),),
         note="fused query_key_value rows interleaved per head (h three e); Pythia",
     ),
     _llama_like("llama", "llama", "mobilellm", note="also MobileLLM (remote-code config, llama tensor names)"),

@@ -13,7 +13,8 @@ _HF = dict(n_layers=("num_hidden_layers",), n_heads=("num_attention_heads",), d_
 
 
 def _bert_like(name: str, *model_types: str, q: str = "query", k: str = "key", note: str = "") -> DeclarativeSpec:
-    wq, wk = separate(f"encoder.layer.{{i}}.attention.self.{q}.weight", f"encoder.layer.{{i}}.attention.self.{k}.weight")
+    where = "encoder.layer.{i}.attention.self"
+    wq, wk = separate(f"{where}.{q}.weight", f"{where}.{k}.weight")
     return DeclarativeSpec(name, model_types, (Stack("encoder", wq, wk, **_HF),), note=note)
 
 
