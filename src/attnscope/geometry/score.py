@@ -119,13 +119,12 @@ def score_factors(
 
 def _progress():
     """A transient rich progress bar on stderr."""
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from attnscope.cli._common import stderr_console  # console helper only; no CLI logic
-
     return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        console=stderr_console(), transient=True,
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("layers"),
+        TimeRemainingColumn(), console=Console(stderr=True), transient=True,
     )  # fmt: skip
 
 
