@@ -41,8 +41,8 @@ def hf(objective: str):
         return BertForMaskedLM(cfg)
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    cfg = GPT2Config(vocab_size=VOCAB, n_embd=D, n_layer=LAYERS, n_head=HEADS, n_inner=FF, n_positions=512, bos_token_id=0, eos_token_id=0,
-                     attn_implementation="sdpa")
+    cfg = GPT2Config(vocab_size=VOCAB, n_embd=D, n_layer=LAYERS, n_head=HEADS, n_inner=FF, n_positions=512,
+                     bos_token_id=0, eos_token_id=0, attn_implementation="sdpa")
     return GPT2LMHeadModel(cfg)
 
 

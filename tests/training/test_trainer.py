@@ -188,6 +188,7 @@ def test_corrupt_checkpoint_on_resume_is_one_line(tmp_path, cli_inproc):
         (["--data", "/nonexistent/corpus.txt"], "no such file"),
         (["--preset", "byte-12l", "--tokenizer", "MINILM", "--n-layers", "1"], "vocab_size is 256"),
         (["--seq-len", "4096"], "max_seq_len"),
+        (["--objective", "clm", "--attn-pattern", "nonsense"], "unknown sparse pattern"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, minilm_dir, cli_inproc, args, msg):
@@ -256,3 +257,10 @@ def test_bf16_and_tie_qk_run(tmp_path):
     run_dir, _ = run(tmp_path, objective="clm", steps=3, bf16=True, tie_qk=True, score_every=3, lr=1e-2, warmup=0)
     last = pd.DataFrame(metrics(run_dir)[-1]["geometry"])
     np.testing.assert_allclose(last.symmetry, 1.0, atol=1e-5)  # tied for all of training
+
+
+def test_sparse_pattern_training_run(tmp_path):
+    run_dir, summary = run(tmp_path, objective="clm", n_heads=8, d_model=64, attn_pattern="seed002", steps=2,
+                           score_every=2)
+    assert np.isfinite(summary["eval_loss"])
+    assert json.loads((run_dir / "run.json").read_text())["model"]["attn_pattern"] == "seed002"

@@ -84,6 +84,12 @@ class ModelConfig:
             raise ConfigError(f"dropout must be in [0, 1), not {self.dropout!r}")
         if self.vocab_size is not None and (not isinstance(self.vocab_size, int) or self.vocab_size <= 0):
             raise ConfigError(f"vocab_size must be a positive integer, not {self.vocab_size!r}")
+        if self.attn_pattern is not None:
+            try:
+                from attnscope.sparse.patterns import load_pattern
+            except ImportError:
+                raise UnsupportedError("attn_pattern needs attnscope.sparse, which is not available") from None
+            load_pattern(self.attn_pattern, n_heads=self.n_heads)  # one-line error for a bad pattern
         return self
 
     def to_dict(self) -> dict[str, Any]:
