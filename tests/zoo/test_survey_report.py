@@ -91,3 +91,12 @@ def test_bad_input(tmp_path):
     pd.DataFrame({"a": [1]}).to_csv(tmp_path / "x.csv", index=False)
     with pytest.raises(InputError, match="not a score table"):
         survey_report(tmp_path / "x.csv", tmp_path / "o")
+
+
+def test_musicgen_published_decoder_is_compared_with_our_cross_stack():
+    rng = np.random.default_rng(1)
+    rows = sum((_records("facebook/musicgen-small", st, 3, rng) for st in ("encoder", "decoder", "cross")), [])
+    s = survey_summary(pd.DataFrame(rows)).set_index("stack")
+    assert s.loc["cross", "paper_directionality_median"] == pytest.approx(-0.56)
+    assert pd.isna(s.loc["decoder", "paper_directionality_median"])
+    assert s.loc["encoder", "paper_symmetry_median"] == pytest.approx(0.35)

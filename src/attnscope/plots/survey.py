@@ -102,6 +102,9 @@ def survey_summary(df: "pd.DataFrame", zoo_file: str | Path | None = None) -> "p
     pub = published_table()
     if zoo_file:
         pub = pd.concat([published_table(zoo_file), pub], ignore_index=True).drop_duplicates(["model", "stack"])
+    # the paper plotted MusicGen's cross-attention as its "decoder": compare it with our cross stack
+    cross = pub["caveats"].fillna("").str.contains("decoder-is-cross-attention") & (pub["stack"] == "decoder")
+    pub.loc[cross, "stack"] = "cross"
     pub = pub.rename(columns={c: f"paper_{c}" for c in pub.columns if c not in ("model", "stack")})
     summ = summ.merge(pub, on=["model", "stack"], how="left")
     order = {m: i for i, m in enumerate(MODALITY_ORDER)}
