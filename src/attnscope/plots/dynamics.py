@@ -65,59 +65,67 @@ def timeseries(df, path, *, feature: int = 0, last: int | None = 400) -> Path:
         ax.set_ylabel(f"$m^o_{{se,{feature + 1}}}$")
         ax.set_title(f"beta_o = {b:g}", fontsize=9)
     axes[-1, 0].set_xlabel("t")
+    fig.tight_layout()
     return _save(fig, path)
 
 
-def power_spectrum(df, path, *, feature: int = 0) -> Path:
-    """|rfft(x - mean)|^2 / n of m^o_se,feature, log scale, per beta_o."""
+def _grid(n: int, w: float = 3.4, h: float = 2.8):
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for b, _, y in _series(df, feature):
+    ncol = min(3, n)
+    nrow = int(np.ceil(n / ncol))
+    fig, axes = plt.subplots(nrow, ncol, figsize=(w * ncol, h * nrow), squeeze=False)
+    for ax in axes.ravel()[n:]:
+        ax.axis("off")
+    return fig, axes.ravel()
+
+
+def power_spectrum(df, path, *, feature: int = 0) -> Path:
+    """|rfft(x - mean)|^2 / n of m^o_se,feature (log scale), one panel per beta_o."""
+    groups = list(_series(df, feature))
+    fig, axes = _grid(len(groups))
+    for ax, (b, _, y) in zip(axes, groups):
         y = y - y.mean()
         P = np.abs(np.fft.rfft(y)) ** 2 / y.size
         f = np.fft.rfftfreq(y.size)
-        ax.semilogy(f[1:], P[1:] + 1e-300, lw=0.7, label=f"beta_o = {b:g}")
-    ax.set_xlabel("frequency (1/step)")
-    ax.set_ylabel("power")
-    ax.legend(fontsize=7)
+        ax.semilogy(f[1:], P[1:] + 1e-300, lw=0.5)
+        ax.set_title(f"beta_o = {b:g}", fontsize=9)
+        ax.set_xlabel("frequency (1/step)")
+        ax.set_ylabel("power")
+    fig.tight_layout()
     return _save(fig, path)
 
 
 def autocorrelation(df, path, *, feature: int = 0, max_lag: int = 200) -> Path:
-    """Normalised autocorrelation of m^o_se,feature up to ``max_lag`` steps, per beta_o."""
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for b, _, y in _series(df, feature):
+    """Normalised autocorrelation of m^o_se,feature up to ``max_lag`` steps, one panel per beta_o."""
+    groups = list(_series(df, feature))
+    fig, axes = _grid(len(groups), h=2.4)
+    for ax, (b, _, y) in zip(axes, groups):
         y = y - y.mean()
         n = y.size
         f = np.fft.rfft(y, 2 * n)
         ac = np.fft.irfft(f * np.conj(f))[: min(max_lag, n - 1) + 1]
         ac = ac / ac[0] if ac[0] > 0 else ac
-        ax.plot(np.arange(ac.size), ac, lw=0.8, label=f"beta_o = {b:g}")
-    ax.set_xlabel("lag (steps)")
-    ax.set_ylabel("autocorrelation")
-    ax.legend(fontsize=7)
+        ax.plot(np.arange(ac.size), ac, lw=0.7)
+        ax.axhline(0, color="k", lw=0.4)
+        ax.set_title(f"beta_o = {b:g}", fontsize=9)
+        ax.set_xlabel("lag (steps)")
+    fig.tight_layout()
     return _save(fig, path)
 
 
 def phase_plane(df, path, *, features: tuple[int, int] = (0, 1)) -> Path:
     """(m^o_se,f1, m^o_se,f2) scatter, one panel per beta_o."""
-    plt = _plt()
     f1, f2 = features
     betas = sorted(df["beta_o"].unique())
-    ncol = min(3, len(betas))
-    nrow = int(np.ceil(len(betas) / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(3.3 * ncol, 3.1 * nrow), squeeze=False)
-    for ax, b in zip(axes.ravel(), betas):
+    fig, axes = _grid(len(betas), h=3.1)
+    for ax, b in zip(axes, betas):
         g = df[df["beta_o"] == b]
         x = g[g["feature"] == f1].sort_values("t")["mo_se"].to_numpy()
         y = g[g["feature"] == f2].sort_values("t")["mo_se"].to_numpy()
-        ax.plot(x, y, ",", alpha=0.6)
+        ax.plot(x, y, ".", ms=0.8, alpha=0.6)
         ax.set_title(f"beta_o = {b:g}", fontsize=9)
         ax.set_xlabel(f"$m^o_{{se,{f1 + 1}}}$")
         ax.set_ylabel(f"$m^o_{{se,{f2 + 1}}}$")
-    for ax in axes.ravel()[len(betas):]:
-        ax.axis("off")
     fig.tight_layout()
     return _save(fig, path)
 
