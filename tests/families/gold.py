@@ -65,6 +65,20 @@ def image_inputs(cfg: Any) -> dict[str, torch.Tensor]:
     return {"pixel_values": torch.randn(2, cfg.num_channels, cfg.image_size, cfg.image_size, generator=g)}
 
 
+def detr_inputs(cfg: Any) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(10)
+    return {"pixel_values": torch.randn(1, 3, 64, 64, generator=g)}
+
+
+def clip_inputs(cfg: Any) -> dict[str, torch.Tensor]:
+    """Text and image together (CLIP, GIT)."""
+    g = torch.Generator().manual_seed(11)
+    vc = cfg.vision_config
+    vocab = cfg.text_config.vocab_size if hasattr(cfg, "text_config") else cfg.vocab_size
+    return {"input_ids": torch.randint(3, vocab, (2, 7), generator=g),
+            "pixel_values": torch.randn(2, vc.num_channels, vc.image_size, vc.image_size, generator=g)}
+
+
 def audio_inputs(cfg: Any) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(4)
     return {"input_values": torch.randn(2, 400, generator=g)}

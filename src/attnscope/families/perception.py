@@ -1,5 +1,6 @@
 """Family specs of vision and speech Transformer encoders (stack ``encoder``): ViT, DeiT, DINOv2,
-BEiT, ViT-MAE, Data2Vec-vision; HuBERT, Wav2Vec2, WavLM, Data2Vec-audio, UniSpeech(-SAT).
+BEiT, ViT-MAE, Data2Vec-vision; HuBERT, Wav2Vec2, WavLM, Data2Vec-audio, UniSpeech(-SAT); and the
+vision-language pairs CLIP and GIT (vision tower = ``encoder``, causal text tower = ``decoder``).
 
 Einstein legend: h head, d model dim, e head dim.
 """
@@ -18,10 +19,34 @@ _VISION = (Stack("encoder", Proj(_VISION_Q), Proj(tuple(t.replace("query", "key"
 _SPEECH = (Stack("encoder", *separate("encoder.layers.{i}.attention.q_proj.weight",
                                       "encoder.layers.{i}.attention.k_proj.weight"), **_HF),)
 
+#: CLIP-style vision tower (nested ``vision_config``)
+_CLIP_VISION = Stack("encoder", *separate("vision_model.encoder.layers.{i}.self_attn.q_proj.weight",
+                                          "vision_model.encoder.layers.{i}.self_attn.k_proj.weight"),
+                     n_layers=("vision_config.num_hidden_layers",), n_heads=("vision_config.num_attention_heads",),
+                     d_model=("vision_config.hidden_size",))
+
 SPECS = [
     DeclarativeSpec("vit", ("vit", "deit", "dinov2", "vit_mae"), _VISION, note="ViT, DeiT, DINOv2, ViT-MAE"),
     DeclarativeSpec("beit", ("beit", "data2vec-vision"), _VISION, note="relative position bias not in W_qk"),
     DeclarativeSpec("wav2vec2", ("wav2vec2", "hubert", "data2vec-audio", "unispeech", "unispeech-sat"), _SPEECH,
                     note="Wav2Vec2, HuBERT, Data2Vec-audio, UniSpeech(-SAT)"),
     DeclarativeSpec("wavlm", ("wavlm",), _SPEECH, note="gated relative position bias not in W_qk"),
+    DeclarativeSpec(
+        "clip",
+        ("clip",),
+        (_CLIP_VISION,
+         Stack("decoder", *separate("text_model.encoder.layers.{i}.self_attn.q_proj.weight",
+                                    "text_model.encoder.layers.{i}.self_attn.k_proj.weight"),
+               n_layers=("text_config.num_hidden_layers",), n_heads=("text_config.num_attention_heads",),
+               d_model=("text_config.hidden_size",))),
+        note="vision tower = encoder; the text tower is causal, so it scores as decoder",
+    ),
+    DeclarativeSpec(
+        "git",
+        ("git",),
+        (_CLIP_VISION,
+         Stack("decoder", *separate("encoder.layer.{i}.attention.self.query.weight",
+                                    "encoder.layer.{i}.attention.self.key.weight"), **_HF)),
+        note="CLIP image encoder + BERT-style text decoder (causal over text, bidirectional over the image prefix)",
+    ),
 ]

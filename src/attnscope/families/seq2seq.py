@@ -1,5 +1,5 @@
 """Family specs of encoder-decoder models: T5, BART/mBART/Marian/Pegasus, Whisper, Speech2Text,
-SpeechT5 and MusicGen, each with three
+SpeechT5, MusicGen and DETR, each with three
 stacks: ``encoder`` (self-attention), ``decoder`` (causal self-attention) and ``cross``
 (decoder queries against encoder keys; a different object, scored separately).
 
@@ -71,6 +71,8 @@ SPECS = [
                     _bart_stacks("encoder.wrapped_encoder.layers.{i}.attention", "decoder.wrapped_decoder.layers.{i}",
                                  d_model="hidden_size"),
                     note="the shared encoder/decoder of SpeechT5 (pre/post-nets carry no attention)"),
+    DeclarativeSpec("detr", ("detr",), _bart_stacks(),
+                    note="object detector: its decoder self-attention (over object queries) is NOT causal"),
     DeclarativeSpec("musicgen", ("musicgen",),
                     (_t5_encoder("text_encoder."),
                      *_bart_decoder(sub="decoder.", d_model="hidden_size", layers="num_hidden_layers",
