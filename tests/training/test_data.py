@@ -179,3 +179,18 @@ def test_clm_batch_shifts_and_loss_ignores_unlabelled():
     torch.testing.assert_close(lm_loss(logits, labels), expected)
     with pytest.raises(ConfigError, match="mask token"):
         make_batch("mlm", w, None, 10, torch.Generator())
+
+
+def test_hf_corpus_without_datasets_is_one_line(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_datasets(name, *a, **k):
+        if name == "datasets":
+            raise ImportError("no datasets")
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_datasets)
+    with pytest.raises(InputError, match="optional 'datasets' package"):
+        D.open_corpus("hf:wikimedia/wikipedia:20231101.en")

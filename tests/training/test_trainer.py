@@ -264,3 +264,20 @@ def test_sparse_pattern_training_run(tmp_path):
                            score_every=2)
     assert np.isfinite(summary["eval_loss"])
     assert json.loads((run_dir / "run.json").read_text())["model"]["attn_pattern"] == "seed002"
+
+
+def test_optional_loggers_missing_is_one_line(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def hide(name, *a, **k):
+        if name in ("wandb", "torch.utils.tensorboard"):
+            raise ImportError(name)
+        return real_import(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", hide)
+    with pytest.raises(InputError, match="optional 'wandb' package"):
+        run(tmp_path, name="w", steps=1, wandb="proj")
+    with pytest.raises(InputError, match="optional 'tensorboard' package"):
+        run(tmp_path, name="t", steps=1, tensorboard=True)
