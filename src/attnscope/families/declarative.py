@@ -295,6 +295,14 @@ class DeclarativeSpec(FamilySpec):
         return AttentionFactors(info.stack, layer, q, k)
 
 
+def per_model_type(groups: list[DeclarativeSpec]) -> list[DeclarativeSpec]:
+    """One spec per ``model_type`` (named after it, so the ``family`` column of a score record is the
+    config's own model_type, as in the zoo registry), sharing the group's layout."""
+    import dataclasses
+
+    return [dataclasses.replace(g, name=mt, model_types=(mt,)) for g in groups for mt in g.model_types]
+
+
 def separate(q: str, k: str, pattern: str = LINEAR) -> tuple[Proj, Proj]:
     """W_q and W_k in two tensors of the same layout."""
     return Proj(q, pattern), Proj(k, pattern)

@@ -7,7 +7,7 @@ Einstein legend: h head, d model dim, e head dim, three the q|k|v axis of a fuse
 
 from __future__ import annotations
 
-from .declarative import CONV1D, DeclarativeSpec, Stack, fused, fused_blocks, separate
+from .declarative import CONV1D, DeclarativeSpec, Stack, fused, fused_blocks, per_model_type, separate
 
 _GPT2_KEYS = dict(n_layers=("n_layer",), n_heads=("n_head",), d_model=("n_embd",))
 _HF = dict(n_layers=("num_hidden_layers",), n_heads=("num_attention_heads",), d_model=("hidden_size",))
@@ -22,7 +22,8 @@ def _llama_like(name: str, *model_types: str, note: str = "", refuse_if: tuple[s
     return DeclarativeSpec(name, model_types, (Stack("decoder", *_LLAMA_QK, **_GQA, refuse_if=refuse_if),), note=note)
 
 
-SPECS = [
+#: layouts, grouped; SPECS has one spec per model_type (the ``family`` of a score record)
+FAMILIES = [
     DeclarativeSpec("gpt2", ("gpt2",), (Stack("decoder", *_CONV1D_QKV, **_GPT2_KEYS),),
                     note="Conv1D c_attn [d, 3d], columns [q | k | v]"),
     DeclarativeSpec("openai-gpt", ("openai-gpt",), (Stack("decoder", *_CONV1D_QKV, **_GPT2_KEYS),),
@@ -72,3 +73,5 @@ SPECS = [
         note="fused qkv_proj rows [q (n_q e) | k (n_kv e) | v (n_kv e)]",
     ),
 ]
+
+SPECS = per_model_type(FAMILIES)

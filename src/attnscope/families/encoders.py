@@ -6,7 +6,7 @@ Einstein legend: h head, d model dim, e head dim, three the q|k|v axis of a fuse
 
 from __future__ import annotations
 
-from .declarative import DeclarativeSpec, Stack, fused, separate
+from .declarative import DeclarativeSpec, Stack, fused, per_model_type, separate
 
 #: Hugging Face's BERT-style config keys
 _HF = dict(n_layers=("num_hidden_layers",), n_heads=("num_attention_heads",), d_model=("hidden_size",))
@@ -18,7 +18,8 @@ def _bert_like(name: str, *model_types: str, q: str = "query", k: str = "key", n
     return DeclarativeSpec(name, model_types, (Stack("encoder", wq, wk, **_HF),), note=note)
 
 
-SPECS = [
+#: layouts, grouped; SPECS has one spec per model_type (the ``family`` of a score record)
+FAMILIES = [
     _bert_like("bert", "bert"),
     _bert_like("roberta", "roberta", "xlm-roberta", "camembert", note="RoBERTa, XLM-R, CamemBERT"),
     _bert_like("electra", "electra"),
@@ -54,3 +55,5 @@ SPECS = [
         note="fused Wqkv rows (three h e)",
     ),
 ]
+
+SPECS = per_model_type(FAMILIES)

@@ -7,7 +7,7 @@ Einstein legend: h head, d model dim, e head dim.
 
 from __future__ import annotations
 
-from .declarative import DeclarativeSpec, Proj, Stack, separate
+from .declarative import DeclarativeSpec, Proj, Stack, per_model_type, separate
 
 _HF = dict(n_layers=("num_hidden_layers",), n_heads=("num_attention_heads",), d_model=("hidden_size",))
 
@@ -25,7 +25,8 @@ _CLIP_VISION = Stack("encoder", *separate("vision_model.encoder.layers.{i}.self_
                      n_layers=("vision_config.num_hidden_layers",), n_heads=("vision_config.num_attention_heads",),
                      d_model=("vision_config.hidden_size",))
 
-SPECS = [
+#: layouts, grouped; SPECS has one spec per model_type (the ``family`` of a score record)
+FAMILIES = [
     DeclarativeSpec("vit", ("vit", "deit", "dinov2", "vit_mae"), _VISION, note="ViT, DeiT, DINOv2, ViT-MAE"),
     DeclarativeSpec("beit", ("beit", "data2vec-vision"), _VISION, note="relative position bias not in W_qk"),
     DeclarativeSpec("wav2vec2", ("wav2vec2", "hubert", "data2vec-audio", "unispeech", "unispeech-sat"), _SPEECH,
@@ -50,3 +51,5 @@ SPECS = [
         note="CLIP image encoder + BERT-style text decoder (causal over text, bidirectional over the image prefix)",
     ),
 ]
+
+SPECS = per_model_type(FAMILIES)

@@ -11,7 +11,7 @@ Einstein legend: h head, d model dim, e head dim.
 
 from __future__ import annotations
 
-from .declarative import DeclarativeSpec, Stack, separate
+from .declarative import DeclarativeSpec, Stack, per_model_type, separate
 
 _T5 = dict(n_heads=("num_heads",), d_model=("d_model",), d_head=("d_kv",))
 
@@ -60,7 +60,8 @@ def _bart_stacks(encoder: str = "encoder.layers.{i}.self_attn", decoder: str = "
     return (Stack("encoder", *qk(encoder), **enc), *_bart_decoder(decoder, d_model))
 
 
-SPECS = [
+#: layouts, grouped; SPECS has one spec per model_type (the ``family`` of a score record)
+FAMILIES = [
     DeclarativeSpec("t5", ("t5", "mt5", "umt5"), _t5_stacks(),
                     note="no 1/sqrt(d) scaling in the model; head dim from d_kv; relative bias not in W_qk"),
     DeclarativeSpec("bart", ("bart", "mbart", "marian", "pegasus"), _bart_stacks(),
@@ -82,3 +83,5 @@ SPECS = [
                     _bart_decoder(d_model="hidden_size", layers="num_hidden_layers", heads="num_attention_heads"),
                     note="MusicGen's decoder alone (MusicgenForCausalLM)"),
 ]
+
+SPECS = per_model_type(FAMILIES)
