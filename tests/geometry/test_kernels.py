@@ -161,3 +161,14 @@ def test_bad_grouping_is_a_config_error():
 
     with pytest.raises(ConfigError):
         head_stats(np.ones((3, 8, 2), np.float32), np.ones((2, 8, 2), np.float32))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 40), st.integers(1, 7), st.integers(0, 2**31 - 1))
+def test_explicit_stats_tiling(d, tile, seed):
+    """The tiled <M, M^T> equals the definition for tiles that do not divide d."""
+    m = np.random.default_rng(seed).standard_normal((d, d)).astype(np.float32)
+    stats = explicit_stats(m, tile=tile)
+    assert abs(stats.symmetry[0] - symmetry_ref(m)) < 1e-6
+    np.testing.assert_allclose(stats.row_norms[0], np.linalg.norm(m.astype(np.float64), axis=1), rtol=1e-6)
+    np.testing.assert_allclose(stats.col_norms[0], np.linalg.norm(m.astype(np.float64), axis=0), rtol=1e-6)

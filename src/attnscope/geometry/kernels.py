@@ -180,20 +180,29 @@ def layer_matrix(q: np.ndarray, k: np.ndarray, rows: int | None = None, cols: in
     return np.matmul(qs[:rows], ks[:cols].T)
 
 
-def explicit_stats(m: np.ndarray) -> FormStats:
-    """Statistics of explicit forms m [n, d, c] (float64 accumulation)."""
+def explicit_stats(m: np.ndarray, tile: int = 512) -> FormStats:
+    """Statistics of explicit forms m [n, d, c] (float32 or float64 in, float64 accumulation).
+
+    No float64 copy of m: norms reduce with a float64 accumulator, and tr(M M) = <M, M^T> runs
+    over tile x tile blocks so the transposed reads stay in cache.
+    """
     m = np.asarray(m)
     if m.ndim == 2:
         m = m[None]
-    m64 = m.astype(np.float64)
-    frob2 = np.einsum("nij,nij->n", m64, m64)
-    if m.shape[1] == m.shape[2]:
-        trace_mm = np.einsum("nij,nji->n", m64, m64)
-    else:
-        trace_mm = np.full(m.shape[0], np.nan)
-    rows = np.sqrt(np.einsum("nij,nij->ni", m64, m64))
-    cols = np.sqrt(np.einsum("nij,nij->nj", m64, m64))
-    return FormStats(frob2, trace_mm, rows, cols)
+    n, d, c = m.shape
+    rows2 = np.einsum("nij,nij->ni", m, m, dtype=np.float64)
+    cols2 = np.einsum("nij,nij->nj", m, m, dtype=np.float64)
+    frob2 = rows2.sum(axis=1)
+    trace_mm = np.full(n, np.nan)
+    if d == c:
+        for b in range(n):
+            tot = 0.0
+            for i in range(0, d, tile):
+                for j in range(0, d, tile):
+                    blk, blk_t = m[b, i : i + tile, j : j + tile], m[b, j : j + tile, i : i + tile]
+                    tot += float(np.einsum("ij,ji->", blk, blk_t, dtype=np.float64))
+            trace_mm[b] = tot
+    return FormStats(frob2, trace_mm, np.sqrt(rows2), np.sqrt(cols2))
 
 
 def _sqrt0(x: np.ndarray) -> np.ndarray:
