@@ -45,6 +45,7 @@ class Case:
     k_transposed: bool = False  # _attn receives key as [b, h, e, j] (openai-gpt)
     rope: bool = False  # run with position_ids = 0
     prescaled: bool = False  # the modeling code multiplies q by d_head**-0.5 before the attention call (Whisper)
+    split_bthe: bool = False  # the split method returns [b, t, h, e] (Falcon), not [b, h, t, e]
 
 
 def text_inputs(cfg: Any, t: int = 7) -> dict[str, torch.Tensor]:
@@ -295,7 +296,8 @@ def run(case: Case, model: torch.nn.Module, cfg: Any) -> list[Call]:
 
             def split(*a, _orig=orig_split, _m=m, **kw):
                 out = _orig(*a, **kw)
-                sink.append((_m, out[0].detach().clone(), out[1].detach().clone()))
+                q, k = (o.detach().transpose(1, 2) if case.split_bthe else o.detach() for o in out[:2])
+                sink.append((_m, q.clone(), k.clone()))
                 return out
 
             setattr(m, method, split)

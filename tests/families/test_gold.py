@@ -141,6 +141,15 @@ CASES = [
     _llama("GraniteConfig", 2),
     _llama("OlmoConfig", 4),
     _llama("CohereConfig", 2),
+    *[Case(f"falcon-{name}", _cfg("FalconConfig", hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                  vocab_size=99, alibi=False, **flags), "FalconModel",
+           {r"h\.(\d+)\.self_attention": "decoder"}, "query_key_value", "query_key_value",
+           capture="split:_split_heads", split_bthe=True, rope=True)
+      for name, flags in (("mha", dict(multi_query=False, new_decoder_architecture=False)),
+                          ("mqa", dict(multi_query=True, new_decoder_architecture=False)),
+                          ("gqa", dict(new_decoder_architecture=True, num_kv_heads=2)))],
+    *[Case(f"gpt_bigcode-{name}", _cfg("GPTBigCodeConfig", **GPT2_TINY, multi_query=mq), "GPTBigCodeModel",
+           {r"h\.(\d+)\.attn": "decoder"}, "c_attn", "c_attn") for name, mq in (("mha", False), ("mqa", True))],
     Case("bloom", _cfg("BloomConfig", hidden_size=32, n_layer=2, n_head=4, vocab_size=99), "BloomModel",
          {r"h\.(\d+)\.self_attention": "decoder"}, "query_key_value", "query_key_value", capture="split:_reshape"),
     Case("phi3-kv2", _cfg("Phi3Config", **TINY, num_key_value_heads=2, pad_token_id=0), "Phi3Model", LLAMA_ATTN,
@@ -227,7 +236,9 @@ def test_factors_reproduce_model_logits(case: Case, tmp_path) -> None:
     for call in calls:
         f = factors[(call.stack, call.layer)]
         assert f.q.dtype == np.float32 and f.k.dtype == np.float32
-        assert f.q.shape[0] == call.query.shape[1] and f.k.shape[0] == call.key.shape[1]
+        assert f.q.shape[0] == call.query.shape[1]
+        # key heads as stored, or already expanded to one per query head by the model itself (Falcon GQA)
+        assert call.key.shape[1] in (f.k.shape[0], f.q.shape[0])
         want = model_logits(call, case.prescaled)
         got = our_logits(call, f.q, f.k, f.kv_index)
         scale = np.abs(want).max()
@@ -280,3 +291,14 @@ def test_gold_test_catches_the_modulo_gqa_pairing(tmp_path) -> None:
     case = next(c for c in CASES if c.id == "LlamaConfig-kv2")
     spec = get_family(case.config().to_dict())
     assert _worst_error(case, spec, tmp_path, kv_map=lambda n_q, n_kv: np.arange(n_q) % n_kv) > 1e-2
+
+
+def test_gold_test_catches_falcon_groups_read_as_plain_blocks(tmp_path) -> None:
+    import dataclasses
+
+    case = next(c for c in CASES if c.id == "falcon-gqa")
+    spec = get_family(case.config().to_dict())
+    (st,) = spec.layout_for(case.config().to_dict())
+    q, k = (dataclasses.replace(p, grouped=False) for p in (st.q, st.k))
+    flat = dataclasses.replace(st, q=q, k=k)
+    assert _worst_error(case, dataclasses.replace(spec, layout=(flat,), variants=()), tmp_path) > 1e-2

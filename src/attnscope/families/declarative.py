@@ -45,13 +45,15 @@ class Proj:
     projection (n_q for W_q, n_kv for W_k), ``e`` = head dim, ``d`` = input dim, ``three`` = 3.
     ``blocks`` declares a fused tensor whose rows are blocks of unequal height, e.g. Phi-3's
     ``("q", "kv", "kv")`` = [n_q e | n_kv e | n_kv e]; then ``part`` picks the block and ``pattern``
-    applies to it.
+    applies to it. With ``grouped`` the blocks repeat once per kv group, each 1/n_kv as tall
+    (Falcon's new decoder architecture: rows ``(g [q_1 .. q_r | k | v] e)``).
     """
 
     tensor: str | tuple[str, ...]  # name template(s); alternatives tried in order (on-disk vs renamed live modules)
     pattern: str = LINEAR
     part: int | None = None
     blocks: tuple[str, ...] | None = None
+    grouped: bool = False
 
     @property
     def templates(self) -> tuple[str, ...]:
@@ -195,6 +197,17 @@ def _to_float32(t: "torch.Tensor") -> "torch.Tensor":
 
 
 @dataclass(frozen=True)
+class Variant:
+    """A layout used instead of the default one when every ``(config key, value)`` in ``when`` holds."""
+
+    when: tuple[tuple[str, Any], ...]
+    layout: tuple[Stack, ...]
+
+    def matches(self, config: dict[str, Any]) -> bool:
+        return all(_lookup(config, key) == value for key, value in self.when)
+
+
+@dataclass(frozen=True)
 class DeclarativeSpec(FamilySpec):
     """A family as data: its name, the ``model_type`` values it handles, and its attention stacks."""
 
@@ -203,6 +216,14 @@ class DeclarativeSpec(FamilySpec):
     layout: tuple[Stack, ...] = ()
     #: one line for docs/families.md and error messages
     note: str = ""
+    #: layouts chosen by config flags, first match wins (e.g. Falcon's multi_query); else ``layout``
+    variants: tuple[Variant, ...] = ()
+
+    def layout_for(self, config: dict[str, Any]) -> tuple[Stack, ...]:
+        for variant in self.variants:
+            if variant.matches(config):
+                return variant.layout
+        return self.layout
 
     # -- sizes ---------------------------------------------------------------------------------
     def stack_info(self, config: dict[str, Any], st: Stack) -> StackInfo:
@@ -232,7 +253,7 @@ class DeclarativeSpec(FamilySpec):
 
     def stacks(self, config: dict[str, Any], source: "WeightSource | None" = None) -> list[StackInfo]:
         out = []
-        for st in self.layout:
+        for st in self.layout_for(config):
             if st.optional and source is not None and key_index(source).template_of(st.q) is None:
                 continue
             out.append(self.stack_info(config, st))
@@ -242,8 +263,8 @@ class DeclarativeSpec(FamilySpec):
             raise FormatError(f"{source.name}: holds none of the {self.name} attention tensors")
         return out
 
-    def _stack(self, name: str) -> Stack:
-        for st in self.layout:
+    def _stack(self, name: str, config: dict[str, Any]) -> Stack:
+        for st in self.layout_for(config):
             if st.stack == name:
                 return st
         raise ValueError(f"{self.name} has no {name!r} stack")
@@ -280,8 +301,14 @@ class DeclarativeSpec(FamilySpec):
             )
         t = _to_float32(t)
         if proj.blocks is not None:
-            start = sum(rows[: proj.part])
-            t = t[start : start + rows[proj.part]]
+            if proj.grouped:  # [g, rows per group, d]: the blocks repeat in every kv group
+                g = info.n_kv_heads
+                per = [r // g for r in rows]
+                start = sum(per[: proj.part])
+                t = t.reshape(g, sum(per), d)[:, start : start + per[proj.part]].reshape(-1, d)
+            else:
+                start = sum(rows[: proj.part])
+                t = t[start : start + rows[proj.part]]
         used = {a: v for a, v in sizes.items() if re.search(rf"\b{a}\b", proj.pattern.split("->")[0])}
         out = rearrange(t, proj.pattern, **used)
         if "three" in proj.pattern.split("->")[1]:
@@ -289,7 +316,7 @@ class DeclarativeSpec(FamilySpec):
         return np.ascontiguousarray(out.numpy(), dtype=np.float32)  # [n, d, e]
 
     def layer_factors(self, source: "WeightSource", info: StackInfo, layer: int) -> AttentionFactors:
-        st = self._stack(info.stack)
+        st = self._stack(info.stack, source.config)
         q = self._read(source, info, layer, st.q, info.n_heads, info.d_model)  # [h, d, e]
         k = self._read(source, info, layer, st.k, info.n_kv_heads, info.d_model_kv or info.d_model)  # [g, d, e]
         return AttentionFactors(info.stack, layer, q, k)
@@ -313,6 +340,10 @@ def fused(tensor: str, pattern: str) -> tuple[Proj, Proj]:
     return Proj(tensor, pattern, part=0), Proj(tensor, pattern, part=1)
 
 
-def fused_blocks(tensor: str, blocks: tuple[str, ...] = ("q", "kv", "kv"), pattern: str = LINEAR) -> tuple[Proj, Proj]:
-    """W_q and W_k as the first two row blocks of a fused tensor of unequal blocks (Phi-3)."""
-    return Proj(tensor, pattern, part=0, blocks=blocks), Proj(tensor, pattern, part=1, blocks=blocks)
+def fused_blocks(
+    tensor: str, blocks: tuple[str, ...] = ("q", "kv", "kv"), pattern: str = LINEAR, grouped: bool = False
+) -> tuple[Proj, Proj]:
+    """W_q and W_k as the first two row blocks of a fused tensor of unequal blocks (Phi-3), or of
+    blocks repeated per kv group (``grouped``, Falcon's new decoder architecture)."""
+    return (Proj(tensor, pattern, part=0, blocks=blocks, grouped=grouped),
+            Proj(tensor, pattern, part=1, blocks=blocks, grouped=grouped))

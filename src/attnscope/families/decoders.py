@@ -1,13 +1,13 @@
 """Family specs of causal language models (stack ``decoder``): GPT-2 and its Conv1D kin, GPT-Neo,
-GPT-J, GPT-NeoX/Pythia, BLOOM, the LLaMA line (grouped-query attention: also Mistral, Qwen2, Gemma,
-OPT, StableLM, StarCoder2, Granite, OLMo, Cohere), Phi and Phi-3.
+GPT-J, GPT-NeoX/Pythia, BLOOM, Falcon, GPT-BigCode (StarCoder), the LLaMA line (grouped-query
+attention: also Mistral, Qwen2, Gemma, OPT, StableLM, StarCoder2, Granite, OLMo, Cohere), Phi, Phi-3.
 
 Einstein legend: h head, d model dim, e head dim, three the q|k|v axis of a fused projection.
 """
 
 from __future__ import annotations
 
-from .declarative import CONV1D, DeclarativeSpec, Stack, fused, fused_blocks, per_model_type, separate
+from .declarative import CONV1D, DeclarativeSpec, Stack, Variant, fused, fused_blocks, per_model_type, separate
 
 _GPT2_KEYS = dict(n_layers=("n_layer",), n_heads=("n_head",), d_model=("n_embd",))
 _HF = dict(n_layers=("num_hidden_layers",), n_heads=("num_attention_heads",), d_model=("hidden_size",))
@@ -15,6 +15,7 @@ _HF = dict(n_layers=("num_hidden_layers",), n_heads=("num_attention_heads",), d_
 _GQA = dict(_HF, n_kv_heads=("num_key_value_heads",), d_head=("head_dim",))
 
 _CONV1D_QKV = fused("h.{i}.attn.c_attn.weight", CONV1D.replace("(h e)", "(three h e)").replace("-> h", "-> three h"))
+_FALCON_QKV = "h.{i}.self_attention.query_key_value.weight"
 _LLAMA_QK = separate("layers.{i}.self_attn.q_proj.weight", "layers.{i}.self_attn.k_proj.weight")
 
 
@@ -65,6 +66,29 @@ FAMILIES = [
         (Stack("decoder", *fused("h.{i}.self_attention.query_key_value.weight", "(h three e) d -> three h d e"),
                n_layers=("n_layer",), n_heads=("n_head",), d_model=("hidden_size",)),),
         note="fused query_key_value rows interleaved per head (h three e); ALiBi not in W_qk",
+    ),
+    DeclarativeSpec(
+        "falcon",
+        ("falcon",),
+        # neither flag: per-head interleaved q|k|v, as BLOOM
+        (Stack("decoder", *fused(_FALCON_QKV, "(h three e) d -> three h d e"), **_HF),),
+        variants=(
+            # falcon-40b/180b: kv groups of [q_1 .. q_r | k | v]
+            Variant((("new_decoder_architecture", True),),
+                    (Stack("decoder", *fused_blocks(_FALCON_QKV, grouped=True), **_HF, n_kv_heads=("num_kv_heads",)),)),
+            # falcon-7b: [q (n_q e) | k (e) | v (e)], one key head
+            Variant((("multi_query", True),), (Stack("decoder", *fused_blocks(_FALCON_QKV), **_HF, n_kv_heads=(1,)),)),
+        ),
+        note="fused query_key_value; layout set by new_decoder_architecture / multi_query",
+    ),
+    DeclarativeSpec(
+        "gpt_bigcode",
+        ("gpt_bigcode",),
+        (Stack("decoder", *fused("h.{i}.attn.c_attn.weight", "(h three e) d -> three h d e"), **_GPT2_KEYS),),
+        variants=(Variant((("multi_query", True),),
+                          (Stack("decoder", *fused_blocks("h.{i}.attn.c_attn.weight"), **_GPT2_KEYS,
+                                 n_kv_heads=(1,)),)),),
+        note="StarCoder/SantaCoder: c_attn rows [q | k | v] with one key head (multi_query), else (h three e)",
     ),
     DeclarativeSpec(
         "phi3",
