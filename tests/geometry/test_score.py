@@ -42,6 +42,7 @@ def test_levels_stacks_and_k(tiny_llama_dirs):
     assert set(score(path, levels=("head",))["level"]) == {"head"}
     with pytest.raises(InputError, match="no encoder stack"):
         score(path, stacks=("encoder",))
+    assert set(score(path, stacks="decoder", levels="layer")["stack"]) == {"decoder"}
     with pytest.raises(InputError, match="level"):
         score(path, levels=("neuron",))
     a, b = score(path, k=0.5), score(path, k=3.0)

@@ -142,6 +142,7 @@ def score(
     source: a local HF directory, a weights file, a hub id, or any WeightSource.
     k: outlier threshold (mean + k std) for directionality. levels: "head" and/or "layer".
     stacks: restrict to some of "encoder", "decoder", "cross". progress: a rich bar on stderr.
+    name: the ``model`` column (default: the source's name, its path or hub id).
     """
     from attnscope.families import get_family
     from attnscope.sources import open_source
@@ -155,7 +156,7 @@ def score(
         fam = get_family(src.config)
         infos = fam.stacks(src.config, src)
         if stacks is not None:
-            stacks = tuple(stacks)
+            stacks = (stacks,) if isinstance(stacks, str) else tuple(stacks)
             bad = [s for s in stacks if s not in {"encoder", "decoder", "cross"}]
             if bad:
                 raise InputError(f"stack must be encoder, decoder or cross, not {', '.join(bad)}")
