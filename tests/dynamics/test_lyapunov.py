@@ -85,3 +85,16 @@ def test_regime_rules():
     # a period-3 series has 3 distinct values; a dense one fills the bins
     assert count_distinct(np.tile([0.1, -0.3, 0.2], 100))[0] == 3
     assert count_distinct(np.linspace(-1, 1, 20000))[0] == 5001
+
+
+def test_paper_regimes_from_x0():
+    """Regression on the paper configuration: beta_o = 1.27 is a periodic orbit whose leading pair is
+    complex (lambda_1 = lambda_2), 1.4 is chaotic, 0.5 sits on the stable fixed point."""
+    from attnscope.dynamics.sweeps import lyapunov_table
+
+    df = lyapunov_table(dm.load_preset("paper"), [0.5, 1.27, 1.4], transient=20000, steps=20000, k=2)
+    lam = np.array(df["lyapunov"].tolist())
+    assert list(df["regime"]) == ["periodic", "periodic", "chaotic"]
+    assert lam[1, 0] == pytest.approx(-0.0478, abs=2e-3) and lam[1, 1] == pytest.approx(lam[1, 0], abs=1e-3)
+    assert lam[2, 0] > 0.03
+    assert np.all(lam[:, 0] >= lam[:, 1])
