@@ -252,3 +252,28 @@ def test_docs_list_every_model_type() -> None:
     text = doc.read_text()
     missing = [mt for spec in _our_specs() for mt in spec.model_types if f"`{mt}`" not in text]
     assert missing == []
+
+
+def test_fused_tensor_is_read_once_per_layer() -> None:
+    cfg = {"model_type": "phi3", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2}
+    tensors = {f"model.layers.{i}.self_attn.qkv_proj.weight": torch.randn(64, 32) for i in range(2)}
+
+    class Counting(DictSource):
+        reads: list[str] = []
+
+        def get(self, name):
+            Counting.reads.append(name)
+            return super().get(name)
+
+    list(get_family(cfg).iter_factors(Counting(tensors, cfg)))
+    assert sorted(Counting.reads) == sorted(tensors)
+
+
+@pytest.mark.parametrize("dtype,error", [(torch.int8, FormatError), (torch.float8_e4m3fn, UnsupportedError)])
+def test_quantized_weights_are_refused_not_misread(dtype, error) -> None:
+    cfg = _llama_config()
+    tensors = {k: v.to(dtype) for k, v in _llama_tensors(cfg).items()}
+    with pytest.raises(error, match="q_proj") as err:
+        list(get_family(cfg).iter_factors(DictSource(tensors, cfg)))
+    assert "\n" not in str(err.value)

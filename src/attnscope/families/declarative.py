@@ -192,7 +192,11 @@ def _to_float32(t: "torch.Tensor") -> "torch.Tensor":
     if not torch.is_floating_point(t):
         from attnscope.errors import FormatError
 
-        raise FormatError(f"tensor of dtype {t.dtype} is not a floating-point weight")
+        raise FormatError(f"tensor of dtype {t.dtype} is not a floating-point weight (quantized checkpoint?)")
+    if t.element_size() == 1:  # fp8 weights carry separate (often block-wise) scales: upcasting alone is wrong
+        from attnscope.errors import UnsupportedError
+
+        raise UnsupportedError(f"{t.dtype} (fp8-quantized) weights are not supported; use the bf16/fp16 checkpoint")
     return t.to(device="cpu", dtype=torch.float32)
 
 
@@ -270,12 +274,18 @@ class DeclarativeSpec(FamilySpec):
         raise ValueError(f"{self.name} has no {name!r} stack")
 
     # -- tensors -------------------------------------------------------------------------------
-    def _read(self, source: "WeightSource", info: StackInfo, layer: int, proj: Proj, n: int, d: int) -> np.ndarray:
-        """One projection of one layer as float32 ``[n, d, e]`` (shape-checked against the config)."""
+    def _read(
+        self, source: "WeightSource", info: StackInfo, layer: int, proj: Proj, n: int, d: int,
+        cache: dict[str, "torch.Tensor"] | None = None,
+    ) -> np.ndarray:
+        """One projection of one layer as float32 ``[n, d, e]`` (shape-checked against the config).
+
+        ``cache`` (name -> float32 tensor) lets W_q and W_k of one fused tensor share a single read.
+        """
         import torch
         from einops import rearrange
 
-        from attnscope.errors import FormatError
+        from attnscope.errors import AttnscopeError, FormatError
 
         idx = key_index(source)
         name = idx.resolve(proj, layer)
@@ -293,13 +303,21 @@ class DeclarativeSpec(FamilySpec):
             expected: tuple[int, ...] = (sum(rows), d)
         else:
             expected = pattern_shape(proj.pattern, sizes)
-        t = source.get(name)
-        if tuple(t.shape) != expected:
-            raise FormatError(
-                f"{source.name}: tensor {name!r} has shape {tuple(t.shape)}, but the config "
-                f"(heads={info.n_heads}, kv_heads={info.n_kv_heads}, d_head={e}, d_model={d}) needs {expected}"
-            )
-        t = _to_float32(t)
+        if cache is not None and name in cache:
+            t = cache[name]
+        else:
+            t = source.get(name)
+            if tuple(t.shape) != expected:
+                raise FormatError(
+                    f"{source.name}: tensor {name!r} has shape {tuple(t.shape)}, but the config "
+                    f"(heads={info.n_heads}, kv_heads={info.n_kv_heads}, d_head={e}, d_model={d}) needs {expected}"
+                )
+            try:
+                t = _to_float32(t)
+            except AttnscopeError as err:
+                raise type(err)(f"{source.name}: {name}: {err}") from None
+            if cache is not None:
+                cache[name] = t
         if proj.blocks is not None:
             if proj.grouped:  # [g, rows per group, d]: the blocks repeat in every kv group
                 g = info.n_kv_heads
@@ -317,8 +335,9 @@ class DeclarativeSpec(FamilySpec):
 
     def layer_factors(self, source: "WeightSource", info: StackInfo, layer: int) -> AttentionFactors:
         st = self._stack(info.stack, source.config)
-        q = self._read(source, info, layer, st.q, info.n_heads, info.d_model)  # [h, d, e]
-        k = self._read(source, info, layer, st.k, info.n_kv_heads, info.d_model_kv or info.d_model)  # [g, d, e]
+        cache: dict[str, torch.Tensor] = {}  # a fused q|k|v tensor is read once for both
+        q = self._read(source, info, layer, st.q, info.n_heads, info.d_model, cache)  # [h, d, e]
+        k = self._read(source, info, layer, st.k, info.n_kv_heads, info.d_model_kv or info.d_model, cache)  # [g, d, e]
         return AttentionFactors(info.stack, layer, q, k)
 
 
