@@ -53,6 +53,13 @@ def text_inputs(cfg: Any, t: int = 7) -> dict[str, torch.Tensor]:
     return {"input_ids": torch.randint(3, cfg.vocab_size, (2, t), generator=g)}
 
 
+def cross_text_inputs(cfg: Any) -> dict[str, torch.Tensor]:
+    """Text plus encoder states for a BERT-style decoder with cross-attention."""
+    g = torch.Generator().manual_seed(12)
+    return {"input_ids": torch.randint(3, cfg.vocab_size, (2, 7), generator=g),
+            "encoder_hidden_states": torch.randn(2, 6, cfg.hidden_size, generator=g)}
+
+
 def seq2seq_inputs(cfg: Any) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(2)
     return {

@@ -18,6 +18,7 @@ from .gold import (
     build,
     hidden_inputs,
     clip_inputs,
+    cross_text_inputs,
     detr_inputs,
     image_inputs,
     model_logits,
@@ -93,6 +94,11 @@ def _speech(cls: str, capture: str = "interface") -> Case:
 CASES = [
     # bidirectional text encoders
     Case("bert", _cfg("BertConfig", **TINY), "BertModel", BERT_ATTN, "query", "key"),
+    Case("bert-decoder", _cfg("BertConfig", **TINY, is_decoder=True, add_cross_attention=True), "BertModel",
+         {r"encoder\.layer\.(\d+)\.attention\.self": "decoder",
+          r"encoder\.layer\.(\d+)\.crossattention\.self": "cross"}, "query", "key", inputs=cross_text_inputs),
+    Case("roberta-causal-lm", _cfg("RobertaConfig", **TINY, is_decoder=True), "RobertaModel",
+         {r"encoder\.layer\.(\d+)\.attention\.self": "decoder"}, "query", "key"),
     Case("roberta", _cfg("RobertaConfig", **TINY), "RobertaModel", BERT_ATTN, "query", "key"),
     Case("xlm-roberta", _cfg("XLMRobertaConfig", **TINY), "XLMRobertaModel", BERT_ATTN, "query", "key"),
     Case("camembert", _cfg("CamembertConfig", **TINY), "CamembertModel", BERT_ATTN, "query", "key"),

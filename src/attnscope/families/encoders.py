@@ -1,21 +1,35 @@
 """Family specs of bidirectional text encoders: BERT and its descendants, DeBERTa (v1, v2), DistilBERT,
-ALBERT and ModernBERT. All score as the ``encoder`` stack.
+ALBERT and ModernBERT. All score as the ``encoder`` stack, except BERT-style configs with
+``is_decoder`` (causal ``decoder``, plus ``cross`` with ``add_cross_attention``).
 
 Einstein legend: h head, d model dim, e head dim, three the q|k|v axis of a fused projection.
 """
 
 from __future__ import annotations
 
-from .declarative import DeclarativeSpec, Stack, fused, per_model_type, separate
+from .declarative import DeclarativeSpec, Stack, Variant, fused, per_model_type, separate
 
 #: Hugging Face's BERT-style config keys
 _HF = dict(n_layers=("num_hidden_layers",), n_heads=("num_attention_heads",), d_model=("hidden_size",))
 
 
-def _bert_like(name: str, *model_types: str, q: str = "query", k: str = "key", note: str = "") -> DeclarativeSpec:
-    where = "encoder.layer.{i}.attention.self"
-    wq, wk = separate(f"{where}.{q}.weight", f"{where}.{k}.weight")
-    return DeclarativeSpec(name, model_types, (Stack("encoder", wq, wk, **_HF),), note=note)
+def _bert_like(
+    name: str, *model_types: str, q: str = "query", k: str = "key", note: str = "", decoder_mode: bool = True
+) -> DeclarativeSpec:
+    """BERT names. With ``decoder_mode``, a config with ``is_decoder`` (BertLMHeadModel, RobertaForCausalLM)
+    scores its causal self-attention as ``decoder``, plus ``crossattention`` as ``cross`` when present."""
+
+    def qk(where: str) -> tuple:
+        return separate(f"{where}.{q}.weight", f"{where}.{k}.weight")
+
+    causal = Stack("decoder", *qk("encoder.layer.{i}.attention.self"), **_HF)
+    cross = Stack("cross", *qk("encoder.layer.{i}.crossattention.self"), **_HF)
+    variants = (
+        Variant((("is_decoder", True), ("add_cross_attention", True)), (causal, cross)),
+        Variant((("is_decoder", True),), (causal,)),
+    ) if decoder_mode else ()
+    return DeclarativeSpec(name, model_types, (Stack("encoder", *qk("encoder.layer.{i}.attention.self"), **_HF),),
+                           note=note, variants=variants)
 
 
 #: layouts, grouped; SPECS has one spec per model_type (the ``family`` of a score record)
@@ -23,7 +37,7 @@ FAMILIES = [
     _bert_like("bert", "bert"),
     _bert_like("roberta", "roberta", "xlm-roberta", "camembert", note="RoBERTa, XLM-R, CamemBERT"),
     _bert_like("electra", "electra"),
-    _bert_like("deberta-v2", "deberta-v2", q="query_proj", k="key_proj",
+    _bert_like("deberta-v2", "deberta-v2", q="query_proj", k="key_proj", decoder_mode=False,
                note="content-to-content form only; relative-position terms are not part of W_qk"),
     DeclarativeSpec(
         "deberta",
