@@ -64,7 +64,7 @@ class GGUFSource(WeightSource):
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             if "version" in msg:
                 raise FormatError(f"{path}: unsupported GGUF file: {msg}") from None
-            raise FormatError(f"{path}: cannot read GGUF header (truncated or corrupt?): {msg}") from None
+            raise FormatError(f"{path}: truncated or corrupt GGUF file (the header does not parse: {msg})") from None
         self._tensors = {}
         for t in self._reader.tensors:
             end = int(t.data_offset) + int(t.n_bytes)
