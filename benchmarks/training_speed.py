@@ -54,9 +54,9 @@ def batch(objective: str, b: int, t: int, gen: torch.Generator):
 
 
 def step_ours(model, opt, x, y):
-    from attnscope.training.objectives import lm_loss
+    from attnscope.training.objectives import model_loss  # exactly the trainer's loss
 
-    loss = lm_loss(model(x), y)
+    loss = model_loss(model, x, y)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()

@@ -194,3 +194,25 @@ def test_hf_corpus_without_datasets_is_one_line(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_datasets)
     with pytest.raises(InputError, match="optional 'datasets' package"):
         D.open_corpus("hf:wikimedia/wikipedia:20231101.en")
+
+
+@pytest.mark.parametrize("objective", ["mlm", "clm"])
+def test_model_loss_equals_full_logits_loss_and_gradients(objective):
+    from attnscope.training.model import ModelConfig, Transformer
+    from attnscope.training.objectives import model_loss
+
+    torch.manual_seed(0)
+    model = Transformer(ModelConfig(n_layers=1, n_heads=2, d_model=16, d_ff=32, vocab_size=40, max_seq_len=16,
+                                    dropout=0.0, causal=objective == "clm"))
+    g = torch.Generator().manual_seed(1)
+    w = torch.randint(0, 39, (3, 13), generator=g)
+    x, y = make_batch(objective, w, 39, 39, g)
+    fast = model_loss(model, x, y)
+    (gf,) = torch.autograd.grad(fast, model.tok_emb.weight)
+    full = lm_loss(model(x), y)
+    (gs,) = torch.autograd.grad(full, model.tok_emb.weight)
+    torch.testing.assert_close(fast, full)
+    torch.testing.assert_close(gf, gs)
+    if objective == "mlm":
+        sel = y != IGNORE
+        assert model(x, select=sel).shape == (int(sel.sum()), 40)

@@ -281,9 +281,19 @@ class Transformer(nn.Module):
         init_weights(self, "default", generator=None)
 
     def forward(
-        self, idx: torch.Tensor, *, return_attn: bool = False, attn_callback: AttnCallback | None = None
+        self,
+        idx: torch.Tensor,
+        *,
+        return_attn: bool = False,
+        attn_callback: AttnCallback | None = None,
+        select: torch.Tensor | None = None,
     ):
-        """idx [b, t] -> logits [b, t, v]; with ``return_attn`` also the per-layer maps [b, h, i, j]."""
+        """idx [b, t] -> logits [b, t, v]; with ``return_attn`` also the per-layer maps [b, h, i, j].
+
+        ``select`` (bool [b, t]) projects only the chosen positions to the vocabulary and returns
+        logits [n, v] (n = select.sum()): masked-LM training needs 15% of them, and the output
+        projection is the most expensive layer of a small model with a large vocabulary.
+        """
         b, t = idx.shape
         if t > self.config.max_seq_len:
             raise InputError(f"sequence length {t} exceeds the model's max_seq_len {self.config.max_seq_len}")
@@ -304,7 +314,10 @@ class Transformer(nn.Module):
                 attn_callback(i, probs)
             if return_attn:
                 maps.append(probs)
-        logits = self.lm_head(self.ln_f(x))  # [b, t, v]
+        x = self.ln_f(x)
+        if select is not None:
+            x = x[select]  # [n, d]
+        logits = self.lm_head(x)  # [b, t, v] (or [n, v])
         return (logits, maps) if return_attn else logits
 
     def num_params(self) -> int:

@@ -402,7 +402,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     from .data import heldout_windows, open_corpus, sample_windows, tokenize_split
     from .model import Transformer, import_state_dict, init_weights
-    from .objectives import IGNORE, lm_loss, make_batch, window_length
+    from .objectives import IGNORE, make_batch, model_loss, window_length
 
     cfg.validate()
     if cfg.threads:
@@ -502,9 +502,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         nats, count = 0.0, 0
         with torch.no_grad(), _autocast(cfg):
             for inputs, labels in eval_batches:
-                logits = model(inputs.to(cfg.device))
                 n = int((labels != IGNORE).sum())
-                nats += float(lm_loss(logits, labels.to(cfg.device))) * n
+                nats += float(model_loss(model, inputs.to(cfg.device), labels.to(cfg.device))) * n
                 count += n
         model.train()
         loss = nats / max(count, 1)
@@ -542,7 +541,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
             probe_gen = torch.Generator().manual_seed(cfg.seed + 2)
             w = sample_windows(train_ids, cfg.batch_size, wlen, probe_gen)
             inputs, labels = make_batch(cfg.objective, w, mask_id, tokenizer.vocab_size, probe_gen, cfg.mask_prob)
-            rec["loss"] = float(lm_loss(model(inputs.to(cfg.device)), labels.to(cfg.device)))
+            rec["loss"] = float(model_loss(model, inputs.to(cfg.device), labels.to(cfg.device)))
             model.train()
         rec["lr"] = 0.0
         log_geometry(rec)
@@ -567,7 +566,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 sync = micro == cfg.grad_accum - 1 or dist_info.world == 1
                 ctx = ddp_model.no_sync() if not sync else _nullcontext()
                 with ctx, _autocast(cfg):
-                    loss = lm_loss(ddp_model(inputs), labels) / cfg.grad_accum
+                    loss = model_loss(ddp_model, inputs, labels) / cfg.grad_accum
                     loss.backward()
                 step_loss += float(loss.detach())
             if cfg.clip:
