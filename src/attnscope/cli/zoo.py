@@ -61,6 +61,33 @@ def list_groups(
         typer.echo(f"{g:<{width}}  {n:>4} models")
 
 
+@app.command("show")
+def show_model(
+    model_id: str = typer.Argument(..., help="A hub id from the registry."),
+    zoo_file: Optional[Path] = _ZOO_FILE,
+    as_json: bool = typer.Option(False, "--json", help="Print the entry as JSON on stdout."),
+) -> None:
+    """One model's entry: family, type, size, groups, caveats and the paper's published scores."""
+    from attnscope.errors import InputError
+    from attnscope.zoo import get_entry
+
+    entry = get_entry(model_id, zoo_file)
+    if entry is None:
+        raise InputError(f"{model_id} is not in the zoo (see `attnscope zoo list`)")
+    rec = entry.to_record()
+    if as_json:
+        echo_json(json.dumps(rec))
+        return
+    typer.echo(f"{entry.id}: {entry.family} {entry.type} ({entry.modality}), {_human(entry.params)} parameters")
+    typer.echo(f"  groups: {', '.join(entry.groups)}")
+    if entry.caveats:
+        typer.echo(f"  caveats: {', '.join(entry.caveats)}")
+    for stack, p in entry.published.items():
+        s, d = p.symmetry, p.directionality
+        typer.echo(f"  paper, {stack} ({p.layers} layers): s {s[0]:+.2f} [{s[1]:+.2f}, {s[2]:+.2f}]  "
+                   f"d {d[0]:+.2f} [{d[1]:+.2f}, {d[2]:+.2f}]" + ("" if p.plotted else "  (not plotted)"))
+
+
 def _human(n: int | None) -> str:
     if n is None:
         return "?"
