@@ -1,0 +1,115 @@
+"""Maps out of models: HF eager (MiniLM) streamed per layer, attnscope checkpoints via attn_callback."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnscope.errors import AttnscopeError
+from attnscope.heads.maps import extract, make_windows, open_model
+from attnscope.heads.metrics import window_metrics
+
+
+@pytest.fixture(scope="module")
+def minilm(minilm_dir):
+    return open_model(str(minilm_dir))
+
+
+def test_minilm_streams_the_same_maps_as_output_attentions(minilm, minilm_dir):
+    from transformers import AutoModel
+
+    assert minilm.streaming and minilm.n_layers == 6 and minilm.n_heads == 12 and not minilm.causal
+    assert minilm.max_len == 512 and minilm.cls_id is not None
+    idx = make_windows(minilm, "builtin", 2, 32)
+    assert idx.shape == (2, 32) and (idx[:, 0] == minilm.cls_id).all() and (idx[:, -1] == minilm.sep_id).all()
+    got: dict[int, torch.Tensor] = {}
+    minilm.run(idx, lambda layer, p: got.__setitem__(layer, p.clone()))
+    ref = AutoModel.from_pretrained(str(minilm_dir), attn_implementation="eager").eval()
+    with torch.no_grad():
+        atts = ref(idx, output_attentions=True).attentions
+    assert sorted(got) == list(range(6))
+    for layer, a in enumerate(atts):
+        torch.testing.assert_close(got[layer], a)
+
+
+def test_extract_minilm_table(minilm):
+    res = extract(minilm, data="builtin", windows=2, length=48, batch_size=2, js_rows=8, example_layers=(0,))
+    df = res.metrics
+    assert len(df) == 6 * 12 and set(df["layer"]) == set(range(6)) and (df["n_windows"] == 2).all()
+    assert df["stack"].eq("encoder").all()
+    for col in ("entropy", "sparsity", "distance", "entropy_norm", "sink_cls", "sink_sep", "dup_score"):
+        assert df[col].notna().all(), col
+    assert ((df["entropy_norm"] >= 0) & (df["entropy_norm"] <= 1 + 1e-6)).all()
+    assert len(res.js) == 72 * 71 // 2 and (res.js["js"] >= 0).all() and (res.js["js"] <= np.log(2) + 1e-9).all()
+    assert res.examples[0].shape == (12, 48, 48)
+
+
+def test_window_longer_than_model_max(minilm):
+    with pytest.raises(AttnscopeError, match="longer than the model's maximum"):
+        extract(minilm, windows=1, length=513)
+
+
+def _tiny_checkpoint(tmp_path, pattern=None):
+    from attnscope.training.model import ModelConfig, Transformer, save_model
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layers=2, n_heads=8, d_model=32, d_ff=64, vocab_size=256, max_seq_len=64, causal=True,
+                      norm="pre", dropout=0.0, attn_pattern=pattern)
+    return save_model(Transformer(cfg), tmp_path / "ckpt", extra_config={"tokenizer": "bytes", "run": "tiny"})
+
+
+def test_attnscope_checkpoint_metrics_match_direct_maps(tmp_path):
+    ckpt = _tiny_checkpoint(tmp_path)
+    model = open_model(str(ckpt))
+    assert model.kind == "attnscope" and model.byte_level and model.causal and model.default_length() == 64
+    res = extract(model, windows=3, length=64, batch_size=2)
+    df = res.metrics
+    assert len(df) == 16 and (df["model"] == "tiny").all() and df["stack"].eq("decoder").all()
+    # the same numbers from the model's full return_attn output
+    from attnscope.training.model import load_model
+
+    net, _ = load_model(ckpt)
+    idx = make_windows(model, "builtin", 3, 64)
+    with torch.no_grad():
+        _, maps = net(idx, return_attn=True)
+    for layer, m in enumerate(maps):
+        vals = window_metrics(m, causal=True, token_ids=idx)
+        sub = df[df["layer"] == layer].sort_values("head")
+        np.testing.assert_allclose(sub["entropy"], vals["entropy"].mean(0).numpy(), rtol=1e-6)
+        np.testing.assert_allclose(sub["prev_mass"], vals["prev_mass"].mean(0).numpy(), rtol=1e-6)
+    # a causal model never looks ahead
+    assert (df["lookback"] >= -1e-9).all() and np.allclose(df["lookback"], df["distance"])
+
+
+def test_sparse_checkpoint_maps_respect_pattern(tmp_path):
+    ckpt = _tiny_checkpoint(tmp_path, pattern="seed002")
+    df = extract(str(ckpt), windows=2, length=64).metrics
+    # head 0 is local(8): it never looks back further than 8
+    assert (df[df["head"] == 0]["lookback"] <= 8).all()
+
+
+@pytest.mark.parametrize(
+    "source, msg",
+    [("/nonexistent/model/dir", "no such model"), ("__file__", "not a file")],
+)
+def test_bad_sources(source, msg, tmp_path):
+    if source == "__file__":
+        p = tmp_path / "x.bin"
+        p.write_bytes(b"x")
+        source = str(p)
+    with pytest.raises(AttnscopeError, match=msg):
+        open_model(source)
+
+
+def test_empty_corpus_is_one_line(tmp_path):
+    ckpt = _tiny_checkpoint(tmp_path)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(AttnscopeError) as info:
+        extract(str(ckpt), data=str(empty), windows=2, length=32)
+    assert "empty" in str(info.value) and "\n" not in str(info.value)
+    small = tmp_path / "small.txt"
+    small.write_text("tiny corpus " * 20)
+    with pytest.raises(AttnscopeError, match="windows"):
+        extract(str(ckpt), data=str(small), windows=5, length=64)
