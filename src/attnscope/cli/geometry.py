@@ -142,7 +142,7 @@ def _fmt(med: float, q1: float, q3: float) -> str:
     return f"{med:+.2f} [{q1:+.2f}, {q3:+.2f}]"
 
 
-def print_summary(df: "pd.DataFrame") -> None:
+def print_summary(df: "pd.DataFrame", per_layer: bool = True) -> None:
     """Rich tables on stdout: per model and stack (median [Q1, Q3] over layers), then per layer."""
     from rich.console import Console
     from rich.table import Table
@@ -160,6 +160,8 @@ def print_summary(df: "pd.DataFrame") -> None:
                   _fmt(r["symmetry_median"], r["symmetry_q1"], r["symmetry_q3"]),
                   _fmt(r["directionality_median"], r["directionality_q1"], r["directionality_q3"]))  # fmt: skip
     con.print(t)
+    if not per_layer:
+        return
     for (model, stack), grp in df.groupby(["model", "stack"], sort=False):
         lay = grp[grp["level"] == "layer"].set_index("layer")
         heads = grp[grp["level"] == "head"]
@@ -211,7 +213,7 @@ def _run_zoo(
 
         echo_json(records_to_json(df))
     elif df is not None and len(df):
-        print_summary(df)
+        print_summary(df, per_layer=False)  # a survey: one line per model and stack
 
 
 @app.command("plot")
