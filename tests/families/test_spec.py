@@ -189,6 +189,13 @@ def test_qk_norm_variants_are_refused(cfg: dict) -> None:
         get_family(cfg).stacks(cfg)
 
 
+def test_albert_with_several_layers_per_group_is_refused() -> None:
+    cfg = {"model_type": "albert", "hidden_size": 32, "num_attention_heads": 4, "num_hidden_groups": 1,
+           "inner_group_num": 2}
+    with pytest.raises(UnsupportedError, match="inner_group_num=2"):
+        get_family(cfg).stacks(cfg)
+
+
 def test_unsupported_model_type_names_the_supported_ones() -> None:
     with pytest.raises(UnsupportedError) as err:
         get_family({"model_type": "no-such-model"})

@@ -77,6 +77,8 @@ class Stack:
     optional: bool = False
     #: config flags that make the logits non-bilinear in x (e.g. a per-head norm on q and k): refused
     refuse_if: tuple[str, ...] = ()
+    #: (config key, the only value this layout reads correctly); another value is refused, never misread
+    require: tuple[tuple[str, Any], ...] = ()
 
 
 def _lookup(config: dict[str, Any], key: str) -> Any:
@@ -240,6 +242,12 @@ class DeclarativeSpec(FamilySpec):
                     f"{mt} with {flag}={config[flag]!r} normalises q and k per head, so its logits are not "
                     "the bilinear form x W_q W_k^T x'^T; not supported (see docs/families.md)"
                 )
+        for key, wanted in st.require:
+            actual = _lookup(config, key)
+            if actual is not None and actual != wanted:
+                from attnscope.errors import UnsupportedError
+
+                raise UnsupportedError(f"{mt} with {key}={actual!r} is not supported (only {key}={wanted!r})")
         n_layers = _required(config, st.n_layers, f"{st.stack} layer count", mt)
         n_heads = _required(config, st.n_heads, f"{st.stack} head count", mt)
         d_model = _required(config, st.d_model, "model width", mt)

@@ -59,7 +59,8 @@ FAMILIES = [
         # one shared layer per group (usually one group): the paper scores it once
         (Stack("encoder", *separate("albert_layer_groups.{i}.albert_layers.0.attention.query.weight",
                                     "albert_layer_groups.{i}.albert_layers.0.attention.key.weight"),
-               n_layers=("num_hidden_groups", 1), n_heads=("num_attention_heads",), d_model=("hidden_size",)),),
+               n_layers=("num_hidden_groups", 1), n_heads=("num_attention_heads",), d_model=("hidden_size",),
+               require=(("inner_group_num", 1),)),),
         note="one shared layer per hidden group, scored once (layer = group index)",
     ),
     DeclarativeSpec(
