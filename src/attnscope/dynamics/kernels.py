@@ -318,3 +318,173 @@ def run_batch_inner(U, Cf, pos, beta, g, eps, mvT, mkT, AT, t0, n_steps, transie
         mkT[:, :, lo:hi] = mk
         AT[:, lo:hi] = A
         statsT[:, :, lo:hi] = st
+
+
+@njit(parallel=True, cache=True)
+def lyapunov_batch_inner(U, Cf, pos, beta, g, eps, mvT, mkT, AT, t0, n_steps, transient, Q0, n_parts, out):
+    """Same as :func:`lyapunov_batch` in the batch-innermost layout (mvT/mkT [C, M, B], AT [M, B]):
+    every inner loop runs over the values of one part, so it vectorises; out [B, K]."""
+    C, M, B = mvT.shape
+    Kp = U.shape[0]
+    Kx, D = Q0.shape
+    CM = C * M
+    oA = 2 * CM
+    size = (B + n_parts - 1) // n_parts
+    for part in prange(n_parts):
+        lo = part * size
+        hi = min(B, lo + size)
+        nb = hi - lo
+        if nb <= 0:
+            continue
+        T = np.empty((Kp, nb))
+        z = np.empty(nb)
+        mm = np.empty((4, M, nb))
+        sc = np.empty((C, nb))
+        mx = np.empty(nb)
+        tot = np.empty(nb)
+        dT = np.empty((Kp, nb))
+        dm = np.empty((4, M, nb))
+        ds = np.empty((C, nb))
+        sbar = np.empty(nb)
+        dot = np.empty(nb)
+        be = beta[lo:hi].copy()
+        gg = g[lo:hi].copy()
+        ee = eps[lo:hi].copy()
+        one_m_e = 1.0 - ee
+        mv = mvT[:, :, lo:hi].copy()
+        mk = mkT[:, :, lo:hi].copy()
+        A = AT[:, lo:hi].copy()
+        Q = np.empty((Kx, D, nb))
+        for q in range(Kx):
+            for d in range(D):
+                for j in range(nb):
+                    Q[q, d, j] = Q0[q, d]
+        acc = np.zeros((Kx, nb))
+        for i in range(n_steps):
+            t = t0 + i
+            phi = t % C
+            # ---- the step (as run_batch_inner) ----
+            for k in range(Kp):
+                for j in range(nb):
+                    z[j] = 0.0
+                for c in range(M):
+                    u = U[k, c]
+                    for j in range(nb):
+                        z[j] += u * A[c, j]
+                for j in range(nb):
+                    T[k, j] = math.tanh(be[j] * z[j])
+            for a in range(1, 4):
+                for r in range(M):
+                    for j in range(nb):
+                        mm[a, r, j] = 0.0
+                    for k in range(Kp):
+                        cf = Cf[a, r, k]
+                        for j in range(nb):
+                            mm[a, r, j] += cf * T[k, j]
+            for r in range(M):
+                pv, pk, pq = pos[1, phi, r], pos[3, phi, r], pos[2, phi, r]
+                for j in range(nb):
+                    mv[phi, r, j] = one_m_e[j] * mm[1, r, j] + ee[j] * pv
+                    mk[phi, r, j] = one_m_e[j] * mm[3, r, j] + ee[j] * pk
+                    mm[2, r, j] = one_m_e[j] * mm[2, r, j] + ee[j] * pq
+            n = t + 1 if t + 1 < C else C
+            for j in range(nb):
+                mx[j] = -np.inf
+                tot[j] = 0.0
+            for s in range(n):
+                for j in range(nb):
+                    sc[s, j] = 0.0
+                for c in range(M):
+                    for j in range(nb):
+                        sc[s, j] += mm[2, c, j] * mk[s, c, j]
+                for j in range(nb):
+                    sc[s, j] *= gg[j]
+                    mx[j] = max(mx[j], sc[s, j])
+            for s in range(n):
+                for j in range(nb):
+                    sc[s, j] = math.exp(sc[s, j] - mx[j])
+                    tot[j] += sc[s, j]
+            for s in range(n):
+                for j in range(nb):
+                    sc[s, j] /= tot[j]
+            for c in range(M):
+                for j in range(nb):
+                    A[c, j] = 0.0
+                for s in range(n):
+                    for j in range(nb):
+                        A[c, j] += sc[s, j] * mv[s, c, j]
+            # ---- tangent vectors through the step just taken ----
+            for q in range(Kx):
+                x = Q[q]
+                for k in range(Kp):
+                    for j in range(nb):
+                        z[j] = 0.0
+                    for c in range(M):
+                        u = U[k, c]
+                        for j in range(nb):
+                            z[j] += u * x[oA + c, j]
+                    for j in range(nb):
+                        dT[k, j] = (1.0 - T[k, j] * T[k, j]) * be[j] * z[j]
+                for a in range(1, 4):
+                    for r in range(M):
+                        for j in range(nb):
+                            dm[a, r, j] = 0.0
+                        for k in range(Kp):
+                            cf = Cf[a, r, k]
+                            for j in range(nb):
+                                dm[a, r, j] += cf * dT[k, j]
+                        for j in range(nb):
+                            dm[a, r, j] *= one_m_e[j]
+                for c in range(M):
+                    for j in range(nb):
+                        x[phi * M + c, j] = dm[1, c, j]
+                        x[CM + phi * M + c, j] = dm[3, c, j]
+                for j in range(nb):
+                    sbar[j] = 0.0
+                for s in range(n):
+                    for j in range(nb):
+                        ds[s, j] = 0.0
+                    for c in range(M):
+                        for j in range(nb):
+                            ds[s, j] += dm[2, c, j] * mk[s, c, j] + mm[2, c, j] * x[CM + s * M + c, j]
+                    for j in range(nb):
+                        ds[s, j] *= gg[j]
+                        sbar[j] += sc[s, j] * ds[s, j]
+                for c in range(M):
+                    for j in range(nb):
+                        z[j] = 0.0
+                    for s in range(n):
+                        for j in range(nb):
+                            z[j] += sc[s, j] * (ds[s, j] - sbar[j]) * mv[s, c, j] + sc[s, j] * x[s * M + c, j]
+                    for j in range(nb):
+                        x[oA + c, j] = z[j]
+            # ---- modified Gram-Schmidt per value ----
+            for q in range(Kx):
+                for l in range(q):
+                    for j in range(nb):
+                        dot[j] = 0.0
+                    for d in range(D):
+                        for j in range(nb):
+                            dot[j] += Q[q, d, j] * Q[l, d, j]
+                    for d in range(D):
+                        for j in range(nb):
+                            Q[q, d, j] -= dot[j] * Q[l, d, j]
+                for j in range(nb):
+                    dot[j] = 0.0
+                for d in range(D):
+                    for j in range(nb):
+                        dot[j] += Q[q, d, j] * Q[q, d, j]
+                for j in range(nb):
+                    nrm = math.sqrt(dot[j])
+                    if i >= transient:
+                        acc[q, j] += math.log(nrm) if nrm > 0.0 else -np.inf
+                    dot[j] = 1.0 / nrm if nrm > 0.0 else 0.0
+                for d in range(D):
+                    for j in range(nb):
+                        Q[q, d, j] *= dot[j]
+        for q in range(Kx):
+            for j in range(nb):
+                out[lo + j, q] = acc[q, j] / max(n_steps - transient, 1)
+        mvT[:, :, lo:hi] = mv
+        mkT[:, :, lo:hi] = mk
+        AT[:, lo:hi] = A

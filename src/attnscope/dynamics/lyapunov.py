@@ -92,20 +92,36 @@ def initial_tangents(D: int, k: int, seed: int = 0) -> np.ndarray:
 
 
 def lyapunov_spectrum(mf: MeanField, state: State, beta: np.ndarray, g: np.ndarray, eps: np.ndarray,
-                      *, n_steps: int, k: int = 2, transient: int = 0, seed: int = 0) -> np.ndarray:
+                      *, n_steps: int, k: int = 2, transient: int = 0, seed: int = 0,
+                      kernel: str = "auto") -> np.ndarray:
     """Leading k exponents [B, k] for every value in the batch (numba, parallel); state advances in place.
 
     ``n_steps`` counts the averaging steps; ``transient`` steps run first (state and tangents) unaveraged.
+    kernel ``auto``: batch-innermost (SIMD) kernel for 8+ values, ``outer`` forces the per-value one.
     """
-    from .kernels import lyapunov_batch
+    from .kernels import lyapunov_batch, lyapunov_batch_inner
 
     D = 2 * mf.C * mf.M + mf.M
     if not 1 <= k <= mf.C * mf.M:
         raise InputError(f"number of exponents must be in 1..{mf.C * mf.M} (C*M) for this model, got {k}")
     if n_steps < 1 or transient < 0:
         raise InputError("Lyapunov spectra need steps >= 1 and transient >= 0")
-    out = np.zeros((state.A.shape[0], k))
-    lyapunov_batch(mf.U, mf.Cf, mf.pos, beta, g, eps, state.mv, state.mk, state.A, state.t,
-                   transient + n_steps, transient, initial_tangents(D, k, seed), out)
+    B = state.A.shape[0]
+    out = np.zeros((B, k))
+    Q0 = initial_tangents(D, k, seed)
+    if B < 8 or kernel == "outer":
+        lyapunov_batch(mf.U, mf.Cf, mf.pos, beta, g, eps, state.mv, state.mk, state.A, state.t,
+                       transient + n_steps, transient, Q0, out)
+    else:
+        import numba
+
+        mvT = np.ascontiguousarray(state.mv.transpose(1, 2, 0))
+        mkT = np.ascontiguousarray(state.mk.transpose(1, 2, 0))
+        AT = np.ascontiguousarray(state.A.T)
+        lyapunov_batch_inner(mf.U, mf.Cf, mf.pos, beta, g, eps, mvT, mkT, AT, state.t, transient + n_steps,
+                             transient, Q0, max(1, min(B // 4, numba.get_num_threads())), out)
+        state.mv[...] = mvT.transpose(2, 0, 1)
+        state.mk[...] = mkT.transpose(2, 0, 1)
+        state.A[...] = AT.T
     state.t += transient + n_steps
     return out
