@@ -33,6 +33,9 @@ def factors(draw, square=True):
     scale = draw(st.sampled_from([1e-3, 1.0, 30.0]))
     q = (scale * rng.standard_normal((g * r, d, e))).astype(np.float32)
     k = rng.standard_normal((g, c, e)).astype(np.float32)
+    if draw(st.booleans()):  # as views of nn.Linear weights [(h e), d]: the d axis contiguous
+        q = np.ascontiguousarray(q.transpose(0, 2, 1)).transpose(0, 2, 1)
+        k = np.ascontiguousarray(k.transpose(0, 2, 1)).transpose(0, 2, 1)
     return q, k
 
 

@@ -111,30 +111,46 @@ def head_stats(q: np.ndarray, k: np.ndarray) -> FormStats:
         return _head_stats(q, k)
 
 
+def _blas_ready(f: np.ndarray) -> np.ndarray:
+    """f itself when one of its two matrix axes is contiguous (BLAS reads it without a copy)."""
+    if f.strides[-1] == f.itemsize or f.strides[-2] == f.itemsize:
+        return f
+    return np.ascontiguousarray(f)
+
+
+def _quad_diag(f: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """diag(F M F^T) for F [..., n, e] and symmetric M [..., e, e] -> [..., n] (float32).
+
+    Uses whichever orientation of F is contiguous in memory, so the elementwise pass streams:
+    e-contiguous F (a [h, d, e] array): rowsum((F M) * F); n-contiguous F (a transposed nn.Linear
+    weight): colsum((M F^T) * F^T).
+    """
+    if f.strides[-1] == f.itemsize:
+        return np.einsum("...ne,...ne->...n", np.matmul(f, m), f)
+    ft = f.swapaxes(-1, -2)  # [..., e, n]
+    return np.einsum("...en,...en->...n", np.matmul(m, ft), ft)
+
+
 def _head_stats(q: np.ndarray, k: np.ndarray) -> FormStats:
     q, k = _as_f32(q), _as_f32(k)
     h, g, r = _check_factors(q, k)
     _, d, e = q.shape
     c = k.shape[1]
-    # Work on the transposed factors P = Q^T [e, d], L = K^T [e, c]: for nn.Linear weights this is
-    # the stored row-major layout, so every elementwise pass below runs along contiguous memory.
-    p = np.ascontiguousarray(q.swapaxes(1, 2)).reshape(g, r, e, d)  # [g, r, e, d]
-    lk = np.ascontiguousarray(k.swapaxes(1, 2))  # [g, e, c]
-    a = np.matmul(p, p.swapaxes(-1, -2))  # [g, r, e, e]  A_h = Q_h^T Q_h
-    b = np.matmul(lk, lk.swapaxes(-1, -2))  # [g, e, e]     B_g = K_g^T K_g, shared by the group
+    # no copies: every product reads q and k in their given layout ([h, d, e] arrays, or views of
+    # nn.Linear weights [(h e), d]); the row/column quadratic forms pick the streaming orientation
+    qg = _blas_ready(q).reshape(g, r, d, e)  # [g, r, d, e] (query heads grouped by their kv head)
+    k = _blas_ready(k)  # [g, c, e]
+    a = np.matmul(qg.swapaxes(-1, -2), qg)  # [g, r, e, e]  A_h = Q_h^T Q_h
+    b = np.matmul(k.swapaxes(-1, -2), k)  # [g, e, e]     B_g = K_g^T K_g, shared by the group
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     frob2 = np.einsum("grij,gij->gr", a64, b64).reshape(h)  # tr(A B), A and B symmetric
-    if d == c:  # X_h = K_g^T Q_h, one (e x d)(d x r e) product per group
-        x = np.matmul(lk, p.reshape(g, r * e, d).swapaxes(-1, -2)).reshape(g, e, r, e)  # [g, e, r, e]
-        x64 = x.astype(np.float64)
-        trace_mm = np.einsum("girj,gjri->gr", x64, x64).reshape(h)  # tr(X_h X_h)
+    if d == c:
+        x64 = np.matmul(k.swapaxes(-1, -2)[:, None], qg).astype(np.float64)  # [g, r, e, e]  X = K_g^T Q_h
+        trace_mm = np.einsum("grij,grji->gr", x64, x64).reshape(h)  # tr(X X)
     else:
         trace_mm = np.full(h, np.nan)
-    bp = np.matmul(b[:, None], p)  # [g, r, e, d]  B_g Q_h^T
-    rows2 = np.einsum("gred,gred->grd", bp, p).reshape(h, d)  # diag(Q_h B_g Q_h^T)
-    del bp
-    al = np.matmul(a.reshape(g, r * e, e), lk).reshape(g, r, e, c)  # [g, r, e, c]  A_h K_g^T
-    cols2 = np.einsum("grec,gec->grc", al, lk).reshape(h, c)  # diag(K_g A_h K_g^T)
+    rows2 = _quad_diag(qg, b[:, None]).reshape(h, d)  # diag(Q_h B_g Q_h^T)
+    cols2 = _quad_diag(k[:, None], a).reshape(h, c)  # diag(K_g A_h K_g^T)
     return FormStats(frob2, trace_mm, _sqrt0(rows2.astype(np.float64)), _sqrt0(cols2.astype(np.float64)))
 
 
