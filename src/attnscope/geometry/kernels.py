@@ -11,9 +11,9 @@ For one head, ``M_h = Q_h K_g^T`` (d x c, rows = query, columns = key) with ``Q_
     tr(M M)     = tr((K^T Q)^2)            col norms^2 = diag(K (Q^T Q) K^T)
 
 Matrix products run in float32 BLAS (the row/column quadratic forms too); traces are accumulated
-in float64. The explicit
-route (materialise M) is kept for layers whose rank is not below d, and as the slow reference
-(:func:`symmetry_ref`, :func:`directionality_ref`) the tests compare against.
+in float64. The explicit route (materialise M, :func:`explicit_stats`) serves layer forms whose
+inner dimension is not small against d; :func:`symmetry_ref` and :func:`directionality_ref` are
+the slow definitions the tests compare against.
 
 Threads: the factored kernel is many small BLAS calls (e x e outputs); a multithreaded BLAS spends
 more time synchronising than computing on them, catastrophically so on a busy machine (measured:
