@@ -102,6 +102,15 @@ CASES = [
     Case("roberta", _cfg("RobertaConfig", **TINY), "RobertaModel", BERT_ATTN, "query", "key"),
     Case("xlm-roberta", _cfg("XLMRobertaConfig", **TINY), "XLMRobertaModel", BERT_ATTN, "query", "key"),
     Case("camembert", _cfg("CamembertConfig", **TINY), "CamembertModel", BERT_ATTN, "query", "key"),
+    *[Case(cls.replace("Config", "").lower(), _cfg(cls, **TINY, **extra), cls.replace("Config", "Model"), BERT_ATTN,
+           "query", "key", capture=capture)
+      for cls, extra, capture in (
+          ("MegatronBertConfig", {}, "matmul"), ("ErnieConfig", {}, "interface"),
+          ("RemBertConfig", dict(input_embedding_size=16, output_embedding_size=16), "matmul"),
+          ("XLMRobertaXLConfig", {}, "interface"), ("RobertaPreLayerNormConfig", {}, "interface"),
+          ("Data2VecTextConfig", {}, "interface"))],
+    Case("mpnet", _cfg("MPNetConfig", **TINY), "MPNetModel", {r"encoder\.layer\.(\d+)\.attention\.attn": "encoder"},
+         "q", "k", capture="matmul"),
     Case("electra", _cfg("ElectraConfig", **TINY, embedding_size=16), "ElectraModel", BERT_ATTN, "query", "key"),
     Case("deberta-v2", _cfg("DebertaV2Config", **TINY, relative_attention=True, position_buckets=4),
          "DebertaV2Model", BERT_ATTN, "query_proj", "key_proj", capture="proj"),

@@ -14,7 +14,8 @@ _HF = dict(n_layers=("num_hidden_layers",), n_heads=("num_attention_heads",), d_
 
 
 def _bert_like(
-    name: str, *model_types: str, q: str = "query", k: str = "key", note: str = "", decoder_mode: bool = True
+    name: str, *model_types: str, q: str = "query", k: str = "key", note: str = "", decoder_mode: bool = True,
+    attn: str = "attention.self",
 ) -> DeclarativeSpec:
     """BERT names. With ``decoder_mode``, a config with ``is_decoder`` (BertLMHeadModel, RobertaForCausalLM)
     scores its causal self-attention as ``decoder``, plus ``crossattention`` as ``cross`` when present."""
@@ -22,21 +23,24 @@ def _bert_like(
     def qk(where: str) -> tuple:
         return separate(f"{where}.{q}.weight", f"{where}.{k}.weight")
 
-    causal = Stack("decoder", *qk("encoder.layer.{i}.attention.self"), **_HF)
+    causal = Stack("decoder", *qk(f"encoder.layer.{{i}}.{attn}"), **_HF)
     cross = Stack("cross", *qk("encoder.layer.{i}.crossattention.self"), **_HF)
     variants = (
         Variant((("is_decoder", True), ("add_cross_attention", True)), (causal, cross)),
         Variant((("is_decoder", True),), (causal,)),
     ) if decoder_mode else ()
-    return DeclarativeSpec(name, model_types, (Stack("encoder", *qk("encoder.layer.{i}.attention.self"), **_HF),),
+    return DeclarativeSpec(name, model_types, (Stack("encoder", *qk(f"encoder.layer.{{i}}.{attn}"), **_HF),),
                            note=note, variants=variants)
 
 
 #: layouts, grouped; SPECS has one spec per model_type (the ``family`` of a score record)
 FAMILIES = [
-    _bert_like("bert", "bert"),
-    _bert_like("roberta", "roberta", "xlm-roberta", "camembert", note="RoBERTa, XLM-R, CamemBERT"),
+    _bert_like("bert", "bert", "megatron-bert", "ernie", "rembert", note="BERT, Megatron-BERT, ERNIE, RemBERT"),
+    _bert_like("roberta", "roberta", "xlm-roberta", "camembert", "xlm-roberta-xl", "roberta-prelayernorm",
+               "data2vec-text", note="RoBERTa, XLM-R (XL), CamemBERT, RoBERTa-PreLN, Data2Vec-text"),
     _bert_like("electra", "electra"),
+    _bert_like("mpnet", "mpnet", q="q", k="k", attn="attention.attn", decoder_mode=False,
+               note="MPNet (all-mpnet-base-v2); relative position bias not in W_qk"),
     _bert_like("deberta-v2", "deberta-v2", q="query_proj", k="key_proj", decoder_mode=False,
                note="content-to-content form only; relative-position terms are not part of W_qk"),
     DeclarativeSpec(
