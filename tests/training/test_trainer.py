@@ -281,3 +281,15 @@ def test_optional_loggers_missing_is_one_line(tmp_path, monkeypatch):
         run(tmp_path, name="w", steps=1, wandb="proj")
     with pytest.raises(InputError, match="optional 'tensorboard' package"):
         run(tmp_path, name="t", steps=1, tensorboard=True)
+
+
+def test_geometry_cli_on_a_checkpoint_gives_the_logged_scores(tmp_path, cli_inproc):
+    run_dir, _ = run(tmp_path, objective="clm", steps=2, score_every=2, checkpoint_every=2)
+    code, out, err = cli_inproc("geometry", str(run_dir / "checkpoints" / "step-2"), "--json")
+    if code == 2 and "No such command" in err:  # pragma: no cover - the geometry CLI is another room
+        pytest.skip("attnscope geometry CLI not available")
+    assert code == 0, err
+    fresh = pd.DataFrame(json.loads(out))
+    logged = pd.DataFrame(metrics(run_dir)[-1]["geometry"])
+    cols = ["stack", "level", "layer", "head", "symmetry", "directionality", "frobenius_norm", "n_outlier_cols"]
+    pd.testing.assert_frame_equal(logged[cols], fresh[cols], check_dtype=False, atol=1e-9)
