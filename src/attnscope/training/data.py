@@ -224,7 +224,7 @@ def _hf(spec: str, max_bytes: int, loader: Callable | None = None) -> Corpus:
 
 
 def tokenize_split(corpus: Corpus, tokenizer: "Tokenizer", split: str = "train") -> np.ndarray:
-    """Token ids [n] (int32) of one split, cached on the corpus per tokenizer."""
+    """Token ids [n] (uint8 / uint16 / int32, as compact as the vocabulary allows) of one split, cached."""
     key = (tokenizer.name, split)
     if key not in corpus._cache:
         corpus._cache[key] = tokenizer.encode_array(corpus.split(split))
