@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import zipfile
 
 import numpy as np
@@ -216,3 +217,18 @@ def test_model_loss_equals_full_logits_loss_and_gradients(objective):
     if objective == "mlm":
         sel = y != IGNORE
         assert model(x, select=sel).shape == (int(sel.sum()), 40)
+
+
+def test_hf_corpus_through_open_corpus_with_a_fake_datasets_module(monkeypatch):
+    import types
+
+    seen = {}
+
+    def load_dataset(name, config, split, streaming):
+        seen.update(name=name, config=config, split=split, streaming=streaming)
+        return iter([{"text": "wiki article %d. " % i * 20} for i in range(50)])
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    c = D.open_corpus("hf:wikimedia/wikipedia:20231101.en", max_bytes=2000)
+    assert seen == {"name": "wikimedia/wikipedia", "config": "20231101.en", "split": "train", "streaming": True}
+    assert 2000 <= len(c) < 2700 and c.split("valid")
