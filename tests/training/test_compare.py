@@ -50,6 +50,12 @@ def test_speedup_definition():
     # step 0 (before training) never counts, even if its loss happens to be low
     odd = pd.DataFrame({"step": [0, 10, 20], "loss": [1.0, 3.0, 2.0]})
     assert speedup(odd, base) == (20, pytest.approx(0.0))
+    # one lucky interval decides the raw rule; a 2-point mean does not fall for it
+    dip = pd.DataFrame({"step": [0, 10, 20, 30, 40], "loss": [9.0, 5.0, 2.0, 3.5, 2.6]})
+    assert speedup(dip, base) == (20, pytest.approx(0.5))
+    assert speedup(dip, base, smooth=2) == (None, None)  # means 3.5, 2.75, 3.05: none below the baseline mean 2.75
+    with pytest.raises(InputError):
+        speedup(dip, base, smooth=0)
 
 
 def test_score_summary_matches_numpy_quantiles(tmp_path):

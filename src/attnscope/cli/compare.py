@@ -17,6 +17,7 @@ def compare(
     baseline: Optional[str] = typer.Option(
         None, help="Baseline run for the speed-up (default: the default-init run of the same model)."
     ),
+    smooth: int = typer.Option(1, help="Speed-up on the mean of the last N logged losses (1 = the paper's rule)."),
     json_out: bool = typer.Option(False, "--json", help="Print the per-run summary as JSON on stdout."),
 ) -> None:
     """Compare training runs: loss curves, speed-up (1 - step*/total), median/IQR scores over training."""
@@ -25,7 +26,7 @@ def compare(
 
     from ._common import echo_json, stderr_console
 
-    result = run_compare(runs, out=out, baseline=baseline)
+    result = run_compare(runs, out=out, baseline=baseline, smooth=smooth)
     if json_out:
         echo_json(records_to_json(result["summary"]))
     else:

@@ -105,10 +105,21 @@ def score_summary(scores: "pd.DataFrame") -> "pd.DataFrame":
     return out.reset_index()
 
 
-def speedup(losses: "pd.DataFrame", baseline: "pd.DataFrame") -> tuple[int | None, float | None]:
-    """(step*, 1 - step*/total): first logged step (> 0) whose loss is below the baseline's final loss."""
-    base = baseline[baseline["step"] > 0].sort_values("step")
-    run = losses[losses["step"] > 0].sort_values("step")
+def speedup(losses: "pd.DataFrame", baseline: "pd.DataFrame", smooth: int = 1) -> tuple[int | None, float | None]:
+    """(step*, 1 - step*/total): first logged step (> 0) whose loss is below the baseline's final loss.
+
+    ``smooth`` > 1 first replaces both curves by the mean of the last ``smooth`` logged losses (the
+    paper's definition is ``smooth=1`` on losses logged every 200 steps; one lucky interval can decide it).
+    """
+    if smooth < 1:
+        raise InputError(f"smooth must be at least 1, not {smooth}")
+
+    def prep(df: "pd.DataFrame") -> "pd.DataFrame":
+        df = df[df["step"] > 0].sort_values("step").copy()
+        df["loss"] = df["loss"].rolling(smooth, min_periods=smooth).mean()
+        return df.dropna(subset=["loss"])
+
+    base, run = prep(baseline), prep(losses)
     if base.empty or run.empty:
         return None, None
     target = float(base["loss"].iloc[-1])
@@ -135,7 +146,7 @@ def pick_baselines(runs: Sequence[Run], baseline: str | None = None) -> dict[str
     return out
 
 
-def summary_table(runs: Sequence[Run], baseline: str | None = None) -> "pd.DataFrame":
+def summary_table(runs: Sequence[Run], baseline: str | None = None, smooth: int = 1) -> "pd.DataFrame":
     """One row per run: final losses, baseline, speed-up, final median/IQR scores over layers."""
     import pandas as pd
 
@@ -159,7 +170,7 @@ def summary_table(runs: Sequence[Run], baseline: str | None = None) -> "pd.DataF
         if base_of[r.name] == r.name:
             row["step_star"], row["speedup"] = None, None
         else:
-            row["step_star"], row["speedup"] = speedup(mine, base)
+            row["step_star"], row["speedup"] = speedup(mine, base, smooth)
         s = summ[summ["run"] == r.name] if not summ.empty else summ
         if len(s):
             last = s.sort_values("step").iloc[-1]
@@ -199,7 +210,9 @@ def markdown_table(summary: "pd.DataFrame") -> str:
     return "\n".join(lines) + "\n"
 
 
-def compare(run_dirs: Sequence[str | Path], out: str | Path | None = None, baseline: str | None = None) -> dict[str, Any]:
+def compare(
+    run_dirs: Sequence[str | Path], out: str | Path | None = None, baseline: str | None = None, smooth: int = 1
+) -> dict[str, Any]:
     """Read runs, build every table, and (with ``out``) write figures, CSVs and ``table.md`` there."""
     if not run_dirs:
         raise InputError("give at least one run directory")
@@ -208,7 +221,7 @@ def compare(run_dirs: Sequence[str | Path], out: str | Path | None = None, basel
         raise InputError("run directories must have distinct names")
     losses, scores = loss_table(runs), score_table(runs)
     summ = score_summary(scores)
-    table = summary_table(runs, baseline)
+    table = summary_table(runs, baseline, smooth)
     md = markdown_table(table)
     result = {"losses": losses, "scores": scores, "score_summary": summ, "summary": table, "markdown": md}
     if out is not None:
