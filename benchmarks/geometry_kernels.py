@@ -2,7 +2,7 @@
 
 Variants, all computing ||M_h||_F^2, tr(M_h M_h) and the row/column norms of every head's M_h:
 
-* ``ours``          attnscope.geometry.kernels.head_stats ([e, d] layout, BLAS single-threaded);
+* ``ours``          attnscope.geometry.kernels.head_stats (no copies, BLAS single-threaded);
 * ``ours-threads``  the same with the BLAS default thread count (ATTNSCOPE_KERNEL_THREADS=default);
 * ``loop-de``       a per-head Python loop of 2-D products on [d, e] factors (the obvious port);
 * ``einsum``        the formulas written as plain np.einsum contractions (no BLAS, optimize=False);
