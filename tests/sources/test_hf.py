@@ -188,3 +188,28 @@ def test_hub_single_file_layout(hf_llama_dirs, monkeypatch):
 
 def test_errors_are_attnscope_errors():
     assert issubclass(OfflineError, AttnscopeError) and issubclass(FormatError, AttnscopeError)
+
+
+@pytest.mark.parametrize(
+    "err, expected, needle",
+    [
+        ("GatedRepoError", InputError, "HF_TOKEN"),
+        ("RepositoryNotFoundError", InputError, "no such hub repo"),
+        ("RemoteEntryNotFoundError", InputError, "has no"),
+        ("OfflineModeIsEnabled", OfflineError, "offline"),
+    ],
+)
+def test_hub_errors_are_one_line(err, expected, needle):
+    httpx2 = pytest.importorskip("httpx2")
+    from huggingface_hub import errors as hub_errors
+
+    from attnscope.sources.hub import _hub_error
+
+    cls = getattr(hub_errors, err)
+    if err == "OfflineModeIsEnabled":
+        exc = cls("offline mode is enabled")
+    else:
+        resp = httpx2.Response(404, request=httpx2.Request("GET", "https://hf.co/org/model/config.json"))
+        exc = cls("boom", response=resp)
+    mapped = _hub_error("org/model", "config.json", exc)
+    assert isinstance(mapped, expected) and needle in str(mapped) and "\n" not in str(mapped)
