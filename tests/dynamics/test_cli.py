@@ -89,3 +89,14 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, match):
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and match in lines[0], p.stderr
+
+
+def test_show_and_random_weights_config(tmp_path):
+    r = _run("show", "--weights-seed", "4", "--set", "beta_o=1.1")
+    assert r.exit_code == 0, r.output
+    assert "beta_o: 1.1" in r.stdout and "name: random-seed4" in r.stdout
+    cfg = tmp_path / "rand.yaml"
+    cfg.write_text("seed: 4\nfeatures: 5\npositional_bits: 1\nsegments: 4\nsegment_length: 2\ngamma: 30\n")
+    r = _run("lyapunov", "--config", str(cfg), "--beta-o", "0.5", "--steps", "200", "--transient", "100", "--json")
+    assert r.exit_code == 0, r.output
+    assert len(json.loads(r.stdout)[0]["lyapunov"]) == 2

@@ -197,3 +197,20 @@ def test_batch_inner_kernel_matches_outer_kernel():
     np.testing.assert_allclose(s2.A, s1.A, atol=1e-12)
     np.testing.assert_allclose(s2.mk, s1.mk, atol=1e-12)
     assert s1.t == s2.t
+
+
+@settings(max_examples=15, deadline=None)
+@given(M=st.integers(1, 4), P=st.integers(0, 3), n_seg=st.integers(1, 6), seed=st.integers(0, 10**6),
+       B=st.integers(1, 12))
+def test_kernels_match_reference_on_random_models(M, P, n_seg, seed, B):
+    cfg = dm.random_config(M, P, n_segments=n_seg, segment_length=3, seed=seed, gamma=25.0,
+                           eps=0.0 if P == 0 else 0.1)
+    mf = mfm.compile_config(cfg)
+    rng = np.random.default_rng(seed)
+    beta, g, eps = mfm.params_arrays(cfg, beta_o=rng.uniform(0, 3, B))
+    ref = mfm.simulate_reference(mf, mfm.initial_state(mf, B), beta, g, eps, 20)
+    rec = advance(mf, mfm.initial_state(mf, B), beta, g, eps, 20, record=True).record
+    np.testing.assert_allclose(rec["A"], ref["A"], rtol=0, atol=1e-12)
+    s = mfm.initial_state(mf, B)
+    obs = advance(mf, s, beta, g, eps, 20, transient=0, n_tail=20)  # batch-inner kernel when B >= 8
+    np.testing.assert_allclose(obs.tail, ref["mo_se"], rtol=0, atol=1e-12)

@@ -111,7 +111,7 @@ def lyapunov(
     beta_o: Optional[List[float]] = typer.Option(None, "--beta-o", help="Values of beta_o (repeatable)."),
     transient: int = typer.Option(20000, "--transient", help="Steps discarded (state and tangents)."),
     steps: int = typer.Option(20000, "--steps", help="Steps averaged."),
-    exponents: int = typer.Option(2, "--exponents", help="Number K of leading exponents."),
+    exponents: Optional[int] = typer.Option(None, "--exponents", help="Number K of leading exponents (default 2)."),
     init_state: Optional[Path] = INIT,
     preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
     sets: Optional[List[str]] = SETS, gamma: Optional[float] = GAMMA, eps: Optional[float] = EPS,
@@ -132,7 +132,7 @@ def lyapunov(
         return
     from rich.table import Table
 
-    t = Table("beta_o", *[f"lambda_{i + 1}" for i in range(exponents)], "regime")
+    t = Table("beta_o", *[f"lambda_{i + 1}" for i in range(len(df["lyapunov"].iloc[0]))], "regime")
     for r in df.itertuples(index=False):
         t.add_row(f"{r.beta_o:g}", *[f"{x:+.6f}" for x in r.lyapunov], r.regime)
     stderr_console().print(t)
@@ -149,7 +149,7 @@ def bifurcation(
     mode: str = typer.Option("protocol", "--mode", help="protocol (paper), continuation (both directions) or x0."),
     checkpoint_steps: Optional[int] = typer.Option(None, "--checkpoint-steps", help="Steps of the protocol checkpoint run (default --steps)."),
     lyap_steps: int = typer.Option(5000, "--lyap-steps", help="Steps of the Lyapunov estimate after the run (0: skip)."),
-    exponents: int = typer.Option(2, "--exponents"),
+    exponents: Optional[int] = typer.Option(None, "--exponents", help="Leading exponents (default 2)."),
     feature: int = typer.Option(0, "--feature", help="Plotted feature (0-based)."),
     section_feature: Optional[int] = typer.Option(None, "--section-feature", help="Poincare section |m_f| <= 1e-3 (default 1)."),
     init_state: Optional[Path] = INIT,
@@ -201,7 +201,7 @@ def phase(
     y_start: float = typer.Option(..., "--y-start"), y_stop: float = typer.Option(..., "--y-stop"),
     y_num: int = typer.Option(..., "--y-num"),
     transient: int = typer.Option(20000, "--transient"), steps: int = typer.Option(5000, "--steps"),
-    exponents: int = typer.Option(2, "--exponents"),
+    exponents: Optional[int] = typer.Option(None, "--exponents", help="Leading exponents (default 2)."),
     color: str = typer.Option("lambda_1", "--color", help="lambda_1 or regime."),
     out: Path = typer.Option(..., "--out", help="Output directory (phase.csv, phase.png, store/)."),
     init_state: Optional[Path] = INIT,

@@ -46,7 +46,7 @@ def make_state(mf: MeanField, init: State | str | Path | None, B: int) -> State:
 
 def advance(mf: MeanField, state: State, beta: np.ndarray, g: np.ndarray, eps: np.ndarray,
             n_steps: int, *, transient: int = 0, record: bool = False, feature: int = 0,
-            section_feature: int = 1, section_tol: float = 1e-3, y_max: float | None = None,
+            section_feature: int | None = None, section_tol: float = 1e-3, y_max: float | None = None,
             bins: int = DISTINCT_BINS, max_section: int = 2000, n_tail: int = 400,
             kernel: str = "auto") -> SweepObservables:
     """Run every value ``n_steps`` steps (state in place); observables over steps >= ``transient``.
@@ -57,6 +57,8 @@ def advance(mf: MeanField, state: State, beta: np.ndarray, g: np.ndarray, eps: n
     from .kernels import run_batch
 
     B, M = state.A.shape
+    if section_feature is None:
+        section_feature = min(1, M - 1)
     if n_steps < 1:
         raise InputError(f"steps must be >= 1, got {n_steps}")
     if not 0 <= transient < n_steps:
@@ -141,8 +143,7 @@ def trajectory(cfg: DynamicsConfig, *, beta_o=None, gamma=None, eps=None, steps:
     if transient:
         advance(mf, state, beta, g, ep, transient, transient=transient - 1, n_tail=0, bins=0)
     t0 = state.t
-    obs = advance(mf, state, beta, g, ep, steps, record=True, feature=0,
-                  section_feature=min(1, mf.M - 1))
+    obs = advance(mf, state, beta, g, ep, steps, record=True, feature=0)
     out = dict(obs.record)
     out.update(t=np.arange(t0, t0 + steps), beta_o=beta, gamma=g * np.sqrt(cfg.M), eps=ep, state=state)
     return out

@@ -27,6 +27,11 @@ from .regimes import lyapunov_regime
 MODES = ("protocol", "continuation", "x0")
 
 
+def default_k(cfg: DynamicsConfig, k: int | None) -> int:
+    """Number of exponents: as asked, or min(2, C*M) (the finite ones) when not given."""
+    return min(2, cfg.C * cfg.M) if k is None else int(k)
+
+
 def sweep_values(start: float, stop: float, num: int) -> np.ndarray:
     """``num`` evenly spaced values in [start, stop]; a sweep with no points is an error."""
     if num is None or int(num) < 1:
@@ -192,7 +197,7 @@ def run_chunks(name: str, payloads: list[dict[str, Any]], *, store: str | Path |
 def bifurcation(cfg: DynamicsConfig, values: Sequence[float], *, param: str = "beta_o",
                 steps: int = 120_000, transient: int = 100_000, mode: str = "protocol",
                 init: State | str | Path | None = None, checkpoint_steps: int | None = None,
-                lyap_steps: int = 5000, lyap_k: int = 2, feature: int = 0, section_feature: int | None = None,
+                lyap_steps: int = 5000, lyap_k: int | None = None, feature: int = 0, section_feature: int | None = None,
                 n_tail: int = 100, max_section: int = 300, chunk: int = 512, store: str | Path | None = None,
                 executor: str = "inline", workers: int = 2, slurm: dict | None = None,
                 progress: bool = False) -> SweepResult:
@@ -218,7 +223,8 @@ def bifurcation(cfg: DynamicsConfig, values: Sequence[float], *, param: str = "b
     sf = min(1, cfg.M - 1) if section_feature is None else section_feature
     if not 0 <= sf < cfg.M:
         raise InputError(f"section feature must be in 0..{cfg.M - 1}, got {sf}")
-    if lyap_k > cfg.C * cfg.M:
+    lyap_k = default_k(cfg, lyap_k)
+    if not 1 <= lyap_k <= cfg.C * cfg.M:
         raise InputError(f"number of exponents must be in 1..{cfg.C * cfg.M} (C*M) for this model, got {lyap_k}")
     common = {"config": cfg.to_dict(), "steps": steps, "transient": transient, "lyap_steps": lyap_steps,
               "lyap_k": lyap_k, "feature": feature, "section_feature": sf, "n_tail": n_tail,
@@ -263,7 +269,7 @@ def bifurcation(cfg: DynamicsConfig, values: Sequence[float], *, param: str = "b
 
 def lyapunov_table(cfg: DynamicsConfig, values: Sequence[float], *, param: str = "beta_o",
                    init: State | str | Path | None = None, transient: int = 10_000, steps: int = 10_000,
-                   k: int = 2) -> "pd.DataFrame":  # noqa: F821
+                   k: int | None = None) -> "pd.DataFrame":  # noqa: F821
     """Leading k exponents (per step, descending) and the regime for each value, vectorised."""
     import pandas as pd
 
@@ -275,6 +281,7 @@ def lyapunov_table(cfg: DynamicsConfig, values: Sequence[float], *, param: str =
     mf = compile_config(cfg)
     beta, g, eps = params_arrays(cfg, **{param: values})
     state = make_state(mf, init, beta.size)
+    k = default_k(cfg, k)
     if transient < 0 or steps < 1:
         raise InputError("need --steps >= 1 and --transient >= 0")
     lam = lyapunov_spectrum(mf, state, beta, g, eps, n_steps=steps, k=k, transient=transient)
@@ -284,7 +291,7 @@ def lyapunov_table(cfg: DynamicsConfig, values: Sequence[float], *, param: str =
 
 
 def phase(cfg: DynamicsConfig, x: tuple[str, Sequence[float]], y: tuple[str, Sequence[float]], *,
-          transient: int = 20_000, steps: int = 5000, k: int = 2, init: State | str | Path | None = None,
+          transient: int = 20_000, steps: int = 5000, k: int | None = None, init: State | str | Path | None = None,
           chunk: int = 256, store: str | Path | None = None, executor: str = "inline", workers: int = 2,
           slurm: dict | None = None, progress: bool = False) -> "pd.DataFrame":  # noqa: F821
     """2-D sweep of two parameters: lambda_1..k and the Lyapunov regime on the grid (x fastest)."""
@@ -297,6 +304,7 @@ def phase(cfg: DynamicsConfig, x: tuple[str, Sequence[float]], y: tuple[str, Seq
     if not (np.all(np.isfinite(vx)) and np.all(np.isfinite(vy))):
         raise InputError("phase sweep values must be finite")
     mf = compile_config(cfg)
+    k = default_k(cfg, k)
     if not 1 <= k <= cfg.C * cfg.M:
         raise InputError(f"number of exponents must be in 1..{cfg.C * cfg.M} (C*M) for this model, got {k}")
     if isinstance(init, (str, Path)):
