@@ -61,6 +61,7 @@ def test_select_and_unknown_group():
     ("models: [{family: bert}]", "needs at least an 'id'"),
     ("models: [{id: a, published: {encoder: {symmetry: [1, 2]}}}]", "median, Q1, Q3"),
     ("models: {id: a", "invalid YAML"),
+    ("models: [{id: a (x, y), type: encoder}]", "unknown field"),  # a comma inside a flow mapping
 ])
 def test_bad_registry_files(tmp_path, bad, msg):
     p = tmp_path / "z.yaml"

@@ -19,6 +19,7 @@ DEFAULT_REGISTRY = Path(__file__).with_name("models.yaml")
 MODALITIES = ("text", "vision", "audio")
 TYPES = ("encoder", "decoder", "encoder-decoder")
 STACK_NAMES = ("encoder", "decoder", "cross")
+ENTRY_FIELDS = ("id", "family", "modality", "type", "params", "groups", "caveats", "published", "source")
 #: ``source: pkg:<module>/<path>`` = a path inside an installed Python package (offline demo weights)
 PKG_PREFIX = "pkg:"
 
@@ -99,6 +100,9 @@ def _entry(raw: Any, where: str, base: Path) -> ZooEntry:
         raise ConfigError(f"{where}: each model needs at least an 'id'")
     mid = str(raw["id"])
     where = f"{where} ({mid})"
+    unknown = [str(k) for k in raw if k not in ENTRY_FIELDS]
+    if unknown:
+        raise ConfigError(f"{where}: unknown field(s) {', '.join(unknown)}; known: {', '.join(ENTRY_FIELDS)}")
     modality = raw.get("modality", "text")
     typ = raw.get("type", "encoder")
     if modality not in MODALITIES:
