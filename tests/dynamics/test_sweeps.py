@@ -54,6 +54,14 @@ def test_continuation_both_directions(paper):
         ref = mfm.simulate_reference(mf, s, b, g, e, 30)["mo_se"][0, 10:]
     row = res.table[(res.table.direction == "up") & (res.table.beta_o == 1.2)].iloc[0]
     assert row.mo_se2_min == pytest.approx(ref[:, 2].min(), abs=1e-12)
+    s = mfm.initial_state(mf, 1)
+    for v in values[::-1][:2]:  # down: 1.2 starts where 1.4 ended
+        b, g, e = mfm.params_arrays(paper, beta_o=[v])
+        ref = mfm.simulate_reference(mf, s, b, g, e, 30)["mo_se"][0, 10:]
+    row = res.table[(res.table.direction == "down") & (res.table.beta_o == 1.2)].iloc[0]
+    assert row.mo_se0_max == pytest.approx(ref[:, 0].max(), abs=1e-12)
+    pts = res.points[res.points.kind == "tail"]
+    assert set(pts.direction) == {"up", "down"} and len(pts) == 6 * 20
     assert set(res.table.regime) <= {"periodic", "quasi-periodic", "chaotic", "hyperchaotic"}
 
 

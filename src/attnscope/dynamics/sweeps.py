@@ -108,7 +108,8 @@ def chunk_with_state(payload: dict[str, Any]) -> tuple["pd.DataFrame", State]:  
             table[f"lambda_{j + 1}"] = lam[:, j]
         table["regime"] = [lyapunov_regime(r) for r in lam]
     table.insert(0, "kind", "value")
-    table["direction"] = payload.get("direction", "")
+    dirs = np.asarray(payload.get("directions") or [payload.get("direction", "")] * B, dtype=object)
+    table["direction"] = dirs
     rows.append(table)
     if obs is not None:
         M = cfg.M
@@ -121,7 +122,7 @@ def chunk_with_state(payload: dict[str, Any]) -> tuple["pd.DataFrame", State]:  
             df.insert(0, "kind", kind)
             for f in range(M):
                 df[f"mo_se{f}"] = cat[:, f]
-            df["direction"] = payload.get("direction", "")
+            df["direction"] = np.repeat(dirs, n)
             rows.append(df)
     return pd.concat(rows, ignore_index=True), final
 
@@ -237,22 +238,25 @@ def bifurcation(cfg: DynamicsConfig, values: Sequence[float], *, param: str = "b
     if mode == "continuation":
         import pandas as pd
 
+        # the upward and downward sweeps are independent: advance them together as a batch of two
+        n = values.size
+        state = None if init is None else init.broadcast(2)
         frames = []
-        for direction, order in (("up", values), ("down", values[::-1])):
-            state = init
-            it = order
-            if progress:
-                from rich.progress import track
+        it = range(n)
+        if progress:
+            from rich.progress import track
 
-                from attnscope.cli._common import stderr_console
+            from attnscope.cli._common import stderr_console
 
-                it = track(order, description=f"continuation {direction}", console=stderr_console())
-            for v in it:
-                p = dict(common, params={param: [v]}, direction=direction,
-                         init=None if state is None else _state_dict(state))
-                df, state = chunk_with_state(p)
-                frames.append(df)
-        values_df, points = _split(pd.concat(frames, ignore_index=True))
+            it = track(it, description="continuation up + down", console=stderr_console())
+        for i in it:
+            p = dict(common, params={param: [values[i], values[n - 1 - i]]}, directions=["up", "down"],
+                     init=None if state is None else _state_dict(state))
+            df, state = chunk_with_state(p)
+            frames.append(df)
+        df = pd.concat(frames, ignore_index=True)
+        df = pd.concat([df[df["direction"] == "up"], df[df["direction"] == "down"]], ignore_index=True)
+        values_df, points = _split(df)
         return SweepResult(values_df, points, None)
     if mode == "protocol":
         checkpoint = protocol_checkpoint(cfg, param, values, checkpoint_steps or steps, init)
