@@ -165,3 +165,9 @@ def test_weight_source_object_and_wqk_block(tiny_llama, tiny_llama_dirs):
     np.testing.assert_allclose(block, ref[(1, None)][:20, :20], rtol=1e-4, atol=1e-5)
     with pytest.raises(InputError, match="out of range"):
         wqk_block(src, layer=5)
+
+
+def test_progress_bar_goes_to_stderr(tiny_llama_dirs, capsys):
+    df = score(str(tiny_llama_dirs["single"]), progress=True)
+    out, _ = capsys.readouterr()
+    assert len(df) == 10 and out == ""  # nothing on stdout (the bar is on stderr, transient)
