@@ -169,10 +169,11 @@ def summary_latex(summary: "pd.DataFrame") -> str:
 # ------------------------------------------------------------------------------------ figures
 
 
-def plot_scores_vs_params(summary: "pd.DataFrame") -> "Figure":
+def plot_scores_vs_params(summary: "pd.DataFrame", annotate_max: int = 10) -> "Figure":
     """s and d vs number of parameters (log x), median over layers with 25-75 % bars; a column per modality.
 
-    Self-attention stacks only (encoder navy, decoder purple); models without a parameter count are left out.
+    Self-attention stacks only (encoder navy, decoder purple); models without a parameter count are left
+    out. Points are labelled with the model name in panels of at most ``annotate_max`` models.
     """
     import numpy as np
 
@@ -197,6 +198,10 @@ def plot_scores_vs_params(summary: "pd.DataFrame") -> "Figure":
                 err = np.vstack([med - s[f"{col}_q1"].to_numpy(float), s[f"{col}_q3"].to_numpy(float) - med])
                 ax.errorbar(s["params"], med, yerr=np.clip(err, 0, None), fmt="o", ms=5, capsize=2, lw=1,
                             color=STACK_COLORS[stack], label=f"{stack}s ({len(s)})")
+                if sub["model"].nunique() <= annotate_max:
+                    for x, y, m in zip(s["params"], med, s["model"]):
+                        ax.annotate(str(m).split("/")[-1], (x, y), xytext=(4, 3), textcoords="offset points",
+                                    fontsize=6.5, color=STACK_COLORS[stack])
             ax.axhline(0, color="0.6", lw=0.6, zorder=0)
             ax.set_xscale("log")
             lo, hi = float(sub["params"].min()), float(sub["params"].max())
