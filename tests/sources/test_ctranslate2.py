@@ -113,3 +113,24 @@ def test_truncated_and_unknown_version(ct2_dirs, tmp_path):
     (d / "model.bin").write_bytes((99).to_bytes(4, "little") + data[4:])
     with pytest.raises(FormatError, match="version 99"):
         open_source(str(d))
+
+
+def test_decoder_only_gqa_spec(tmp_path):
+    """ct2:TransformerDecoderModelSpec with num_heads_kv: fused rows [q (h e); k (g e); v (g e)]."""
+    from _fakes import tiny_llama, write_ct2
+
+    model, cfg = tiny_llama(n_layers=2, d=64, n_heads=4, n_kv=2)
+    sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    variables = {"decoder/num_heads": np.array(4, dtype=np.int16), "decoder/num_heads_kv": np.array(2, dtype=np.int16)}
+    for i in range(2):
+        p = f"model.layers.{i}.self_attn"
+        variables[f"decoder/layer_{i}/self_attention/linear_0/weight"] = np.concatenate(
+            [sd[f"{p}.{x}_proj.weight"] for x in "qkv"]).astype(np.float16)
+    src = open_source(str(write_ct2(tmp_path / "llama-ct2", "TransformerDecoderModelSpec", variables)))
+    assert src.config["model_type"] == "ct2:TransformerDecoderModelSpec" and src.config["decoder_kv_heads"] == 2
+    facs = list(get_family(src.config).iter_factors(src))
+    assert [(f.stack, f.q.shape, f.k.shape) for f in facs] == [("decoder", (4, 64, 16), (2, 64, 16))] * 2
+    for f in facs:
+        a = model.model.layers[f.layer].self_attn
+        ref = explicit_head_matrices(a.q_proj.weight.detach().numpy(), a.k_proj.weight.detach().numpy(), 4, 2)
+        assert np.abs(factor_head_matrices(f.q, f.k) - ref).max() / np.abs(ref).max() < 3e-3
