@@ -32,6 +32,13 @@ def _config(preset, config, weights_seed, sets, **scalars):
     return apply_overrides(cfg, list(sets)) if sets else cfg
 
 
+def dyn_error(msg: str):
+    """A one-line user error (InputError) for a bad option value."""
+    from attnscope.errors import InputError
+
+    return InputError(msg)
+
+
 def _slurm_opts(partition: Optional[str], time_min: int) -> dict:
     return {"partition": partition, "time_min": time_min}
 
@@ -98,12 +105,6 @@ def trajectory(
         echo_json(json.dumps({"out": str(out), "files": files, "runs": summary}))
     else:
         stderr_console().print(f"wrote {', '.join(files)} to {out}")
-
-
-def dyn_error(msg: str):
-    from attnscope.errors import InputError
-
-    return InputError(msg)
 
 
 @app.command()

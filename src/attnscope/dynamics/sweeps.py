@@ -58,13 +58,6 @@ def _state_from(d: dict[str, Any] | None) -> State | None:
     return State(np.array(d["mv"]), np.array(d["mk"]), np.array(d["A"]), int(d["t"]))
 
 
-def _param_kwargs(param: str, values: np.ndarray, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    kw = {param: values}
-    for k, v in (extra or {}).items():
-        kw[k] = v
-    return kw
-
-
 def run_chunk(payload: dict[str, Any]) -> "pd.DataFrame":  # noqa: F821
     """Top-level task: simulate a batch of values, return value + point rows (see module docstring)."""
     return chunk_with_state(payload)[0]
