@@ -339,7 +339,7 @@ class DeclarativeSpec(FamilySpec):
         out = rearrange(t, proj.pattern, **used)
         if "three" in proj.pattern.split("->")[1]:
             out = out[proj.part]
-        return np.ascontiguousarray(out.numpy(), dtype=np.float32)  # [n, d, e]
+        return np.asarray(out.numpy(), dtype=np.float32)  # [n, d, e], a view: the kernels read it strided
 
     def layer_factors(self, source: "WeightSource", info: StackInfo, layer: int) -> AttentionFactors:
         st = self._stack(info.stack, source.config)
