@@ -158,3 +158,9 @@ def test_fused_qkv_phi3_layout(llama, tmp_path):
     for f in get_family(src.config).iter_factors(src):
         ref = _hf_heads(model, cfg, f.layer)
         np.testing.assert_allclose(factor_head_matrices(f.q, f.k), ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+def test_family_name_is_the_model_type(gguf_files):
+    src = open_source(str(gguf_files["F32"]))
+    assert get_family(src.config).name == "gguf:llama"
+    assert get_family({"model_type": "gguf:qwen2"}).name == "gguf:qwen2"

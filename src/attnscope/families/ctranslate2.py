@@ -28,10 +28,12 @@ CT2_SPECS = ("WhisperSpec", "TransformerSpec", "TransformerDecoderModelSpec", "T
 
 
 class CT2TransformerSpec(FamilySpec):
-    """CTranslate2 Transformer-style specs with fused ``linear_0`` self-attention."""
+    """CTranslate2 Transformer-style specs with fused ``linear_0`` self-attention (one instance per spec name;
+    the family name is the config ``model_type``, ``ct2:<spec>``)."""
 
-    name = "ctranslate2"
-    model_types = tuple(f"ct2:{s}" for s in CT2_SPECS)
+    def __init__(self, spec: str) -> None:
+        self.name = f"ct2:{spec}"
+        self.model_types = (self.name,)
 
     def stacks(self, config: dict[str, Any], source: "WeightSource | None" = None) -> list[StackInfo]:
         out = []
@@ -71,4 +73,4 @@ class CT2TransformerSpec(FamilySpec):
         return AttentionFactors(info.stack, layer, q, k)
 
 
-SPECS = [CT2TransformerSpec()]
+SPECS = [CT2TransformerSpec(spec) for spec in CT2_SPECS]

@@ -45,10 +45,12 @@ def split_heads(w: np.ndarray, n: int, e: int, d: int, what: str) -> np.ndarray:
 
 
 class GGUFLlamaLikeSpec(FamilySpec):
-    """llama.cpp decoders whose attention is plain multi-head / grouped-query attention."""
+    """llama.cpp decoders whose attention is plain multi-head / grouped-query attention (one instance per arch;
+    the family name is the config ``model_type``, ``gguf:<arch>``, as for every other family)."""
 
-    name = "gguf"
-    model_types = tuple(f"gguf:{a}" for a in GGUF_ARCHS)
+    def __init__(self, arch: str) -> None:
+        self.name = f"gguf:{arch}"
+        self.model_types = (self.name,)
 
     def stacks(self, config: dict[str, Any], source: "WeightSource | None" = None) -> list[StackInfo]:
         n_q = int(config["num_attention_heads"])
@@ -79,4 +81,4 @@ class GGUFLlamaLikeSpec(FamilySpec):
         return AttentionFactors("decoder", layer, q, k)
 
 
-SPECS = [GGUFLlamaLikeSpec()]
+SPECS = [GGUFLlamaLikeSpec(arch) for arch in GGUF_ARCHS]
