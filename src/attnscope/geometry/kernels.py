@@ -84,19 +84,27 @@ def _check_factors(q: np.ndarray, k: np.ndarray) -> tuple[int, int, int]:
     return h, g, h // g
 
 
+_CONTROLLER: list = []  # one threadpoolctl controller per process (building one scans the loaded libraries)
+
+
 @contextlib.contextmanager
 def kernel_threads() -> Iterator[None]:
     """Limit BLAS to ``ATTNSCOPE_KERNEL_THREADS`` threads (default 1) inside the factored kernel."""
     n = os.environ.get("ATTNSCOPE_KERNEL_THREADS", "1")
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
-        yield
-        return
     if n.strip().lower() in ("", "0", "default", "auto"):
         yield
         return
-    with threadpool_limits(limits=int(n), user_api="blas"):
+    if not _CONTROLLER:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:  # pragma: no cover - threadpoolctl ships with scikit-learn
+            _CONTROLLER.append(None)
+        else:
+            _CONTROLLER.append(ThreadpoolController())
+    if _CONTROLLER[0] is None:  # pragma: no cover
+        yield
+        return
+    with _CONTROLLER[0].limit(limits=int(n), user_api="blas"):
         yield
 
 
