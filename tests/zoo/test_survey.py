@@ -138,3 +138,15 @@ def test_cli_zoo_survey_end_to_end(fake_zoo, tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert (out / "fig" / "survey_scores.png").is_file() and (out / "fig" / "survey_table.md").is_file()
+
+
+def test_rerun_with_other_settings_is_refused(fake_zoo, tmp_path):
+    from attnscope.errors import InputError
+
+    run_zoo("fake-text", tmp_path, zoo_file=fake_zoo, executor="inline", progress=False)
+    with pytest.raises(InputError, match="k=2.0"):
+        run_zoo("fake-text", tmp_path, zoo_file=fake_zoo, executor="inline", k=3.0, progress=False)
+    with pytest.raises(InputError, match="stacks"):
+        run_zoo("fake-text", tmp_path, zoo_file=fake_zoo, executor="inline", stacks=("decoder",), progress=False)
+    again = run_zoo("fake-text", tmp_path, zoo_file=fake_zoo, executor="inline", progress=False)
+    assert sorted(again.attrs["summary"].skipped) == GOOD[:2]

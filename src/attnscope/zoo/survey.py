@@ -6,7 +6,9 @@ under ``out_dir`` keeps one Parquet file per model (written atomically); a rerun
 models, recomputes files that are corrupt (moved aside by the store), and retries failures. At the
 end ``out_dir/merged.parquet`` + ``merged.csv`` hold every score record of the finished models,
 with the zoo's ``modality``, ``type`` and ``params`` columns added, and ``out_dir/failures.json``
-lists the models that failed in this run (``[{"id": ..., "error": ...}]``).
+lists the models that failed in this run (``[{"id": ..., "error": ...}]``). ``out_dir/survey.json``
+records the settings (k, stacks); a rerun with other settings into the same directory is refused
+rather than silently mixing results.
 """
 
 from __future__ import annotations
@@ -43,6 +45,26 @@ def score_model(payload: dict[str, Any]) -> "pd.DataFrame":
 def _payload(e: ZooEntry, k: float, stacks: tuple[str, ...] | None) -> dict[str, Any]:
     return {"id": e.id, "spec": e.source or e.id, "k": k, "stacks": stacks, "modality": e.modality, "type": e.type,
             "params": e.params}
+
+
+SETTINGS_FILE = "survey.json"
+
+
+def _check_settings(out: Path, settings: dict[str, Any]) -> None:
+    """Refuse to mix results computed with different settings in one store (they would be reused silently)."""
+    import json
+
+    path = out / SETTINGS_FILE
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            old = None
+        if isinstance(old, dict) and old != settings:
+            diff = ", ".join(f"{key}={old.get(key)!r} (now {settings[key]!r})" for key in settings if old.get(key) != settings[key])
+            raise InputError(f"{out} holds results computed with {diff}; use another --out or the same settings")
+    else:
+        atomic_write_json(path, settings)
 
 
 def split_group_spec(group: str | None, zoo_file: str | Path | None) -> tuple[str | None, str | Path | None]:
@@ -86,6 +108,7 @@ def run_zoo(
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise InputError(f"--out {out} exists and is not a directory")
+    _check_settings(out, {"k": float(k), "stacks": sorted(stacks) if stacks else None})
     store = ResultsStore(out)
     tasks = [Task(e.id, _payload(e, k, stacks)) for e in entries]
     summary = run_tasks(score_model, tasks, store, executor=executor, workers=workers, slurm=slurm,
