@@ -164,3 +164,13 @@ def test_family_name_is_the_model_type(gguf_files):
     src = open_source(str(gguf_files["F32"]))
     assert get_family(src.config).name == "gguf:llama"
     assert get_family({"model_type": "gguf:qwen2"}).name == "gguf:qwen2"
+
+
+def test_fused_qkv_of_an_unverified_arch_is_refused(llama, tmp_path):
+    from attnscope.errors import UnsupportedError
+
+    model, cfg = llama
+    path = write_llama_gguf(tmp_path / "q.gguf", model, cfg, arch="qwen2", fused=True, permute=False)
+    src = open_source(str(path))
+    with pytest.raises(UnsupportedError, match="unverified"):
+        list(get_family(src.config).iter_factors(src))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnscope.errors import FormatError
+from attnscope.errors import FormatError, UnsupportedError
 
 from .base import AttentionFactors, FamilySpec, StackInfo
 
@@ -26,8 +26,11 @@ if TYPE_CHECKING:  # pragma: no cover
 GGUF_ARCHS = (
     "llama", "mistral", "mistral3", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma", "gemma2", "gemma3",
     "phi3", "starcoder2", "granite", "olmo", "olmo2", "internlm2", "stablelm", "gpt2", "command-r",
-    "cohere2", "exaone", "smollm3",
+    "cohere2", "exaone", "smollm3", "phi2",
 )
+#: archs whose fused ``attn_qkv`` is known to be plain rows [q | k | v]; any other fused layout (falcon,
+#: bloom: interleaved per head) is refused rather than sliced wrongly
+FUSED_QKV_ARCHS = frozenset({"phi3", "phi2", "gpt2"})
 
 
 def read_float32(source: "WeightSource", name: str) -> np.ndarray:
@@ -68,6 +71,12 @@ class GGUFLlamaLikeSpec(FamilySpec):
             wq = read_float32(source, f"{base}.attn_q.weight")
             wk = read_float32(source, f"{base}.attn_k.weight")
         elif source.has(f"{base}.attn_qkv.weight"):
+            arch = self.name.split(":", 1)[1]
+            if arch not in FUSED_QKV_ARCHS:
+                raise UnsupportedError(
+                    f"{source.name}: fused attn_qkv of GGUF arch {arch!r} has an unverified row layout; "
+                    f"supported fused archs: {', '.join(sorted(FUSED_QKV_ARCHS))}"
+                )
             wqkv = read_float32(source, f"{base}.attn_qkv.weight")
             if wqkv.shape[0] != (h + 2 * g) * e:
                 raise FormatError(
