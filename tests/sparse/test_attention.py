@@ -35,12 +35,13 @@ def _slow_attention(q, k, v, mask):
     return out
 
 
+@pytest.mark.parametrize("impl", ["gather", "dense", "auto"])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("t", [1, 9, 70, 300])
-def test_seed002_matches_sdpa_forward_and_backward(causal, t):
+def test_seed002_matches_sdpa_forward_and_backward(causal, t, impl):
     q, k, v = _qkv(2, 8, t, 8, seed=t)
     mask = dense_mask("seed002", t, causal)
-    out = sparse_attention(q, k, v, "seed002", causal=causal)
+    out = sparse_attention(q, k, v, "seed002", causal=causal, impl=impl)
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
     g = torch.randn_like(out)
@@ -75,8 +76,11 @@ def test_random_patterns_match_dense_reference(t, window, stride, anchors, causa
     pat = Pattern(heads=(hp, HeadPattern(dense=True) if dense_second else hp, hp))
     q, k, v = _qkv(1, 3, t, 4, seed=t)
     mask = torch.from_numpy(pat.mask(t, causal))
-    out, probs = sparse_attention(q, k, v, pat, causal=causal, return_probs=True)
+    out, probs = sparse_attention(q, k, v, pat, causal=causal, return_probs=True, impl="gather")
     ref_out, ref_probs = dense_attention(q, k, v, mask)
+    out_d, probs_d = sparse_attention(q, k, v, pat, causal=causal, return_probs=True, impl="dense")
+    torch.testing.assert_close(out_d, ref_out, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(probs_d, ref_probs, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(out, ref_out, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(probs, ref_probs, rtol=1e-10, atol=1e-10)
     assert (probs.masked_select(~mask.expand_as(probs)) == 0).all()
@@ -87,11 +91,12 @@ def test_random_patterns_match_dense_reference(t, window, stride, anchors, causa
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
 
 
-def test_rows_without_keys_are_zero_not_nan():
+@pytest.mark.parametrize("impl", ["gather", "dense"])
+def test_rows_without_keys_are_zero_not_nan(impl):
     # anchor at the last position only: causal rows before it see nothing
     pat = Pattern(heads=(HeadPattern(anchors=(1.0,)), HeadPattern(positions=(3,))))
     q, k, v = _qkv(1, 2, 6, 4)
-    out, probs = sparse_attention(q, k, v, pat, causal=True, return_probs=True)
+    out, probs = sparse_attention(q, k, v, pat, causal=True, return_probs=True, impl=impl)
     assert torch.isfinite(out).all()
     assert (out[0, 0, :5] == 0).all() and (probs[0, 0, :5] == 0).all()
     assert (out[0, 1, :3] == 0).all() and torch.allclose(out[0, 1, 3:], v[0, 1, 3].expand(3, -1))
@@ -126,3 +131,5 @@ def test_shape_and_head_count_errors():
         sparse_attention(q, k, v, "seed002")
     with pytest.raises(AttnscopeError):
         sparse_attention(q[0], k[0], v[0], "local:2")
+    with pytest.raises(AttnscopeError):
+        sparse_attention(q, k, v, "local:2", impl="flex")
