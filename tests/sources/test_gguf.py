@@ -33,7 +33,7 @@ def llama():
 def gguf_files(llama, tmp_path_factory):
     model, cfg = llama
     root = tmp_path_factory.mktemp("gguf")
-    return {q: write_llama_gguf(root / f"tiny-{q}.gguf", model, cfg, qtype=q) for q in ("F32", "F16", "Q8_0")}
+    return {q: write_llama_gguf(root / f"tiny-{q}.gguf", model, cfg, qtype=q) for q in ("F32", "F16", "BF16", "Q8_0")}
 
 
 def _hf_heads(model, cfg, layer):
@@ -60,12 +60,11 @@ def test_rope_permutation_is_really_in_the_file(llama, gguf_files):
     np.testing.assert_allclose(wq_file, llama_rope_permute(wq_hf, 4), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("qtype,tol", [("F32", 1e-5), ("F16", 2e-3), ("Q8_0", 2e-2)])
+@pytest.mark.parametrize("qtype,tol", [("F32", 1e-5), ("F16", 2e-3), ("BF16", 2e-2), ("Q8_0", 2e-2)])
 def test_head_matrices_equal_hf(llama, gguf_files, qtype, tol):
     model, cfg = llama
     src = open_source(str(gguf_files[qtype]))
-    if qtype == "Q8_0":
-        assert src.tensor_type("blk.0.attn_q.weight") == "Q8_0"
+    assert src.tensor_type("blk.0.attn_q.weight") == qtype
     facs = list(get_family(src.config).iter_factors(src))
     assert [(f.stack, f.layer) for f in facs] == [("decoder", 0), ("decoder", 1)]
     for f in facs:

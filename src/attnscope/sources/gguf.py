@@ -127,6 +127,8 @@ class GGUFSource(WeightSource):
             out = raw.view(np.float32).reshape(shape)
         elif qtype == GGMLQuantizationType.F16:
             out = raw.view(np.float16).reshape(shape).astype(np.float32)
+        elif qtype == GGMLQuantizationType.BF16:  # widen in place of a generic dequantisation pass
+            out = np.left_shift(raw.view("<u2").astype(np.uint32), 16).view(np.float32).reshape(shape)
         else:
             rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
             try:
