@@ -66,6 +66,10 @@ def test_figures_and_report_files(table, tmp_path):
     s = survey_summary(table)
     fig = plot_scores_vs_params(s)
     assert len(fig.axes) == 4  # 2 scores x (text, audio); the model without params is left out
+    labels = {t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()}
+    assert {"encoders, paper", "decoders, paper"} <= labels
+    plain = plot_scores_vs_params(s, show_paper=False)
+    assert not any("paper" in t.get_text() for ax in plain.axes if ax.get_legend() for t in ax.get_legend().get_texts())
     assert plot_encoder_decoder(s) is not None
     assert plot_encoder_decoder(s[s.model == "gpt2"]) is None
     table.to_parquet(tmp_path / "merged.parquet")

@@ -169,11 +169,12 @@ def summary_latex(summary: "pd.DataFrame") -> str:
 # ------------------------------------------------------------------------------------ figures
 
 
-def plot_scores_vs_params(summary: "pd.DataFrame", annotate_max: int = 10) -> "Figure":
+def plot_scores_vs_params(summary: "pd.DataFrame", annotate_max: int = 10, show_paper: bool = True) -> "Figure":
     """s and d vs number of parameters (log x), median over layers with 25-75 % bars; a column per modality.
 
     Self-attention stacks only (encoder navy, decoder purple); models without a parameter count are left
-    out. Points are labelled with the model name in panels of at most ``annotate_max`` models.
+    out. Points are labelled with the model name in panels of at most ``annotate_max`` models; hollow
+    markers show the paper's published medians where the registry has them (``show_paper``).
     """
     import numpy as np
 
@@ -198,6 +199,10 @@ def plot_scores_vs_params(summary: "pd.DataFrame", annotate_max: int = 10) -> "F
                 err = np.vstack([med - s[f"{col}_q1"].to_numpy(float), s[f"{col}_q3"].to_numpy(float) - med])
                 ax.errorbar(s["params"], med, yerr=np.clip(err, 0, None), fmt="o", ms=5, capsize=2, lw=1,
                             color=STACK_COLORS[stack], label=f"{stack}s ({len(s)})")
+                paper_col = f"paper_{col}_median"
+                if show_paper and paper_col in s.columns and s[paper_col].notna().any():
+                    ax.plot(s["params"], s[paper_col].astype(float), "o", ms=7, mfc="none", alpha=0.6,
+                            color=STACK_COLORS[stack], label=f"{stack}s, paper")
                 if sub["model"].nunique() <= annotate_max:
                     for x, y, m in zip(s["params"], med, s["model"]):
                         ax.annotate(str(m).split("/")[-1], (x, y), xytext=(4, 3), textcoords="offset points",
