@@ -134,3 +134,16 @@ def test_decoder_only_gqa_spec(tmp_path):
         a = model.model.layers[f.layer].self_attn
         ref = explicit_head_matrices(a.q_proj.weight.detach().numpy(), a.k_proj.weight.detach().numpy(), 4, 2)
         assert np.abs(factor_head_matrices(f.q, f.k) - ref).max() / np.abs(ref).max() < 3e-3
+
+
+def test_real_whisper_scores(whisper_ct2_dir):
+    """The real tiny.en scores: 3 stacks x 4 layers x 6 heads, finite; the encoder is the more symmetric stack."""
+    from attnscope.geometry import score, summarize
+
+    df = score(str(whisper_ct2_dir))
+    layers = df[df["level"] == "layer"]
+    assert layers.groupby("stack").size().to_dict() == {"cross": 4, "decoder": 4, "encoder": 4}
+    assert (df[df["level"] == "head"].groupby("stack").size() == 24).all()
+    assert np.isfinite(df[["symmetry", "directionality", "frobenius_norm"]].to_numpy(float)).all()
+    med = summarize(df).set_index("stack")["symmetry_median"]
+    assert med["encoder"] > med["decoder"] > med["cross"]

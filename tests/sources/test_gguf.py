@@ -173,3 +173,12 @@ def test_fused_qkv_of_an_unverified_arch_is_refused(llama, tmp_path):
     src = open_source(str(path))
     with pytest.raises(UnsupportedError, match="unverified"):
         list(get_family(src.config).iter_factors(src))
+
+
+def test_real_tinycoder_scores(tinycoder_gguf):
+    from attnscope.geometry import score
+
+    df = score(str(tinycoder_gguf))
+    layers = df[df["level"] == "layer"]
+    assert sorted(layers["layer"]) == [0, 1] and set(df["stack"]) == {"decoder"}
+    assert np.isfinite(df[["symmetry", "directionality"]].to_numpy(float)).all()
