@@ -32,6 +32,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are shared like any file
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -40,6 +41,12 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             pass
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:

@@ -86,3 +86,14 @@ def test_cli_user_error_is_one_line_exit_2():
 def test_cli_version_and_help():
     r = subprocess.run([sys.executable, "-m", "attnscope", "--version"], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == __import__("attnscope").__version__
+
+
+def test_atomic_write_gives_ordinary_permissions(tmp_path):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        p = atomic_write_text(tmp_path / "shared.txt", "x")
+    finally:
+        os.umask(old)
+    assert (p.stat().st_mode & 0o777) == 0o644

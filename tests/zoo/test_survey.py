@@ -130,7 +130,8 @@ def test_cli_zoo_survey_end_to_end(fake_zoo, tmp_path):
     out = tmp_path / "cli"
     p = subprocess.run([sys.executable, "-m", "attnscope", "geometry", "--zoo", f"{fake_zoo}:fake", "--out", str(out),
                         "--executor", "inline", "--json"], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == 1, p.stderr  # one model failed: reported, the others scored and stored
+    assert "1 model(s) failed" in p.stderr and BAD in p.stderr
     rows = json.loads(p.stdout)
     assert sorted({r["model"] for r in rows}) == GOOD
     assert (out / "merged.parquet").is_file() and BAD in (out / "failures.json").read_text()

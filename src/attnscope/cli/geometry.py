@@ -206,7 +206,8 @@ def _run_zoo(
         slurm = {key: val for key, val in (("partition", partition), ("time_min", time_min), ("mem_gb", mem_gb)) if val is not None}
     kwargs = {"stacks": tuple(stacks)} if stacks else {}
     df = run_zoo(group, out, executor=executor, workers=workers, k=k, slurm=slurm, progress=not json_out, **kwargs)
-    for model_id, msg in (getattr(df, "attrs", {}).get("failures") or {}).items():
+    failures = (getattr(df, "attrs", {}).get("failures") or {}) if df is not None else {}
+    for model_id, msg in failures.items():
         print(f"attnscope: warning: {model_id} failed: {msg}", file=sys.stderr)
     if json_out:
         from attnscope.tables import records_to_json
@@ -214,6 +215,13 @@ def _run_zoo(
         echo_json(records_to_json(df))
     elif df is not None and len(df):
         print_summary(df, per_layer=False)  # a survey: one line per model and stack
+    if failures:  # the others are stored; a rerun retries only the failed ones
+        n_ok = df["model"].nunique() if df is not None and len(df) else 0
+        print(
+            f"attnscope: {len(failures)} model(s) failed, {n_ok} scored; rerun the same command to retry the failed ones",
+            file=sys.stderr,
+        )
+        raise typer.Exit(1)
 
 
 @app.command("plot")
