@@ -113,3 +113,46 @@ def test_empty_corpus_is_one_line(tmp_path):
     small.write_text("tiny corpus " * 20)
     with pytest.raises(AttnscopeError, match="windows"):
         extract(str(ckpt), data=str(small), windows=5, length=64)
+
+
+def test_model_without_attention_maps_is_one_line(tmp_path, minilm_dir):
+    """A Mamba model (no attention at all) is refused with one clear line."""
+    import shutil
+
+    from transformers import MambaConfig, MambaModel
+
+    cfg = MambaConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=1, state_size=4, intermediate_size=32,
+                      conv_kernel=2, time_step_rank=2)
+    MambaModel(cfg).save_pretrained(tmp_path / "mamba")
+    shutil.copy(minilm_dir / "tokenizer.json", tmp_path / "mamba" / "tokenizer.json")
+    with pytest.raises(AttnscopeError, match="cannot return attention maps") as info:
+        open_model(str(tmp_path / "mamba"))
+    assert "\n" not in str(info.value)
+
+
+def test_hub_id_offline_is_one_line():
+    with pytest.raises(AttnscopeError, match="hub"):
+        open_model("someorg/surely-not-cached-model")
+
+
+def test_measure_cli_writes_table_and_figures(tmp_path, capsys, monkeypatch):
+    import sys
+
+    from attnscope.cli import main
+
+    ckpt = _tiny_checkpoint(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["attnscope", "heads", str(ckpt), "--windows", "2", "--length", "32",
+                                      "--out", str(tmp_path / "h.parquet"), "--plot", str(tmp_path / "figs"),
+                                      "--js", str(tmp_path / "js.csv")])
+    try:
+        main()
+    except SystemExit as exc:
+        assert not exc.code
+    import pandas as pd
+
+    df = pd.read_parquet(tmp_path / "h.parquet")
+    assert len(df) == 16 and {"entropy", "entropy_std", "induction_score"} <= set(df.columns)
+    assert len(pd.read_csv(tmp_path / "js.csv")) == 16 * 15 // 2
+    for name in ("heads_heatmaps.png", "heads_scatter.png", "heads_maps.png"):
+        assert (tmp_path / "figs" / name).stat().st_size > 1000
+    assert "per layer" in capsys.readouterr().err
