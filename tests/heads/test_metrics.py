@@ -41,24 +41,22 @@ def slow_metrics(A: np.ndarray, causal: bool, tok=None, cls_id=None, sep_id=None
     out["next_mass"] = sum(A[i, i + 1] for i in range(L - 1)) / (L - 1) if L > 1 else float("nan")
     nan = float("nan")
     best, period, ok = nan, nan, False
+    R = max(1, L // 8)
+    far = [[vis(i, j) and abs(i - j) > R for j in range(L)] for i in range(L)]
+    m_far_rows = [sum(A[i, j] for j in range(L) if far[i][j]) for i in range(L)]
     for s in PERIODS:
-        if s >= L / 2:
+        if s > R or not any(any(r) for r in far):
             break
-        far = [[vis(i, j) and abs(i - j) > s for j in range(L)] for i in range(L)]
-        if not any(any(r) for r in far):
-            continue
         expected = observed = 0.0
-        m_far_rows = []
         for i in range(L):
             nf = sum(far[i])
-            m_far = sum(A[i, j] for j in range(L) if far[i][j])
-            m_far_rows.append(m_far)
             if nf:
-                expected += m_far * sum(far[i][j] and j % s == 0 and j > 0 for j in range(L)) / nf
+                expected += m_far_rows[i] * sum(far[i][j] and j % s == 0 and j > 0 for j in range(L)) / nf
             observed += sum(A[i, j] for j in range(L) if far[i][j] and j % s == 0 and j > 0)
         ratio = observed / expected if expected > 0 else 0.0
         if math.isnan(best) or ratio > 1.25 * best:
-            best, period, ok = ratio, s, sum(m_far_rows) / L >= 0.05
+            best, period = ratio, s
+    ok = sum(m_far_rows) / L >= 0.05
     out["period_enrichment"] = best
     out["period"] = period if (best >= 2 and ok) else nan
     out["sink_cls"] = out["sink_sep"] = out["dup_score"] = out["induction_score"] = nan
@@ -133,6 +131,17 @@ def test_one_hot_previous_token_map(L, causal):
     assert math.isnan(m["dup_score"].item())  # all tokens distinct: no row has a duplicate
 
 
+@pytest.mark.parametrize("causal", [True, False])
+def test_periodicity_matches_slow_reference_at_longer_length(causal):
+    rng = np.random.default_rng(7)
+    A = random_maps(rng, 1, 2, 40, causal, peaky=True)
+    got = window_metrics(torch.from_numpy(A), causal)
+    for h in range(2):
+        ref = slow_metrics(A[0, h], causal)
+        for name in ("period", "period_enrichment"):
+            assert got[name][0, h].item() == pytest.approx(ref[name], abs=1e-9, nan_ok=True)
+
+
 def test_strided_head_is_found_periodic():
     L = 96
     A = torch.zeros(1, L, L, dtype=torch.float64)
@@ -141,6 +150,11 @@ def test_strided_head_is_found_periodic():
         A[0, i, keys] = 1.0 / len(keys)
     m = window_metrics(A, causal=True)
     assert m["period"].item() == 8.0 and m["period_enrichment"].item() > 4
+    # seed002 heads 3-5: local(32) | stride(8) at L = 256 -> period 8, not a multiple
+    L2 = 256
+    mask = torch.from_numpy(__import__("attnscope.sparse", fromlist=["x"]).load_pattern("seed002").mask(L2, True)[3])
+    B = mask.to(torch.float64) / mask.sum(-1, keepdim=True)
+    assert window_metrics(B[None], causal=True)["period"].item() == 8.0
     local = torch.tril(torch.ones(L, L, dtype=torch.float64)) - torch.tril(torch.ones(L, L, dtype=torch.float64), -3)
     local = local / local.sum(-1, keepdim=True)
     assert math.isnan(window_metrics(local[None], causal=True)["period"].item())

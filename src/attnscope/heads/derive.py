@@ -8,7 +8,8 @@ Rules, applied per head:
   ``w = next power of two >= 2 * lookback`` (``distance`` for encoders), at least ``min_window``.
 * if that window exceeds ``max_window`` the head is "global": it gets no window but a stride (its
   measured period, else ``global_stride``) plus the first-token anchor.
-* stride: the measured ``period`` (see :mod:`attnscope.heads.metrics`) when the head has one.
+* stride: the measured ``period`` (see :mod:`attnscope.heads.metrics`; its most frequent value over
+  layers) when the head has one.
 * anchors: key 0 (``positions=[0]``) when the head's first-token sink mass >= ``sink_threshold``.
 
 Output: a :class:`attnscope.sparse.Pattern` (save it as YAML/JSON; ``attn_pattern`` accepts the path)
@@ -69,8 +70,11 @@ def derive_pattern(
         raise InputError("the metrics table has no rows to derive a pattern from")
     causal = bool(sub["causal"].iloc[0]) if "causal" in sub.columns else True
     reach_col = "lookback" if causal and "lookback" in sub.columns else "distance"
-    cols = [reach_col, "sink_first"] + (["period"] if "period" in sub.columns else [])
-    med = sub.groupby("head")[cols].median(numeric_only=True).sort_index()
+    med = sub.groupby("head")[[reach_col, "sink_first"]].median(numeric_only=True).sort_index()
+    if "period" in sub.columns:  # a stride is a category: the most frequent one over layers
+        from .metrics import _mode
+
+        med["period"] = [_mode(g["period"].to_numpy(dtype=float)[:, None])[0] for _, g in sub.groupby("head")]
     heads = list(med.index)
     if heads != list(range(len(heads))):
         raise InputError(f"heads in the metrics table are not 0..n-1: {heads[:10]}")

@@ -30,11 +30,14 @@ From the literature (Clark et al. 2019, Voita et al. 2019, TransformerLens head 
 
 Periodicity (for ``attnscope heads derive``; strided heads attend to keys ``j % s == 0``):
 
-* ``period_enrichment`` for each s in :data:`PERIODS` (s < L/2), the mass on "far" visible keys
-  (``abs(i-j) > s``) with ``j % s == 0`` and ``j > 0`` (key 0 is the sink, measured on its own), divided by what a head spreading its far mass uniformly
-  would put there (1 = no preference, s = everything on the stride); scanning s upwards, a larger s
-  is taken only when its ratio beats the current one by 25% (multiples of a true stride tie with it)
-* ``period``       the s achieving it, when the enrichment is >= 2 and the far mass is >= 5%; else NaN
+* ``period_enrichment`` with a far radius R = L // 8, for each s in :data:`PERIODS` with s <= R: the
+  mass on far visible keys (``abs(i-j) > R``) with ``j % s == 0`` and ``j > 0`` (key 0 is the sink,
+  measured on its own), divided by what a head spreading its far mass uniformly over the far keys
+  would put there (1 = no preference, s = everything on the stride). One far region for every s, so a
+  local window does not favour large s; scanning s upwards, a larger s is taken only when its ratio
+  beats the current one by 25% (multiples of a true stride tie with it)
+* ``period``       the s chosen, when its enrichment is >= 2 and the far mass is >= 5%; else NaN.
+                   Over windows the table reports its most frequent value (not a mean)
 
 :func:`window_metrics` returns one value per (window, head); :func:`head_metrics` averages over
 windows and reports the spread (sample std). Everything here runs on torch tensors (numpy arrays
@@ -193,27 +196,26 @@ def _periodicity(A: "torch.Tensor", offset: "torch.Tensor", visible: "torch.Tens
     b, h, L, _ = A.shape
     best = torch.full((b, h), float("nan"), dtype=torch.float64, device=A.device)
     period = torch.full((b, h), float("nan"), dtype=torch.float64, device=A.device)
-    far_mass_ok = torch.zeros((b, h), dtype=torch.bool, device=A.device)
+    R = max(1, L // 8)
+    far = visible & (offset.abs() > R)  # [i, j], the same far region for every s
+    n_far = far.sum(-1).to(torch.float64)  # [i]
+    rows = n_far > 0
+    if not rows.any():
+        return period, best
+    m_far = (A * far.to(A.dtype)).sum(-1).to(torch.float64)  # [b,h,i]
     j = torch.arange(L, device=A.device)
     for s in PERIODS:
-        if s >= L / 2:
+        if s > R:
             break
-        far = visible & (offset.abs() > s)  # [i, j]
         on = far & ((j % s == 0) & (j > 0))[None, :]  # key 0 is the sink: measured on its own
-        n_far = far.sum(-1).to(torch.float64)  # [i]
-        rows = n_far > 0
-        if not rows.any():
-            continue
         frac = torch.where(rows, on.sum(-1) / n_far.clamp_min(1), torch.zeros_like(n_far))  # [i]
-        m_far = (A * far.to(A.dtype)).sum(-1).to(torch.float64)  # [b,h,i]
         m_on = (A * on.to(A.dtype)).sum(-1).to(torch.float64)
         expected = (m_far * frac).sum(-1)
         ratio = torch.where(expected > 0, m_on.sum(-1) / expected.clamp_min(1e-300), torch.zeros_like(expected))
         better = torch.isnan(best) | (ratio > PERIOD_SWITCH * best)
         best = torch.where(better, ratio, best)
         period = torch.where(better, torch.full_like(period, float(s)), period)
-        far_mass_ok = torch.where(better, m_far.mean(-1) >= 0.05, far_mass_ok)
-    called = (best >= PERIOD_MIN_ENRICHMENT) & far_mass_ok
+    called = (best >= PERIOD_MIN_ENRICHMENT) & (m_far.mean(-1) >= 0.05)
     return torch.where(called, period, torch.full_like(period, float("nan"))), best
 
 
@@ -247,11 +249,24 @@ def summarize_windows(values: dict[str, Any], layer: int | None = None) -> "pd.D
             warnings.simplefilter("ignore", RuntimeWarning)
             for name in METRICS:
                 if name in arrs:
-                    rows[name] = np.nanmean(arrs[name], axis=0)
+                    rows[name] = _mode(arrs[name]) if name == "period" else np.nanmean(arrs[name], axis=0)
             for name in METRICS:
                 if name in arrs:
                     rows[f"{name}_std"] = np.nanstd(arrs[name], axis=0, ddof=1) if n > 1 else np.full(h, np.nan)
     return pd.DataFrame(rows)
+
+
+def _mode(x: "Any") -> "Any":
+    """Most frequent non-NaN value per column of [n, h] (ties: the smaller; all NaN: NaN)."""
+    import numpy as np
+
+    out = np.full(x.shape[1], np.nan)
+    for c in range(x.shape[1]):
+        col = x[:, c][np.isfinite(x[:, c])]
+        if len(col):
+            vals, counts = np.unique(col, return_counts=True)
+            out[c] = vals[np.argmax(counts)]
+    return out
 
 
 def head_metrics(
