@@ -40,3 +40,19 @@ def test_sparse_model_maps_respect_the_pattern():
     mask = dense_mask("seed002", 64, causal=True)
     assert (maps[0].masked_select(~mask.expand_as(maps[0])) == 0).all()
     torch.testing.assert_close(maps[0].sum(-1), torch.ones(2, 8, 64))
+
+
+def test_model_loads_a_pattern_file(tmp_path):
+    """A spec file (as written by `attnscope heads derive`) works as the model's attn_pattern."""
+    from attnscope.sparse import HeadPattern, Pattern, dense_mask
+
+    path = Pattern(heads=(HeadPattern(window=2),) * 2 + (HeadPattern(stride=4, positions=(0,)),) * 2).save(tmp_path / "p.yaml")
+    cfg = model_mod.ModelConfig(
+        n_layers=1, n_heads=4, d_model=16, d_ff=32, vocab_size=256, max_seq_len=24, causal=True,
+        norm="pre", dropout=0.0, attn_pattern=str(path),
+    )
+    torch.manual_seed(2)
+    with torch.no_grad():
+        _, maps = model_mod.Transformer(cfg).eval()(torch.randint(0, 256, (1, 24)), return_attn=True)
+    mask = dense_mask(str(path), 24, causal=True)
+    assert (maps[0].masked_select(~mask.expand_as(maps[0])) == 0).all()

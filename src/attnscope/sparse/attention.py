@@ -186,6 +186,12 @@ def _group_attention(
     return out, dense_p
 
 
+@lru_cache(maxsize=32)
+def _cached_pattern(spec: str, n_heads: int) -> Pattern:
+    """Preset names and spec files are parsed once per process, not once per layer and step."""
+    return load_pattern(spec, n_heads=n_heads)
+
+
 def _groups(pattern: Pattern) -> list[tuple[HeadPattern, list[int]]]:
     groups: dict[HeadPattern, list[int]] = {}
     for h, hp in enumerate(pattern.heads):
@@ -218,7 +224,7 @@ def sparse_attention(
     if impl not in IMPLS:
         raise ConfigError(f"impl must be one of {', '.join(IMPLS)}, not {impl!r}")
     b, h, t, e = q.shape
-    pat = load_pattern(pattern, n_heads=h)
+    pat = _cached_pattern(pattern, h) if isinstance(pattern, str) else load_pattern(pattern, n_heads=h)
     scale = e**-0.5 if scale is None else float(scale)
     outs: list[torch.Tensor] = []
     probs: list[torch.Tensor] = []
