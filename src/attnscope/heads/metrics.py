@@ -295,7 +295,7 @@ def js_divergence_rows(p: "torch.Tensor", q: "torch.Tensor") -> "torch.Tensor":
     return (0.5 * (kl_pm + kl_qm)).clamp_min(0.0)
 
 
-def pairwise_js(rows: "torch.Tensor", budget: int = 20_000_000) -> "torch.Tensor":
+def pairwise_js(rows: "torch.Tensor", budget: int = 2_000_000) -> "torch.Tensor":
     """Mean JS divergence between every pair of heads on the same rows: rows [n_heads, r, L] -> [n, n].
 
     Works in chunks of query heads so at most ~``budget`` elements are live per temporary.
