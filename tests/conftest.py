@@ -11,6 +11,13 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# CI runs the same examples every time (a red CI is then a real, reproducible failure); locally,
+# hypothesis keeps exploring new examples.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")

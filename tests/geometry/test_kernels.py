@@ -20,6 +20,18 @@ from attnscope.geometry.kernels import (
 TOL = 1e-5
 
 
+def dir_tol(m: np.ndarray, k: float = 2.0) -> float:
+    """Tolerance for d(M) computed from float32 factors: d = (R - C) / (R + C) amplifies a norm
+    error by ~ n * max_norm / (R + C) when only a sliver of a row or column exceeds its threshold."""
+    r, c = np.linalg.norm(m, axis=1), np.linalg.norm(m, axis=0)
+    tr, tc = r.mean() + k * r.std(ddof=1), c.mean() + k * c.std(ddof=1)
+    excess = np.clip(r - tr, 0, None).sum() + np.clip(c - tc, 0, None).sum()
+    if excess == 0:
+        return TOL
+    noise = 1e-6 * (len(r) + len(c)) * max(r.max(), c.max())  # float32 norms, relative ~1e-7
+    return TOL + 4 * noise / excess
+
+
 @st.composite
 def factors(draw, square=True):
     """Random q [h, d, e], k [g, c, e] with h a multiple of g (MHA, GQA, MQA)."""
@@ -54,7 +66,7 @@ def test_head_stats_match_reference(qk):
     for h, m in enumerate(explicit_heads(q, k)):
         assert stats.frob2[h] == pytest.approx((m * m).sum(), rel=1e-5, abs=1e-30)
         assert abs(stats.symmetry[h] - symmetry_ref(m)) < TOL
-        assert abs(dirs[h] - directionality_ref(m)) < TOL
+        assert abs(dirs[h] - directionality_ref(m)) < dir_tol(m)
         for norms, count in ((np.linalg.norm(m, axis=1), n_r[h]), (np.linalg.norm(m, axis=0), n_c[h])):
             tau = norms.mean() + 2 * norms.std(ddof=1)
             if np.all(np.abs(norms - tau) > 1e-5 * max(tau, 1e-30)):  # no norm sitting on the threshold
