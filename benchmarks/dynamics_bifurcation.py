@@ -3,7 +3,7 @@ numba kernel vs a plain per-value Python loop of the same map (numpy on one valu
 the original code). Both are timed in this run; each is extrapolated to the full diagram.
 
     nice .venv/bin/python benchmarks/dynamics_bifurcation.py [--values 4001] [--steps 120000]
-        [--baseline-values 3 --baseline-steps 5000] [--lyap-steps 5000] [--md docs/_bench_dynamics.md]
+        [--baseline-values 3 --baseline-steps 5000] [--lyap-steps 5000] [--md docs/benchmarks/dynamics.md]
 
 ``--values`` below 4001 times that many values at the full step count and extrapolates linearly
 (the work is the same for every value).

@@ -5,7 +5,7 @@ different times for the two runs; here both models (the study's exact config, di
 ``attn_pattern``) take turns, step by step, so background load hits them alike. Reports the best and
 the median of ``--steps`` timed steps (forward + backward + AdamW) and tokens/s from the median.
 
-    python benchmarks/heads_study_throughput.py [--steps 6] [--batch 16] [--seq-len 256] [--append docs/_bench_heads.md]
+    python benchmarks/heads_study_throughput.py [--steps 6] [--batch 16] [--seq-len 256] [--append docs/benchmarks/heads.md]
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Part B -- head metrics of a random-init attnscope byte model (4 layers x 8 heads
 a time; what ``attnscope heads`` does) vs naive (``return_attn=True``: all layers' maps held, then
 measured). Windows/s and peak RSS growth, each in a fresh subprocess.
 
-    python benchmarks/sparse_attention.py [--length 4096] [--repeats 3] [--md docs/_bench_heads.md]
+    python benchmarks/sparse_attention.py [--length 4096] [--repeats 3] [--md docs/benchmarks/heads.md]
 """
 
 from __future__ import annotations

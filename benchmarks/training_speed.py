@@ -10,7 +10,7 @@ Steps of the two sides are interleaved (A B A B ...) so load from other users hi
 median step time is reported. Also measured: the cost of one geometry-logging call on bert-mini and
 the resulting overhead at ``--score-every`` 100. Usage::
 
-    python benchmarks/training_speed.py [--steps 6] [--batch 8] [--seq 128] [--threads 1] [--md docs/_bench_training.md]
+    python benchmarks/training_speed.py [--steps 6] [--batch 8] [--seq 128] [--threads 1] [--md docs/benchmarks/training.md]
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--score-every", type=int, default=100)
-    ap.add_argument("--md", default="docs/_bench_training.md")
+    ap.add_argument("--md", default="docs/benchmarks/training.md")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     rows = [measure(obj, args.steps, args.batch, args.seq) for obj in ("mlm", "clm")]

@@ -13,7 +13,7 @@ Each measurement runs in a fresh subprocess that reports its wall time and peak 
 Target (issue 6): peak RSS < 2 GB and ours within 3x of the baseline time. Page cache is warm for both
 (the files were just written); nothing here drops caches on a shared machine.
 
-    nice python benchmarks/zoo_llama70b.py --layers 4 --md docs/_bench_zoo.md
+    nice python benchmarks/zoo_llama70b.py --layers 4 --md docs/benchmarks/zoo.md
 """
 
 from __future__ import annotations
