@@ -175,7 +175,30 @@ def _looks_like_path(spec: str) -> bool:
     return spec.startswith(("/", "./", "../", "~")) or spec.endswith(("/", os.sep)) or spec.count("/") > 1
 
 
-class HFDirectorySource(WeightSource):
+class ShardedSource(WeightSource):
+    """A config plus :class:`ShardedWeights`: what a local directory and a hub repo have in common."""
+
+    _config: dict[str, Any]
+    _weights: ShardedWeights
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self._config
+
+    def keys(self) -> list[str]:
+        return self._weights.keys()
+
+    def has(self, name: str) -> bool:
+        return name in self._weights.weight_map
+
+    def get(self, name: str) -> "torch.Tensor":
+        return self._weights.get(name)
+
+    def close(self) -> None:
+        self._weights.close()
+
+
+class HFDirectorySource(ShardedSource):
     """A local Hugging Face model directory (config.json + safetensors or legacy .bin weights)."""
 
     def __init__(self, root: Path, config: dict[str, Any], weights: ShardedWeights, name: str | None = None):
@@ -225,19 +248,3 @@ class HFDirectorySource(WeightSource):
 
         weights = ShardedWeights(str(root), layout[0], layout[1], resolve)
         return cls(root, config, weights, name=options.get("name"))
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return self._config
-
-    def keys(self) -> list[str]:
-        return self._weights.keys()
-
-    def has(self, name: str) -> bool:
-        return name in self._weights.weight_map
-
-    def get(self, name: str) -> "torch.Tensor":
-        return self._weights.get(name)
-
-    def close(self) -> None:
-        self._weights.close()

@@ -18,8 +18,8 @@ from typing import Any
 
 from attnscope.errors import AttnscopeError, InputError, OfflineError
 
-from .base import WeightSource
-from .hf import INDEX_FILES, SINGLE_FILES, ShardedWeights, read_config
+
+from .hf import INDEX_FILES, SINGLE_FILES, ShardedSource, ShardedWeights, read_config
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?(@[\w./-]+)?$")
 
@@ -85,7 +85,7 @@ def _hub_error(repo_id: str, filename: str, exc: Exception) -> AttnscopeError:
     return InputError(f"{repo_id}: cannot fetch {filename} from the hub ({type(exc).__name__})")
 
 
-class HubSource(WeightSource):
+class HubSource(ShardedSource):
     """A hub model id: config and index first, then only the shards holding the tensors read."""
 
     def __init__(self, files: HubFiles, config: dict[str, Any], weights: ShardedWeights) -> None:
@@ -121,19 +121,3 @@ class HubSource(WeightSource):
         if offline is not None:
             raise offline
         raise InputError(f"{repo_id}: the hub repo has no model.safetensors, safetensors index or pytorch_model.bin")
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return self._config
-
-    def keys(self) -> list[str]:
-        return self._weights.keys()
-
-    def has(self, name: str) -> bool:
-        return name in self._weights.weight_map
-
-    def get(self, name: str):  # noqa: ANN201 - torch.Tensor
-        return self._weights.get(name)
-
-    def close(self) -> None:
-        self._weights.close()
