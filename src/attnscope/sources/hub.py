@@ -18,7 +18,6 @@ from typing import Any
 
 from attnscope.errors import AttnscopeError, InputError, OfflineError
 
-
 from .hf import INDEX_FILES, SINGLE_FILES, ShardedSource, ShardedWeights, read_config
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?(@[\w./-]+)?$")
