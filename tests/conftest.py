@@ -77,3 +77,23 @@ def slurm_cluster():
     if out.returncode != 0 or not up:
         pytest.skip("no Slurm partition with an idle node (scripts/start-slurm.sh starts one)")
     return {"partition": up[0][0].rstrip("*")}
+
+
+@pytest.fixture
+def cli_inproc(capsys, monkeypatch):
+    """Run the ``attnscope`` entry point in this process: ``cli_inproc(*args) -> (exit code, stdout, stderr)``."""
+    import sys
+
+    from attnscope.cli import main
+
+    def call(*args: str) -> tuple[int, str, str]:
+        monkeypatch.setattr(sys, "argv", ["attnscope", *map(str, args)])
+        code = 0
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code or 0
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return call

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pandas as pd
@@ -122,20 +121,8 @@ def test_derive_errors():
 
 
 @pytest.fixture
-def cli(capsys, monkeypatch):
-    from attnscope.cli import main
-
-    def call(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["attnscope", *args])
-        code = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code or 0
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return call
+def cli(cli_inproc):
+    return cli_inproc
 
 
 def test_cli_cluster_and_derive(cli, tmp_path):

@@ -38,24 +38,6 @@ def cli(*args: str, env: dict | None = None, **kw) -> subprocess.CompletedProces
                           env={**os.environ, **(env or {})}, timeout=300, **kw)
 
 
-@pytest.fixture
-def cli_inproc(capsys, monkeypatch):
-    """The CLI entry point in this process: returns (exit code, stdout, stderr)."""
-    from attnscope.cli import main
-
-    def call(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["attnscope", *args])
-        code = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code or 0
-        out = capsys.readouterr()
-        return code, out.out, out.err
-
-    return call
-
-
 @pytest.mark.parametrize("objective, stack", [("mlm", "encoder"), ("clm", "decoder")])
 def test_symmetric_init_scores_one_and_zero_at_step_zero(tmp_path, objective, stack):
     run_dir, _ = run(tmp_path, objective=objective, init="symmetric", steps=2, score_every=2)
