@@ -6,6 +6,12 @@ tested to agree to 1e-12 over short horizons. Arrays follow the same layout (see
 U [K', M], Cf [4, M, K'], pos [4, C, M], mv/mk [B, C, M], A [B, M]. The tangent state of one value is
 flattened as (dmv [C*M], dmk [C*M], dA [M]), D = 2CM + M.
 
+The map is written once per layout: :func:`_step1`/:func:`_tangent1` for one value (``run_batch``,
+``lyapunov_batch``: a time loop per value) and :func:`_step_inner` batch-innermost (mv/mk [C, M, B],
+A [M, B]; ``run_batch_inner``, ``lyapunov_batch_inner``: a time loop per contiguous part of the batch,
+inner loops over its values for SIMD; its tangent map is written inline in its only user,
+``lyapunov_batch_inner``).
+
 Legend: b batch element, a matrix (o v q k = 0 1 2 3), m/c features, k column group, s slot.
 """
 
@@ -96,6 +102,70 @@ def _tangent1(U, Cf, beta, g, eps, mv, mk, t, n, T, m, p, x, dT, dm, ds):
         for s in range(n):
             acc += p[s] * (ds[s] - sbar) * mv[s, c] + p[s] * x[s * M + c]
         x[oA + c] = acc
+
+
+@njit(cache=True, inline="always")
+def _step_inner(U, Cf, pos, be, gg, ee, one_m_e, mv, mk, A, t, a0, nb, T, z, mm, sc, mx, tot):
+    """:func:`_step1` for the nb values of one part, batch-innermost, in place (mv, mk [C,M,nb], A [M,nb]).
+
+    Every inner loop runs over the batch (j), so LLVM can vectorise across values. Fills T [K',nb],
+    mm [4,M,nb] for matrices a0..3 (mm[0] = mo, unmixed; mm[2] = the mixed query; a0 = 1 skips mo),
+    sc [C,nb] = the softmax weights p of the first n slots; z, mx, tot [nb] are scratch. Returns n.
+    nb is the caller's (hi - lo), not A.shape[1]: with the latter fewer loops vectorise.
+    """
+    C, M = mv.shape[0], mv.shape[1]
+    Kp = U.shape[0]
+    phi = t % C
+    for k in range(Kp):
+        for j in range(nb):
+            z[j] = 0.0
+        for c in range(M):
+            u = U[k, c]
+            for j in range(nb):
+                z[j] += u * A[c, j]
+        for j in range(nb):
+            T[k, j] = math.tanh(be[j] * z[j])
+    for a in range(a0, 4):
+        for r in range(M):
+            for j in range(nb):
+                mm[a, r, j] = 0.0
+            for k in range(Kp):
+                cf = Cf[a, r, k]
+                for j in range(nb):
+                    mm[a, r, j] += cf * T[k, j]
+    for r in range(M):
+        pv, pk, pq = pos[1, phi, r], pos[3, phi, r], pos[2, phi, r]
+        for j in range(nb):
+            mv[phi, r, j] = one_m_e[j] * mm[1, r, j] + ee[j] * pv
+            mk[phi, r, j] = one_m_e[j] * mm[3, r, j] + ee[j] * pk
+            mm[2, r, j] = one_m_e[j] * mm[2, r, j] + ee[j] * pq
+    n = t + 1 if t + 1 < C else C
+    for j in range(nb):
+        mx[j] = -np.inf
+        tot[j] = 0.0
+    for s in range(n):
+        for j in range(nb):
+            sc[s, j] = 0.0
+        for c in range(M):
+            for j in range(nb):
+                sc[s, j] += mm[2, c, j] * mk[s, c, j]
+        for j in range(nb):
+            sc[s, j] *= gg[j]
+            mx[j] = max(mx[j], sc[s, j])
+    for s in range(n):
+        for j in range(nb):
+            sc[s, j] = math.exp(sc[s, j] - mx[j])
+            tot[j] += sc[s, j]
+    for s in range(n):
+        for j in range(nb):
+            sc[s, j] /= tot[j]
+    for c in range(M):
+        for j in range(nb):
+            A[c, j] = 0.0
+        for s in range(n):
+            for j in range(nb):
+                A[c, j] += sc[s, j] * mv[s, c, j]
+    return n
 
 
 @njit(parallel=True, cache=True)
@@ -241,58 +311,7 @@ def run_batch_inner(U, Cf, pos, beta, g, eps, mvT, mkT, AT, t0, n_steps, transie
                 st[2, c, j] = np.inf
                 st[3, c, j] = -np.inf
         for i in range(n_steps):
-            t = t0 + i
-            phi = t % C
-            # every inner loop runs over the batch (j), so LLVM can vectorise across values
-            for k in range(Kp):
-                for j in range(nb):
-                    z[j] = 0.0
-                for c in range(M):
-                    u = U[k, c]
-                    for j in range(nb):
-                        z[j] += u * A[c, j]
-                for j in range(nb):
-                    T[k, j] = math.tanh(be[j] * z[j])
-            for a in range(4):
-                for r in range(M):
-                    for j in range(nb):
-                        mm[a, r, j] = 0.0
-                    for k in range(Kp):
-                        cf = Cf[a, r, k]
-                        for j in range(nb):
-                            mm[a, r, j] += cf * T[k, j]
-            for r in range(M):
-                pv, pk, pq = pos[1, phi, r], pos[3, phi, r], pos[2, phi, r]
-                for j in range(nb):
-                    mv[phi, r, j] = one_m_e[j] * mm[1, r, j] + ee[j] * pv
-                    mk[phi, r, j] = one_m_e[j] * mm[3, r, j] + ee[j] * pk
-                    mm[2, r, j] = one_m_e[j] * mm[2, r, j] + ee[j] * pq
-            n = t + 1 if t + 1 < C else C
-            for j in range(nb):
-                mx[j] = -np.inf
-                tot[j] = 0.0
-            for s in range(n):
-                for j in range(nb):
-                    sc[s, j] = 0.0
-                for c in range(M):
-                    for j in range(nb):
-                        sc[s, j] += mm[2, c, j] * mk[s, c, j]
-                for j in range(nb):
-                    sc[s, j] *= gg[j]
-                    mx[j] = max(mx[j], sc[s, j])
-            for s in range(n):
-                for j in range(nb):
-                    sc[s, j] = math.exp(sc[s, j] - mx[j])
-                    tot[j] += sc[s, j]
-            for s in range(n):
-                for j in range(nb):
-                    sc[s, j] /= tot[j]
-            for c in range(M):
-                for j in range(nb):
-                    A[c, j] = 0.0
-                for s in range(n):
-                    for j in range(nb):
-                        A[c, j] += sc[s, j] * mv[s, c, j]
+            _step_inner(U, Cf, pos, be, gg, ee, one_m_e, mv, mk, A, t0 + i, 0, nb, T, z, mm, sc, mx, tot)
             if i >= transient:
                 for c in range(M):
                     for j in range(nb):
@@ -363,56 +382,8 @@ def lyapunov_batch_inner(U, Cf, pos, beta, g, eps, mvT, mkT, AT, t0, n_steps, tr
         for i in range(n_steps):
             t = t0 + i
             phi = t % C
-            # ---- the step (as run_batch_inner) ----
-            for k in range(Kp):
-                for j in range(nb):
-                    z[j] = 0.0
-                for c in range(M):
-                    u = U[k, c]
-                    for j in range(nb):
-                        z[j] += u * A[c, j]
-                for j in range(nb):
-                    T[k, j] = math.tanh(be[j] * z[j])
-            for a in range(1, 4):
-                for r in range(M):
-                    for j in range(nb):
-                        mm[a, r, j] = 0.0
-                    for k in range(Kp):
-                        cf = Cf[a, r, k]
-                        for j in range(nb):
-                            mm[a, r, j] += cf * T[k, j]
-            for r in range(M):
-                pv, pk, pq = pos[1, phi, r], pos[3, phi, r], pos[2, phi, r]
-                for j in range(nb):
-                    mv[phi, r, j] = one_m_e[j] * mm[1, r, j] + ee[j] * pv
-                    mk[phi, r, j] = one_m_e[j] * mm[3, r, j] + ee[j] * pk
-                    mm[2, r, j] = one_m_e[j] * mm[2, r, j] + ee[j] * pq
-            n = t + 1 if t + 1 < C else C
-            for j in range(nb):
-                mx[j] = -np.inf
-                tot[j] = 0.0
-            for s in range(n):
-                for j in range(nb):
-                    sc[s, j] = 0.0
-                for c in range(M):
-                    for j in range(nb):
-                        sc[s, j] += mm[2, c, j] * mk[s, c, j]
-                for j in range(nb):
-                    sc[s, j] *= gg[j]
-                    mx[j] = max(mx[j], sc[s, j])
-            for s in range(n):
-                for j in range(nb):
-                    sc[s, j] = math.exp(sc[s, j] - mx[j])
-                    tot[j] += sc[s, j]
-            for s in range(n):
-                for j in range(nb):
-                    sc[s, j] /= tot[j]
-            for c in range(M):
-                for j in range(nb):
-                    A[c, j] = 0.0
-                for s in range(n):
-                    for j in range(nb):
-                        A[c, j] += sc[s, j] * mv[s, c, j]
+            # ---- the step (mo = mm[0] is not needed) ----
+            n = _step_inner(U, Cf, pos, be, gg, ee, one_m_e, mv, mk, A, t, 1, nb, T, z, mm, sc, mx, tot)
             # ---- tangent vectors through the step just taken ----
             for q in range(Kx):
                 x = Q[q]
