@@ -13,28 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
+from . import pyplot, save_figure
+
 REGIME_COLORS = {"periodic": "tab:blue", "quasi-periodic": "tab:green", "chaotic": "tab:red",
                  "hyperchaotic": "tab:purple", "unknown": "tab:gray"}
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path) -> Path:
-    import io
-
-    from attnscope.tables import atomic_write_bytes
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", dpi=130, bbox_inches="tight")
-    _plt().close(fig)
-    return atomic_write_bytes(path, buf.getvalue())
 
 
 def trajectory_frame(traj: dict) -> "pd.DataFrame":  # noqa: F821
@@ -56,7 +40,7 @@ def _series(df, feature: int):
 
 def timeseries(df, path, *, feature: int = 0, last: int | None = 400) -> Path:
     """m^o_se,feature against t (the last ``last`` steps), one panel per beta_o."""
-    plt = _plt()
+    plt = pyplot()
     groups = list(_series(df, feature))
     fig, axes = plt.subplots(len(groups), 1, figsize=(8, 1.8 * len(groups) + 0.6), squeeze=False)
     for ax, (b, t, y) in zip(axes[:, 0], groups):
@@ -66,11 +50,11 @@ def timeseries(df, path, *, feature: int = 0, last: int | None = 400) -> Path:
         ax.set_title(f"beta_o = {b:g}", fontsize=9)
     axes[-1, 0].set_xlabel("t")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _grid(n: int, w: float = 3.4, h: float = 2.8):
-    plt = _plt()
+    plt = pyplot()
     ncol = min(3, n)
     nrow = int(np.ceil(n / ncol))
     fig, axes = plt.subplots(nrow, ncol, figsize=(w * ncol, h * nrow), squeeze=False)
@@ -92,7 +76,7 @@ def power_spectrum(df, path, *, feature: int = 0) -> Path:
         ax.set_xlabel("frequency (1/step)")
         ax.set_ylabel("power")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def autocorrelation(df, path, *, feature: int = 0, max_lag: int = 200) -> Path:
@@ -110,7 +94,7 @@ def autocorrelation(df, path, *, feature: int = 0, max_lag: int = 200) -> Path:
         ax.set_title(f"beta_o = {b:g}", fontsize=9)
         ax.set_xlabel("lag (steps)")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def phase_plane(df, path, *, features: tuple[int, int] = (0, 1)) -> Path:
@@ -127,14 +111,14 @@ def phase_plane(df, path, *, features: tuple[int, int] = (0, 1)) -> Path:
         ax.set_xlabel(f"$m^o_{{se,{f1 + 1}}}$")
         ax.set_ylabel(f"$m^o_{{se,{f2 + 1}}}$")
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def bifurcation(values, points, path, *, param: str = "beta_o", feature: int = 0,
                 regime_column: str | None = None) -> Path:
     """The paper-like diagram: saved points for periodic values, Poincare section otherwise,
     coloured by regime (Lyapunov regime when present, else the distinct-value one)."""
-    plt = _plt()
+    plt = pyplot()
     col = regime_column or ("regime" if "regime" in values.columns else "regime_distinct")
     keys = [param] + (["direction"] if "direction" in values.columns else [])
     regime = values.set_index(keys)[col]
@@ -154,12 +138,12 @@ def bifurcation(values, points, path, *, param: str = "beta_o", feature: int = 0
     ax.set_xlabel(param)
     ax.set_ylabel(f"$m^o_{{se,{feature + 1}}}$")
     ax.legend(fontsize=8, markerscale=1.5)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def lyapunov_curve(values, path, *, param: str = "beta_o") -> Path:
     """lambda_1, lambda_2, ... against the swept parameter, with the 1e-4 regime threshold."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(9, 3.5))
     v = values.sort_values(param)
     lams = sorted([c for c in v.columns if c.startswith("lambda_")], key=lambda c: int(c.split("_")[1]))
@@ -170,12 +154,12 @@ def lyapunov_curve(values, path, *, param: str = "beta_o") -> Path:
     ax.set_xlabel(param)
     ax.set_ylabel("Lyapunov exponent (per step)")
     ax.legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def phase_diagram(df, path, *, x: str, y: str, color: str = "lambda_1") -> Path:
     """A 2-D sweep coloured by lambda_1 (diverging map around 0) or by regime."""
-    plt = _plt()
+    plt = pyplot()
     from matplotlib.colors import ListedColormap, TwoSlopeNorm
 
     xs, ys = np.sort(df[x].unique()), np.sort(df[y].unique())
@@ -198,12 +182,12 @@ def phase_diagram(df, path, *, x: str, y: str, color: str = "lambda_1") -> Path:
         fig.colorbar(im, ax=ax, label=color)
     ax.set_xlabel(x)
     ax.set_ylabel(y)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def finite_size(df, path) -> Path:
     """Error of the finite-N overlaps against the mean field vs N (log-log), with an N^-1/2 guide."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     d = df.sort_values("N")
     ax.loglog(d["N"], d["rmse"], "o-", label="RMS error")
@@ -215,4 +199,4 @@ def finite_size(df, path) -> Path:
     ax.set_xlabel("N (bits per token)")
     ax.set_ylabel("|m_finite - m_mean-field|")
     ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save_figure(fig, path)

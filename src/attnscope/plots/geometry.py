@@ -12,10 +12,11 @@ every model in a table and returns the paths.
 
 from __future__ import annotations
 
-import io
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
+
+from . import new_figure, save_figure
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -25,15 +26,6 @@ if TYPE_CHECKING:  # pragma: no cover
 #: the paper's colours: encoders navy, decoders purple; cross-attention teal
 STACK_COLORS = {"encoder": "#1f2a6b", "decoder": "#7b2d8e", "cross": "#2a8c82"}
 SCORES = (("symmetry", "symmetry s"), ("directionality", "directionality d"))
-
-
-def _figure(**kwargs):  # noqa: ANN202
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    from matplotlib.figure import Figure
-
-    return Figure(**kwargs)  # not registered with pyplot: no global state, no leaks
 
 
 def short_name(model: str) -> str:
@@ -52,7 +44,7 @@ def plot_layer_curves(df: "pd.DataFrame", title: str | None = None) -> "Figure":
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    fig = _figure(figsize=(10, 4.2), layout="constrained")
+    fig = new_figure(figsize=(10, 4.2), layout="constrained")
     axes = fig.subplots(1, 2, sharex=True)
     groups = list(df.groupby(["model", "stack"], sort=False))
     many = df["model"].nunique() > 1
@@ -108,7 +100,7 @@ def plot_head_heatmaps(df: "pd.DataFrame", title: str | None = None) -> "Figure"
     n_heads = max(int(heads["head"].max()) + 1 if not heads.empty else 1, 1)
     width = min(max(6.0, 2 * (1.6 + 0.28 * n_heads)), 16.0)
     height = min(max(2.2, 0.7 + 0.24 * n_all), 9.0) * len(stacks)
-    fig = _figure(figsize=(width, height), layout="constrained")
+    fig = new_figure(figsize=(width, height), layout="constrained")
     axes = np.atleast_2d(fig.subplots(len(stacks), 2, squeeze=False))
     for row, stack in enumerate(stacks):
         grp = heads[heads["stack"] == stack]
@@ -136,7 +128,7 @@ def plot_wqk_block(block: "np.ndarray", title: str = "") -> "Figure":
 
     block = np.asarray(block, dtype=np.float64)
     vmax = float(np.nanmax(np.abs(block))) if block.size and np.isfinite(block).any() else 1.0
-    fig = _figure(figsize=(5.4, 4.6), layout="constrained")
+    fig = new_figure(figsize=(5.4, 4.6), layout="constrained")
     ax = fig.subplots()
     im = ax.imshow(block, cmap="RdBu_r", vmin=-vmax or -1, vmax=vmax or 1, interpolation="nearest")
     ax.set_xlabel("key dimension j (column)")
@@ -144,16 +136,6 @@ def plot_wqk_block(block: "np.ndarray", title: str = "") -> "Figure":
     ax.set_title(title or f"W_qk[:{block.shape[0]}, :{block.shape[1]}]", fontsize=10)
     fig.colorbar(im, ax=ax, shrink=0.85)
     return fig
-
-
-def save_figure(fig: "Figure", path: str | Path, dpi: int = 130) -> Path:
-    """Write a figure atomically (format by extension, PNG by default)."""
-    from attnscope.tables import atomic_write_bytes
-
-    path = Path(path)
-    buf = io.BytesIO()
-    fig.savefig(buf, format=(path.suffix.lstrip(".") or "png"), dpi=dpi)
-    return atomic_write_bytes(path, buf.getvalue())
 
 
 def geometry_figures(

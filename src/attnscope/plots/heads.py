@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from . import pyplot, save_figure
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.figure import Figure
@@ -22,26 +24,10 @@ if TYPE_CHECKING:  # pragma: no cover
 DEFAULT_HEATMAP_METRICS = ("entropy", "sparsity", "distance", "entropy_norm", "confidence", "sink_first", "prev_mass", "lookback")
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _save(fig: "Figure", path: str | Path | None) -> "Figure":
+    """Save when a path is given (atomically, via attnscope.plots.save_figure); return the figure."""
     if path is not None:
-        import io
-
-        from attnscope.tables import atomic_write_bytes
-
-        path = Path(path)
-        buf = io.BytesIO()
-        fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=120, bbox_inches="tight")
-        atomic_write_bytes(path, buf.getvalue())
-        _plt().close(fig)
+        save_figure(fig, path, dpi=120)
     return fig
 
 
@@ -57,7 +43,7 @@ def _grid(df: "pd.DataFrame", value: str) -> Any:
 
 def metric_heatmaps(df: "pd.DataFrame", metrics: Sequence[str] = DEFAULT_HEATMAP_METRICS, title: str = "", path=None) -> "Figure":
     """Layer x head heatmaps of ``metrics`` (columns of a one-model metrics table)."""
-    plt = _plt()
+    plt = pyplot()
     metrics = [m for m in metrics if m in df.columns and df[m].notna().any()]
     n = len(metrics)
     cols = min(4, max(n, 1))
@@ -81,7 +67,7 @@ def metric_scatter(
     hue: str = "model", path=None,
 ) -> "Figure":
     """Scatter plots of metric pairs, one point per head; colour = ``hue`` column (model or layer)."""
-    plt = _plt()
+    plt = pyplot()
     pairs = [(x, y) for x, y in pairs if x in df.columns and y in df.columns]
     fig, axes = plt.subplots(1, max(1, len(pairs)), figsize=(4.2 * max(1, len(pairs)), 3.6), squeeze=False)
     groups = list(df.groupby(hue)) if hue in df.columns else [("heads", df)]
@@ -98,7 +84,7 @@ def metric_scatter(
 
 def example_maps(examples: dict[int, Any], heads: Sequence[int] | None = None, title: str = "", path=None) -> "Figure":
     """Attention maps {layer: [h, l, l]} as images (rows = queries), one panel per (layer, head)."""
-    plt = _plt()
+    plt = pyplot()
     layers = sorted(examples)
     n_h = max(a.shape[0] for a in examples.values()) if examples else 1
     heads = list(heads) if heads is not None else list(range(n_h))
@@ -121,7 +107,7 @@ def example_maps(examples: dict[int, Any], heads: Sequence[int] | None = None, t
 
 def silhouette_curve(sil: "pd.DataFrame", path=None) -> "Figure":
     """Mean silhouette per k for each method; the best k of each method (from the data) is marked."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for method, sub in sil.groupby("method"):
         sub = sub.sort_values("k")
@@ -138,7 +124,7 @@ def silhouette_curve(sil: "pd.DataFrame", path=None) -> "Figure":
 
 def cluster_map(labels: "pd.DataFrame", title: str = "", path=None) -> "Figure":
     """Layer x head grid coloured by cluster (rows of ONE method and k; one panel per model)."""
-    plt = _plt()
+    plt = pyplot()
     models = list(labels["model"].unique()) if "model" in labels.columns else [None]
     fig, axes = plt.subplots(1, len(models), figsize=(4.2 * len(models), 3.6), squeeze=False)
     k = int(labels["cluster"].max()) + 1
@@ -156,7 +142,7 @@ def cluster_map(labels: "pd.DataFrame", title: str = "", path=None) -> "Figure":
 
 def js_mds(emb: "pd.DataFrame", path=None) -> "Figure":
     """Heads placed by MDS of their Jensen-Shannon distances, coloured by layer."""
-    plt = _plt()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 4.2))
     sc = ax.scatter(emb["x"], emb["y"], c=emb["layer"], cmap="viridis", s=28)
     for r in emb.itertuples():

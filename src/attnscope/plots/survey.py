@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from attnscope.errors import InputError
 
-from .geometry import STACK_COLORS, _figure, save_figure
+from . import new_figure, save_figure
+from .geometry import STACK_COLORS
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -185,7 +186,7 @@ def plot_scores_vs_params(summary: "pd.DataFrame", annotate_max: int = 10, show_
         raise InputError("no model with a parameter count to plot (add `params` via the zoo registry)")
     mods = [m for m in MODALITY_ORDER if m in set(data["modality"])] + sorted(
         {m for m in data["modality"].dropna() if m not in MODALITY_ORDER})
-    fig = _figure(figsize=(4.2 * len(mods), 6.4), layout="constrained")
+    fig = new_figure(figsize=(4.2 * len(mods), 6.4), layout="constrained")
     axes = np.atleast_2d(fig.subplots(2, len(mods), sharex="col", sharey="row", squeeze=False))
     for j, mod in enumerate(mods):
         sub = data[data["modality"] == mod]
@@ -234,7 +235,7 @@ def plot_encoder_decoder(summary: "pd.DataFrame") -> "Figure | None":
         return None
     stacks = [s for s in STACK_ORDER if s in set(data["stack"])]
     width = 0.8 / len(stacks)
-    fig = _figure(figsize=(max(4.5, 0.9 * len(models) + 2), 6.0), layout="constrained")
+    fig = new_figure(figsize=(max(4.5, 0.9 * len(models) + 2), 6.0), layout="constrained")
     axes = fig.subplots(2, 1, sharex=True)
     x = np.arange(len(models))
     for ax, col in zip(axes, ("symmetry", "directionality")):

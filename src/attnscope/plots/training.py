@@ -12,9 +12,9 @@ One function per figure, each returning a matplotlib Figure (Agg, not registered
 
 from __future__ import annotations
 
-import io
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from . import new_figure
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -22,24 +22,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SCORES = (("symmetry", "symmetry s"), ("directionality", "directionality d"))
 INIT_STYLE = {"default": "-", "symmetric": "--", "symmetric-paper": ":"}
-
-
-def _figure(**kwargs) -> "Figure":
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    from matplotlib.figure import Figure
-
-    return Figure(**kwargs)
-
-
-def save(fig: "Figure", path: str | Path, dpi: int = 120) -> Path:
-    """Write ``fig`` as PNG atomically; returns the path."""
-    from attnscope.tables import atomic_write_bytes
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
-    return atomic_write_bytes(path, buf.getvalue())
 
 
 def _colors(names) -> dict[str, str]:
@@ -50,7 +32,7 @@ def _colors(names) -> dict[str, str]:
 def loss_curves(losses: "pd.DataFrame") -> "Figure":
     """losses: run, objective, init, step, loss, eval_loss -> one panel per objective."""
     objectives = list(dict.fromkeys(losses["objective"]))
-    fig = _figure(figsize=(5.5 * len(objectives), 3.8))
+    fig = new_figure(figsize=(5.5 * len(objectives), 3.8))
     axes = fig.subplots(1, len(objectives), squeeze=False)[0]
     colors = _colors(dict.fromkeys(losses["run"]))
     for ax, obj in zip(axes, objectives):
@@ -75,7 +57,7 @@ def loss_curves(losses: "pd.DataFrame") -> "Figure":
 def score_medians(summary: "pd.DataFrame") -> "Figure":
     """summary: run, init, stack, step, {symmetry,directionality}_{median,q1,q3} -> rows = stacks."""
     stacks = [s for s in ("encoder", "decoder", "cross") if s in set(summary["stack"])]
-    fig = _figure(figsize=(10, 3.3 * len(stacks)))
+    fig = new_figure(figsize=(10, 3.3 * len(stacks)))
     axes = fig.subplots(len(stacks), 2, squeeze=False)
     colors = _colors(dict.fromkeys(summary["run"]))
     for row, stack in zip(axes, stacks):
@@ -102,7 +84,7 @@ def score_layers(scores: "pd.DataFrame") -> "Figure":
 
     layer = scores[scores["level"] == "layer"]
     runs = list(dict.fromkeys(layer["run"]))
-    fig = _figure(figsize=(10, 2.8 * max(len(runs), 1)))
+    fig = new_figure(figsize=(10, 2.8 * max(len(runs), 1)))
     axes = fig.subplots(max(len(runs), 1), 2, squeeze=False)
     n_layers = int(layer["layer"].max()) + 1 if len(layer) else 1
     cmap = matplotlib.colormaps["viridis"]

@@ -225,6 +225,7 @@ def compare(
     md = markdown_table(table)
     result = {"losses": losses, "scores": scores, "score_summary": summ, "summary": table, "markdown": md}
     if out is not None:
+        from attnscope.plots import save_figure
         from attnscope.plots import training as plots
         from attnscope.tables import atomic_write_text, write_table
 
@@ -235,9 +236,9 @@ def compare(
         if not summ.empty:
             write_table(summ, out / "score_summary.csv")
         atomic_write_text(out / "table.md", md)
-        files = [plots.save(plots.loss_curves(losses), out / "loss_curves.png")]
+        files = [save_figure(plots.loss_curves(losses), out / "loss_curves.png")]
         if not summ.empty:
-            files.append(plots.save(plots.score_medians(summ), out / "scores_median.png"))
-            files.append(plots.save(plots.score_layers(scores), out / "scores_per_layer.png"))
+            files.append(save_figure(plots.score_medians(summ), out / "scores_median.png"))
+            files.append(save_figure(plots.score_layers(scores), out / "scores_per_layer.png"))
         result["files"] = [str(p) for p in files]
     return result
