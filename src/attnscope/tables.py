@@ -1,4 +1,4 @@
-"""Tidy tables and files on disk: atomic writes and format-by-extension.
+"""Tidy tables and files on disk: atomic writes, format-by-extension, config mappings.
 
 Every result file attnscope writes goes through :func:`atomic_write_bytes` (write to a temporary
 file in the same directory, fsync, rename), so a crash never leaves a half-written file where a
@@ -115,3 +115,37 @@ def read_table(path: str | os.PathLike) -> "pd.DataFrame":
     except Exception as exc:  # corrupt file: one line, not a traceback
         raise FormatError(f"cannot read table {path}: {exc.__class__.__name__}: {exc}") from exc
     raise InputError(f"cannot read table {path}: use one of {', '.join(TABLE_SUFFIXES)}")
+
+
+def read_mapping(path: str | os.PathLike, what: str = "config file") -> dict[str, Any]:
+    """A YAML (.yaml/.yml/other), TOML (.toml) or JSON (.json) file holding a mapping, as a dict.
+
+    Missing file -> InputError; unparsable or not a mapping -> ConfigError; one line each.
+    """
+    from .errors import ConfigError
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"no such {what}: {path}")
+    text = path.read_text()
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".toml":
+            import tomllib
+
+            data = tomllib.loads(text)
+        elif suffix == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as exc:
+        first = (str(exc).splitlines() or [""])[0]
+        raise ConfigError(f"cannot parse {what} {path}: {exc.__class__.__name__}: {first}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path} must hold a mapping at the top level")
+    return data
+

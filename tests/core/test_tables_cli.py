@@ -97,3 +97,31 @@ def test_atomic_write_gives_ordinary_permissions(tmp_path):
     finally:
         os.umask(old)
     assert (p.stat().st_mode & 0o777) == 0o644
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [("c.yaml", "a: 1\nb: [x, y]\n"), ("c.toml", 'a = 1\nb = ["x", "y"]\n'), ("c.json", '{"a": 1, "b": ["x", "y"]}')],
+)
+def test_read_mapping_by_extension(tmp_path, name, text):
+    from attnscope.tables import read_mapping
+
+    (tmp_path / name).write_text(text)
+    assert read_mapping(tmp_path / name) == {"a": 1, "b": ["x", "y"]}
+
+
+def test_read_mapping_errors(tmp_path):
+    from attnscope.errors import ConfigError
+    from attnscope.tables import read_mapping
+
+    with pytest.raises(InputError, match="no such pattern file"):
+        read_mapping(tmp_path / "nope.yaml", "pattern file")
+    (tmp_path / "bad.toml").write_text("a = = 1")
+    with pytest.raises(ConfigError, match="cannot parse config file") as exc:
+        read_mapping(tmp_path / "bad.toml")
+    assert "\n" not in str(exc.value)
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        read_mapping(tmp_path / "list.yaml")
+    (tmp_path / "empty.yaml").write_text("")
+    assert read_mapping(tmp_path / "empty.yaml") == {}

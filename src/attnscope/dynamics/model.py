@@ -270,24 +270,9 @@ def load_preset(name: str) -> DynamicsConfig:
 
 def load_config(path: str | Path) -> DynamicsConfig:
     """Read a YAML (.yaml/.yml) or TOML (.toml) config file."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"no such config file: {path}")
-    text = path.read_text()
-    try:
-        if path.suffix.lower() == ".toml":
-            import tomllib
+    from attnscope.tables import read_mapping
 
-            data = tomllib.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except Exception as exc:
-        raise ConfigError(f"cannot parse {path}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from exc
-    if not isinstance(data, Mapping):
-        raise ConfigError(f"{path} must contain a mapping at the top level")
-    return from_dict(data)
+    return from_dict(read_mapping(path, "config file"))
 
 
 def _parse_value(text: str) -> Any:

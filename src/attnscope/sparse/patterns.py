@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
-from attnscope.errors import ConfigError, FormatError, InputError
+from attnscope.errors import ConfigError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -265,19 +265,9 @@ def load_pattern(spec: "Pattern | str | Path | Mapping | Iterable", n_heads: int
                 raise InputError(
                     f"unknown sparse pattern {text!r}: not a preset ({', '.join(preset_names())}) nor a file"
                 )
-            try:
-                raw = path.read_text()
-                if path.suffix.lower() == ".json":
-                    data = json.loads(raw)
-                else:
-                    import yaml
+            from attnscope.tables import read_mapping
 
-                    data = yaml.safe_load(raw)
-            except Exception as exc:
-                raise FormatError(f"cannot read pattern file {path}: {exc.__class__.__name__}: {exc}") from exc
-            if not isinstance(data, Mapping):
-                raise FormatError(f"pattern file {path} must hold a mapping with a 'heads' list")
-            pat = _from_mapping(data, n_heads)
+            pat = _from_mapping(read_mapping(path, "pattern file"), n_heads)
     elif isinstance(spec, (list, tuple)):
         pat = Pattern(heads=tuple(h if isinstance(h, HeadPattern) else HeadPattern.from_dict(h) for h in spec))
     else:

@@ -139,17 +139,10 @@ class TrainConfig:
 
 
 def load_yaml(path: str | os.PathLike) -> dict[str, Any]:
-    import yaml
+    """The options of a YAML (or TOML / JSON) run config, keys with dashes as underscores."""
+    from attnscope.tables import read_mapping
 
-    p = Path(path)
-    if not p.is_file():
-        raise InputError(f"config file {path} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of option: value")
+    data = read_mapping(path, "config file")
     return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 
