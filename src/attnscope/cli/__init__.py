@@ -21,8 +21,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# (module, attribute, command name). A sub-app module that is not there yet is skipped, so the CLI
-# keeps working while a room is being built.
+# (module, attribute, command name): each sub-app lives in cli/<module>.py
 _SUBAPPS = [
     ("geometry", "app", "geometry"),
     ("zoo", "app", "zoo"),
@@ -35,13 +34,7 @@ _SUBAPPS = [
 
 def _register() -> None:
     for module, attr, name in _SUBAPPS:
-        try:
-            mod = importlib.import_module(f"{__name__}.{module}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"{__name__}.{module}":
-                continue
-            raise
-        obj = getattr(mod, attr)
+        obj = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
         if isinstance(obj, typer.Typer):
             app.add_typer(obj, name=name)
         else:  # a plain function: a single command

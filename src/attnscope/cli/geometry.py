@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from attnscope.errors import InputError, UnsupportedError
+from attnscope.errors import InputError
 
 from ._common import echo_json, make_default_group, stderr_console
 
@@ -193,14 +193,7 @@ def _run_zoo(
 ) -> None:  # fmt: skip
     if out is None:
         raise InputError("--zoo needs --out DIR (the results store and merged table go there)")
-    if executor not in ("local", "inline", "slurm"):
-        raise InputError(f"--executor must be local, inline or slurm, not {executor!r}")
-    try:
-        from attnscope.zoo.survey import run_zoo
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("attnscope"):
-            raise
-        raise UnsupportedError(f"zoo surveys are not available in this install ({exc})") from None
+    from attnscope.zoo.survey import run_zoo  # an unknown --executor is refused by attnscope.runs
     slurm = None
     if executor == "slurm" or any(v is not None for v in (partition, time_min, mem_gb)):
         slurm = {key: val for key, val in (("partition", partition), ("time_min", time_min), ("mem_gb", mem_gb)) if val is not None}
@@ -232,12 +225,7 @@ def plot_cmd(
     """Figures of a zoo survey: s and d against model size, per family (attnscope.plots.survey)."""
     if not results.exists():
         raise InputError(f"{results}: no such file or directory")
-    try:
-        from attnscope.plots.survey import survey_report
-    except ModuleNotFoundError as exc:
-        if not (exc.name or "").startswith("attnscope"):
-            raise
-        raise UnsupportedError(f"survey plots are not available in this install ({exc})") from None
+    from attnscope.plots.survey import survey_report
     out_dir = out or (results if results.is_dir() else results.parent) / "figures"
     paths = survey_report(results, out_dir)
     for p in paths:
