@@ -63,8 +63,4 @@ def echo_json(text: str) -> None:
     sys.stdout.flush()
 
 
-def stderr_console():
-    """A rich console on stderr (progress and summaries never pollute --json output)."""
-    from rich.console import Console
-
-    return Console(stderr=True)
+from attnscope.progress import stderr_console  # noqa: E402,F401  (re-exported for the CLI modules)

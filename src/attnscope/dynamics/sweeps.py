@@ -166,13 +166,9 @@ def run_chunks(name: str, payloads: list[dict[str, Any]], *, store: str | Path |
     import pandas as pd
 
     if store is None:
-        it = payloads
-        if progress:
-            from rich.progress import track
+        from attnscope.progress import track
 
-            from attnscope.cli._common import stderr_console
-
-            it = track(payloads, description=name, console=stderr_console())
+        it = track(payloads, name, enabled=progress, unit="chunks")
         return pd.concat([run_chunk(p) for p in it], ignore_index=True)
     from attnscope.runs import ResultsStore, Task, run_tasks
 
@@ -235,14 +231,9 @@ def bifurcation(cfg: DynamicsConfig, values: Sequence[float], *, param: str = "b
         n = values.size
         state = None if init is None else init.broadcast(2)
         frames = []
-        it = range(n)
-        if progress:
-            from rich.progress import track
+        from attnscope.progress import track
 
-            from attnscope.cli._common import stderr_console
-
-            it = track(it, description="continuation up + down", console=stderr_console())
-        for i in it:
+        for i in track(range(n), "continuation up + down", enabled=progress, unit="values"):
             p = dict(common, params={param: [values[i], values[n - 1 - i]]}, directions=["up", "down"],
                      init=None if state is None else _state_dict(state))
             df, state = chunk_with_state(p)

@@ -117,17 +117,6 @@ def score_factors(
     return records
 
 
-def _progress():
-    """A transient rich progress bar on stderr."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-    return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("layers"),
-        TimeRemainingColumn(), console=Console(stderr=True), transient=True,
-    )  # fmt: skip
-
-
 def score(
     source: "str | WeightSource",
     *,
@@ -167,11 +156,9 @@ def score(
         total = sum(i.n_layers for i in infos)
         records: list[dict] = []
         bad_layers: list[str] = []
-        bar = _progress() if progress else None
-        task = bar.add_task(str(model)[-40:], total=total) if bar else None
-        if bar:
-            bar.start()
-        try:
+        from attnscope.progress import progress as progress_bar
+
+        with progress_bar(total, str(model)[-40:], enabled=progress, unit="layers") as bar:
             for info in infos:
                 for layer in range(info.n_layers):
                     factors = fam.layer_factors(src, info, layer)
@@ -180,11 +167,7 @@ def score(
                         bad_layers.append(f"{info.stack} {layer} ({n_bad} heads)")
                     records.extend(recs)
                     del factors
-                    if bar:
-                        bar.advance(task)
-        finally:
-            if bar:
-                bar.stop()
+                    bar.advance()
     finally:
         if src is not source:  # we opened it, we close it
             src.close()

@@ -400,23 +400,14 @@ def extract(
             if layer in example_layers:
                 examples[layer] = probs[0, :, :example_len, :example_len].float().cpu().numpy().copy()
 
-    bar = None
-    if progress:
-        from rich.progress import Progress
+    from attnscope.progress import progress as progress_bar
 
-        bar = Progress(transient=True, console=_stderr())
-        bar.start()
-        task = bar.add_task(f"heads {model.name}", total=len(idx))
-    try:
+    with progress_bar(len(idx), f"heads {model.name}", enabled=progress, unit="windows") as bar:
         for b0 in range(0, len(idx), batch_size):
             batch = idx[b0 : b0 + batch_size]
             state["b0"], state["tok"] = b0, batch
             model.run(batch, on_layer)
-            if bar is not None:
-                bar.update(task, advance=len(batch))
-    finally:
-        if bar is not None:
-            bar.stop()
+            bar.advance(len(batch))
     if not per_layer:
         raise UnsupportedError(f"{model.name}: the model produced no attention maps")
 
@@ -460,9 +451,3 @@ def extract(
         "n_heads": model.n_heads,
     }
     return HeadsResult(metrics=df, js=js_df, examples=examples, info=info)
-
-
-def _stderr():
-    from rich.console import Console
-
-    return Console(stderr=True)

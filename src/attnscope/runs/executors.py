@@ -95,7 +95,10 @@ def run_tasks(
         else:
             summary.failed[key] = err
 
-    with _progress(progress, desc, len(todo)) as advance:
+    from attnscope.progress import progress as progress_bar
+
+    with progress_bar(len(todo), desc, enabled=progress, unit="tasks", transient=False) as bar:
+        advance = bar.advance
         if executor == "inline" or (executor == "local" and (workers <= 1 or len(todo) == 1)):
             for t in todo:
                 record(*_run_and_store(fn, t, root))
@@ -163,29 +166,3 @@ def _run_slurm(fn, todo, store: ResultsStore, opts: dict[str, Any], record, adva
             store.record_failure(t.key, msg)
             record(t.key, msg)
         advance()
-
-
-class _progress:
-    """A rich progress bar on stderr (or nothing), used as ``with _progress(...) as advance``."""
-
-    def __init__(self, enabled: bool, desc: str, total: int) -> None:
-        self.enabled, self.desc, self.total = enabled, desc, total
-        self._p = None
-
-    def __enter__(self) -> Callable[[], None]:
-        if not self.enabled:
-            return lambda: None
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-        self._p = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=Console(stderr=True), transient=False,
-        )
-        self._p.__enter__()
-        tid = self._p.add_task(self.desc, total=self.total)
-        return lambda: self._p.advance(tid)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._p is not None:
-            self._p.__exit__(*exc)

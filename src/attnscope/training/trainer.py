@@ -541,7 +541,11 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         rec.update(evaluate())
         logger.log(rec)
 
-    progress = _progress(cfg.progress and dist_info.main, cfg.steps, step, cfg.out)
+    from attnscope.progress import progress as progress_bar
+
+    bar_cm = progress_bar(cfg.steps, cfg.out, enabled=cfg.progress and dist_info.main, start=step,
+                          transient=False, fields={"loss": "-"})
+    bar = bar_cm.__enter__()
     delay = float(os.environ.get("ATTNSCOPE_STEP_DELAY", "0") or 0)  # test/debug knob: slow each step down
     b, r = cfg.batch_size, dist_info.rank
     try:
@@ -589,15 +593,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     acc["eval_seconds"] += time.perf_counter() - t1
                 rec.update({k: round(acc[k], 4) for k in ("train_seconds", "geometry_seconds")})
                 logger.log(rec)
-                if progress is not None:
-                    progress.update(step, rec["loss"])
-            elif progress is not None:
-                progress.update(step, None)
+                bar.update(completed=step, loss=f"{rec['loss']:.4f}")
+            else:
+                bar.update(completed=step)
             if step % cfg.checkpoint_every == 0 or step == cfg.steps:
                 checkpoint()
     finally:
-        if progress is not None:
-            progress.close()
+        bar_cm.__exit__(None, None, None)
         logger.close()
 
     summary = {
@@ -643,29 +645,3 @@ class _nullcontext:
 
     def __exit__(self, *exc):
         return False
-
-
-class _Progress:
-    """A rich progress bar on stderr showing the latest logged loss."""
-
-    def __init__(self, total: int, start: int, desc: str) -> None:
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-        self.p = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                          TextColumn("loss {task.fields[loss]}"), TimeRemainingColumn(), console=Console(stderr=True))
-        self.p.start()
-        self.task = self.p.add_task(desc, total=total, completed=start, loss="-")
-
-    def update(self, step: int, loss: float | None) -> None:
-        if loss is None:
-            self.p.update(self.task, completed=step)
-        else:
-            self.p.update(self.task, completed=step, loss=f"{loss:.4f}")
-
-    def close(self) -> None:
-        self.p.stop()
-
-
-def _progress(enabled: bool, total: int, start: int, desc: str) -> _Progress | None:
-    return _Progress(total, start, desc) if enabled else None
