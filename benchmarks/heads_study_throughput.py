@@ -24,7 +24,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=256)
-    ap.add_argument("--pattern", default="seed002")
+    ap.add_argument("--pattern", default="byte-sparse-8h")
     ap.add_argument("--append", default=None, help="Append a markdown section to this file.")
     a = ap.parse_args()
 

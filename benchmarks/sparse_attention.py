@@ -1,7 +1,7 @@
 """Benchmark: the sparse kernel vs dense masked SDPA, and streamed vs naive head-metric extraction.
 
 Part A -- forward+backward of ONE attention layer (b=1, h=8, e=64, float32) at length L with the
-``seed002`` pattern: ``attnscope.sparse.sparse_attention`` (gathered band + shared keys) vs
+``byte-sparse-8h`` pattern: ``attnscope.sparse.sparse_attention`` (gathered band + shared keys) vs
 ``F.scaled_dot_product_attention`` with the dense boolean mask (the same function), side by side;
 plus plain causal SDPA (no pattern, flash kernel) for scale. Time = best of ``--repeats``.
 Peak memory = growth of the process's peak RSS during the call, each variant in a fresh subprocess.
@@ -43,9 +43,9 @@ def worker_attention(variant: str, L: int, repeats: int) -> dict:
 
     torch.manual_seed(0)
     q, k, v = [torch.randn(1, 8, L, 64, requires_grad=True) for _ in range(3)]
-    mask = dense_mask("seed002", L, causal=True)
+    mask = dense_mask("byte-sparse-8h", L, causal=True)
     fns = {
-        "sparse": lambda: sparse_attention(q, k, v, "seed002", causal=True, impl="gather"),
+        "sparse": lambda: sparse_attention(q, k, v, "byte-sparse-8h", causal=True, impl="gather"),
         "dense_masked": lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
         "dense_causal": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
     }
@@ -114,7 +114,7 @@ def main() -> None:
     from attnscope.sparse import load_pattern
 
     L = a.length
-    density = load_pattern("seed002").density(L, causal=True)
+    density = load_pattern("byte-sparse-8h").density(L, causal=True)
     attn = {v: _spawn("attn", v, L, a.repeats) for v in ("sparse", "dense_masked", "dense_causal")}
     met = {v: _spawn("metrics", v, a.metrics_length, a.windows) for v in ("streamed", "naive")}
     s, d, c = attn["sparse"], attn["dense_masked"], attn["dense_causal"]
@@ -125,7 +125,7 @@ def main() -> None:
         f"Command: `python benchmarks/sparse_attention.py --length {L} --repeats {a.repeats} "
         f"--metrics-length {a.metrics_length} --windows {a.windows}`.",
         "",
-        f"**One attention layer, forward+backward, L = {L}, 8 heads, e = 64, `seed002` pattern** "
+        f"**One attention layer, forward+backward, L = {L}, 8 heads, e = 64, `byte-sparse-8h` pattern** "
         f"({100 * density:.1f}% of the causal entries kept; best of {a.repeats}; memory = peak-RSS growth in a fresh process)",
         "",
         "| implementation | time (s) | peak memory growth (MB) | kept entries |",

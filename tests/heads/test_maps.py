@@ -83,7 +83,7 @@ def test_attnscope_checkpoint_metrics_match_direct_maps(tmp_path):
 
 
 def test_sparse_checkpoint_maps_respect_pattern(tmp_path):
-    ckpt = _tiny_checkpoint(tmp_path, pattern="seed002")
+    ckpt = _tiny_checkpoint(tmp_path, pattern="byte-sparse-8h")
     df = extract(str(ckpt), windows=2, length=64).metrics
     # head 0 is local(8): it never looks back further than 8
     assert (df[df["head"] == 0]["lookback"] <= 8).all()

@@ -150,9 +150,9 @@ def test_strided_head_is_found_periodic():
         A[0, i, keys] = 1.0 / len(keys)
     m = window_metrics(A, causal=True)
     assert m["period"].item() == 8.0 and m["period_enrichment"].item() > 4
-    # seed002 heads 3-5: local(32) | stride(8) at L = 256 -> period 8, not a multiple
+    # byte-sparse-8h heads 3-5: local(32) | stride(8) at L = 256 -> period 8, not a multiple
     L2 = 256
-    mask = torch.from_numpy(__import__("attnscope.sparse", fromlist=["x"]).load_pattern("seed002").mask(L2, True)[3])
+    mask = torch.from_numpy(__import__("attnscope.sparse", fromlist=["x"]).load_pattern("byte-sparse-8h").mask(L2, True)[3])
     B = mask.to(torch.float64) / mask.sum(-1, keepdim=True)
     assert window_metrics(B[None], causal=True)["period"].item() == 8.0
     local = torch.tril(torch.ones(L, L, dtype=torch.float64)) - torch.tril(torch.ones(L, L, dtype=torch.float64), -3)

@@ -38,10 +38,10 @@ def _slow_attention(q, k, v, mask):
 @pytest.mark.parametrize("impl", ["gather", "dense", "auto"])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("t", [1, 9, 70, 300])
-def test_seed002_matches_sdpa_forward_and_backward(causal, t, impl):
+def test_byte_sparse_8h_matches_sdpa_forward_and_backward(causal, t, impl):
     q, k, v = _qkv(2, 8, t, 8, seed=t)
-    mask = dense_mask("seed002", t, causal)
-    out = sparse_attention(q, k, v, "seed002", causal=causal, impl=impl)
+    mask = dense_mask("byte-sparse-8h", t, causal)
+    out = sparse_attention(q, k, v, "byte-sparse-8h", causal=causal, impl=impl)
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
     g = torch.randn_like(out)
@@ -107,28 +107,28 @@ def test_rows_without_keys_are_zero_not_nan(impl):
 def test_kernel_cannot_see_the_future():
     t = 257
     q, k, v = _qkv(1, 8, t, 8, seed=5)
-    out = sparse_attention(q, k, v, "seed002", causal=True)
+    out = sparse_attention(q, k, v, "byte-sparse-8h", causal=True)
     cut = 100
     k2, v2 = k.detach().clone(), v.detach().clone()
     k2[:, :, cut:] = torch.randn_like(k2[:, :, cut:]) * 10
     v2[:, :, cut:] = torch.randn_like(v2[:, :, cut:]) * 10
-    out2 = sparse_attention(q, k2, v2, "seed002", causal=True)
+    out2 = sparse_attention(q, k2, v2, "byte-sparse-8h", causal=True)
     torch.testing.assert_close(out[:, :, :cut], out2[:, :, :cut], rtol=0, atol=0)
     assert not torch.allclose(out[:, :, cut:], out2[:, :, cut:])
 
 
 def test_float32_close_to_sdpa():
     q, k, v = _qkv(1, 8, 513, 32, dtype=torch.float32)
-    mask = dense_mask("seed002", 513, True)
+    mask = dense_mask("byte-sparse-8h", 513, True)
     torch.testing.assert_close(
-        sparse_attention(q, k, v, "seed002"), F.scaled_dot_product_attention(q, k, v, attn_mask=mask), rtol=1e-4, atol=1e-5
+        sparse_attention(q, k, v, "byte-sparse-8h"), F.scaled_dot_product_attention(q, k, v, attn_mask=mask), rtol=1e-4, atol=1e-5
     )
 
 
 def test_shape_and_head_count_errors():
     q, k, v = _qkv(1, 4, 8, 4)
     with pytest.raises(AttnscopeError):
-        sparse_attention(q, k, v, "seed002")
+        sparse_attention(q, k, v, "byte-sparse-8h")
     with pytest.raises(AttnscopeError):
         sparse_attention(q[0], k[0], v[0], "local:2")
     with pytest.raises(AttnscopeError):

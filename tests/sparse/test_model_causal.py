@@ -8,7 +8,7 @@ import torch
 model_mod = pytest.importorskip("attnscope.training.model")
 
 
-@pytest.mark.parametrize("pattern", ["seed002", None])
+@pytest.mark.parametrize("pattern", ["byte-sparse-8h", None])
 def test_changing_a_future_byte_leaves_earlier_outputs_unchanged(pattern):
     torch.manual_seed(0)
     cfg = model_mod.ModelConfig(
@@ -32,12 +32,12 @@ def test_sparse_model_maps_respect_the_pattern():
     torch.manual_seed(1)
     cfg = model_mod.ModelConfig(
         n_layers=1, n_heads=8, d_model=32, d_ff=64, vocab_size=256, max_seq_len=64, causal=True,
-        norm="pre", dropout=0.0, attn_pattern="seed002",
+        norm="pre", dropout=0.0, attn_pattern="byte-sparse-8h",
     )
     model = model_mod.Transformer(cfg).eval()
     with torch.no_grad():
         _, maps = model(torch.randint(0, 256, (2, 64)), return_attn=True)
-    mask = dense_mask("seed002", 64, causal=True)
+    mask = dense_mask("byte-sparse-8h", 64, causal=True)
     assert (maps[0].masked_select(~mask.expand_as(maps[0])) == 0).all()
     torch.testing.assert_close(maps[0].sum(-1), torch.ones(2, 8, 64))
 

@@ -1,4 +1,4 @@
-"""Pattern specs: seed002 facts, one polarity, loading from presets/dicts/files, clear errors."""
+"""Pattern specs: byte-sparse-8h facts, one polarity, loading from presets/dicts/files, clear errors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from attnscope.errors import AttnscopeError
 from attnscope.sparse import HeadPattern, Pattern, dense_mask, load_pattern
-from attnscope.sparse.patterns import SEED002_ANCHORS
+from attnscope.sparse.patterns import BYTE_SPARSE_ANCHORS
 
 
 def _slow_allowed(hp: HeadPattern, L: int, causal: bool) -> np.ndarray:
@@ -27,8 +27,8 @@ def _slow_allowed(hp: HeadPattern, L: int, causal: bool) -> np.ndarray:
     return m
 
 
-def test_seed002_table_and_density():
-    pat = load_pattern("seed002")
+def test_byte_sparse_8h_table_and_density():
+    pat = load_pattern("byte-sparse-8h")
     assert pat.n_heads == 8
     assert [hp.window for hp in pat.heads[:6]] == [8, 16, 16, 32, 32, 32]
     assert [hp.stride for hp in pat.heads[3:]] == [8, 8, 8, 16, 16]
@@ -65,19 +65,19 @@ def test_mask_matches_slow_reference(L, window, stride, anchors, positions, caus
 
 
 def test_roundtrip_files(tmp_path):
-    pat = load_pattern("seed002")
+    pat = load_pattern("byte-sparse-8h")
     for name in ("p.yaml", "p.json"):
         path = pat.save(tmp_path / name)
         back = load_pattern(str(path), n_heads=8)
         assert back.heads == pat.heads
-        assert back.heads[6].anchors == SEED002_ANCHORS
+        assert back.heads[6].anchors == BYTE_SPARSE_ANCHORS
 
 
 def test_presets_and_all():
     assert load_pattern("local:4", n_heads=3).heads == (HeadPattern(window=4),) * 3
     assert load_pattern("strided:4:8", n_heads=2).heads[1] == HeadPattern(window=4, stride=8)
     assert load_pattern({"all": {"dense": True}}, n_heads=2).mask(5, True).sum() == 2 * 15
-    t = dense_mask("seed002", 16, causal=False)
+    t = dense_mask("byte-sparse-8h", 16, causal=False)
     assert str(t.dtype) == "torch.bool"
     assert tuple(t.shape) == (8, 16, 16)
 
@@ -85,7 +85,7 @@ def test_presets_and_all():
 @pytest.mark.parametrize(
     "spec, kw",
     [
-        ("seed002", {"n_heads": 4}),
+        ("byte-sparse-8h", {"n_heads": 4}),
         ("nonsense-pattern", {}),
         ("local:4", {}),
         ("local:x", {"n_heads": 2}),
@@ -114,6 +114,6 @@ def test_corrupt_file(tmp_path):
 
 
 def test_pattern_is_hashable_and_equal():
-    assert load_pattern("seed002") == load_pattern("seed002")
-    assert len({load_pattern("seed002"), load_pattern("seed002")}) == 1
+    assert load_pattern("byte-sparse-8h") == load_pattern("byte-sparse-8h")
+    assert len({load_pattern("byte-sparse-8h"), load_pattern("byte-sparse-8h")}) == 1
     assert isinstance(load_pattern([{"window": 2}]), Pattern)

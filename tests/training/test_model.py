@@ -255,7 +255,7 @@ def test_load_model_bad_inputs(tmp_path):
 
 
 def test_sparse_pattern_model_runs_or_says_unsupported():
-    cfg = tiny(n_heads=8, d_model=64, causal=True, attn_pattern="seed002")
+    cfg = tiny(n_heads=8, d_model=64, causal=True, attn_pattern="byte-sparse-8h")
     try:
         model = Transformer(cfg).eval()
         with torch.no_grad():

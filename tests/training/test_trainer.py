@@ -242,10 +242,10 @@ def test_bf16_and_tie_qk_run(tmp_path):
 
 
 def test_sparse_pattern_training_run(tmp_path):
-    run_dir, summary = run(tmp_path, objective="clm", n_heads=8, d_model=64, attn_pattern="seed002", steps=2,
+    run_dir, summary = run(tmp_path, objective="clm", n_heads=8, d_model=64, attn_pattern="byte-sparse-8h", steps=2,
                            score_every=2)
     assert np.isfinite(summary["eval_loss"])
-    assert json.loads((run_dir / "run.json").read_text())["model"]["attn_pattern"] == "seed002"
+    assert json.loads((run_dir / "run.json").read_text())["model"]["attn_pattern"] == "byte-sparse-8h"
 
 
 def test_optional_loggers_missing_is_one_line(tmp_path, monkeypatch):

@@ -212,7 +212,7 @@ def derive(
 @app.command("study")
 def study(
     out: Path = typer.Argument(..., help="Study directory (runs, tables, figures); finished runs are reused."),
-    pattern: str = typer.Option("seed002", "--pattern", help="Sparse pattern of the sparse run (preset or spec file)."),
+    pattern: str = typer.Option("byte-sparse-8h", "--pattern", help="Sparse pattern of the sparse run (preset or spec file)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Optimizer updates per model (default 250)."),
     n_layers: Optional[int] = typer.Option(None, "--n-layers"),
     d_model: Optional[int] = typer.Option(None, "--d-model"),

@@ -45,7 +45,7 @@ def train(
     dropout: Optional[float] = typer.Option(None, help="Override the dropout rate."),
     pos: Optional[str] = typer.Option(None, help="learned | sinusoidal | rotary positions."),
     norm: Optional[str] = typer.Option(None, help="post (BERT) | pre (GPT-2) LayerNorm."),
-    attn_pattern: Optional[str] = typer.Option(None, help="Sparse attention pattern preset (e.g. seed002)."),
+    attn_pattern: Optional[str] = typer.Option(None, help="Sparse attention pattern preset (e.g. byte-sparse-8h)."),
     tie_qk: bool = typer.Option(False, "--tie-qk", help="Keep W_q = W_k for all of training."),
     bf16: bool = typer.Option(False, "--bf16", help="bf16 autocast."),
     device: Optional[str] = typer.Option(None, help="cpu (default) or cuda[:N]."),

@@ -9,9 +9,9 @@
 
 from __future__ import annotations
 
-from .metrics import METRICS, SEED_METRICS, head_metrics, window_metrics
+from .metrics import METRICS, PROFILE_METRICS, head_metrics, window_metrics
 
-__all__ = ["METRICS", "SEED_METRICS", "head_metrics", "window_metrics", "extract", "cluster_heads", "derive_pattern"]
+__all__ = ["METRICS", "PROFILE_METRICS", "head_metrics", "window_metrics", "extract", "cluster_heads", "derive_pattern"]
 
 
 def __getattr__(name: str):

@@ -2,7 +2,7 @@
 
 Einstein legend: n heads (rows of the metrics table, all layers), f features, k clusters.
 
-Seed 002 clustered ``[entropy, sparsity, distance]`` with Ward for k = 2..8 and hard-coded its
+The dense-vs-sparse byte-model study clustered ``[entropy, sparsity, distance]`` with Ward for k = 2..8 and hard-coded its
 "best k"; here the best k per method is the one with the highest mean silhouette, read off the data.
 """
 

@@ -1,4 +1,4 @@
-"""Propose a sparse pattern per head from its measured metrics (the step seed 002 did by hand).
+"""Propose a sparse pattern per head from its measured metrics (the step the dense-vs-sparse byte-model study did by hand).
 
 One pattern serves every layer (the training model's ``attn_pattern``), so by default each head
 index is summarised by the median of its metrics over layers (``layer=`` picks one layer instead).

@@ -2,7 +2,7 @@
 
 Einstein legend: b batch (window), h head, i query position, j key position, L window length.
 
-Seed 002's three metrics, exactly as it defined them (reference/heads.md section 1):
+The three profile metrics of the dense-vs-sparse byte-model study, exactly as it defined them (docs/heads.md):
 
 * ``entropy``   (1/L) sum_i [-sum_j A_ij ln A_ij], nats, mean over ALL rows
 * ``sparsity``  #{(i,j): A_ij < 1e-4} / L^2 (ALL entries: a causal map's upper triangle counts)
@@ -56,7 +56,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SPARSE_EPS = 1e-4
 
-SEED_METRICS = ("entropy", "sparsity", "distance")
+PROFILE_METRICS = ("entropy", "sparsity", "distance")
 METRICS = (
     "entropy",
     "sparsity",
@@ -313,7 +313,7 @@ def pairwise_js(rows: "torch.Tensor", budget: int = 2_000_000) -> "torch.Tensor"
 
 __all__ = [
     "METRICS",
-    "SEED_METRICS",
+    "PROFILE_METRICS",
     "window_metrics",
     "head_metrics",
     "summarize_windows",

@@ -80,7 +80,7 @@ def train_variant(out_dir: Path, variant: str, options: dict[str, Any], log=None
 
 def run_study(
     out_dir: str | Path,
-    pattern: str = "seed002",
+    pattern: str = "byte-sparse-8h",
     windows: int = 10,
     train_overrides: dict[str, Any] | None = None,
     log=print,

@@ -1,7 +1,7 @@
 """Sparse attention: per-head pattern specs and a kernel whose cost follows the pattern's density.
 
 * :mod:`attnscope.sparse.patterns` -- what a head may attend to (local window, stride, anchors,
-  their unions; presets such as ``"seed002"``), and the dense boolean mask (True = may attend).
+  their unions; presets such as ``"byte-sparse-8h"``), and the dense boolean mask (True = may attend).
 * :mod:`attnscope.sparse.attention` -- :func:`sparse_attention`, exact (to float tolerance) against
   the dense masked reference, forward and backward.
 

@@ -15,7 +15,7 @@ everywhere in attnscope: **True = may attend**. Strides, anchors and positions f
 is the same for every query (the "shared keys"); the kernel in :mod:`attnscope.sparse.attention`
 gathers that set once plus a local band, so its cost follows the pattern's density.
 
-Pattern specs load from a preset name (``"seed002"``, ``"dense"``, ``"local:W"``, ``"strided:W:S"``),
+Pattern specs load from a preset name (``"byte-sparse-8h"``, ``"dense"``, ``"local:W"``, ``"strided:W:S"``),
 a dict ``{"heads": [{...}, ...]}`` or ``{"all": {...}}``, or a YAML/JSON file holding such a dict
 (:func:`load_pattern`). ``attnscope heads derive`` writes files in this format.
 """
@@ -35,8 +35,9 @@ from attnscope.errors import ConfigError, InputError
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-#: The 11 fractional anchors of seed 002's heads 6-7 (reference/training.md section 2).
-SEED002_ANCHORS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.382, 0.5, 0.618, 0.7, 0.8, 0.9, 1.0)
+#: The 11 fractional anchors of heads 6-7 of the published dense-vs-sparse byte-level models (enwik8, 8 heads):
+#: key j = floor(r (L - 1)) for each r, golden-ratio points included; see docs/heads.md.
+BYTE_SPARSE_ANCHORS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.382, 0.5, 0.618, 0.7, 0.8, 0.9, 1.0)
 
 _FIELDS = ("window", "stride", "anchors", "positions", "dense")
 
@@ -192,7 +193,7 @@ def dense_mask(pattern: "Pattern | str | Mapping", L: int, causal: bool, n_heads
 
 
 # ---- presets and loading ------------------------------------------------------------------------
-def _seed002() -> Pattern:
+def _byte_sparse_8h() -> Pattern:
     local = lambda w: HeadPattern(window=w)  # noqa: E731
     return Pattern(
         heads=(
@@ -202,21 +203,21 @@ def _seed002() -> Pattern:
             HeadPattern(window=32, stride=8),
             HeadPattern(window=32, stride=8),
             HeadPattern(window=32, stride=8),
-            HeadPattern(anchors=SEED002_ANCHORS, stride=16),
-            HeadPattern(anchors=SEED002_ANCHORS, stride=16),
+            HeadPattern(anchors=BYTE_SPARSE_ANCHORS, stride=16),
+            HeadPattern(anchors=BYTE_SPARSE_ANCHORS, stride=16),
         ),
-        name="seed002",
+        name="byte-sparse-8h",
     )
 
 
 def preset_names() -> list[str]:
-    return ["seed002", "dense", "local:W", "strided:W:S"]
+    return ["byte-sparse-8h", "dense", "local:W", "strided:W:S"]
 
 
 def _preset(name: str, n_heads: int | None) -> Pattern | None:
     key = name.strip().lower()
-    if key == "seed002":
-        return _seed002()
+    if key in ("byte-sparse-8h", "seed002"):  # "seed002": the name checkpoints written before 0.2 carry
+        return _byte_sparse_8h()
     parts = key.split(":")
     try:
         if parts[0] == "dense" and len(parts) == 1:
