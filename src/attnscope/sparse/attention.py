@@ -15,7 +15,10 @@ together. For each such group the kept keys of query i are the UNION of
 
 Both parts go through ONE softmax per query row, so the result equals the dense masked attention
 (:func:`dense_attention`, or ``F.scaled_dot_product_attention`` with the boolean mask) to float
-tolerance, forward and backward (plain autograd ops throughout; FlexAttention has no CPU backward).
+tolerance, forward and backward (plain autograd ops throughout). On CUDA, ``impl="auto"`` runs the
+pattern through FlexAttention instead (:mod:`attnscope.sparse.flex`: the pattern as a ``mask_mod`` on
+indices and a block mask, fused forward and backward); FlexAttention has no CPU backward, so the
+gathered kernel stays the CPU path.
 
 Rows with no allowed key (possible with e.g. anchor-only patterns) are defined to attend to
 nothing: their probabilities are all zero and their output is the zero vector (never NaN); the
@@ -65,7 +68,7 @@ def dense_attention(
 #: than the masked dense product (SDPA with a boolean mask takes its slow math path), so the dense
 #: path is only taken when gathering saves nothing. Both paths compute the same function (tested).
 GATHER_MIN_SAVING = 1.0
-IMPLS = ("auto", "gather", "dense")
+IMPLS = ("auto", "gather", "dense", "flex")
 
 
 def _block_size(w: int) -> int:
@@ -215,7 +218,9 @@ def sparse_attention(
     Equal to dense attention with :func:`attnscope.sparse.dense_mask` (True = may attend) to float
     tolerance; autograd-capable. ``return_probs`` also returns the dense [b,h,t,t] probabilities
     (costs t^2 memory: meant for analysis, not training). ``impl``: ``"gather"`` (band + shared keys),
-    ``"dense"`` (masked dense product) or ``"auto"`` (gather unless that touches every key anyway).
+    ``"dense"`` (masked dense product), ``"flex"`` (FlexAttention with the pattern's block mask) or
+    ``"auto"`` (flex on CUDA when no probabilities are asked for; else gather unless that touches
+    every key anyway).
     """
     import torch
 
@@ -226,6 +231,12 @@ def sparse_attention(
     b, h, t, e = q.shape
     pat = _cached_pattern(pattern, h) if isinstance(pattern, str) else load_pattern(pattern, n_heads=h)
     scale = e**-0.5 if scale is None else float(scale)
+    if impl == "flex" or (impl == "auto" and q.device.type == "cuda" and not return_probs and _flex_ok()):
+        if return_probs:
+            raise ConfigError("impl='flex' cannot return probabilities; use impl='gather' or 'dense'")
+        from .flex import flex_sparse_attention
+
+        return flex_sparse_attention(q, k, v, pat, causal, scale)
     outs: list[torch.Tensor] = []
     probs: list[torch.Tensor] = []
     order: list[int] = []
@@ -254,3 +265,10 @@ def sparse_attention(
         out = torch.cat(outs, dim=1).index_select(1, inv)
         prob = torch.cat(probs, dim=1).index_select(1, inv) if return_probs else None
     return (out, prob) if return_probs else out
+
+
+@lru_cache(maxsize=1)
+def _flex_ok() -> bool:
+    from .flex import available
+
+    return available()
