@@ -11,16 +11,14 @@ attnscope.runs), ``finite`` (finite-N sampler). Quick start::
     lam = dyn.lyapunov_table(cfg, [1.255, 1.27], transient=20000, steps=20000)
 """
 
-from .finite import finite_size_table, simulate_finite
-from .meanfield import State, compile_config, initial_state, load_state, save_state
-from .model import DynamicsConfig, apply_overrides, from_dict, load_config, load_preset, random_config, resolve_config
-from .regimes import lyapunov_regime
-from .simulate import advance, trajectory
-from .sweeps import bifurcation, lyapunov_table, phase, protocol_checkpoint, sweep_values
+from attnscope._exports import lazy_exports
 
-__all__ = [
-    "DynamicsConfig", "State", "advance", "apply_overrides", "bifurcation", "compile_config",
-    "finite_size_table", "from_dict", "initial_state", "load_config", "load_preset", "load_state",
-    "lyapunov_regime", "lyapunov_table", "phase", "protocol_checkpoint", "random_config",
-    "resolve_config", "save_state", "simulate_finite", "sweep_values", "trajectory",
-]
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    ".finite": ["finite_size_table", "simulate_finite"],
+    ".meanfield": ["State", "compile_config", "initial_state", "load_state", "save_state"],
+    ".model": ["DynamicsConfig", "apply_overrides", "from_dict", "load_config", "load_preset", "random_config",
+               "resolve_config"],
+    ".regimes": ["lyapunov_regime"],
+    ".simulate": ["advance", "trajectory"],
+    ".sweeps": ["bifurcation", "lyapunov_table", "phase", "protocol_checkpoint", "sweep_values"],
+})

@@ -11,9 +11,13 @@ import importlib
 import pkgutil
 from typing import Any
 
-from .base import AttentionFactors, FamilySpec, StackInfo, kv_head_index
+from attnscope._exports import lazy_exports
+from attnscope.errors import UnsupportedError
 
-__all__ = ["AttentionFactors", "FamilySpec", "StackInfo", "kv_head_index", "get_family", "registry"]
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    ".base": ["AttentionFactors", "FamilySpec", "StackInfo", "kv_head_index"],
+})
+__all__ += ["get_family", "registry"]
 
 _REGISTRY: dict[str, FamilySpec] | None = None
 
@@ -38,8 +42,6 @@ def registry() -> dict[str, FamilySpec]:
 
 def get_family(config: dict[str, Any]) -> FamilySpec:
     """The spec for ``config['model_type']``; UnsupportedError (one line) if there is none."""
-    from attnscope.errors import UnsupportedError
-
     mt = config.get("model_type")
     reg = registry()
     if mt in reg:

@@ -8,19 +8,21 @@ trainer); ``summarize`` gives the paper's per-model medians and IQRs. The math l
 
 from __future__ import annotations
 
-from .kernels import directionality, directionality_ref, head_stats, layer_matrix, layer_stats, symmetry, symmetry_ref
-from .score import LEVELS, RECORD_COLUMNS, NonFiniteWeightsWarning, records_frame, score, score_factors, summarize
+from attnscope.errors import InputError
 
-__all__ = [
-    "score", "score_factors", "summarize", "records_frame", "RECORD_COLUMNS", "LEVELS",
-    "NonFiniteWeightsWarning", "head_stats", "layer_stats", "layer_matrix", "symmetry", "directionality",
-    "symmetry_ref", "directionality_ref", "wqk_block",
-]  # fmt: skip
+from attnscope._exports import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    ".score": ["LEVELS", "RECORD_COLUMNS", "NonFiniteWeightsWarning", "records_frame", "score", "score_factors",
+               "summarize"],
+    ".kernels": ["directionality", "directionality_ref", "head_stats", "layer_matrix", "layer_stats", "symmetry",
+                 "symmetry_ref"],
+})
+__all__ += ["wqk_block"]
 
 
 def wqk_block(source, layer: int = 0, *, stack: str | None = None, n: int = 50):  # noqa: ANN001, ANN201
     """The explicit layer form M_L[:n, :n] (float32 numpy) of one layer: the paper's example heatmap."""
-    from attnscope.errors import InputError
     from attnscope.families import get_family
     from attnscope.sources import open_source
 
@@ -34,6 +36,8 @@ def wqk_block(source, layer: int = 0, *, stack: str | None = None, n: int = 50):
         if not 0 <= layer < info.n_layers:
             raise InputError(f"{src.name}: layer {layer} out of range (the {info.stack} stack has {info.n_layers})")
         f = fam.layer_factors(src, info, layer)
+        from .kernels import layer_matrix
+
         return layer_matrix(f.q, f.k, n, n)
     finally:
         if src is not source:

@@ -7,24 +7,12 @@
 * :mod:`.derive`  -- a sparse pattern per head proposed from its metrics
 """
 
-from __future__ import annotations
+from attnscope._exports import lazy_exports
 
-from .metrics import METRICS, PROFILE_METRICS, head_metrics, window_metrics
-
-__all__ = ["METRICS", "PROFILE_METRICS", "head_metrics", "window_metrics", "extract", "cluster_heads", "derive_pattern"]
-
-
-def __getattr__(name: str):
-    if name == "extract":
-        from .maps import extract
-
-        return extract
-    if name == "cluster_heads":
-        from .cluster import cluster_heads
-
-        return cluster_heads
-    if name == "derive_pattern":
-        from .derive import derive_pattern
-
-        return derive_pattern
-    raise AttributeError(name)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    ".metrics": ["METRICS", "PROFILE_METRICS", "head_metrics", "window_metrics", "pairwise_js"],
+    ".maps": ["MapModel", "HeadsResult", "extract", "open_model"],
+    ".cluster": ["ClusterResult", "cluster_heads", "cluster_profiles", "embed_js"],
+    ".derive": ["derive_pattern"],
+    ".study": ["run_study"],
+})

@@ -6,7 +6,9 @@ payload), a top-level function ``fn(payload) -> DataFrame``, and :func:`run_task
 detected, moved aside and recomputed; failures are recorded one line each.
 """
 
-from .executors import EXECUTORS, RunSummary, Task, run_tasks
-from .store import ResultsStore
+from attnscope._exports import lazy_exports
 
-__all__ = ["EXECUTORS", "ResultsStore", "RunSummary", "Task", "run_tasks"]
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    ".executors": ["EXECUTORS", "RunSummary", "Task", "run_tasks"],
+    ".store": ["ResultsStore"],
+})

@@ -8,16 +8,10 @@
 This room is used by the training model, so it never imports :mod:`attnscope.training`.
 """
 
-from __future__ import annotations
+from attnscope._exports import lazy_exports
 
-from .patterns import HeadPattern, Pattern, dense_mask, load_pattern, preset_names
-
-__all__ = ["HeadPattern", "Pattern", "dense_mask", "load_pattern", "preset_names", "sparse_attention"]
-
-
-def __getattr__(name: str):
-    if name == "sparse_attention":
-        from .attention import sparse_attention
-
-        return sparse_attention
-    raise AttributeError(name)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    ".patterns": ["HeadPattern", "Pattern", "dense_mask", "load_pattern", "preset_names"],
+    ".attention": ["sparse_attention", "dense_attention"],
+    ".flex": ["flex_sparse_attention"],
+})

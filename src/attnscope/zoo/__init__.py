@@ -5,25 +5,10 @@
 :mod:`attnscope.runs` (one result file per model, resumable).
 """
 
-from .registry import (
-    DEFAULT_REGISTRY,
-    Published,
-    ZooEntry,
-    get_entry,
-    groups,
-    load_registry,
-    published_table,
-    select,
-)
+from attnscope._exports import lazy_exports
 
-__all__ = [
-    "DEFAULT_REGISTRY", "Published", "ZooEntry", "get_entry", "groups", "load_registry", "published_table",
-    "select", "run_zoo",
-]
-
-
-def run_zoo(*args, **kwargs):  # noqa: ANN002, ANN003 - thin re-export, see attnscope.zoo.survey.run_zoo
-    """Score a zoo group; see :func:`attnscope.zoo.survey.run_zoo`."""
-    from .survey import run_zoo as _run_zoo
-
-    return _run_zoo(*args, **kwargs)
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    ".registry": ["DEFAULT_REGISTRY", "Published", "ZooEntry", "get_entry", "groups", "load_registry",
+                  "published_table", "select"],
+    ".survey": ["run_zoo"],
+})
