@@ -57,12 +57,17 @@ class ShardedWeights:
 
     layout is "index" (``weight_map`` from an index file) or "single" (one weights file).
     ``resolve(filename)`` returns the local path of a file named in the layout (downloading it
-    first for the hub) or raises an AttnscopeError.
+    first for the hub) or raises an AttnscopeError. ``reader``, when given, reads safetensors files
+    instead of opening local paths (the hub's byte-range reader): ``reader.keys(filename)`` and
+    ``reader.tensor(filename, name)``.
     """
 
-    def __init__(self, label: str, layout: str, filename: str, resolve: Callable[[str], Path]) -> None:
+    def __init__(
+        self, label: str, layout: str, filename: str, resolve: Callable[[str], Path], reader: Any = None
+    ) -> None:
         self.label = label
         self._resolve = resolve
+        self._reader = reader
         self._bin_cache: dict[str, dict[str, Any]] = {}
         self._st_keys: dict[str, list[str]] = {}
         if layout == "index":
@@ -86,6 +91,8 @@ class ShardedWeights:
 
     def _file_keys(self, filename: str) -> list[str]:
         if filename.endswith(".safetensors"):
+            if self._reader is not None:
+                return self._reader.keys(filename)
             if filename not in self._st_keys:
                 with self._safe_open(filename) as fh:
                     self._st_keys[filename] = list(fh.keys())
@@ -137,6 +144,8 @@ class ShardedWeights:
         if filename is None:
             raise FormatError(f"{self.label}: no tensor named {name!r}")
         if filename.endswith(".safetensors"):
+            if self._reader is not None:
+                return self._reader.tensor(filename, name)
             with self._safe_open(filename) as fh:
                 try:
                     return fh.get_tensor(name)

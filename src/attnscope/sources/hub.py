@@ -1,26 +1,51 @@
-"""Models on the Hugging Face hub, fetched file by file through ``huggingface_hub`` and its cache.
+"""Models on the Hugging Face hub: resolved once per run, then read from the hub cache or by byte range.
 
-Only what scoring needs is downloaded: config.json, the weights index, and then, lazily, the shards
-that hold the tensors actually read (a family spec reads q and k only). Files land in the standard
-hub cache (``HF_HOME``), so a second run is offline-capable. Gated models use ``HF_TOKEN`` (or the
-token stored by ``huggingface-cli login``). No code from the hub is ever run (no trust_remote_code).
+A run resolves the repository with one metadata request (``/api/models/{repo}/revision/{rev}``: the
+commit sha and the file list) and records the sha under ``refs/`` of the standard hub cache
+(``HF_HUB_CACHE`` / ``HF_HOME``). After that, files are local paths: a file already in the cache's
+snapshot costs no request; a missing one is downloaded with ``huggingface_hub`` (pinned to the sha).
+Only config.json, the weights index and the shards holding the tensors read (a family reads q and k)
+are fetched.
 
-Offline (``HF_HUB_OFFLINE=1`` or no network) and not cached: one :class:`OfflineError` line.
+Big models (a sharded checkpoint of 1 GiB or more, or ``ranges=True`` / ``ATTNSCOPE_HUB_RANGES=1``)
+are read by byte range instead: each safetensors header (its first 8 + N bytes) gives every
+tensor's offsets, and only the q/k tensors are fetched with HTTP Range requests, one tensor at a
+time, each cached as a small safetensors file under ``<attnscope cache>/hub-tensors/<repo>/<sha>/``.
+A server that ignores ``Range`` gets the whole-file download instead.
+
+Offline (``HF_HUB_OFFLINE=1``) or hub unreachable (refused, no DNS, timed out): the cached snapshot
+of the revision is used without waiting; not cached: one :class:`OfflineError` line. Gated models
+use ``HF_TOKEN`` (or ``huggingface-cli login``). No code from the hub is ever run.
 Spec: ``org/name`` or ``name``, optionally ``@revision`` (``hub:`` prefix forces this source).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import re
+import struct
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterator
+from urllib.parse import quote, urlsplit
 
-from attnscope.errors import AttnscopeError, InputError, OfflineError
+from attnscope.errors import AttnscopeError, FormatError, InputError, OfflineError
+from attnscope.tables import atomic_write_bytes, atomic_write_text
 
-from .hf import INDEX_FILES, SINGLE_FILES, ShardedSource, ShardedWeights, read_config
+from .download import cache_dir, get_range
+from .hf import INDEX_FILES, SINGLE_FILES, ShardedSource, ShardedWeights, read_config, read_json
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?(@[\w./-]+)?$")
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+#: sharded checkpoints at least this big are read by byte range (q/k only) unless told otherwise
+RANGES_MIN_BYTES = 1 << 30
+#: seconds to wait for the hub's metadata answer (HF_HUB_ETAG_TIMEOUT overrides)
+METADATA_TIMEOUT = 10.0
 
 
 def parse_hub_id(spec: str) -> tuple[str, str | None]:
@@ -31,67 +56,341 @@ def parse_hub_id(spec: str) -> tuple[str, str | None]:
     return repo, rev or None
 
 
-class HubFiles:
-    """Resolve file names of one hub repo to local cached paths (downloading when allowed)."""
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
-    def __init__(self, repo_id: str, revision: str | None = None, token: str | None = None) -> None:
+
+def hub_endpoint() -> str:
+    """The hub's base URL, read from ``HF_ENDPOINT`` at call time (huggingface_hub reads it at import)."""
+    from huggingface_hub import constants
+
+    return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+
+
+def hub_cache() -> Path:
+    """The hub cache, from ``HF_HUB_CACHE`` / ``HF_HOME`` at call time."""
+    from huggingface_hub import constants
+
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
+    return Path(constants.HF_HUB_CACHE)
+
+
+def _timeout() -> float:
+    try:
+        return float(os.environ.get("HF_HUB_ETAG_TIMEOUT") or METADATA_TIMEOUT)
+    except ValueError:
+        return METADATA_TIMEOUT
+
+
+class HubRepo:
+    """One hub repository pinned to a commit: file names -> local paths (downloaded when allowed)."""
+
+    def __init__(self, repo_id: str, revision: str | None, token: str | None, sha: str, files: set[str],
+                 online: bool) -> None:
         self.repo_id = repo_id
-        self.revision = revision
-        self.token = token or os.environ.get("HF_TOKEN") or None
+        self.revision = revision or "main"
+        self.token = token
+        self.sha = sha
+        self.files = files
+        self.online = online
+        self.endpoint = hub_endpoint()
+        self.cache = hub_cache()
+
+    # -- resolving -------------------------------------------------------------------------------
+
+    @staticmethod
+    def storage(repo_id: str) -> Path:
+        return hub_cache() / ("models--" + repo_id.replace("/", "--"))
+
+    @classmethod
+    def resolve(cls, repo_id: str, revision: str | None = None, token: str | None = None) -> "HubRepo":
+        """One metadata round trip online; the cache alone offline or when the hub cannot be reached."""
+        from huggingface_hub import get_token
+
+        token = token or os.environ.get("HF_TOKEN") or get_token() or None
+        rev = revision or "main"
+        if _truthy(os.environ.get("HF_HUB_OFFLINE")):
+            return cls._from_cache(repo_id, rev, token, why="HF_HUB_OFFLINE=1")
+        from huggingface_hub import HfApi
+
+        try:
+            info = HfApi(endpoint=hub_endpoint(), token=token).model_info(
+                repo_id, revision=revision, timeout=_timeout()
+            )
+        except Exception as exc:  # classified below: unreachable -> cache, else one line
+            if _unreachable(exc):
+                return cls._from_cache(repo_id, rev, token, why=f"the hub at {hub_endpoint()} cannot be reached")
+            raise _hub_error(repo_id, "the repository", exc) from None
+        sha = str(info.sha)
+        files = {s.rfilename for s in (info.siblings or [])}
+        ref = cls.storage(repo_id) / "refs" / rev
+        if not _SHA.match(rev) and (not ref.is_file() or ref.read_text().strip() != sha):
+            atomic_write_text(ref, sha)  # so that a later offline run finds this revision
+        return cls(repo_id, revision, token, sha, files, online=True)
+
+    @classmethod
+    def _from_cache(cls, repo_id: str, rev: str, token: str | None, why: str) -> "HubRepo":
+        root = cls.storage(repo_id)
+        ref = root / "refs" / rev
+        sha = rev if _SHA.match(rev) else (ref.read_text().strip() if ref.is_file() else "")
+        snap = root / "snapshots" / sha if sha else None
+        if snap is None or not (snap / "config.json").is_file():
+            raise OfflineError(f"{repo_id}: not in the hub cache ({hub_cache()}) and {why}")
+        files = {p.relative_to(snap).as_posix() for p in snap.rglob("*") if p.is_file()}
+        return cls(repo_id, None if rev == "main" else rev, token, sha, files, online=False)
+
+    # -- files -----------------------------------------------------------------------------------
+
+    def local(self, filename: str) -> Path | None:
+        path = self.storage(self.repo_id) / "snapshots" / self.sha / filename
+        return path if path.is_file() else None
 
     def fetch(self, filename: str) -> Path:
-        """Local path of ``filename`` (from the cache, else downloaded); errors as one line."""
+        """Local path of ``filename`` (cached: no request; else downloaded, pinned to the commit)."""
+        path = self.local(filename)
+        if path is not None:
+            return path
+        if self.online and filename not in self.files:
+            raise InputError(f"{self.repo_id}: the hub repo has no {filename}")
+        if not self.online:
+            raise OfflineError(f"{self.repo_id}: {filename} is not in the hub cache and the hub cannot be used")
         from huggingface_hub import hf_hub_download
 
         try:
-            return Path(
-                hf_hub_download(self.repo_id, filename, revision=self.revision, token=self.token)
-            )
-        except Exception as exc:  # mapped to user errors below
+            with _quiet_client():
+                return Path(hf_hub_download(
+                    self.repo_id, filename, revision=self.sha, token=self.token, endpoint=self.endpoint,
+                    cache_dir=self.cache, etag_timeout=_timeout(), tqdm_class=_silent_tqdm(),
+                ))
+        except Exception as exc:  # one line below
             raise _hub_error(self.repo_id, filename, exc) from None
 
-    def try_fetch(self, filename: str) -> Path | None:
-        """Like :meth:`fetch`, but None when the repo has no such file."""
-        try:
-            return self.fetch(filename)
-        except _MissingFile:
-            return None
+    def url(self, filename: str) -> str:
+        return f"{self.endpoint}/{self.repo_id}/resolve/{self.sha}/{quote(filename)}"
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
 
-class _MissingFile(InputError):
-    """The repo exists but has no such file."""
+@contextmanager
+def _quiet_client() -> Iterator[None]:
+    """huggingface_hub's own retry warnings stay off the console: the user gets our one line."""
+    log = logging.getLogger("huggingface_hub")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
-def _hub_error(repo_id: str, filename: str, exc: Exception) -> AttnscopeError:
-    """A huggingface_hub exception as one user-facing line."""
+def _silent_tqdm() -> type:
+    """A tqdm that never draws (progress is attnscope.progress's business, per layer scored)."""
+    from tqdm.auto import tqdm
+
+    class Silent(tqdm):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+    return Silent
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """A network failure (refused, DNS, timeout, reset) rather than an answer from the hub."""
     from huggingface_hub import errors as hub_errors
 
-    def is_a(*names: str) -> bool:
-        types = tuple(t for t in (getattr(hub_errors, n, None) for n in names) if isinstance(t, type))
-        return bool(types) and isinstance(exc, types)
+    if isinstance(exc, hub_errors.HfHubHTTPError):
+        return False
+    names = {t.__name__ for t in type(exc).__mro__}
+    return isinstance(exc, (OSError, ConnectionError, TimeoutError)) or bool(
+        names & {"TransportError", "NetworkError", "TimeoutException", "ConnectError", "OfflineModeIsEnabled"}
+    )
 
-    if is_a("GatedRepoError"):
+
+def _hub_error(repo_id: str, what: str, exc: BaseException) -> AttnscopeError:
+    """A huggingface_hub / network exception as one user-facing line."""
+    from huggingface_hub import errors as hub_errors
+
+    status = getattr(getattr(exc, "response", None), "status_code", None) or getattr(exc, "code", None)
+    headers = getattr(exc, "headers", None) or getattr(getattr(exc, "response", None), "headers", None) or {}
+    if isinstance(exc, hub_errors.GatedRepoError) or headers.get("X-Error-Code") == "GatedRepo":
         return InputError(f"{repo_id} is gated: accept its licence on huggingface.co and set HF_TOKEN")
-    if is_a("RepositoryNotFoundError", "RevisionNotFoundError"):
+    if isinstance(exc, hub_errors.RevisionNotFoundError):
+        return InputError(f"{repo_id}: the hub repo has no revision of that name")
+    if isinstance(exc, hub_errors.RepositoryNotFoundError) or status in (401, 403, 404):
         return InputError(f"{repo_id}: no such local path, and no such hub repo (or it is private: set HF_TOKEN)")
-    if is_a("RemoteEntryNotFoundError"):
-        return _MissingFile(f"{repo_id}: the hub repo has no {filename}")
-    if is_a("OfflineModeIsEnabled", "LocalEntryNotFoundError") or isinstance(exc, (OSError, ConnectionError)):
-        return OfflineError(
-            f"{repo_id}: no such local path, and hub file {filename} is not cached and cannot be "
-            "downloaded while offline (HF_HUB_OFFLINE=1 or no network)"
-        )
-    return InputError(f"{repo_id}: cannot fetch {filename} from the hub ({type(exc).__name__})")
+    if isinstance(exc, hub_errors.EntryNotFoundError):
+        return InputError(f"{repo_id}: the hub repo has no {what}")
+    if _unreachable(exc) or type(exc).__name__ in {"RemoteProtocolError", "ReadError", "IncompleteRead"}:
+        return OfflineError(f"{repo_id}: downloading {what} failed ({_first_line(exc)}); run again to resume")
+    return InputError(f"{repo_id}: cannot fetch {what} from the hub ({type(exc).__name__}: {_first_line(exc)})")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:160]
+
+
+# --------------------------------------------------------------------------- byte-range reads
+
+
+class RangeReader:
+    """Safetensors tensors of a hub repo read by HTTP range, each cached as its own small file.
+
+    ``keys``/``tensor`` mirror what :class:`~attnscope.sources.hf.ShardedWeights` needs. A file already
+    whole in the hub cache is read from there; a server that refuses ranges makes the reader download
+    whole files (``HubRepo.fetch``) from then on.
+    """
+
+    def __init__(self, repo: HubRepo) -> None:
+        self.repo = repo
+        self.root = cache_dir() / "hub-tensors" / repo.repo_id.replace("/", "--") / repo.sha
+        self.refused = False
+        self._headers: dict[str, tuple[int, dict[str, Any]]] = {}
+        self._where: dict[str, str] = {}
+
+    def _get(self, filename: str, lo: int, hi: int) -> bytes | None:
+        if not self.repo.online:
+            raise OfflineError(f"{self.repo.repo_id}: {filename} is not in the caches and the hub cannot be used")
+        import urllib.error
+
+        url = self.repo.url(filename)
+        where = self._where.get(filename)  # the CDN location the hub redirected to, reused within a run
+        try:
+            if where is not None:
+                try:
+                    data, _ = get_range(where, lo, hi)
+                except urllib.error.HTTPError as exc:  # a signed CDN URL that expired: ask the hub again
+                    if exc.code not in (403, 404, 410):
+                        raise
+                    where = None
+            if where is None:
+                data, final = get_range(url, lo, hi, self.repo.headers())
+                if urlsplit(final).netloc != urlsplit(url).netloc:
+                    self._where[filename] = final
+        except AttnscopeError:
+            raise
+        except Exception as exc:  # urllib errors and cut connections: one line
+            raise _hub_error(self.repo.repo_id, filename, exc) from None
+        if data is None:
+            self.refused = True
+        return data
+
+    def _whole(self, filename: str) -> Path | None:
+        """The whole file when it is cached, or when ranges cannot be used (then downloaded)."""
+        path = self.repo.local(filename)
+        if path is None and self.refused:
+            path = self.repo.fetch(filename)
+        return path
+
+    def header(self, filename: str) -> tuple[int, dict[str, Any]]:
+        """(start of the data section, the JSON header) of a remote safetensors file."""
+        if filename in self._headers:
+            return self._headers[filename]
+        cached = self.root / (filename + ".header.json")
+        if cached.is_file():
+            obj = read_json(cached, "a cached safetensors header")
+            self._headers[filename] = (int(obj["start"]), obj["header"])
+            return self._headers[filename]
+        head = self._get(filename, 0, 8)
+        if head is None:
+            raise _RangesRefused
+        (n,) = struct.unpack("<Q", head)
+        if not 0 < n < 100_000_000:
+            raise FormatError(f"{self.repo.repo_id}: {filename} is not a safetensors file (header length {n})")
+        raw = self._get(filename, 8, 8 + n)
+        if raw is None:
+            raise _RangesRefused
+        try:
+            header = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise FormatError(f"{self.repo.repo_id}: {filename} has a corrupt safetensors header") from None
+        atomic_write_text(cached, json.dumps({"start": 8 + n, "header": header}))
+        self._headers[filename] = (8 + n, header)
+        return self._headers[filename]
+
+    def keys(self, filename: str) -> list[str]:
+        path = self._whole(filename)
+        if path is None:
+            try:
+                return [k for k in self.header(filename)[1] if k != "__metadata__"]
+            except _RangesRefused:
+                path = self.repo.fetch(filename)
+        with _safe_open(path) as fh:
+            return list(fh.keys())
+
+    def tensor(self, filename: str, name: str) -> "torch.Tensor":
+        from safetensors.torch import load
+
+        cached = self.root / filename / (name + ".safetensors")
+        if cached.is_file():
+            return load(cached.read_bytes())[name]
+        path = self._whole(filename)
+        if path is None:
+            try:
+                start, header = self.header(filename)
+                entry = header.get(name)
+                if entry is None:
+                    raise FormatError(f"{self.repo.repo_id}: {filename} does not hold {name!r}")
+                lo, hi = (int(x) for x in entry["data_offsets"])
+                data = self._get(filename, start + lo, start + hi)
+                if data is None:
+                    raise _RangesRefused
+            except _RangesRefused:
+                path = self.repo.fetch(filename)
+            else:
+                blob = _one_tensor_file(name, entry["dtype"], entry["shape"], data)
+                atomic_write_bytes(cached, blob)
+                return load(blob)[name]
+        with _safe_open(path) as fh:
+            return fh.get_tensor(name)
+
+
+class _RangesRefused(Exception):
+    """The server answered a Range request with the whole file."""
+
+
+def _one_tensor_file(name: str, dtype: str, shape: list[int], data: bytes) -> bytes:
+    """A valid safetensors file holding one tensor (header padded to 8 bytes, as the format asks)."""
+    header = json.dumps({name: {"dtype": dtype, "shape": shape, "data_offsets": [0, len(data)]}}).encode()
+    header += b" " * (-len(header) % 8)
+    return struct.pack("<Q", len(header)) + header + data
+
+
+def _safe_open(path: Path) -> Any:
+    from safetensors import safe_open
+
+    try:
+        return safe_open(str(path), framework="pt", device="cpu")
+    except Exception as exc:  # SafetensorError, OSError: a truncated or corrupt file
+        raise FormatError(f"{path}: not a readable safetensors file ({_first_line(exc)})") from None
+
+
+# --------------------------------------------------------------------------- the source
+
+
+def _want_ranges(option: bool | None, total_size: int | None) -> bool:
+    if option is not None:
+        return bool(option)
+    env = os.environ.get("ATTNSCOPE_HUB_RANGES")
+    if env:
+        return _truthy(env)
+    return total_size is not None and total_size >= RANGES_MIN_BYTES
 
 
 class HubSource(ShardedSource):
-    """A hub model id: config and index first, then only the shards holding the tensors read."""
+    """A hub model id: resolved once, config and index first, then only the q/k bytes or shards read."""
 
-    def __init__(self, files: HubFiles, config: dict[str, Any], weights: ShardedWeights) -> None:
-        self.files = files
+    def __init__(self, repo: HubRepo, config: dict[str, Any], weights: ShardedWeights, ranges: bool) -> None:
+        self.repo = repo
         self._config = config
         self._weights = weights
-        self.name = files.repo_id
+        self.ranges = ranges
+        self.name = repo.repo_id
 
     @classmethod
     def detect(cls, spec: str) -> bool:
@@ -103,20 +402,22 @@ class HubSource(ShardedSource):
 
     @classmethod
     def open(cls, spec: str, **options: Any) -> "HubSource":
+        """Options: ``revision``, ``token``, ``ranges`` (True / False / None = by size)."""
         repo_id, revision = parse_hub_id(spec)
-        files = HubFiles(repo_id, revision=options.get("revision", revision), token=options.get("token"))
-        config = read_config(files.fetch("config.json"))
-        offline: OfflineError | None = None
-        for layout, candidates in (("index", INDEX_FILES), ("single", SINGLE_FILES)):
-            for filename in candidates:
-                try:
-                    found = files.try_fetch(filename)
-                except OfflineError as exc:  # maybe only another layout is cached: keep looking
-                    offline = offline or exc
-                    continue
-                if found is not None:
-                    weights = ShardedWeights(repo_id, layout, filename, files.fetch)
-                    return cls(files, config, weights)
-        if offline is not None:
-            raise offline
-        raise InputError(f"{repo_id}: the hub repo has no model.safetensors, safetensors index or pytorch_model.bin")
+        repo = HubRepo.resolve(repo_id, options.get("revision") or revision, options.get("token"))
+        config = read_config(repo.fetch("config.json"))
+        names = repo.files
+        layout = next((("index", f) for f in INDEX_FILES if f in names), None) or next(
+            (("single", f) for f in SINGLE_FILES if f in names), None
+        )
+        if layout is None:
+            where = "hub repo" if repo.online else "cached snapshot"
+            raise InputError(f"{repo_id}: the {where} has no model.safetensors, safetensors index or pytorch_model.bin")
+        total = None
+        if layout[0] == "index":
+            meta = read_json(repo.fetch(layout[1]), "the weights index").get("metadata") or {}
+            total = int(meta["total_size"]) if str(meta.get("total_size", "")).isdigit() else None
+        ranges = _want_ranges(options.get("ranges"), total)
+        reader = RangeReader(repo) if ranges else None
+        weights = ShardedWeights(repo_id, layout[0], layout[1], repo.fetch, reader=reader)
+        return cls(repo, config, weights, ranges)
