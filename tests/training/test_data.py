@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import dataclasses
 import zipfile
 
 import numpy as np
@@ -45,7 +46,7 @@ def test_text_file_dir_and_bad_paths(tmp_path):
 
 
 def test_enwik8_local_zip_uses_the_standard_split(tmp_path, monkeypatch):
-    monkeypatch.setattr(D, "ENWIK8_SIZE", 1000)
+    monkeypatch.setattr(D, "ENWIK8", dataclasses.replace(D.ENWIK8, size=1000))
     blob = bytes(range(256)) * 3 + b"x" * 232
     with zipfile.ZipFile(tmp_path / "enwik8.zip", "w") as zf:
         zf.writestr("enwik8", blob)

@@ -30,10 +30,31 @@ if TYPE_CHECKING:  # pragma: no cover
     from .tokenizers import Tokenizer
 
 SPLITS = ("train", "valid", "test")
-ENWIK8_URL = "http://mattmahoney.net/dc/enwik8.zip"
-ENWIK8_SIZE = 100_000_000
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".text", "")
 HF_DEFAULT_MAX_BYTES = 50_000_000
+
+
+@dataclass(frozen=True)
+class ByteCorpus:
+    """A fixed byte corpus published as a zip (enwik8): where it lives, what it must be, its splits."""
+
+    name: str
+    url: str  #: ``ATTNSCOPE_<NAME>_URL`` overrides it (a mirror, a local server)
+    size: int
+    sha1: str  #: of the unzipped member, as its publisher lists it
+    valid_at: int  #: [0, valid_at) train
+    test_at: int  #: [valid_at, test_at) valid, [test_at, size) test
+
+    @property
+    def source(self) -> str:
+        return os.environ.get(f"ATTNSCOPE_{self.name.upper()}_URL") or self.url
+
+
+#: enwik8 (Hutter prize): 100,000,000 bytes, SHA-1 and the 90M/5M/5M split from mattmahoney.net/dc/textdata
+ENWIK8 = ByteCorpus(
+    "enwik8", "http://mattmahoney.net/dc/enwik8.zip", 100_000_000,
+    "57b8363b814821dc9d47aa4d41f58733519076b2", 90_000_000, 95_000_000,
+)
 
 
 @dataclass
@@ -113,49 +134,62 @@ def _text_dir(path: Path) -> Corpus:
     return Corpus(path.name, data)
 
 
-def _enwik8(path: Path | None) -> Corpus:
-    """enwik8 from a local file / zip, or downloaded once into the attnscope cache."""
+def _enwik8(path: Path | None, spec: ByteCorpus | None = None) -> Corpus:
+    """enwik8 from a local file / zip, or downloaded once (verified) into the attnscope cache."""
+    spec = spec or ENWIK8
     if path is None:
-        path = _download_enwik8()
+        path = download_byte_corpus(spec)
     if path.suffix == ".zip":
-        import zipfile
-
-        try:
-            with zipfile.ZipFile(path) as zf:
-                data = zf.read("enwik8")
-        except (zipfile.BadZipFile, KeyError, OSError) as exc:
-            raise FormatError(f"{path}: not the enwik8 archive ({exc})") from None
+        data: bytes | memoryview = _unzip_member(path, spec.name)
     else:
         data = _map_file(path)
-    if len(data) != ENWIK8_SIZE:
-        raise FormatError(f"{path}: enwik8 must be {ENWIK8_SIZE} bytes, found {len(data)}")
-    return Corpus("enwik8", data, bounds=(90_000_000, 95_000_000))
+    if len(data) != spec.size:
+        raise FormatError(f"{path}: {spec.name} must be {spec.size} bytes, found {len(data)}")
+    return Corpus(spec.name, data, bounds=(spec.valid_at, spec.test_at))
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get("ATTNSCOPE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "attnscope"
-    )
-    return Path(root)
-
-
-def _download_enwik8() -> Path:
-    target = _cache_dir() / "enwik8.zip"
-    if target.is_file():
-        return target
-    if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("ATTNSCOPE_OFFLINE") == "1":
-        raise OfflineError(f"enwik8 is not cached and downloads are off; put enwik8.zip at {target} or pass its path")
-    import urllib.error
-    import urllib.request
-
-    from attnscope.tables import atomic_write_bytes
+def _unzip_member(path: Path, member: str) -> bytes:
+    import zipfile
 
     try:
-        with urllib.request.urlopen(ENWIK8_URL, timeout=30) as resp:
-            blob = resp.read()
-    except (urllib.error.URLError, OSError) as exc:
-        raise OfflineError(f"cannot download enwik8 from {ENWIK8_URL} ({exc}); pass a local path instead") from None
-    atomic_write_bytes(target, blob)
+        with zipfile.ZipFile(path) as zf:
+            return zf.read(member)
+    except (zipfile.BadZipFile, KeyError, OSError, EOFError) as exc:
+        raise FormatError(f"{path}: not the {member} archive ({exc})") from None
+
+
+def download_byte_corpus(spec: ByteCorpus | None = None) -> Path:
+    """The unzipped corpus in the attnscope cache, downloaded (resumably) and checked against its
+    size and SHA-1 first; a corrupt or truncated download is refused, fetched once more, never used."""
+    import hashlib
+
+    from attnscope.sources.download import cache_dir, download
+
+    spec = spec or ENWIK8
+    target = cache_dir() / spec.name
+    if target.is_file() and target.stat().st_size == spec.size:
+        return target  # only ever renamed into place after the checks below
+    if os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("ATTNSCOPE_OFFLINE") == "1":
+        raise OfflineError(
+            f"{spec.name} is not cached and downloads are off; put {spec.name}.zip at {target}.zip or pass its path"
+        )
+
+    def verify(zip_path: Path) -> str | None:
+        try:
+            data = _unzip_member(zip_path, spec.name)
+        except FormatError:
+            return "not a zip holding " + spec.name
+        if len(data) != spec.size:
+            return f"{len(data)} bytes unzipped, expected {spec.size}"
+        if hashlib.sha1(data).hexdigest() != spec.sha1:
+            return "SHA-1 mismatch"
+        return None
+
+    zipped = download(spec.source, target.with_name(spec.name + ".zip"), verify=verify, what=spec.name)
+    from attnscope.tables import atomic_write_bytes
+
+    atomic_write_bytes(target, _unzip_member(zipped, spec.name))
+    zipped.unlink(missing_ok=True)
     return target
 
 
