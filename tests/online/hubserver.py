@@ -67,7 +67,7 @@ class HubServer:
         self.max_requests = max_requests
         self.log: list[Hit] = []
         self.die_after: dict[str, int] = {}  # file name -> bytes sent before the connection drops
-        self.raw: dict[str, bytes] = {}  # extra plain URLs (e.g. "/enwik8.zip") -> body
+        self.raw: dict[str, bytes | list[bytes]] = {}  # plain URLs ("/enwik8.zip") -> body (or bodies in turn)
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
@@ -206,6 +206,8 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
             path = unquote(urlsplit(self.path).path)
             if path in server.raw:
                 data = server.raw[path]
+                if isinstance(data, list):  # bodies served in turn, the last one from then on
+                    data = data.pop(0) if len(data) > 1 else data[0]
                 self._body(data, {"ETag": f'"{etag(data)}"'}, head, path)
                 return
             m = _API.match(path)

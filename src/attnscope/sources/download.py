@@ -146,14 +146,19 @@ def _fetch(url: str, part: Path, what: str, on_bytes: Callable[[int], None] | No
             raise
         with resp:
             mode = "ab" if have and resp.status == 206 else "wb"
+            expected = int(resp.headers.get("Content-Length") or -1)
+            got = 0
             with open(part, mode) as fh:
                 while True:
                     block = resp.read(CHUNK)
                     if not block:
                         break
                     fh.write(block)
+                    got += len(block)
                     if on_bytes is not None:
                         on_bytes(len(block))
+        if 0 <= got < expected:
+            raise http.client.IncompleteRead(b"", expected - got)
     except urllib.error.HTTPError as exc:
         raise OfflineError(f"cannot download {what} from {url} (HTTP {exc.code})") from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:  # refused, reset, cut mid-body
