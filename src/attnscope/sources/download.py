@@ -166,3 +166,14 @@ def _fetch(url: str, part: Path, what: str, on_bytes: Callable[[int], None] | No
         raise OfflineError(
             f"cannot download {what} from {url} ({reason}); run again to resume, or pass a local path"
         ) from None
+
+
+def unreachable(url: str, timeout: float = 5.0) -> str | None:
+    """Why ``url``'s host cannot be reached (refused, no DNS, timed out), or None when it answers at all."""
+    try:
+        with _OPENER.open(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+            return None
+    except urllib.error.HTTPError:
+        return None  # any HTTP answer means the host is there
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        return str(getattr(exc, "reason", None) or exc)

@@ -227,31 +227,57 @@ HF_TEXT_FIELDS = ("text", "raw_content", "content", "comment_text")
 
 
 def _hf(spec: str, max_bytes: int, loader: Callable | None = None) -> Corpus:
-    """``<dataset>[:config]`` streamed from the hub (``datasets`` imported lazily), up to ``max_bytes``."""
+    """``<dataset>[:config]`` streamed from the hub (``datasets`` imported lazily): the text field of
+    each row (the first of :data:`HF_TEXT_FIELDS` present), rows joined by a blank line, cut at
+    exactly ``max_bytes``. Network and hub failures are one line each."""
     name, _, config = spec.partition(":")
     if loader is None:
         try:
             from datasets import load_dataset as loader
         except ImportError:
             raise InputError("hf: corpora need the optional 'datasets' package (pip install 'attnscope[datasets]')") from None
+        offline = any(os.environ.get(v, "").lower() in ("1", "true") for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+        if not offline:  # datasets retries a dead host for half a minute: ask once, quickly, first
+            from attnscope.sources.download import unreachable
+            from attnscope.sources.hub import hub_endpoint
+
+            why = unreachable(f"{hub_endpoint()}/api/datasets/{name}")
+            if why is not None:
+                raise OfflineError(f"hf:{spec}: the hub at {hub_endpoint()} cannot be reached ({why})")
+    parts, total = [], 0
     try:
         ds = loader(name, config or None, split="train", streaming=True)
-    except Exception as exc:  # network or name errors from the hub: one line
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if "offline" in msg.lower() or "connect" in msg.lower():
-            raise OfflineError(f"hf:{spec}: cannot stream from the hub ({msg})") from None
-        raise InputError(f"hf:{spec}: cannot open the dataset ({msg})") from None
-    parts, total = [], 0
-    for row in ds:
-        key = next((k for k in HF_TEXT_FIELDS if k in row), None)
-        if key is None:
-            raise FormatError(f"hf:{spec}: rows have none of the text fields {', '.join(HF_TEXT_FIELDS)}")
-        blob = str(row[key]).encode("utf-8")
-        parts.append(blob)
-        total += len(blob) + 2
-        if total >= max_bytes:
-            break
-    return Corpus(f"hf:{spec}", b"\n\n".join(parts))
+        for row in ds:
+            key = next((k for k in HF_TEXT_FIELDS if k in row), None)
+            if key is None:
+                raise FormatError(
+                    f"hf:{spec}: rows have none of the text fields {', '.join(HF_TEXT_FIELDS)} "
+                    f"(they have {', '.join(map(str, list(row)[:8]))})"
+                )
+            blob = str(row[key]).encode("utf-8")
+            parts.append(blob)
+            total += len(blob) + 2
+            if total >= max_bytes:
+                break
+    except FormatError:
+        raise
+    except Exception as exc:  # network, name and config errors from datasets / the hub: one line
+        raise _hf_error(spec, exc) from None
+    return Corpus(f"hf:{spec}", b"\n\n".join(parts)[:max_bytes])
+
+
+def _hf_error(spec: str, exc: BaseException) -> InputError | OfflineError:
+    """One line for a failure of ``datasets``: offline when any exception in the chain is a network one."""
+    chain, seen = [], exc
+    while seen is not None and len(chain) < 10:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    lines = str(exc).strip().splitlines()
+    msg = (lines[0] if lines else type(exc).__name__)[:200]
+    network = {"ConnectError", "ConnectionError", "ConnectTimeout", "OfflineModeIsEnabled", "TimeoutException"}
+    if any({t.__name__ for t in type(e).__mro__} & network for e in chain) or "offline" in msg.lower():
+        return OfflineError(f"hf:{spec}: cannot stream from the hub ({msg})")
+    return InputError(f"hf:{spec}: cannot open the dataset ({msg})")
 
 
 # --------------------------------------------------------------------------- tokens and windows
