@@ -351,15 +351,15 @@ class _Loggers:
             fh.write(json.dumps(rec) + "\n")
             fh.flush()
         scalars = {k: v for k, v in rec.items() if isinstance(v, (int, float)) and k != "step"}
+        for r in rec.get("geometry", ()):  # the layer scores go to W&B and TensorBoard alike
+            if r.get("level") == "layer":
+                scalars[f"symmetry/layer{r['layer']}"] = r["symmetry"]
+                scalars[f"directionality/layer{r['layer']}"] = r["directionality"]
         if self.wandb is not None:
             self.wandb.log(scalars, step=rec["step"])
         if self.tb is not None:
             for k, v in scalars.items():
                 self.tb.add_scalar(k, v, rec["step"])
-            for r in rec.get("geometry", ()):
-                if r.get("level") == "layer":
-                    self.tb.add_scalar(f"symmetry/layer{r['layer']}", r["symmetry"], rec["step"])
-                    self.tb.add_scalar(f"directionality/layer{r['layer']}", r["directionality"], rec["step"])
 
     def close(self) -> None:
         if self.wandb is not None:
