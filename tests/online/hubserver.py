@@ -22,7 +22,6 @@ import hashlib
 import json
 import re
 import threading
-import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
@@ -127,6 +126,7 @@ def etag(data: bytes) -> str:
 
 
 _RESOLVE = re.compile(r"^/(?:(datasets)/)?(.+?)/resolve/([^/]+)/(.+)$")
+_TREE = re.compile(r"^/api/(models|datasets)/([^/]+/[^/]+)/tree/([^/]+)(/.*)?$")
 _API = re.compile(r"^/api/(models|datasets)/(.+?)(?:/revision/([^/]+))?$")
 _CDN = re.compile(r"^/cdn/(models|datasets)/(.+?)/([0-9a-f]{40})/(.+)$")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -202,6 +202,58 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
                 return
             self._send(200, {**headers, "Accept-Ranges": "bytes" if server.ranges else "none"}, data, head, cut)
 
+        def _entries(self, repo: Repo, sha: str, prefix: str, recursive: bool) -> list[dict]:
+            """The hub's tree entries (files and directories) under ``prefix``."""
+            out: dict[str, dict] = {}
+            for fname, data in sorted(repo.tree(sha).items()):
+                if prefix and not fname.startswith(prefix + "/") and fname != prefix:
+                    continue
+                rest = fname[len(prefix) + 1:] if prefix else fname
+                parts = rest.split("/")
+                if len(parts) > 1 and not recursive:
+                    d = f"{prefix}/{parts[0]}" if prefix else parts[0]
+                    out[d] = {"type": "directory", "path": d, "oid": "0" * 40, "size": 0}
+                    continue
+                out[fname] = {"type": "file", "path": fname, "size": len(data), "oid": etag(data)[:40]}
+                if fname.endswith(LFS_SUFFIXES):
+                    out[fname]["lfs"] = {"oid": etag(data), "size": len(data), "pointerSize": 130}
+            return list(out.values())
+
+        def _tree(self, kind: str, name: str, rev: str, prefix: str, head: bool) -> None:
+            repo = self._repo(kind, name, head, gate=False)
+            if repo is None:
+                return
+            if rev not in repo.revisions and rev not in repo.revisions.values():
+                self._error(404, "RevisionNotFound", head)
+                return
+            recursive = "recursive=true" in (urlsplit(self.path).query or "").lower()
+            entries = self._entries(repo, repo.revisions.get(rev, rev), prefix, recursive)
+            if prefix and not entries:
+                self._error(404, "EntryNotFound", head)
+                return
+            self._send(200, {"Content-Type": "application/json"}, json.dumps(entries).encode(), head)
+
+        def do_POST(self) -> None:  # paths-info: which of these paths exist
+            from urllib.parse import parse_qs
+
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+            path = unquote(urlsplit(self.path).path)
+            m = re.match(r"^/api/(models|datasets)/([^/]+/[^/]+)/paths-info/([^/]+)$", path)
+            repo = server.repos.get(m.group(2)) if m else None
+            if repo is None:
+                self._error(404, "RepoNotFound", False)
+                return
+            sha = repo.revisions.get(m.group(3), m.group(3))
+            try:
+                wanted = json.loads(body).get("paths", []) if body.startswith("{") else parse_qs(body).get("paths", [])
+            except json.JSONDecodeError:
+                wanted = []
+            entries = [e for p in wanted for e in self._entries(repo, sha, "", True) if e["path"] == p]
+            found = {e["path"] for e in entries}
+            entries += [{"type": "directory", "path": p, "oid": "0" * 40, "size": 0} for p in wanted
+                        if p not in found and any(f.startswith(p + "/") for f in repo.tree(sha))]
+            self._send(200, {"Content-Type": "application/json"}, json.dumps(entries).encode())
+
         def _serve(self, head: bool) -> None:
             path = unquote(urlsplit(self.path).path)
             if path in server.raw:
@@ -209,6 +261,10 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
                 if isinstance(data, list):  # bodies served in turn, the last one from then on
                     data = data.pop(0) if len(data) > 1 else data[0]
                 self._body(data, {"ETag": f'"{etag(data)}"'}, head, path)
+                return
+            m = _TREE.match(path)
+            if m:
+                self._tree(m.group(1), m.group(2), m.group(3), (m.group(4) or "").strip("/"), head)
                 return
             m = _API.match(path)
             if m:

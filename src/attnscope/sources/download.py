@@ -71,7 +71,8 @@ def _open(url: str, headers: dict[str, str]):  # noqa: ANN202 - an http.client r
 def get_range(url: str, lo: int, hi: int, headers: dict[str, str] | None = None) -> tuple[bytes | None, str]:
     """(bytes ``[lo, hi)`` of ``url``, the URL that answered after redirects); the bytes are None when
     the server answers with the whole file instead (it ignores ranges)."""
-    with _open(url, {**(headers or {}), "Range": f"bytes={lo}-{max(lo, hi - 1)}", "Accept-Encoding": "identity"}) as resp:
+    asked = {**(headers or {}), "Range": f"bytes={lo}-{max(lo, hi - 1)}", "Accept-Encoding": "identity"}
+    with _open(url, asked) as resp:
         final = resp.geturl()
         if resp.status != 206:
             return None, final
