@@ -17,7 +17,7 @@ for _name in ("hubserver", "repos"):  # plain helper modules next to the tests (
         _spec.loader.exec_module(_mod)
 
 from online_hubserver import HubServer, Repo  # noqa: E402
-from online_repos import SHA_MAIN, SHA_V1, TOKEN, llama_repo  # noqa: E402
+from online_repos import SHA_MAIN, SHA_V1, TOKEN, llama_repo, single_file_repo  # noqa: E402
 
 
 @pytest.fixture
@@ -39,12 +39,14 @@ def online_env(tmp_path, monkeypatch):
 
 @pytest.fixture
 def hub(online_env, monkeypatch):
-    """A local hub with org/tiny (main + v1), org/gated (needs TOKEN); HF_ENDPOINT points at it."""
+    """A local hub with org/tiny (sharded; main + v1), org/gated (needs TOKEN), org/single (one
+    model.safetensors); HF_ENDPOINT points at it."""
     files = llama_repo(seed=0)
     v1 = llama_repo(seed=1)
     repos = {
         "org/tiny": Repo(files, sha=SHA_MAIN, revisions={"v1": SHA_V1}, trees={SHA_V1: v1}),
         "org/gated": Repo(llama_repo(seed=2), sha=SHA_MAIN, token=TOKEN),
+        "org/single": Repo(single_file_repo(seed=3), sha=SHA_MAIN),
     }
     server = HubServer(repos, max_requests=500, max_seconds=60)
     with server:

@@ -74,6 +74,15 @@ def llama_repo(
     return files
 
 
+def single_file_repo(**kw: int) -> dict[str, bytes]:
+    """The same kind of model as one ``model.safetensors`` (no index)."""
+    files = llama_repo(layers_per_shard=10**6, extra_shard=False, **kw)
+    (shard,) = [f for f in files if f.endswith(".safetensors")]
+    files["model.safetensors"] = files.pop(shard)
+    del files["model.safetensors.index.json"]
+    return files
+
+
 def qk_shards(files: dict[str, bytes]) -> set[str]:
     """The shards whose tensors include a q or k projection."""
     wmap = json.loads(files["model.safetensors.index.json"])["weight_map"]

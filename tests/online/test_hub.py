@@ -165,6 +165,17 @@ def test_gated_ranges_need_the_token_too(hub, monkeypatch):
     assert cdn and all(h.status == 206 for h in cdn)
 
 
+@pytest.mark.parametrize("ranges", [False, True])
+def test_single_file_layout(hub, reference, ranges):
+    files = hub.repos["org/single"].files
+    src = open_source("hub:org/single@main", ranges=ranges)
+    df = score(src)
+    src.close()
+    np.testing.assert_allclose(_numbers(df), reference(files), rtol=1e-6, equal_nan=True)
+    sent = sum(h.sent for h in hub.hits("GET", "/cdn/"))
+    assert (sent < len(files["model.safetensors"]) / 2) if ranges else (sent == len(files["model.safetensors"]))
+
+
 def test_repo_builder_spreads_qk_over_shards():
     files = llama_repo(n_layers=6, layers_per_shard=2)
     assert len(qk_shards(files)) == 3

@@ -113,7 +113,7 @@ class HubRepo:
         token = token or os.environ.get("HF_TOKEN") or get_token() or None
         rev = revision or "main"
         if _truthy(os.environ.get("HF_HUB_OFFLINE")):
-            return cls._from_cache(repo_id, rev, token, why="HF_HUB_OFFLINE=1")
+            return cls._from_cache(repo_id, rev, token, why="downloads are off (offline: HF_HUB_OFFLINE=1)")
         from huggingface_hub import HfApi
 
         try:
@@ -221,10 +221,10 @@ def _hub_error(repo_id: str, what: str, exc: BaseException) -> AttnscopeError:
         return InputError(f"{repo_id} is gated: accept its licence on huggingface.co and set HF_TOKEN")
     if isinstance(exc, hub_errors.RevisionNotFoundError):
         return InputError(f"{repo_id}: the hub repo has no revision of that name")
-    if isinstance(exc, hub_errors.RepositoryNotFoundError) or status in (401, 403, 404):
-        return InputError(f"{repo_id}: no such local path, and no such hub repo (or it is private: set HF_TOKEN)")
     if isinstance(exc, hub_errors.EntryNotFoundError):
         return InputError(f"{repo_id}: the hub repo has no {what}")
+    if isinstance(exc, hub_errors.RepositoryNotFoundError) or status in (401, 403, 404):
+        return InputError(f"{repo_id}: no such local path, and no such hub repo (or it is private: set HF_TOKEN)")
     if _unreachable(exc) or type(exc).__name__ in {"RemoteProtocolError", "ReadError", "IncompleteRead"}:
         return OfflineError(f"{repo_id}: downloading {what} failed ({_first_line(exc)}); run again to resume")
     return InputError(f"{repo_id}: cannot fetch {what} from the hub ({type(exc).__name__}: {_first_line(exc)})")
