@@ -107,12 +107,16 @@ def test_no_network_is_one_line(online_env, closed_port, monkeypatch, offline_fl
     assert code == 2 and err.strip().count("\n") == 0 and "not in the hub cache" in err
 
 
-def test_cached_model_is_scored_when_the_hub_is_unreachable(hub, closed_port, monkeypatch):
-    first = score("org/tiny")
+@pytest.mark.parametrize("ranges", [False, True])
+def test_cached_model_is_scored_when_the_hub_is_unreachable(hub, closed_port, monkeypatch, ranges):
+    first = score(open_source("org/tiny", ranges=ranges))
     monkeypatch.setenv("HF_ENDPOINT", closed_port)
-    np.testing.assert_allclose(_numbers(score("org/tiny")), _numbers(first), equal_nan=True)
+    src = open_source("org/tiny", ranges=ranges)
+    assert not src.repo.online and src.repo.sha == SHA_MAIN  # the commit recorded by the first run
+    np.testing.assert_allclose(_numbers(score(src)), _numbers(first), equal_nan=True)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    np.testing.assert_allclose(_numbers(score("org/tiny")), _numbers(first), equal_nan=True)
+    np.testing.assert_allclose(_numbers(score(open_source("org/tiny", ranges=ranges))), _numbers(first),
+                               equal_nan=True)
 
 
 def test_ranges_read_only_the_qk_bytes(hub, reference):

@@ -2,8 +2,9 @@
 
 * :func:`cache_dir` - ``ATTNSCOPE_CACHE``, else ``$XDG_CACHE_HOME/attnscope`` (``~/.cache/attnscope``).
 * :func:`download` - a URL to a file, through ``<target>.part`` (resumed with a Range request when the
-  server allows it, restarted otherwise), checked against an expected size and SHA-256 before it is
+  server allows it, restarted otherwise), checked by the caller's test (size, checksum) before it is
   renamed into place; a corrupt or short file is deleted and fetched once more, never used.
+* :func:`unreachable` - one quick question to a host before a client that would retry it for long.
 * :func:`get_range` - bytes ``[lo, hi)`` of a URL: following the hub's redirect to its CDN by hand (the
   token is only sent to the URL's own host), ``None`` when the server ignores ``Range``.
 
@@ -13,7 +14,6 @@ fast error (:class:`~attnscope.errors.OfflineError`), never a console full of re
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import os
 import urllib.error
@@ -82,37 +82,20 @@ def get_range(url: str, lo: int, hi: int, headers: dict[str, str] | None = None)
     return data, final
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(CHUNK), b""):
-            h.update(block)
-    return h.hexdigest()
+def download(url: str, target: Path, *, verify: Callable[[Path], str | None], what: str | None = None) -> Path:
+    """``url`` -> ``target``, checked by ``verify(path)`` (what is wrong, or None) before it is used.
 
-
-def download(
-    url: str,
-    target: Path,
-    *,
-    sha256: str | None = None,
-    size: int | None = None,
-    verify: Callable[[Path], str | None] | None = None,
-    what: str | None = None,
-    on_bytes: Callable[[int], None] | None = None,
-) -> Path:
-    """``url`` -> ``target``, verified; resumes ``target.part`` left by an interrupted run.
-
-    Checks: ``size``, ``sha256``, and ``verify(path)`` (returns what is wrong, or None). A file that
-    fails one is deleted and downloaded once more from scratch; a second failure is a
-    :class:`FormatError`. Network failures are one :class:`OfflineError` line (the partial file stays
-    for the next run to resume). ``target`` only ever appears complete and verified.
+    Resumes ``target.part`` left by an interrupted run. A file that fails the check is deleted and
+    downloaded once more from scratch; a second failure is a :class:`FormatError`. Network failures
+    are one :class:`OfflineError` line (the partial file stays for the next run to resume).
+    ``target`` only ever appears complete and checked.
     """
     what = what or target.name
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     for attempt in (1, 2):
-        _fetch(url, part, what, on_bytes)
-        problem = _check(part, sha256, size) or (verify(part) if verify is not None else None)
+        _fetch(url, part, what)
+        problem = verify(part)
         if problem is None:
             os.replace(part, target)
             return target
@@ -122,16 +105,7 @@ def download(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _check(path: Path, sha256: str | None, size: int | None) -> str | None:
-    n = path.stat().st_size
-    if size is not None and n != size:
-        return f"{n} bytes, expected {size}"
-    if sha256 is not None and sha256_file(path) != sha256.lower():
-        return "SHA-256 mismatch"
-    return None
-
-
-def _fetch(url: str, part: Path, what: str, on_bytes: Callable[[int], None] | None) -> None:
+def _fetch(url: str, part: Path, what: str) -> None:
     """Append the rest of ``url`` to ``part`` (a Range request from its size; restart on a 200)."""
     have = part.stat().st_size if part.exists() else 0
     headers = {"Accept-Encoding": "identity"}
@@ -156,8 +130,6 @@ def _fetch(url: str, part: Path, what: str, on_bytes: Callable[[int], None] | No
                         break
                     fh.write(block)
                     got += len(block)
-                    if on_bytes is not None:
-                        on_bytes(len(block))
         if 0 <= got < expected:
             raise http.client.IncompleteRead(b"", expected - got)
     except urllib.error.HTTPError as exc:
