@@ -61,6 +61,9 @@ def test_a_revision_is_resolved_and_scored(hub, reference):
                                equal_nan=True)
     with pytest.raises(InputError, match="no revision"):
         score("org/tiny@nope")
+    hub.clear()  # a commit hash is immutable: once cached, no request at all
+    np.testing.assert_allclose(_numbers(score("org/tiny@" + "b" * 40)), _numbers(df), equal_nan=True)
+    assert hub.log == []
 
 
 def test_gated_repo_names_hf_token_and_works_with_it(hub, monkeypatch, reference):

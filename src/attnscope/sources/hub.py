@@ -95,6 +95,7 @@ class HubRepo:
         self.token = token
         self.sha = sha
         self.files = files
+        self.files_known = True  # the hub's file list (False: only what the cached snapshot holds)
         self.online = online
         self.endpoint = hub_endpoint()
         self.cache = hub_cache()
@@ -114,6 +115,15 @@ class HubRepo:
         rev = revision or "main"
         if _truthy(os.environ.get("HF_HUB_OFFLINE")):
             return cls._from_cache(repo_id, rev, token, why="downloads are off (offline: HF_HUB_OFFLINE=1)")
+        snap = cls.storage(repo_id) / "snapshots" / rev
+        if _SHA.match(rev) and all(
+            any((snap / f).is_file() for f in names) for names in (("config.json",), INDEX_FILES + SINGLE_FILES)
+        ):
+            # a commit never changes: its cached snapshot needs no request; files missing from it
+            # are still downloaded (online=True)
+            repo = cls._from_cache(repo_id, rev, token, why="")
+            repo.online, repo.files_known = True, False
+            return repo
         from huggingface_hub import HfApi
 
         try:
@@ -153,7 +163,7 @@ class HubRepo:
         path = self.local(filename)
         if path is not None:
             return path
-        if self.online and filename not in self.files:
+        if self.online and self.files_known and filename not in self.files:
             raise InputError(f"{self.repo_id}: the hub repo has no {filename}")
         if not self.online:
             raise OfflineError(f"{self.repo_id}: {filename} is not in the hub cache and the hub cannot be used")
