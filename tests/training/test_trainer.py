@@ -93,6 +93,27 @@ def _params(ckpt: Path) -> dict[str, torch.Tensor]:
     return load_file(str(ckpt / "model.safetensors"))
 
 
+#: the CLI with a hook that holds the run (sleeps) once step 4 is logged, so the test can kill it there
+HOLD_AT_STEP_4 = """
+import sys, time
+from pathlib import Path
+from attnscope.cli import main
+from attnscope.training.runlog import RunLog
+
+held, log = Path(sys.argv[1]), RunLog.log
+
+def log_then_hold(self, rec):
+    log(self, rec)
+    if rec["step"] == 4:
+        held.touch()
+        time.sleep(600)
+
+RunLog.log = log_then_hold
+sys.argv = ["attnscope", *sys.argv[2:]]
+main()
+"""
+
+
 def test_resume_after_sigkill_reaches_the_same_weights(tmp_path, cli_inproc):
     """SIGKILL the CLI after its first checkpoint, resume, compare with an uninterrupted run."""
     args = ["train", "--objective", "mlm", "--n-layers", "2", "--n-heads", "4", "--d-model", "32", "--d-ff", "64",
@@ -104,12 +125,12 @@ def test_resume_after_sigkill_reaches_the_same_weights(tmp_path, cli_inproc):
     assert code == 0, err
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "attnscope", *args, "--out", str(killed)],
-                            env={**os.environ, "ATTNSCOPE_STEP_DELAY": "0.25"},
+    held = tmp_path / "held"  # the hook writes it, then holds the run at step 4 (after checkpoint 3)
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_AT_STEP_4, str(held), *args, "--out", str(killed)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 240
-        while not (killed / "checkpoints" / "step-3").is_dir():
+        while not held.exists():
             assert proc.poll() is None, "run ended before it could be killed"
             assert time.time() < deadline
             time.sleep(0.02)
@@ -118,8 +139,8 @@ def test_resume_after_sigkill_reaches_the_same_weights(tmp_path, cli_inproc):
     finally:
         if proc.poll() is None:
             proc.kill()
-    steps = [s for s, _ in list_checkpoints(killed)]
-    assert steps and max(steps) < 8
+    assert [s for s, _ in list_checkpoints(killed)] == [3]
+    assert [r["step"] for r in metrics(killed)][-1] == 4  # logged after the checkpoint: resume drops it
     code, _, err = cli_inproc(*args, "--out", str(killed), "--resume")
     assert code == 0, err
     a, b = _params(full / "checkpoints" / "step-8"), _params(killed / "checkpoints" / "step-8")

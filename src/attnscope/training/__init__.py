@@ -2,6 +2,19 @@
 
 Modules: :mod:`.model` (the Transformer, its config, presets, inits, save/load), :mod:`.data`
 (corpora, splits, windows), :mod:`.tokenizers`, :mod:`.objectives` (mlm / clm batches and loss),
-:mod:`.trainer` (the loop, checkpoints, resume, logging), :mod:`.compare` (run comparison tables).
-Heavy imports (torch) happen when those modules are imported, not here.
+:mod:`.config` (TrainConfig, the schedule), :mod:`.trainer` (the loop), :mod:`.checkpoints`,
+:mod:`.runlog` (metrics.jsonl, W&B / TensorBoard), :mod:`.distributed`, :mod:`.compare` (run
+comparison tables). Names load on first use, so importing the package does not import torch.
 """
+
+from attnscope._exports import lazy_exports
+
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    ".config": ["TrainConfig", "lr_at"],
+    ".trainer": ["train"],
+    ".checkpoints": ["list_checkpoints"],
+    ".model": ["ModelConfig", "Transformer", "PRESETS", "load_model", "save_model", "preset_config", "init_weights"],
+    ".data": ["open_corpus", "heldout_windows"],
+    ".tokenizers": ["load_tokenizer"],
+    ".compare": ["compare"],
+})

@@ -153,6 +153,11 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
+def repeat_kv(x: torch.Tensor, n_rep: int, dim: int) -> torch.Tensor:
+    """Repeat each kv head ``n_rep`` times along ``dim``: query head h reads kv head h // n_rep (HF's repeat_kv)."""
+    return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=dim)
+
+
 # --------------------------------------------------------------------------- blocks
 
 
@@ -171,14 +176,19 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.d_model, kv_dim, bias=cfg.bias)
         self.o_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
 
+    def expanded_k(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """W_k [h*e, d] and b_k [h*e] repeated over each kv group: query head h's key projection."""
+        r = self.n_heads // self.n_kv
+        w = repeat_kv(self.k_proj.weight.view(self.n_kv, self.d_head, -1), r, dim=0)  # [h, e, d]
+        b = self.k_proj.bias
+        b = None if b is None else repeat_kv(b.view(self.n_kv, self.d_head), r, dim=0).reshape(-1)
+        return w.reshape(self.n_heads * self.d_head, -1), b
+
     def q_weight(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """W_q [h*e, d] and b_q: the own parameter, or k's expanded over each kv group when tied."""
         if not self.tie_qk:
             return self.q_proj.weight, self.q_proj.bias
-        r = self.n_heads // self.n_kv
-        w = self.k_proj.weight.view(self.n_kv, self.d_head, -1).repeat_interleave(r, dim=0)
-        b = None if self.k_proj.bias is None else self.k_proj.bias.view(self.n_kv, -1).repeat_interleave(r, 0)
-        return w.reshape(self.n_heads * self.d_head, -1), None if b is None else b.reshape(-1)
+        return self.expanded_k()
 
     def forward(
         self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor] | None, need_probs: bool
@@ -191,9 +201,8 @@ class Attention(nn.Module):
         if rope is not None:
             cos, sin = rope[0][:t], rope[1][:t]
             q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        if self.n_kv != self.n_heads:  # query head h reads kv head h // (h/g) (HF repeat_kv)
-            r = self.n_heads // self.n_kv
-            k, v = k.repeat_interleave(r, dim=1), v.repeat_interleave(r, dim=1)  # [b, h, t, e]
+        r = self.n_heads // self.n_kv
+        k, v = repeat_kv(k, r, dim=1), repeat_kv(v, r, dim=1)  # [b, h, t, e]
         p_drop = self.dropout if self.training else 0.0
         probs = None
         if self.pattern is not None:
@@ -365,18 +374,10 @@ def init_weights(model: Transformer, init: str = "default", generator: torch.Gen
                 if lin is not None:
                     _torch_default_linear(lin, generator)
         if not attn.tie_qk:
-            w, b = _expand_kv(attn)
+            w, b = attn.expanded_k()
             attn.q_proj.weight.copy_(w)
             if b is not None:
                 attn.q_proj.bias.copy_(b)
-
-
-def _expand_kv(attn: Attention) -> tuple[torch.Tensor, torch.Tensor | None]:
-    r = attn.n_heads // attn.n_kv
-    w = attn.k_proj.weight.view(attn.n_kv, attn.d_head, -1).repeat_interleave(r, dim=0).reshape(-1, attn.k_proj.in_features)
-    b = attn.k_proj.bias
-    b = None if b is None else b.view(attn.n_kv, attn.d_head).repeat_interleave(r, dim=0).reshape(-1)
-    return w, b
 
 
 def _torch_default_linear(lin: nn.Linear, generator: torch.Generator | None) -> None:
@@ -399,9 +400,9 @@ def export_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     if model.config.tie_qk:
         for i, block in enumerate(model.blocks):
             w, b = block.attn.q_weight()
-            sd[f"blocks.{i}.attn.q_proj.weight"] = w.detach().cpu().contiguous()
+            sd[f"blocks.{i}.attn.q_proj.weight"] = w.detach().cpu().clone(memory_format=torch.contiguous_format)
             if b is not None:
-                sd[f"blocks.{i}.attn.q_proj.bias"] = b.detach().cpu().contiguous()
+                sd[f"blocks.{i}.attn.q_proj.bias"] = b.detach().cpu().clone(memory_format=torch.contiguous_format)
     return sd
 
 

@@ -1,0 +1,87 @@
+"""Where a run executes: the device check, DDP under ``torchrun`` and the few collective operations.
+
+Every process draws the same global batch and keeps its slice (see :mod:`.trainer`), so the only
+communication besides DDP's gradient all-reduce is the mean of the logged loss and the gathering of
+every rank's RNG state for a checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from attnscope.errors import ConfigError
+
+
+@dataclass
+class Dist:
+    """This process's place in the job (rank 0 of 1 without torchrun)."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def check_device(device: str) -> None:
+    """ConfigError (one line) unless ``device`` names a device this machine has (cpu, cuda[:N], mps)."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(f"unknown device {device!r}; use cpu, cuda, cuda:N or mps") from None
+    if dev.type == "cpu":
+        return
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"device {device!r} asked for, but this machine has no usable CUDA GPU")
+        if dev.index is not None and dev.index >= count:
+            raise ConfigError(f"device {device!r} does not exist: this machine has {count} CUDA device(s)")
+        return
+    if dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError(f"device {device!r} asked for, but MPS is not available on this machine")
+        return
+    raise ConfigError(f"unsupported device {device!r}; use cpu, cuda, cuda:N or mps")
+
+
+def init_distributed(device: str) -> Dist:
+    """DDP under torchrun (gloo on CPU, nccl on CUDA); a single process otherwise."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Dist()
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if str(device).startswith("cuda") else "gloo")
+    return Dist(dist.get_rank(), dist.get_world_size())
+
+
+def gather_rng(d: Dist):
+    """Every rank's torch RNG state stacked [world, n] (ranks drop out differently)."""
+    import torch
+
+    mine = torch.get_rng_state()
+    if d.world == 1:
+        return mine[None]
+    import torch.distributed as dist
+
+    out = [None] * d.world
+    dist.all_gather_object(out, mine)
+    return torch.stack(out)
+
+
+def mean_across(x: float, d: Dist) -> float:
+    """The mean of ``x`` over all ranks (``x`` itself in a single process)."""
+    if d.world == 1:
+        return x
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([x], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t) / d.world

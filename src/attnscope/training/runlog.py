@@ -1,0 +1,176 @@
+"""What a run writes besides checkpoints: the run directory check, run.json, metrics.jsonl, W&B / TensorBoard.
+
+    RUN_DIR/run.json        the resolved configuration
+    RUN_DIR/metrics.jsonl   one JSON object per logged step (step, loss, lr, ...; ``geometry``: score
+                            records at step 0 and every K steps; eval_* keys at evaluation steps)
+    RUN_DIR/summary.json    final numbers and the geometry-logging overhead
+
+:class:`RunLog` appends to metrics.jsonl (a failed append is cut back, so the file never ends in half a
+line we wrote) and mirrors scalars to W&B / TensorBoard when asked; :meth:`RunLog.rewind` is what a
+resume does to it: keep the lines up to the checkpoint, drop a torn last line (a crash mid-write).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from attnscope.errors import FormatError, InputError
+
+from .checkpoints import disk_errors
+from .config import TrainConfig
+
+
+def check_out_dir(out: str | os.PathLike) -> None:
+    """InputError (one line) unless a run directory can be created and written at ``out``.
+
+    Checked before any work: walks up to the nearest existing folder (a file on the way is an error)
+    and creates and removes a probe directory there, which also catches read-only mounts and /proc.
+    """
+    path = Path(out).expanduser().absolute()
+    base = path
+    while not base.exists():
+        base = base.parent
+    if not base.is_dir():
+        raise InputError(f"cannot use --out {out}: {base} is a file, not a directory")
+    try:
+        probe = tempfile.mkdtemp(prefix=".attnscope-probe-", dir=base)
+        os.rmdir(probe)
+    except OSError as exc:
+        raise InputError(f"cannot write the run directory {out}: {base} is not writable ({os.strerror(exc.errno)})") from None
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any] | None:
+    """The stored configuration of a run (None if there is none); FormatError if it is corrupt."""
+    path = run_dir / "run.json"
+    if not path.is_file():
+        return None
+    try:
+        stored = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        stored = exc
+    if not isinstance(stored, dict):
+        raise FormatError(f"{path} is corrupt ({type(stored).__name__}); restore it, or delete it to resume "
+                          "without checking the settings")
+    return stored
+
+
+def geometry_records(model, model_config, name: str) -> list[dict[str, Any]]:
+    """Per-head and per-layer score records of the live weights.
+
+    The same path as ``attnscope geometry CHECKPOINT``: the attnscope family spec reads q/k from the
+    exported state dict and :func:`attnscope.geometry.score_factors` scores each layer (no table is
+    built, which keeps logging cheap).
+    """
+    from attnscope.families import get_family
+    from attnscope.geometry import score_factors
+    from attnscope.geometry.score import RECORD_COLUMNS
+    from attnscope.sources.base import DictSource
+
+    from .model import export_state_dict, hf_config
+
+    config = hf_config(model_config)
+    source = DictSource(export_state_dict(model), config, name=name)
+    family = get_family(config)
+    out = []
+    for factors in family.iter_factors(source):
+        for rec in score_factors(factors):
+            rec = {"model": name, "family": family.name, **rec}
+            out.append({c: _jsonable(rec.get(c)) for c in RECORD_COLUMNS})
+    return out
+
+
+def _jsonable(v: Any) -> Any:
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v
+
+
+class RunLog:
+    """metrics.jsonl (always, main rank) plus W&B / TensorBoard when asked (imported lazily)."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, active: bool) -> None:
+        self.active = active
+        self.path = run_dir / "metrics.jsonl"
+        self.wandb = self.tb = None
+        if not active:
+            return
+        if cfg.wandb:
+            try:
+                import wandb
+            except ImportError:
+                raise InputError("--wandb needs the optional 'wandb' package (pip install wandb)") from None
+            self.wandb = wandb.init(project=cfg.wandb, config=asdict(cfg), dir=str(run_dir), resume="allow")
+        if cfg.tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise InputError("--tensorboard needs the optional 'tensorboard' package") from None
+            self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def rewind(self, step: int) -> None:
+        """Keep the records up to ``step`` (a resumed run re-logs the rest).
+
+        A torn last line (a crash or a full disk mid-write) is dropped; any other line that is not a
+        record is a FormatError naming it.
+        """
+        if not self.active or not self.path.is_file():
+            return
+        from attnscope.tables import atomic_write_text
+
+        lines = self.path.read_bytes().split(b"\n")
+        keep = []
+        for i, raw in enumerate(lines, 1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+                rec_step = rec["step"] if isinstance(rec, dict) else None
+            except (ValueError, KeyError):
+                rec_step = None
+            if not isinstance(rec_step, int):
+                if all(not rest.strip() for rest in lines[i:]):  # the last line: torn by a crash
+                    break
+                raise FormatError(f"{self.path} line {i} is not a metrics record; fix or delete that line to resume")
+            if rec_step <= step:
+                keep.append(raw.decode("utf-8", "replace") + "\n")
+        with disk_errors(self.path):
+            atomic_write_text(self.path, "".join(keep))
+
+    def log(self, rec: dict[str, Any]) -> None:
+        """Append one record (and mirror its scalars to W&B / TensorBoard)."""
+        if not self.active:
+            return
+        line = (json.dumps(rec) + "\n").encode()
+        with disk_errors(self.path), open(self.path, "ab", buffering=0) as fh:
+            size = fh.seek(0, os.SEEK_END)
+            try:
+                done = 0
+                while done < len(line):
+                    done += fh.write(line[done:])
+            except OSError:
+                os.ftruncate(fh.fileno(), size)  # never leave half a line behind
+                raise
+        scalars = {k: v for k, v in rec.items() if isinstance(v, (int, float)) and k != "step"}
+        for r in rec.get("geometry", ()):  # the layer scores go to W&B and TensorBoard alike
+            if r.get("level") == "layer":
+                scalars[f"symmetry/layer{r['layer']}"] = r["symmetry"]
+                scalars[f"directionality/layer{r['layer']}"] = r["directionality"]
+        if self.wandb is not None:
+            self.wandb.log(scalars, step=rec["step"])
+        if self.tb is not None:
+            for k, v in scalars.items():
+                self.tb.add_scalar(k, v, rec["step"])
+
+    def close(self) -> None:
+        if self.wandb is not None:
+            self.wandb.finish()
+        if self.tb is not None:
+            self.tb.close()
