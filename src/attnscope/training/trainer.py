@@ -329,4 +329,4 @@ def _diverged(step: int, what: float | str, run_dir: Path) -> ConfigError:
     ckpts = list_checkpoints(run_dir)
     kept = f"the last good checkpoint is {ckpts[-1][1]}" if ckpts else "no checkpoint was written"
     what = f"the training loss became {what}" if isinstance(what, float) else f"the model has {what}"
-    return ConfigError(f"stopped at step {step}: {what} ({kept}); try a lower --lr or a --clip")
+    return ConfigError(f"stopped at step {step}: {what} ({kept}); try a lower --lr")
