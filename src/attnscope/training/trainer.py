@@ -156,14 +156,18 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                 for group in opt.param_groups:
                     group["lr"] = lr
                 opt.zero_grad(set_to_none=True)
-                step_loss = 0.0
+                step_loss, labelled = 0.0, 0
                 for micro in range(cfg.grad_accum):
                     inputs, labels = batches.next()
                     last = micro == cfg.grad_accum - 1
                     with (nullcontext() if last or ddp_model is model else ddp_model.no_sync()), _autocast(cfg):
                         loss = model_loss(ddp_model, inputs, labels) / cfg.grad_accum
                         loss.backward()
-                    step_loss += float(loss.detach())
+                    if bool((labels != IGNORE).any()):  # mlm may select no position: nan loss, zero gradient
+                        step_loss += float(loss.detach())
+                        labelled += 1
+                if 0 < labelled < cfg.grad_accum:
+                    step_loss *= cfg.grad_accum / labelled
                 step_loss = mean_across(step_loss, dist)
                 if not math.isfinite(step_loss):
                     raise _diverged(step + 1, step_loss, run_dir)
@@ -171,16 +175,17 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
                 opt.step()
                 step += 1
-                totals.loss_sum += step_loss
-                totals.loss_n += 1
+                if labelled or dist.world > 1:
+                    totals.loss_sum += step_loss
+                    totals.loss_n += 1
                 totals.tokens += cfg.batch_size * cfg.seq_len * cfg.grad_accum * dist.world
                 totals.train_seconds += time.perf_counter() - t0
 
                 scored = step % cfg.score_every == 0 or step == cfg.steps
                 evaluated = step % (cfg.eval_every or cfg.checkpoint_every) == 0 or step == cfg.steps
                 if dist.main and (step % cfg.log_every == 0 or scored or evaluated):
-                    rec = {"step": step, "loss": totals.loss_sum / max(totals.loss_n, 1), "lr": lr,
-                           "tokens": totals.tokens}
+                    loss = totals.loss_sum / totals.loss_n if totals.loss_n else None  # None: nothing labelled
+                    rec = {"step": step, "loss": loss, "lr": lr, "tokens": totals.tokens}
                     totals.loss_sum, totals.loss_n = 0.0, 0
                     if scored:
                         totals.geometry_seconds += _log_geometry(rec, model, mcfg, name)
@@ -189,7 +194,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                     rec.update(train_seconds=round(totals.train_seconds, 4),
                                geometry_seconds=round(totals.geometry_seconds, 4))
                     log.log(rec)
-                    bar.update(completed=step, loss=f"{rec['loss']:.4f}")
+                    bar.update(completed=step, loss="-" if loss is None else f"{loss:.4f}")
                 else:
                     bar.update(completed=step)
                 if step % cfg.checkpoint_every == 0 or step == cfg.steps:
@@ -293,9 +298,12 @@ def evaluate(model: Transformer, eval_batches: list, cfg: TrainConfig, bytes_per
     nats, count = 0.0, 0
     for inputs, labels in eval_batches:
         n = int((labels != IGNORE).sum())
-        nats += _loss(model, inputs, labels, cfg) * n
+        if n:  # a batch without labelled positions has a nan loss and no weight
+            nats += _loss(model, inputs, labels, cfg) * n
         count += n
-    loss = nats / max(count, 1)
+    if not count:
+        return {}
+    loss = nats / count
     bpt = loss / math.log(2)
     return {"eval_loss": loss, "eval_ppl": math.exp(min(loss, 50.0)), "eval_bits_per_token": bpt,
             "eval_bits_per_byte": bpt / bytes_per_token}
