@@ -285,3 +285,29 @@ def test_property_maps_are_distributions_and_paths_agree(n_kv, t, causal, pos, s
     for m in maps:
         assert torch.all(m >= 0)
         torch.testing.assert_close(m.sum(-1), torch.ones(2, 4, t), atol=1e-5, rtol=1e-5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(g=st.integers(1, 4), r=st.integers(1, 4), dim=st.integers(0, 2))
+def test_repeat_kv_gives_query_head_h_its_kv_head_h_over_r(g, r, dim):
+    from attnscope.training.model import repeat_kv
+
+    shape = [3, 3, 3]
+    shape[dim] = g
+    x = torch.randn(shape)
+    out = repeat_kv(x, r, dim=dim)
+    assert out.shape[dim] == g * r
+    for h in range(g * r):  # the explicit rule, head by head
+        assert torch.equal(out.select(dim, h), x.select(dim, h // r))
+
+
+@pytest.mark.parametrize("n_kv", [4, 2, 1])
+def test_expanded_k_is_the_kv_head_of_every_query_head(n_kv):
+    cfg = tiny(n_kv_heads=n_kv)
+    attn = Transformer(cfg).blocks[0].attn
+    w, b = attn.expanded_k()
+    r, e = cfg.n_heads // n_kv, cfg.d_head
+    for h in range(cfg.n_heads):
+        g = h // r
+        assert torch.equal(w[h * e : (h + 1) * e], attn.k_proj.weight[g * e : (g + 1) * e])
+        assert torch.equal(b[h * e : (h + 1) * e], attn.k_proj.bias[g * e : (g + 1) * e])

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnscope.errors import ConfigError, FormatError, InputError, UnsupportedError
+from attnscope.errors import ConfigError, FormatError, InputError
 
 MODEL_TYPE = "attnscope"
 NORMS = ("post", "pre")
@@ -85,10 +85,8 @@ class ModelConfig:
         if self.vocab_size is not None and (not isinstance(self.vocab_size, int) or self.vocab_size <= 0):
             raise ConfigError(f"vocab_size must be a positive integer, not {self.vocab_size!r}")
         if self.attn_pattern is not None:
-            try:
-                from attnscope.sparse.patterns import load_pattern
-            except ImportError:
-                raise UnsupportedError("attn_pattern needs attnscope.sparse, which is not available") from None
+            from attnscope.sparse.patterns import load_pattern
+
             load_pattern(self.attn_pattern, n_heads=self.n_heads)  # one-line error for a bad pattern
         return self
 
@@ -220,12 +218,8 @@ class Attention(nn.Module):
         return self.o_proj(y), probs
 
     def _sparse(self, q, k, v, need_probs):
-        try:
-            from attnscope.sparse.attention import sparse_attention
-        except ImportError:
-            raise UnsupportedError(
-                f"attn_pattern {self.pattern!r} needs attnscope.sparse.attention, which is not available"
-            ) from None
+        from attnscope.sparse.attention import sparse_attention
+
         # note: the sparse kernel applies no dropout to its probabilities
         out = sparse_attention(q, k, v, self.pattern, causal=self.causal, return_probs=need_probs)
         return out if need_probs else (out, None)
