@@ -92,14 +92,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         torch.set_num_threads(cfg.threads)
     dist = init_distributed(cfg.device)
     run_dir = Path(cfg.out)
-    if cfg.resume and dist.main:
-        clean_leftovers(run_dir)  # a kill mid-checkpoint
-    existing = list_checkpoints(run_dir)
-    if not cfg.resume and (existing or (run_dir / "metrics.jsonl").exists()):
-        raise InputError(f"{run_dir} already holds a run; add --resume to continue it or choose a new --out")
-    stored = read_run_json(run_dir) if cfg.resume else None
-    if stored is not None:
-        check_same_run(cfg, stored)
+    existing = _checkpoints_to_resume(cfg, run_dir, dist)
     mcfg = cfg.model_config()  # config errors before any data is read
     corpus = open_corpus(cfg.data)
     if dist.main:
@@ -217,6 +210,19 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- the pieces of a run
+
+
+def _checkpoints_to_resume(cfg: TrainConfig, run_dir: Path, dist: Dist) -> list[tuple[int, Path]]:
+    """The run's checkpoints; an error if --out holds a run and --resume is missing, or holds another run."""
+    if cfg.resume and dist.main:
+        clean_leftovers(run_dir)  # a kill mid-checkpoint
+    existing = list_checkpoints(run_dir)
+    if not cfg.resume and (existing or (run_dir / "metrics.jsonl").exists()):
+        raise InputError(f"{run_dir} already holds a run; add --resume to continue it or choose a new --out")
+    stored = read_run_json(run_dir) if cfg.resume else None
+    if stored is not None:
+        check_same_run(cfg, stored)
+    return existing
 
 
 def _prepare_tokenizer(cfg: TrainConfig, corpus, run_dir: Path):
