@@ -112,6 +112,9 @@ def _unwritable(tmp_path: Path, kind: str) -> Path:
     if kind == "parent is a file":
         (tmp_path / "file").write_text("x")
         return tmp_path / "file" / "run"
+    if kind == "out is a file":
+        (tmp_path / "file").write_text("x")
+        return tmp_path / "file"
     if kind == "read-only dir":
         if os.geteuid() == 0:
             pytest.skip("root can write into a read-only directory")
@@ -122,7 +125,7 @@ def _unwritable(tmp_path: Path, kind: str) -> Path:
     return Path("/proc/attnscope-run")
 
 
-@pytest.mark.parametrize("kind", ["parent is a file", "read-only dir", "/proc"])
+@pytest.mark.parametrize("kind", ["parent is a file", "out is a file", "read-only dir", "/proc"])
 def test_unwritable_out_is_refused_before_any_work(tmp_path, cli_inproc, monkeypatch, kind):
     import attnscope.training.trainer as trainer
 
@@ -132,8 +135,9 @@ def test_unwritable_out_is_refused_before_any_work(tmp_path, cli_inproc, monkeyp
         raise AssertionError("the corpus was opened before --out was checked")
 
     monkeypatch.setattr(trainer, "open_corpus", no_work)
+    before = out.read_text() if out.is_file() else None
     one_line_exit_2(train_cli(cli_inproc, out, "--steps", "1"), "cannot", str(out))
-    assert not out.exists()
+    assert (out.read_text() if out.is_file() else None) == before and not out.is_dir()
 
 
 def test_a_diverging_loss_stops_at_once_and_keeps_the_last_good_checkpoint(tmp_path, cli_inproc):
@@ -198,6 +202,14 @@ def test_resume_with_a_corrupt_run_json_is_one_line(finished, cli_inproc, conten
     (finished / "run.json").write_text(content)
     one_line_exit_2(resume(cli_inproc, finished), "run.json is corrupt")
     assert [s for s, _ in list_checkpoints(finished)] == [2]
+
+
+def test_resume_from_a_checkpoint_without_running_totals_is_one_line(finished, cli_inproc):
+    path = finished / "checkpoints" / "step-2" / "trainer_state.pt"
+    state = torch.load(path, weights_only=True)
+    del state["accumulators"]["tokens"]
+    torch.save(state, path)
+    one_line_exit_2(resume(cli_inproc, finished), "step-2 is corrupt")
 
 
 def test_resume_removes_leftovers_of_a_killed_checkpoint_write(finished, cli_inproc):

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from attnscope.errors import ConfigError, InputError
+from attnscope.errors import ConfigError, FormatError, InputError
 from attnscope.progress import progress
 from attnscope.tables import atomic_write_json
 
@@ -120,7 +120,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.resume:
         if existing:
             step, ckpt = existing[-1]
-            totals = Totals.from_state(load_checkpoint(ckpt, model, opt, batches.gen, dist.rank, dist.world))
+            saved = load_checkpoint(ckpt, model, opt, batches.gen, dist.rank, dist.world)
+            try:
+                totals = Totals.from_state(saved)
+            except KeyError as exc:
+                raise FormatError(f"checkpoint {ckpt} is corrupt (no running total {exc}); delete it to resume "
+                                  "from the previous one") from None
         log.rewind(step if existing else -1)
     if dist.main:
         with disk_errors(run_dir / "run.json"):
