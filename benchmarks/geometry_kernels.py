@@ -5,10 +5,14 @@ Variants, all computing ||M_h||_F^2, tr(M_h M_h) and the row/column norms of eve
 * ``ours``          attnscope.geometry.kernels.head_stats (no copies, BLAS single-threaded);
 * ``ours-threads``  the same with the BLAS default thread count (ATTNSCOPE_KERNEL_THREADS=default);
 * ``loop-de``       a per-head Python loop of 2-D products on [d, e] factors (the obvious port);
-* ``einsum``        the formulas written as plain np.einsum contractions (no BLAS, optimize=False);
-* ``explicit``      M_h materialised (d x d), s and norms from it (the paper's approach).
+* ``explicit``      M_h materialised (d x d), s and norms from it (the paper's approach), on the same
+                    float32 tensors in memory (like for like).
 
 Repetitions are interleaved so machine load hits every variant alike; the best of N is reported.
+The machine's limit: a single-threaded float32 GEMM of the kernel's own shape ([r e, d] x [d, e],
+timed in the same interleaved loop) gives the GFLOP/s one core sustains; the FLOP floor is the
+~3.5 d e^2 multiply-adds per head the factored formulas need (issue 11), so the floor time is
+7 d e^2 / that rate. ``ours`` does 4 d e^2 + d e^2 / r multiply-adds (K^T K once per group).
 
     nice python benchmarks/geometry_kernels.py [--reps 3] [--heads 8]
 """
@@ -32,15 +36,6 @@ def loop_de(q: np.ndarray, k: np.ndarray) -> None:
         x = kh.T @ qh
         float((a * b).sum()), float((x * x.T).sum())
         ((qh @ b) * qh).sum(1), ((kh @ a) * kh).sum(1)
-
-
-def einsum_naive(q: np.ndarray, k: np.ndarray) -> None:
-    kk = k[np.arange(q.shape[0]) // (q.shape[0] // k.shape[0])]
-    a = np.einsum("hde,hdf->hef", q, q)
-    b = np.einsum("hde,hdf->hef", kk, kk)
-    x = np.einsum("hde,hdf->hef", kk, q)
-    np.einsum("hef,hef->h", a, b), np.einsum("hef,hfe->h", x, x)
-    np.einsum("hde,hef,hdf->hd", q, b, q), np.einsum("hde,hef,hdf->hd", kk, a, kk)
 
 
 def explicit(q: np.ndarray, k: np.ndarray) -> None:
@@ -68,6 +63,14 @@ def main() -> None:
     k = wk.reshape(g, E, D).transpose(0, 2, 1)
     qc, kc = np.ascontiguousarray(q), np.ascontiguousarray(k)
 
+    from attnscope.geometry.kernels import kernel_threads
+
+    stacked = np.ascontiguousarray(wq[: (h // g) * E])  # [r e, d]: the stacked heads of one group
+
+    def gemm() -> None:
+        with kernel_threads():
+            stacked @ k[0]
+
     def ours_threads() -> None:
         old = os.environ.get("ATTNSCOPE_KERNEL_THREADS")
         os.environ["ATTNSCOPE_KERNEL_THREADS"] = "default"
@@ -80,7 +83,7 @@ def main() -> None:
         "ours": lambda: head_stats(q, k).directionality(),
         "ours-threads": ours_threads,
         "loop-de": lambda: loop_de(qc, kc),
-        "einsum": lambda: einsum_naive(qc, kc),
+        "gemm (limit)": lambda: gemm(),
         "explicit": lambda: explicit(q, k),
     }
     best = {name: float("inf") for name in variants}
@@ -90,15 +93,28 @@ def main() -> None:
             fn()
             best[name] = min(best[name], (time.perf_counter() - t0) / h)
     load = os.getloadavg()[0]
+    r = h // g
+    rate = 2 * r * E * D * E / (best["gemm (limit)"] * h)  # flop/s of one core on the kernel's GEMM shape
+    flops = {"ours": 2 * (4 + 1 / r) * D * E * E, "loop-de": 2 * 5 * D * E * E, "explicit": 2 * D * D * E + 4 * D * D}
+    flops["ours-threads"] = flops["ours"]
+    floor = 7 * D * E * E / rate
     lines = [
         f"### Kernel variants (benchmarks/geometry_kernels.py; {h} heads of d={D}, d_h={E}, best of {args.reps}, "
-        f"load average {load:.1f} on {os.cpu_count()} cores)",
+        f"load average {load:.1f} on {os.cpu_count()} shared cores)",
         "",
-        "| variant | ms per head | vs ours |",
-        "|---|---|---|",
+        f"One core's float32 GEMM on the kernel's shape: **{rate / 1e9:.0f} GFLOP/s**; FLOP floor "
+        f"(3.5 d d_h^2 multiply-adds = {7 * D * E * E / 1e9:.2f} GFLOP per head) at that rate: **{floor * 1e3:.1f} ms/head**.",
+        "",
+        "| variant | ms per head | GFLOP/s | vs ours | explicit / variant |",
+        "|---|---|---|---|---|",
     ]
     for name, t in best.items():
-        lines.append(f"| {name} | {t * 1e3:.1f} | {t / best['ours']:.1f}x |")
+        if name == "gemm (limit)":
+            continue
+        lines.append(
+            f"| {name} | {t * 1e3:.1f} | {flops[name] / t / 1e9:.0f} | {t / best['ours']:.1f}x | {best['explicit'] / t:.1f}x |"
+        )
+    lines.append(f"| FLOP floor (1 core) | {floor * 1e3:.1f} | {rate / 1e9:.0f} | {floor / best['ours']:.2f}x | {best['explicit'] / floor:.1f}x |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.md:

@@ -65,7 +65,7 @@ def test_report_content_matches_the_scores(tiny_report) -> None:
     assert (row["symmetry_published"], row["directionality_published"]) == (PUBLISHED_S, PUBLISHED_D)
     assert rep.metadata["hidden_size"] == 32 and rep.metadata["num_attention_heads"] == 4
     page = render_html(rep)
-    assert f"{PUBLISHED_S:+.3f}" in page and f"{PUBLISHED_D:+.3f}" in page
+    assert f"{PUBLISHED_S:.3f}" in page and f"{PUBLISHED_D:.3f}" in page
     assert f"{row['symmetry_median']:+.2f}" in page
     assert "random-init" in page
     pngs = _pngs(page)

@@ -194,7 +194,7 @@ details { margin: 0.5em 0 1em; } .scroll { overflow-x: auto; }
 
 def _cell(v: Any, digits: int = 3) -> str:
     if isinstance(v, float):
-        return "&ndash;" if v != v else f"{v:+.{digits}f}" if abs(v) < 10 else f"{v:.4g}"
+        return "&ndash;" if v != v else f"{v:.{digits}f}" if abs(v) < 10 else f"{v:.4g}"
     return html.escape(str(v))
 
 
