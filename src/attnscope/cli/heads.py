@@ -96,8 +96,8 @@ def _summary(df, info, out, js, plot_dir) -> None:
     print_table(con, "per layer: median over heads", ["layer", *cols], rows)
     if not info["causal"]:
         con.print(
-            f"bidirectional model: {', '.join(CAUSAL_DEFINED)} use their causal definition (earlier keys only); "
-            "prev_mass is the mass on the previous position, whatever follows it"
+            f"bidirectional model: {' and '.join(CAUSAL_DEFINED)} keep their causal definition "
+            "(earlier keys only; docs/heads.md)"
         )
     notable = []
     for col, label in (("prev_mass", "previous-token"), ("sink_first", "first-token sink"), ("induction_score", "induction"), ("dup_score", "duplicate-token")):
