@@ -140,6 +140,18 @@ def _quad_diag(ft: np.ndarray, m: np.ndarray) -> np.ndarray:
     return np.einsum("...en,...en->...n", np.matmul(m, ft), ft)
 
 
+def _grams(ft: np.ndarray) -> np.ndarray:
+    """F^T F for each ``ft = F^T`` [n, e, d] -> [n, e, e] float32.
+
+    One 2-D product per matrix: numpy sends ``x @ x.T`` to BLAS syrk, which computes one triangle
+    (half the multiply-adds of the batched matmul, which does not take that route).
+    """
+    out = np.empty((ft.shape[0], ft.shape[1], ft.shape[1]), dtype=np.float32)
+    for i, x in enumerate(ft):
+        np.matmul(x, x.T, out=out[i])
+    return out
+
+
 def _head_stats(q: np.ndarray, k: np.ndarray) -> FormStats:
     q, k = _as_f32(q), _as_f32(k)
     h, g, r = _check_factors(q, k)
@@ -147,20 +159,23 @@ def _head_stats(q: np.ndarray, k: np.ndarray) -> FormStats:
     c = k.shape[1]
     # Work on the transposed factors Q^T [e, d], K^T [e, c]: for nn.Linear weights ([(h e), d], the
     # usual source) these are contiguous views, for [h, d, e] arrays BLAS reads them transposed.
-    # Four GEMMs per head (~4 d e^2 multiply-adds, K^T K once per group), all batched over
-    # [g, r]; no d x c matrix, no copy of the weights. Traces and norms leave float32 only as
-    # e x e matrices or [d] vectors, summed in float64.
+    # Per head ~3.5 d e^2 multiply-adds (the FLOP floor of the formulas): the Gram A_h by syrk
+    # (0.5), X_h, Q_h B_g and A_h K_g^T by GEMM (1 each), K^T K once per group; the products that
+    # share K_g run as one GEMM over the group's stacked heads. No d x c matrix, no copy of
+    # nn.Linear weights. Traces and norms leave float32 only as e x e matrices or [d] vectors,
+    # summed in float64.
     qt = _blas_ready(q.swapaxes(-1, -2)).reshape(g, r, e, d)  # [g, r, e, d]
     kt = _blas_ready(k.swapaxes(-1, -2))  # [g, e, c]
-    ktr = _expand(kt[:, None], (g, r, e, c))  # [g, r, e, c] (the group's K^T for each of its heads)
-    a = np.matmul(qt, qt.swapaxes(-1, -2))  # [g, r, e, e]  A_h = Q_h^T Q_h
-    b = np.matmul(kt, kt.swapaxes(-1, -2))  # [g, e, e]     B_g = K_g^T K_g
+    a = _grams(qt.reshape(h, e, d)).reshape(g, r, e, e)  # [g, r, e, e]  A_h = Q_h^T Q_h
+    b = _grams(kt)  # [g, e, e]     B_g = K_g^T K_g
     rows2 = _quad_diag(qt, _expand(b[:, None], (g, r, e, e))).reshape(h, d)  # diag(Q_h B_g Q_h^T)
-    cols2 = _quad_diag(ktr, a).reshape(h, c)  # diag(K_g A_h K_g^T)
+    # diag(K_g A_h K_g^T) for a whole group: one GEMM [r e, e] x [e, c], then one streaming pass
+    cols2 = np.einsum("gren,gen->grn", np.matmul(a.reshape(g, r * e, e), kt).reshape(g, r, e, c), kt).reshape(h, c)
     rows64 = rows2.astype(np.float64)
     frob2 = rows64.sum(axis=1)  # ||M||_F^2 = sum of squared row norms
     if d == c:
-        x64 = np.matmul(ktr, qt.swapaxes(-1, -2)).astype(np.float64)  # [g, r, e, e]  X = K_g^T Q_h
+        # X_h^T = Q_h^T K_g for a whole group in one GEMM [r e, d] x [d, e] (tr(X X) = tr(X^T X^T))
+        x64 = np.matmul(qt.reshape(g, r * e, d), kt.swapaxes(-1, -2)).reshape(g, r, e, e).astype(np.float64)
         trace_mm = np.einsum("grij,grji->gr", x64, x64).reshape(h)  # tr(X X)
     else:
         trace_mm = np.full(h, np.nan)
