@@ -14,7 +14,13 @@ import numpy as np
 import pytest
 
 from attnscope.errors import InputError
-from attnscope.report import REPORT_NAME, build_report, check_out_dir, render_html, write_report
+from attnscope.report import (
+    REPORT_NAME,
+    build_report,
+    check_out_dir,
+    render_html,
+    write_report,
+)
 
 PUBLISHED_S, PUBLISHED_D = 0.61, -0.37  # made-up values of a test registry
 
@@ -97,7 +103,7 @@ def test_write_report_is_atomic_and_checks_out(tiny_report, tmp_path: Path) -> N
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "attnscope", "report", *args], capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "attnscope", "report", *args], capture_output=True, text=True, timeout=300, check=False)
 
 
 def test_cli_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -129,7 +135,7 @@ def screenshot(page: Path, png: Path, tmp_path: Path, height: int = 2400) -> np.
         f"--user-data-dir={tmp_path / 'chromium-profile'}", "--hide-scrollbars",
         f"--window-size=1200,{height}", f"--screenshot={png}", page.resolve().as_uri(),
     ]  # fmt: skip
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0 and png.is_file(), r.stderr[-2000:]
     img = mpimg.imread(io.BytesIO(png.read_bytes()), format="png")
     return img[..., :3]

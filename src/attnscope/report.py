@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     from matplotlib.figure import Figure
 
-__all__ = ["ModelReport", "build_report", "render_html", "write_report", "check_out_dir", "REPORT_NAME"]
+__all__ = ["REPORT_NAME", "ModelReport", "build_report", "check_out_dir", "render_html", "write_report"]
 
 REPORT_NAME = "report.html"
 
@@ -141,7 +142,11 @@ def build_report(
     layer: the layer of the explicit W_qk[:50, :50] figure.
     """
     from attnscope.geometry import score, wqk_block
-    from attnscope.plots.geometry import plot_head_heatmaps, plot_layer_curves, plot_wqk_block
+    from attnscope.plots.geometry import (
+        plot_head_heatmaps,
+        plot_layer_curves,
+        plot_wqk_block,
+    )
 
     if windows < 1:
         raise InputError(f"--windows must be at least 1, not {windows}")
@@ -194,7 +199,7 @@ details { margin: 0.5em 0 1em; } .scroll { overflow-x: auto; }
 
 def _cell(v: Any, digits: int = 3) -> str:
     if isinstance(v, float):
-        return "&ndash;" if v != v else f"{v:.{digits}f}" if abs(v) < 10 else f"{v:.4g}"
+        return "&ndash;" if math.isnan(v) else f"{v:.{digits}f}" if abs(v) < 10 else f"{v:.4g}"
     return html.escape(str(v))
 
 
@@ -212,7 +217,7 @@ def _frame(df: "pd.DataFrame", left: int = 1) -> str:
 
 
 def _iqr(med: float, q1: float, q3: float) -> str:
-    return "&ndash;" if med != med else f"{med:+.2f} [{q1:+.2f}, {q3:+.2f}]"
+    return "&ndash;" if math.isnan(med) else f"{med:+.2f} [{q1:+.2f}, {q3:+.2f}]"
 
 
 def render_html(rep: ModelReport) -> str:

@@ -8,6 +8,7 @@ this is only what a person reads (80 columns when the output is not a terminal).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["split_columns", "print_table", "print_frame", "FOLD_WIDTH"]
+__all__ = ["FOLD_WIDTH", "print_frame", "print_table", "split_columns"]
 
 #: cells of a foldable column (model names) wrap beyond this many cells
 FOLD_WIDTH = 24
@@ -84,7 +85,7 @@ def print_table(
 
 def _fmt(v: Any, digits: int) -> str:
     if isinstance(v, float):
-        return "-" if v != v else f"{v:.{digits}f}"
+        return "-" if math.isnan(v) else f"{v:.{digits}f}"
     return escape(str(v))
 
 
