@@ -52,3 +52,24 @@ def test_print_frame_formats_nan_and_folds() -> None:
     out = buf.getvalue()
     assert "0.500" in out and "-" in out
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+@pytest.mark.slow
+def test_cli_summaries_fit_80_columns(minilm_dir) -> None:
+    """`attnscope geometry` and `attnscope heads` off a terminal: 80 columns, full column names."""
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "COLUMNS": "80"}
+    geo = subprocess.run([sys.executable, "-m", "attnscope", "geometry", "--demo"],
+                         capture_output=True, text=True, timeout=600, env=env, check=False)  # fmt: skip
+    heads = subprocess.run([sys.executable, "-m", "attnscope", "heads", str(minilm_dir), "--windows", "2", "--length", "32"],
+                           capture_output=True, text=True, timeout=600, env=env, check=False)  # fmt: skip
+    assert geo.returncode == 0 and heads.returncode == 0, geo.stderr + heads.stderr
+    for text, names in ((geo.stdout, ("symmetry s", "directionality d", "outliers r/c", "s heads", "d heads")),
+                        (heads.stderr, ("entropy_norm", "sparsity", "sink_first", "prev_mass"))):  # fmt: skip
+        assert max(len(line) for line in text.splitlines()) <= 80
+        assert "…" not in text
+        for name in names:
+            assert name in text
+    assert "(causal def.)" in heads.stderr  # MiniLM is bidirectional
