@@ -1,7 +1,7 @@
 """The ``attnscope`` command line: a thin layer over the Python API.
 
 Each sub-app lives in its own module (``geometry``, ``zoo``, ``train``, ``compare``, ``heads``,
-``dynamics``); they parse options, call the API, and print with rich. Known errors
+``dynamics``, ``report``); they parse options, call the API, and print with rich. Known errors
 (:class:`attnscope.errors.AttnscopeError`) become one line on stderr and exit code 2.
 Modules here import heavy libraries (torch, transformers, pandas) only inside commands so that
 ``attnscope --help`` stays fast.
@@ -29,6 +29,7 @@ _SUBAPPS = [
     ("compare", "app", "compare"),
     ("heads", "app", "heads"),
     ("dynamics", "app", "dynamics"),
+    ("report", "report", "report"),
 ]
 
 

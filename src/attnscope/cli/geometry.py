@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
 import typer
+from rich.markup import escape
 
 from attnscope.errors import InputError
 
 from ._common import echo_json, make_default_group, stderr_console
+from ._tables import print_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -143,39 +145,37 @@ def _fmt(med: float, q1: float, q3: float) -> str:
 
 
 def print_summary(df: "pd.DataFrame", per_layer: bool = True) -> None:
-    """Rich tables on stdout: per model and stack (median [Q1, Q3] over layers), then per layer."""
+    """Tables on stdout, split to fit the terminal: per model and stack (median [Q1, Q3] over
+    layers), then per layer."""
     from rich.console import Console
-    from rich.table import Table
 
     from attnscope.geometry import summarize
     from attnscope.plots.geometry import short_name
 
-    con = Console() if sys.stdout.isatty() else Console(width=130)
+    con = Console()  # the terminal's width; 80 columns when stdout is not a terminal
     summ = summarize(df)
-    t = Table(title="W_qk geometry: median [Q1, Q3] over " + ("layers" if (summ["level"] == "layer").all() else "heads"))
-    for col in ("model", "family", "stack", "layers", "symmetry s", "directionality d"):
-        t.add_column(col, justify="left" if col in ("model", "family", "stack") else "right")
-    for _, r in summ.iterrows():
-        t.add_row(short_name(r["model"]), str(r["family"]), str(r["stack"]), str(r["n_layers"]),
-                  _fmt(r["symmetry_median"], r["symmetry_q1"], r["symmetry_q3"]),
-                  _fmt(r["directionality_median"], r["directionality_q1"], r["directionality_q3"]))  # fmt: skip
-    con.print(t)
+    over = "layers" if (summ["level"] == "layer").all() else "heads"
+    header = ["model", "family", "stack", "layers", "symmetry s", "directionality d"]
+    rows = [
+        [escape(short_name(r["model"])), escape(str(r["family"])), escape(str(r["stack"])), str(r["n_layers"]),
+         _fmt(r["symmetry_median"], r["symmetry_q1"], r["symmetry_q3"]),
+         _fmt(r["directionality_median"], r["directionality_q1"], r["directionality_q3"])]
+        for _, r in summ.iterrows()
+    ]  # fmt: skip
+    print_table(con, f"W_qk geometry: median [Q1, Q3] over {over}", header, rows, left=header[:3], fold=("model",))
     if not per_layer:
         return
     for (model, stack), grp in df.groupby(["model", "stack"], sort=False):
         lay = grp[grp["level"] == "layer"].set_index("layer")
         heads = grp[grp["level"] == "head"]
         hmed = heads.groupby("layer")[["symmetry", "directionality"]].median() if not heads.empty else None
-        lt = Table(title=f"{short_name(model)} · {stack}: per layer", title_justify="left")
-        lt.add_column("layer", justify="right")
+        header = ["layer"]
         if not lay.empty:
-            for col in ("s (M_L)", "d (M_L)", "||M_L||_F", "outlier rows/cols"):
-                lt.add_column(col, justify="right")
+            header += ["s (M_L)", "d (M_L)", "||M_L||_F", "outliers r/c"]
         if hmed is not None:
-            lt.add_column("s heads (median)", justify="right")
-            lt.add_column("d heads (median)", justify="right")
-        layers = sorted(set(lay.index) | (set(hmed.index) if hmed is not None else set()))
-        for li in layers:
+            header += ["s heads", "d heads"]
+        rows = []
+        for li in sorted(set(lay.index) | (set(hmed.index) if hmed is not None else set())):
             row = [str(li)]
             if not lay.empty:
                 r = lay.loc[li]
@@ -183,8 +183,9 @@ def print_summary(df: "pd.DataFrame", per_layer: bool = True) -> None:
                 row += [f"{r['symmetry']:+.3f}", f"{r['directionality']:+.3f}", f"{r['frobenius_norm']:.3g}", outl]
             if hmed is not None:
                 row += [f"{hmed.loc[li, 'symmetry']:+.3f}", f"{hmed.loc[li, 'directionality']:+.3f}"]
-            lt.add_row(*row)
-        con.print(lt)
+            rows.append(row)
+        note = " (s, d heads: median over the layer's heads)" if hmed is not None else ""
+        print_table(con, f"{short_name(model)} · {stack}: per layer{note}", header, rows)
 
 
 def _run_zoo(

@@ -16,6 +16,7 @@ from typing import Optional
 import typer
 
 from ._common import echo_json, make_default_group, stderr_console
+from ._tables import print_frame, print_table
 
 app = typer.Typer(
     cls=make_default_group("measure"),
@@ -82,7 +83,7 @@ def measure(
 
 
 def _summary(df, info, out, js, plot_dir) -> None:
-    from rich.table import Table
+    from attnscope.heads.metrics import CAUSAL_DEFINED
 
     con = stderr_console()
     streaming = "streamed per layer" if info["streaming"] else "output_attentions (all layers at once)"
@@ -91,17 +92,18 @@ def _summary(df, info, out, js, plot_dir) -> None:
         f"{'causal' if info['causal'] else 'bidirectional'}, {info['windows']} windows x {info['length']} tokens, {streaming}"
     )
     cols = ["entropy", "entropy_norm", "sparsity", "distance", "confidence", "sink_first", "prev_mass"]
-    t = Table(title="per layer: median over heads")
-    t.add_column("layer", justify="right")
-    for c in cols:
-        t.add_column(c, justify="right")
-    for layer, sub in df.groupby("layer"):
-        t.add_row(str(layer), *[f"{sub[c].median():.3f}" for c in cols])
-    con.print(t)
+    rows = [[str(layer), *[f"{sub[c].median():.3f}" for c in cols]] for layer, sub in df.groupby("layer")]
+    print_table(con, "per layer: median over heads", ["layer", *cols], rows)
+    if not info["causal"]:
+        con.print(
+            f"bidirectional model: {' and '.join(CAUSAL_DEFINED)} keep their causal definition "
+            "(earlier keys only; docs/heads.md)"
+        )
     notable = []
     for col, label in (("prev_mass", "previous-token"), ("sink_first", "first-token sink"), ("induction_score", "induction"), ("dup_score", "duplicate-token")):
         if col in df.columns and df[col].notna().any():
             r = df.loc[df[col].idxmax()]
+            label += " (causal def.)" if col in CAUSAL_DEFINED and not info["causal"] else ""
             notable.append(f"{label}: L{int(r['layer'])}H{int(r['head'])} ({r[col]:.2f})")
     if notable:
         con.print("strongest heads -- " + "; ".join(notable))
@@ -156,24 +158,18 @@ def cluster(
             payload["mds"] = json.loads(emb.to_json(orient="records"))
         echo_json(json.dumps(payload))
         return
-    from rich.table import Table
-
     con = stderr_console()
-    t = Table(title=f"mean silhouette ({', '.join(res.features)}, z-scored; {len(df)} heads)")
-    t.add_column("k", justify="right")
     methods = list(res.best_k)
-    for m in methods:
-        t.add_column(m, justify="right")
+    rows = []
     for k in range(k_min, k_max + 1):
-        cells = []
+        cells = [str(k)]
         for m in methods:
             v = res.silhouette[(res.silhouette["method"] == m) & (res.silhouette["k"] == k)]["silhouette"].iloc[0]
             cells.append(f"[bold]{v:.3f}[/]" if res.best_k[m] == k else f"{v:.3f}")
-        t.add_row(str(k), *cells)
-    con.print(t)
+        rows.append(cells)
+    print_table(con, f"mean silhouette ({', '.join(res.features)}, z-scored; {len(df)} heads)", ["k", *methods], rows)
     for m, k in res.best_k.items():
-        con.print(f"{m}: best k = {k}")
-        con.print(cluster_profiles(df, res.labels, m, res.features).to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+        print_frame(con, f"{m}: best k = {k}, cluster profiles", cluster_profiles(df, res.labels, m, res.features))
 
 
 @app.command("derive")
@@ -229,5 +225,5 @@ def study(
         over.update(seq_len=seq_len, max_seq_len=seq_len)
     con = stderr_console()
     res = run_study(out, pattern=pattern, windows=windows, train_overrides=over, log=lambda m: con.print(m))
-    con.print(res["summary"].to_string(index=False))
+    print_frame(con, "study summary", res["summary"])
     con.print(f"best k: {res['clusters'].best_k}; tables and figures in {out}")

@@ -28,6 +28,12 @@ From the literature (Clark et al. 2019, Voita et al. 2019, TransformerLens head 
 * ``induction_score`` mass on keys j <= i whose PREVIOUS token equals the query's token (the token
                    after an earlier occurrence), averaged over the rows that have such a key
 
+Causal-only metrics (:data:`CAUSAL_DEFINED`): ``dup_score`` and ``induction_score`` describe
+copying from the PAST and keep their causal definition (earlier keys only) on every model. On a
+bidirectional encoder they are still well defined but measure only part of what a head may do (it
+can copy from a later occurrence as well); the extraction table says so in its ``causal`` column
+and the CLI labels them. ``prev_mass`` needs no label: A_{i,i-1} is one position for either kind.
+
 Periodicity (for ``attnscope heads derive``; strided heads attend to keys ``j % s == 0``):
 
 * ``period_enrichment`` with a far radius R = L // 8, for each s in :data:`PERIODS` with s <= R: the
@@ -76,6 +82,9 @@ METRICS = (
     "period",
     "period_enrichment",
 )
+
+#: metrics defined on earlier keys only (their causal definition), whatever the model's masking
+CAUSAL_DEFINED = ("dup_score", "induction_score")
 
 #: candidate absolute strides for the periodicity metric
 PERIODS = (4, 8, 16, 32, 64)
@@ -312,6 +321,7 @@ def pairwise_js(rows: "torch.Tensor", budget: int = 2_000_000) -> "torch.Tensor"
 
 
 __all__ = [
+    "CAUSAL_DEFINED",
     "METRICS",
     "PROFILE_METRICS",
     "window_metrics",

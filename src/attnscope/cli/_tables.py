@@ -1,0 +1,97 @@
+"""Console tables that fit the terminal: one helper every CLI module prints its tables with.
+
+A table wider than the console is split into several tables by columns; each part repeats the
+key columns (e.g. ``layer``) so it can be read on its own. Column names are never truncated: a
+column is as wide as its name or its widest cell. ``--json`` and ``--out`` still carry everything;
+this is only what a person reads (80 columns when the output is not a terminal).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+__all__ = ["FOLD_WIDTH", "print_frame", "print_table", "split_columns"]
+
+#: cells of a foldable column (model names) wrap beyond this many cells
+FOLD_WIDTH = 24
+
+
+def _cell_width(cell: str) -> int:
+    return Text.from_markup(cell).cell_len
+
+
+def split_columns(widths: Sequence[int], width: int, keys: int = 1) -> list[list[int]]:
+    """Group column indices so that each group (the first ``keys`` columns + its own) fits ``width``.
+
+    A rich table with the default box costs ``w + 3`` cells per column (padding and a rule) plus 1;
+    a column too wide for any group still gets a group of its own (the console folds it).
+    """
+    def cost(cols: Sequence[int]) -> int:
+        return 1 + sum(widths[i] + 3 for i in cols)
+
+    key_cols = list(range(min(keys, len(widths))))
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    for i in range(len(key_cols), len(widths)):
+        if cur and cost(key_cols + cur + [i]) > width:
+            groups.append(key_cols + cur)
+            cur = []
+        cur.append(i)
+    if cur or not groups:
+        groups.append(key_cols + cur)
+    return groups
+
+
+def print_table(
+    con: Any,
+    title: str,
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    keys: int = 1,
+    left: Sequence[str] = (),
+    fold: Sequence[str] = (),
+    width: int | None = None,
+) -> None:
+    """Print ``rows`` (cells as strings, rich markup allowed) under ``header`` on console ``con``.
+
+    Splits by columns when wider than ``width`` (default: the console's width), repeating the
+    first ``keys`` columns in every part; columns named in ``left`` are left-justified, the rest
+    right; cells of columns named in ``fold`` (long names) wrap onto more lines beyond
+    :data:`FOLD_WIDTH` cells. Header names never wrap or shorten.
+    """
+    width = width or con.width
+    widths = []
+    for i, h in enumerate(header):
+        w = max([len(h)] + [_cell_width(r[i]) for r in rows])
+        widths.append(max(len(h), min(w, FOLD_WIDTH)) if h in fold else w)
+    groups = split_columns(widths, width, keys)
+    for n, cols in enumerate(groups, 1):
+        con.print(escape(title) + (f" ({n}/{len(groups)})" if len(groups) > 1 else ""), style="italic", highlight=False)
+        t = Table()
+        for i in cols:
+            t.add_column(escape(header[i]), justify="left" if header[i] in left else "right", width=widths[i],
+                         no_wrap=header[i] not in fold, overflow="fold")  # fmt: skip
+        for r in rows:
+            t.add_row(*[r[i] for i in cols])
+        con.print(t)
+
+
+def _fmt(v: Any, digits: int) -> str:
+    if isinstance(v, float):
+        return "-" if math.isnan(v) else f"{v:.{digits}f}"
+    return escape(str(v))
+
+
+def print_frame(con: Any, title: str, df: Any, *, keys: int = 1, digits: int = 3, width: int | None = None) -> None:
+    """:func:`print_table` for a pandas DataFrame (floats to ``digits`` decimals, NaN as ``-``)."""
+    header = [str(c) for c in df.columns]
+    rows = [[_fmt(v, digits) for v in rec] for rec in df.itertuples(index=False, name=None)]
+    left = [str(c) for c, dt in zip(df.columns, df.dtypes) if dt.kind in "OSUb"]
+    print_table(con, title, header, rows, keys=keys, left=left, width=width)

@@ -1,0 +1,59 @@
+"""``attnscope report``: one self-contained HTML page of a model (thin layer over attnscope.report).
+
+    attnscope report SOURCE --out DIR [--data CORPUS --windows N --length L] [--name NAME] [--zoo-file F]
+    attnscope report --demo --out DIR
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from attnscope.errors import InputError
+
+from ._common import stderr_console
+
+
+def report(
+    source: Optional[str] = typer.Argument(None, help="HF model directory, weights file or hub id."),
+    out: Path = typer.Option(..., "--out", "-o", help="Directory to write report.html into (created if missing)."),
+    data: Optional[str] = typer.Option(None, "--data", help="Also measure the attention heads on this corpus (as `attnscope heads --data`)."),
+    windows: int = typer.Option(4, "--windows", help="Held-out windows for the head metrics (with --data)."),
+    length: Optional[int] = typer.Option(None, "--length", help="Window length for the head metrics (default: the model's)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Model name shown (default: registry id or the source's name)."),
+    k: float = typer.Option(2.0, "--k", help="Outlier threshold of directionality: mean + k std."),
+    layer: int = typer.Option(0, "--layer", help="Layer of the W_qk[:50,:50] figure (0-based)."),
+    zoo_file: Optional[Path] = typer.Option(None, "--zoo-file", help="A registry YAML to look published values up in."),
+    demo: bool = typer.Option(False, "--demo", help="Report on the bundled all-MiniLM-L6-v2 (needs attnscope\\[demo])."),
+    device: str = typer.Option("cpu", "--device", help="torch device for the head metrics."),
+) -> None:
+    """Write DIR/report.html: metadata, scores (with the paper's values), figures, and head metrics with --data."""
+    from attnscope.report import build_report, check_out_dir, write_report
+
+    check_out_dir(out)  # before any work
+    if demo:
+        from .geometry import DEMO_NAME, demo_model_dir
+
+        if source is not None:
+            raise InputError("give a SOURCE or --demo, not both")
+        source, name = str(demo_model_dir()), name or DEMO_NAME
+    if source is None:
+        raise InputError("give a SOURCE (model directory, weights file or hub id) or --demo")
+    if layer < 0:
+        raise InputError(f"--layer must be >= 0, not {layer}")
+    if zoo_file is not None and not zoo_file.is_file():
+        raise InputError(f"--zoo-file {zoo_file}: no such file")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rep = build_report(
+            source, name=name, k=k, data=data, windows=windows, length=length, registry=zoo_file, layer=layer,
+            device=device, progress=sys.stderr.isatty(),
+        )  # fmt: skip
+    for w in caught:
+        print(f"attnscope: warning: {w.message}", file=sys.stderr)
+    path = write_report(rep, out)
+    stderr_console().print(f"wrote {path}")

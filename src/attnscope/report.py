@@ -1,0 +1,304 @@
+"""A model-level report: one self-contained HTML page of a model's W_qk geometry (and head metrics).
+
+:func:`build_report` computes everything (metadata from the model's config, per-head and per-layer
+scores, the paper's published values when the registry (:mod:`attnscope.zoo`) lists the model,
+figures, and the per-head attention metrics of ``attnscope heads`` when ``data`` is given);
+:func:`render_html` turns it into one HTML string with the figures embedded as base64 PNG (no
+external file, script or font); :func:`write_report` writes it atomically as ``DIR/report.html``.
+:func:`check_out_dir` is the first thing the CLI calls, so an unwritable ``--out`` fails before any
+work is done.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from attnscope.errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+__all__ = ["REPORT_NAME", "ModelReport", "build_report", "check_out_dir", "render_html", "write_report"]
+
+REPORT_NAME = "report.html"
+
+#: config keys shown in the metadata table (when present), in this order
+META_KEYS = (
+    "_name_or_path", "model_type", "architectures", "hidden_size", "d_model", "n_embd", "num_hidden_layers",
+    "n_layer", "num_layers", "num_attention_heads", "n_head", "num_key_value_heads", "head_dim",
+    "intermediate_size", "max_position_embeddings", "vocab_size", "is_decoder", "torch_dtype",
+)  # fmt: skip
+
+
+@dataclass
+class ModelReport:
+    """Everything the page shows (tables are tidy DataFrames, figures PNG bytes)."""
+
+    name: str
+    source: str
+    metadata: dict[str, Any]
+    scores: "pd.DataFrame"  # the rows of attnscope.geometry.score
+    summary: "pd.DataFrame"  # per stack: median [Q1, Q3] over layers, with published values if any
+    figures: dict[str, bytes] = field(default_factory=dict)  # caption -> PNG
+    heads: "pd.DataFrame | None" = None  # attnscope heads' per-head metrics table
+    heads_info: dict[str, Any] | None = None
+    registry_id: str | None = None
+    caveats: tuple[str, ...] = ()
+
+
+def check_out_dir(out: str | os.PathLike) -> Path:
+    """``out`` as a writable directory (created if missing); InputError otherwise, before any work."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out}: exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".attnscope-probe-"):
+            pass
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
+    return out
+
+
+def _png(fig: "Figure") -> bytes:
+    """PNG bytes of a figure, which is then released (pyplot figures included)."""
+    from attnscope.plots import pyplot
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)  # the figures lay themselves out (constrained / tight)
+    if fig.canvas.manager is not None:
+        pyplot().close(fig)
+    return buf.getvalue()
+
+
+def _registry_entry(source: str, name: str | None, registry: str | Path | None) -> Any:
+    """The zoo entry of this model: by hub id (source or name) or by its local ``source:`` path."""
+    from attnscope.zoo.registry import load_registry, resolve_source
+
+    wanted = {str(source), str(name)} if name else {str(source)}
+    here = Path(source).resolve() if Path(source).exists() else None
+    for e in load_registry(registry):
+        if e.id in wanted:
+            return e
+        if here is not None and e.source:
+            try:
+                if Path(resolve_source(e.source)).resolve() == here:
+                    return e
+            except InputError:  # an optional package of another entry is not installed
+                continue
+    return None
+
+
+def _metadata(source: str, family: str) -> tuple[str, dict[str, Any]]:
+    """(the source's display name, selected config fields + the scoring family)."""
+    from attnscope.sources import open_source
+
+    with open_source(source) as src:
+        cfg, src_name = dict(src.config), src.name
+    meta: dict[str, Any] = {"source": str(source), "attnscope family": family}
+    for key in META_KEYS:
+        if key in cfg and cfg[key] not in (None, "", []):
+            meta[key] = cfg[key]
+    return src_name, meta
+
+
+def _summary_with_published(scores: "pd.DataFrame", entry: Any) -> "pd.DataFrame":
+    from attnscope.geometry import summarize
+
+    summ = summarize(scores)
+    pub = entry.published if entry is not None else {}
+    for col in ("symmetry", "directionality"):
+        summ[f"{col}_published"] = [getattr(pub[s], col)[0] if s in pub else float("nan") for s in summ["stack"]]
+    return summ
+
+
+def build_report(
+    source: str,
+    *,
+    name: str | None = None,
+    k: float = 2.0,
+    data: str | None = None,
+    windows: int = 4,
+    length: int | None = None,
+    registry: str | Path | None = None,
+    layer: int = 0,
+    device: str = "cpu",
+    progress: bool = False,
+) -> ModelReport:
+    """Score ``source`` (and measure its heads on ``data`` when given) into a :class:`ModelReport`.
+
+    name: the model's display name (default: its registry id, else the source's name).
+    registry: a zoo YAML (default: the packaged one) to look up published values in.
+    layer: the layer of the explicit W_qk[:50, :50] figure.
+    """
+    from attnscope.geometry import score, wqk_block
+    from attnscope.plots.geometry import (
+        plot_head_heatmaps,
+        plot_layer_curves,
+        plot_wqk_block,
+    )
+
+    if windows < 1:
+        raise InputError(f"--windows must be at least 1, not {windows}")
+    entry = _registry_entry(source, name, registry)
+    display = name or (entry.id if entry is not None else None)
+    scores = score(source, k=k, progress=progress, name=display)
+    src_name, meta = _metadata(source, str(scores["family"].iloc[0]))
+    display = display or src_name
+    figures: dict[str, bytes] = {}
+    figures["s and d per layer (layer form M_L; band: IQR over heads)"] = _png(plot_layer_curves(scores, title=display))
+    if (scores["level"] == "head").any():
+        figures["s and d of every head (layer x head)"] = _png(plot_head_heatmaps(scores, title=display))
+    for stack in dict.fromkeys(scores["stack"]):
+        n_layers = int(scores.loc[scores["stack"] == stack, "layer"].max()) + 1
+        li = min(layer, n_layers - 1)
+        block = wqk_block(source, li, stack=stack)
+        caption = f"W_qk[:{block.shape[0]}, :{block.shape[1]}] of {stack} layer {li}"
+        figures[caption] = _png(plot_wqk_block(block, f"{display} · {caption}"))
+    heads = info = None
+    if data is not None:
+        from attnscope.heads.maps import extract
+        from attnscope.plots.heads import metric_heatmaps
+
+        res = extract(source, data=data, windows=windows, length=length, progress=progress, device=device)
+        heads, info = res.metrics, res.info
+        figures["attention-head metrics (mean over windows)"] = _png(metric_heatmaps(heads, title=f"{display}: per-head metrics"))
+    return ModelReport(
+        name=display, source=str(source), metadata=meta, scores=scores,
+        summary=_summary_with_published(scores, entry), figures=figures, heads=heads, heads_info=info,
+        registry_id=entry.id if entry is not None else None, caveats=tuple(entry.caveats) if entry is not None else (),
+    )  # fmt: skip
+
+
+# ---- HTML --------------------------------------------------------------------------------------
+
+_CSS = """
+body { font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; margin: 2em auto; max-width: 1100px;
+       padding: 0 1em; color: #1b1b1f; line-height: 1.45; }
+h1 { font-size: 1.6em; margin-bottom: 0.1em; } h2 { border-bottom: 2px solid #1f2a6b; padding-bottom: 0.15em; margin-top: 1.8em; }
+.sub { color: #555; margin-top: 0; }
+table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.92em; }
+th, td { border: 1px solid #ccd; padding: 0.25em 0.6em; text-align: right; }
+th { background: #eef0f8; } td.l, th.l { text-align: left; }
+tr:nth-child(even) td { background: #f8f8fc; }
+figure { margin: 1em 0; } figure img { max-width: 100%; border: 1px solid #dde; }
+figcaption { color: #444; font-size: 0.9em; } .note { color: #555; font-size: 0.9em; }
+details { margin: 0.5em 0 1em; } .scroll { overflow-x: auto; }
+"""
+
+
+def _cell(v: Any, digits: int = 3) -> str:
+    if isinstance(v, float):
+        return "&ndash;" if math.isnan(v) else f"{v:.{digits}f}" if abs(v) < 10 else f"{v:.4g}"
+    return html.escape(str(v))
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1) -> str:
+    th = "".join(f'<th class="{"l" if i < left else ""}">{html.escape(h)}</th>' for i, h in enumerate(header))
+    body = "".join(
+        "<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{_cell(v)}</td>' for i, v in enumerate(r)) + "</tr>"
+        for r in rows
+    )
+    return f'<div class="scroll"><table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _frame(df: "pd.DataFrame", left: int = 1) -> str:
+    return _table([str(c) for c in df.columns], [list(r) for r in df.itertuples(index=False, name=None)], left)
+
+
+def _iqr(med: float, q1: float, q3: float) -> str:
+    return "&ndash;" if math.isnan(med) else f"{med:+.2f} [{q1:+.2f}, {q3:+.2f}]"
+
+
+def render_html(rep: ModelReport) -> str:
+    """The report as one self-contained HTML document (figures as base64 PNG data URIs)."""
+    from attnscope import __version__
+
+    esc = html.escape
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>attnscope report: {esc(rep.name)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{esc(rep.name)}</h1>",
+        f'<p class="sub">attnscope {esc(__version__)} model report, {stamp}. Symmetry s and directionality d of '
+        "W<sub>qk</sub> = W<sub>q</sub> W<sub>k</sub><sup>T</sup> (Saponati et al., ICML 2025): s = +1 symmetric, "
+        "&minus;1 skew; d &lt; 0 = a few dominant key columns (the decoder signature).</p>",
+        "<h2>Model</h2>",
+        _table(["field", "value"], left=2, rows=[[k, ", ".join(map(str, v)) if isinstance(v, list) else v] for k, v in rep.metadata.items()]),
+    ]  # fmt: skip
+    s = rep.summary
+    rows = [
+        [r["stack"], r["n_layers"], _iqr(r["symmetry_median"], r["symmetry_q1"], r["symmetry_q3"]),
+         r["symmetry_published"], _iqr(r["directionality_median"], r["directionality_q1"], r["directionality_q3"]),
+         r["directionality_published"]]
+        for _, r in s.iterrows()
+    ]  # fmt: skip
+    parts += [
+        "<h2>Scores</h2>",
+        '<p class="note">Median [Q1, Q3] over layers of the layer form M<sub>L</sub>; "paper" is the published '
+        "median when the registry lists the model"
+        + (f" (registry id <code>{esc(rep.registry_id)}</code>)" if rep.registry_id else " (not in the registry: none)")
+        + ".</p>",
+        _table(["stack", "layers", "symmetry s", "s (paper)", "directionality d", "d (paper)"], rows),
+    ]
+    if rep.caveats:
+        parts.append(f'<p class="note">Registry caveats: {esc(", ".join(rep.caveats))} (a correct re-run is expected to differ).</p>')
+    lay = rep.scores[rep.scores["level"] == "layer"]
+    if not lay.empty:
+        cols = ["stack", "layer", "symmetry", "directionality", "frobenius_norm", "n_outlier_rows", "n_outlier_cols"]
+        parts += ["<h3>Per layer (M<sub>L</sub>)</h3>", _frame(lay[[c for c in cols if c in lay.columns]])]
+    hd = rep.scores[rep.scores["level"] == "head"]
+    if not hd.empty:
+        cols = ["stack", "layer", "head", "symmetry", "directionality", "frobenius_norm"]
+        parts += [
+            f"<details><summary>Per head ({len(hd)} rows)</summary>",
+            _frame(hd[[c for c in cols if c in hd.columns]]),
+            "</details>",
+        ]
+    parts.append("<h2>Figures</h2>")
+    for caption, png in rep.figures.items():
+        b64 = base64.b64encode(png).decode("ascii")
+        parts.append(f'<figure><img alt="{esc(caption)}" src="data:image/png;base64,{b64}"><figcaption>{esc(caption)}</figcaption></figure>')
+    if rep.heads is not None:
+        parts.append(_heads_html(rep.heads, rep.heads_info or {}))
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _heads_html(df: "pd.DataFrame", info: dict[str, Any]) -> str:
+    from attnscope.heads.metrics import CAUSAL_DEFINED
+
+    causal = bool(info.get("causal"))
+    cols = ["entropy", "entropy_norm", "sparsity", "distance", "confidence", "sink_first", "prev_mass", "dup_score", "induction_score"]
+    cols = [c for c in cols if c in df.columns]
+    per_layer = df.groupby("layer")[cols].median().reset_index()
+    labels = [c + (" (causal def.)" if c in CAUSAL_DEFINED and not causal else "") for c in cols]
+    note = (
+        f"{info.get('windows', '?')} windows x {info.get('length', '?')} tokens, "
+        f"{'causal' if causal else 'bidirectional'} model."
+    )
+    if not causal:
+        note += f" {', '.join(CAUSAL_DEFINED)} keep their causal definition (earlier keys only)."
+    show = ["layer", "head", *cols]
+    return "\n".join([
+        "<h2>Attention heads</h2>", f'<p class="note">{html.escape(note)} Median over heads per layer:</p>',
+        _table(["layer", *labels], [list(r) for r in per_layer.itertuples(index=False, name=None)]),
+        f"<details><summary>Per head ({len(df)} rows)</summary>", _frame(df[show]), "</details>",
+    ])  # fmt: skip
+
+
+def write_report(rep: ModelReport, out: str | os.PathLike) -> Path:
+    """Write ``out/report.html`` atomically; returns its path."""
+    from attnscope.tables import atomic_write_text
+
+    return atomic_write_text(check_out_dir(out) / REPORT_NAME, render_html(rep))

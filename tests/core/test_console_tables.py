@@ -1,0 +1,75 @@
+"""Console tables fit the terminal: split by columns, key columns repeated, names never shortened."""
+
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+import pytest
+from rich.console import Console
+
+from attnscope.cli._tables import print_frame, print_table, split_columns
+
+
+def _console(width: int) -> tuple[Console, io.StringIO]:
+    buf = io.StringIO()
+    return Console(file=buf, width=width, force_terminal=False, color_system=None), buf
+
+
+def test_split_columns_fits_and_covers() -> None:
+    widths = [5, 12, 12, 12, 12, 12, 30]
+    groups = split_columns(widths, 40, keys=1)
+    assert all(g[0] == 0 for g in groups)
+    assert sorted(i for g in groups for i in g[1:]) == list(range(1, len(widths)))
+    for g in groups:
+        if len(g) > 2:  # a group holding more than one column must fit
+            assert 1 + sum(widths[i] + 3 for i in g) <= 40
+    assert split_columns(widths, 1000) == [list(range(len(widths)))]
+
+
+@pytest.mark.parametrize("width", [60, 80, 120])
+def test_print_table_fits_without_truncating_names(width: int) -> None:
+    header = ["layer", "entropy", "entropy_norm", "sparsity", "distance", "confidence", "sink_first", "prev_mass"]
+    rows = [[str(i), *[f"{0.1 * i + j:.3f}" for j in range(7)]] for i in range(4)]
+    con, buf = _console(width)
+    print_table(con, "per layer: median over heads", header, rows)
+    out = buf.getvalue()
+    assert max(len(line) for line in out.splitlines()) <= width
+    for name in header:
+        assert name in out
+    assert "…" not in out
+    if width < 100:
+        assert out.count("(1/") == 1  # split, and every part repeats the key column
+        assert out.count("layer ") >= 2
+    for cell in (r[-1] for r in rows):
+        assert cell in out
+
+
+def test_print_frame_formats_nan_and_folds() -> None:
+    df = pd.DataFrame({"model": ["a-very-long-organisation/a-very-long-model-name-v2"], "s": [0.5], "d": [float("nan")]})
+    con, buf = _console(80)
+    print_frame(con, "t", df)
+    out = buf.getvalue()
+    assert "0.500" in out and "-" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+@pytest.mark.slow
+def test_cli_summaries_fit_80_columns(minilm_dir) -> None:
+    """`attnscope geometry` and `attnscope heads` off a terminal: 80 columns, full column names."""
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "COLUMNS": "80"}
+    geo = subprocess.run([sys.executable, "-m", "attnscope", "geometry", "--demo"],
+                         capture_output=True, text=True, timeout=600, env=env, check=False)  # fmt: skip
+    heads = subprocess.run([sys.executable, "-m", "attnscope", "heads", str(minilm_dir), "--windows", "2", "--length", "32"],
+                           capture_output=True, text=True, timeout=600, env=env, check=False)  # fmt: skip
+    assert geo.returncode == 0 and heads.returncode == 0, geo.stderr + heads.stderr
+    for text, names in ((geo.stdout, ("symmetry s", "directionality d", "outliers r/c", "s heads", "d heads")),
+                        (heads.stderr, ("entropy_norm", "sparsity", "sink_first", "prev_mass"))):  # fmt: skip
+        assert max(len(line) for line in text.splitlines()) <= 80
+        assert "…" not in text
+        for name in names:
+            assert name in text
+    assert "(causal def.)" in heads.stderr  # MiniLM is bidirectional
