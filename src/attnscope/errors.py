@@ -33,3 +33,7 @@ class UnsupportedError(AttnscopeError):
 
 class OfflineError(AttnscopeError):
     """A resource that needs the network (a hub id) while offline or unreachable."""
+
+
+class StorageError(AttnscopeError):
+    """An output that cannot be written: a full disk, a read-only or missing directory, a file in the way."""
