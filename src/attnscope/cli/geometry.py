@@ -19,7 +19,15 @@ import typer
 
 from attnscope.errors import InputError
 
-from ._common import echo_json, make_default_group, stderr_console
+from ._common import (
+    check_out_dir,
+    check_out_file,
+    distinct_sources,
+    echo_json,
+    make_default_group,
+    positive,
+    stderr_console,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -73,10 +81,18 @@ def score_cmd(
     slurm_mem: Optional[float] = typer.Option(None, "--slurm-mem", help="GB per Slurm job."),
 ) -> None:
     """Score models (SOURCE = HF directory, weights file or hub id); print a summary, write tables and figures."""
+    positive(k, "--k", minimum=0, strict=True)
     if zoo is not None:
+        if sources or demo:
+            given = " ".join(sources or []) or "--demo"
+            raise InputError(f"--zoo surveys its group's models; do not also give {given}")
+        if plot is not None:
+            raise InputError("--zoo writes no figures itself; run `attnscope geometry plot DIR` after the survey")
+        positive(workers, "--workers")
         _run_zoo(zoo, out, executor, workers, k, stack, slurm_partition, slurm_time, slurm_mem, json_out)
         return
     levels = _levels(level)
+    distinct_sources(list(sources or []))
     specs: list[tuple[str, str | None]] = [(s, None) for s in (sources or [])]
     if demo:
         specs.insert(0, (str(demo_model_dir()), DEMO_NAME))
@@ -86,6 +102,8 @@ def score_cmd(
         raise InputError(f"--out {out}: use a .csv, .parquet or .json file name")
     if layer < 0:
         raise InputError(f"--layer must be >= 0, not {layer}")
+    check_out_file(out, "--out")
+    check_out_dir(plot, "--plot")
 
     import pandas as pd
 
@@ -193,6 +211,7 @@ def _run_zoo(
 ) -> None:  # fmt: skip
     if out is None:
         raise InputError("--zoo needs --out DIR (the results store and merged table go there)")
+    check_out_dir(out, "--out")
     from attnscope.zoo.survey import run_zoo  # an unknown --executor is refused by attnscope.runs
     slurm = None
     if executor == "slurm" or any(v is not None for v in (partition, time_min, mem_gb)):
