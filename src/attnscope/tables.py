@@ -201,9 +201,9 @@ def read_mapping(path: str | os.PathLike, what: str = "config file") -> dict[str
     path = Path(path)
     if not path.is_file():
         raise InputError(f"no such {what}: {path}")
-    text = path.read_text()
     suffix = path.suffix.lower()
     try:
+        text = path.read_text()
         if suffix == ".toml":
             import tomllib
 

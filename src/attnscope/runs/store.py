@@ -232,8 +232,11 @@ class StoreLock:
             raise InputError(
                 f"{self.path.parent} is in use by another run (pid {holder}); wait for it or use another --out"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:  # the holder's pid, for the message above; informational only (the disk may be full)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass
         self._fd = fd
         return self
 
