@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[2]
+FAKES = Path(__file__).resolve().parents[1] / "zoo"  # tests/zoo/_fakes.py: tiny GGUF / CT2 writers
 
 
 def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -76,6 +78,45 @@ def fill_up(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+# ------------------------------------------------------------------------------------ hostile files
+
+
+def write_gguf(path: Path, head_count, kind: str = "uint32", block_count=1) -> Path:
+    """A minimal llama GGUF whose attention.head_count is ``head_count`` stored as ``kind``."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_uint32("llama.block_count", block_count) if isinstance(block_count, int) else w.add_string(
+        "llama.block_count", str(block_count))
+    w.add_uint32("llama.embedding_length", 8)
+    getattr(w, f"add_{kind}")("llama.attention.head_count", head_count)
+    w.add_tensor("blk.0.attn_q.weight", np.ones((8, 8), dtype=np.float32))
+    w.add_tensor("blk.0.attn_k.weight", np.ones((8, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_ct2_dir(path: Path, config=None, num_heads: int = 2) -> Path:
+    """A minimal one-layer CTranslate2 encoder dir; ``config`` is written as config.json verbatim (JSON)."""
+    import json
+
+    if str(FAKES) not in sys.path:
+        sys.path.insert(0, str(FAKES))
+    from _fakes import write_ct2
+
+    variables = {
+        "encoder/num_heads": np.array(num_heads, dtype=np.int16),
+        "encoder/layer_0/self_attention/linear_0/weight": np.ones((24, 8), dtype=np.float32),
+    }
+    write_ct2(path, "TransformerEncoderSpec", variables)
+    if config is not None:
+        (path / "config.json").write_text(json.dumps(config))
+    return path
 
 
 # ------------------------------------------------------------------------------------ task functions

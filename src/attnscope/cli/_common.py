@@ -6,6 +6,7 @@ import errno
 import math
 import os
 import sys
+import traceback
 import warnings
 from pathlib import Path
 from typing import Any, Optional
@@ -45,7 +46,8 @@ def run_app(app: typer.Typer) -> None:
     * anything else is a bug -> ``attnscope: internal error: ...`` on one line, exit 1;
     * Ctrl-C -> exit 130; a closed stdout pipe -> exit 0.
 
-    Tracebacks only with ``--debug`` / ``ATTNSCOPE_DEBUG=1``. Warnings print as one line each.
+    Tracebacks only with ``--debug`` / ``ATTNSCOPE_DEBUG=1`` (printed before the same line and exit
+    code). Warnings print as one line each (raw Python warnings with ``--debug``).
     Usage errors (bad options) are handled by typer's standalone mode (usage + exit 2).
     """
     if "--debug" in sys.argv[1:]:  # honoured even when the failure happens while parsing
@@ -61,7 +63,7 @@ def run_app(app: typer.Typer) -> None:
         sys.exit(0)
     except Exception as exc:
         if debug_enabled():
-            raise
+            traceback.print_exc()
         code, line = describe_error(exc)
         print(line, file=sys.stderr)
         sys.exit(code)
