@@ -53,6 +53,8 @@ def js_table(model: str = "m", layers: int = 3, heads: int = 4) -> pd.DataFrame:
         (["--js", "/proc/js.csv"], ["--js", "/proc"]),
         (["--plot", "{tmp}/file"], ["--plot", "not a directory"]),
         (["--out", "{tmp}/t.csv", "--js", "{tmp}/t.csv"], ["same file"]),
+        (["--device", "nonsense"], ["--device", "not a torch device"]),
+        (["--device", "cuda:97"], ["--device", "cuda"]),
     ],
 )
 def test_measure_refuses_nonsense_before_loading(tmp_path, args, needles):

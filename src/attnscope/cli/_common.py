@@ -105,6 +105,27 @@ def positive(value: int | float | None, option: str, minimum: float = 1, strict:
         raise InputError(f"{option} must be a finite number {bound}, not {value}")
 
 
+def check_device(device: str, option: str = "--device") -> str:
+    """Refuse a torch device string that does not parse or names a device this machine lacks."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise InputError(f"{option} {device!r} is not a torch device (e.g. cpu, cuda, cuda:1, mps)") from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise InputError(f"{option} {device}: this machine has no CUDA device (torch {torch.__version__})")
+        if dev.index is not None and dev.index >= n:
+            raise InputError(f"{option} {device}: only {n} CUDA device(s) here (cuda:0..cuda:{n - 1})")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"{option} {device}: MPS is not available on this machine")
+    elif dev.type not in ("cpu", "cuda", "mps", "meta"):
+        raise InputError(f"{option} {device}: unsupported device type {dev.type!r}; use cpu, cuda or mps")
+    return device
+
+
 def distinct_sources(sources: list[str]) -> None:
     """Refuse the same SOURCE given twice (same string, or two spellings of one local path)."""
     seen: dict[str, str] = {}

@@ -244,6 +244,7 @@ def plot_cmd(
     """Figures of a zoo survey: s and d against model size, per family (attnscope.plots.survey)."""
     if not results.exists():
         raise InputError(f"{results}: no such file or directory")
+    check_out_dir(out or (results if results.is_dir() else results.parent) / "figures", "--out")
     from attnscope.plots.survey import survey_report
     out_dir = out or (results if results.is_dir() else results.parent) / "figures"
     paths = survey_report(results, out_dir)

@@ -17,7 +17,7 @@ import typer
 
 from attnscope.errors import InputError
 
-from ._common import check_out_dir, check_out_file, echo_json, make_default_group, stderr_console
+from ._common import check_device, check_out_dir, check_out_file, echo_json, make_default_group, stderr_console
 
 app = typer.Typer(
     cls=make_default_group("measure"),
@@ -58,6 +58,7 @@ def measure(
         raise InputError(f"--length must be at least 2, not {length}")
     check_out_file(out, "--out")
     check_out_file(js, "--js")
+    check_device(device)
     if out is not None and js is not None and out.resolve() == js.resolve():
         raise InputError(f"--out and --js are the same file {out}")
     plot_dir = _plot_dir(plot)
