@@ -35,5 +35,8 @@ class OfflineError(AttnscopeError):
     """A resource that needs the network (a hub id) while offline or unreachable."""
 
 
-class StorageError(AttnscopeError):
-    """An output that cannot be written: a full disk, a read-only or missing directory, a file in the way."""
+class StorageError(AttnscopeError, OSError):
+    """An output that cannot be written: a full disk, a read-only or missing directory, a file in the way.
+
+    Also an :class:`OSError`, so code that caught the operating system's error keeps working.
+    """

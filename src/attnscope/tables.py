@@ -28,8 +28,11 @@ TABLE_SUFFIXES = (".csv", ".parquet", ".json", ".jsonl")
 
 def storage_error(path: str | os.PathLike, exc: OSError) -> StorageError:
     """One line naming ``path`` and what the operating system said (ENOSPC -> "no space left on device")."""
-    reason = exc.strerror or (errno.errorcode.get(exc.errno or 0) if exc.errno else None) or exc.__class__.__name__
-    return StorageError(f"cannot write {path}: {reason[0].lower()}{reason[1:]}")
+    if exc.strerror:  # "No space left on device" -> "no space left on device"
+        reason = exc.strerror[0].lower() + exc.strerror[1:]
+    else:
+        reason = str(exc) or errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+    return StorageError(f"cannot write {path}: {reason}")
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
