@@ -133,6 +133,14 @@ def big(payload: dict) -> pd.DataFrame:
     return pd.DataFrame({"x": np.random.default_rng(0).normal(size=50_000)})
 
 
+def warns(payload: dict) -> pd.DataFrame:
+    """A task that warns with a two-line message."""
+    import warnings
+
+    warnings.warn(f"task {payload['x']} is odd\nsecond line", UserWarning)
+    return pd.DataFrame({"x": [payload["x"]]})
+
+
 def sleepy(payload: dict) -> pd.DataFrame:
     """Record this worker's pid, then work for a long time (the kill test kills the parent meanwhile)."""
     Path(payload["pids"], f"{os.getpid()}").write_text("")

@@ -216,12 +216,33 @@ run_tasks(sleepy, tasks, sys.argv[1], executor="local", workers=2, progress=Fals
 """
 
 
+_WARN_DRIVER = """
+import sys
+from adversarial._helpers import warns
+from attnscope.runs import Task, run_tasks
+run_tasks(warns, [Task(f"t{i}", {"x": i}) for i in range(2)], sys.argv[1], executor="local", workers=2, progress=False)
+"""
+
+
+def _driver_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "ATTNSCOPE_DEBUG"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[1]), *sys.path])
+    return env
+
+
+def test_warnings_in_pool_workers_are_one_line_each(tmp_path):
+    res = subprocess.run([sys.executable, "-c", _WARN_DRIVER, str(tmp_path)], capture_output=True, text=True,
+                         env=_driver_env(), timeout=300)
+    assert res.returncode == 0, res.stderr
+    lines = sorted(ln for ln in res.stderr.splitlines() if ln.strip())
+    assert lines == ["attnscope: warning: task 0 is odd", "attnscope: warning: task 1 is odd"], res.stderr
+
+
 @pytest.mark.slow
 def test_killing_the_main_process_leaves_no_worker(tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path])}
-    main = subprocess.Popen([sys.executable, "-c", _DRIVER, str(tmp_path / "store"), str(pids)], env=env)
+    main = subprocess.Popen([sys.executable, "-c", _DRIVER, str(tmp_path / "store"), str(pids)], env=_driver_env())
     try:
         deadline = time.monotonic() + 120
         while len(list(pids.iterdir())) < 2 and main.poll() is None and time.monotonic() < deadline:

@@ -7,34 +7,22 @@ import math
 import os
 import sys
 import traceback
-import warnings
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 from typer.core import TyperGroup
 
-from attnscope.errors import AttnscopeError, InputError
+from attnscope.errors import DEBUG_ENV, AttnscopeError, InputError, debug_enabled, install_one_line_warnings
 from attnscope.tables import check_writable, storage_error
 
-DEBUG_ENV = "ATTNSCOPE_DEBUG"
 #: OSErrors caused by the user's paths or machine (exit 2), as opposed to bugs (exit 1)
 USER_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR,
                errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP, errno.EMFILE, errno.ENOMEM}
 
 
-def debug_enabled() -> bool:
-    """``--debug`` or ``ATTNSCOPE_DEBUG=1``: show tracebacks and raw warnings."""
-    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
-
-
 def _first_line(text: str) -> str:
     return (str(text).strip().splitlines() or [""])[0]
-
-
-def _show_warning(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-    """warnings.showwarning for the CLI: ``attnscope: warning: <first line>``, no source lines."""
-    print(f"attnscope: warning: {_first_line(str(message))}", file=sys.stderr if file is None else file)
 
 
 def run_app(app: typer.Typer) -> None:
@@ -52,8 +40,7 @@ def run_app(app: typer.Typer) -> None:
     """
     if "--debug" in sys.argv[1:]:  # honoured even when the failure happens while parsing
         os.environ[DEBUG_ENV] = "1"
-    if not debug_enabled():
-        warnings.showwarning = _show_warning
+    install_one_line_warnings()
     try:
         app()
     except KeyboardInterrupt:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from attnscope.errors import AttnscopeError, InputError, StorageError
+from attnscope.errors import AttnscopeError, InputError, StorageError, install_one_line_warnings
 from attnscope.progress import progress as progress_bar
 
 from .store import ResultsStore
@@ -135,7 +135,9 @@ def _die_with_parent(parent: int) -> None:
 
     On Linux the kernel sends SIGKILL when the parent dies (prctl PR_SET_PDEATHSIG); everywhere, a
     daemon thread also polls the parent pid and exits the worker when it changes (re-parenting).
+    Warnings raised in the worker print as one line, like the main process's.
     """
+    install_one_line_warnings()
     if sys.platform.startswith("linux"):
         import ctypes
 
