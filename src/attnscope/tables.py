@@ -65,9 +65,11 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     return path
 
 
-def check_writable(path: str | os.PathLike, option: str = "--out", directory: bool = False) -> Path:
+def check_writable(path: str | os.PathLike, option: str = "--out", directory: bool = False,
+                   suffixes: "tuple[str, ...] | None" = None) -> Path:
     """Refuse an output path that cannot be written, before any work starts; return it as a Path.
 
+    ``suffixes``: the file extensions the writer accepts (e.g. :data:`TABLE_SUFFIXES`).
     ``directory=False``: ``path`` will be a file (it must not be a directory); ``directory=True``:
     ``path`` will be (or already is) a directory. Missing parents are fine (they are created when
     writing) as long as the nearest existing one is a directory we can create files in; that is
@@ -75,6 +77,8 @@ def check_writable(path: str | os.PathLike, option: str = "--out", directory: bo
     even for root. Nothing is left behind.
     """
     path = Path(path).expanduser()
+    if suffixes and not directory and path.suffix.lower() not in suffixes:
+        raise InputError(f"{option} {path}: use a file name ending in {', '.join(suffixes)}")
     if path.exists():
         if directory and not path.is_dir():
             raise StorageError(f"{option} {path}: exists and is not a directory")

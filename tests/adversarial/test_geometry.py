@@ -69,6 +69,7 @@ def test_cli_ct2_config_list_is_one_line(tmp_path):
         (["--out", "{tmp}/file/out.csv"], ["--out", "is a file, not a directory"]),
         (["--out", "/proc/attnscope.csv"], ["--out", "/proc"]),
         (["--out", "{tmp}/dir.csv"], ["--out", "is a directory"]),
+        (["--out", "{tmp}/scores.txt"], ["--out", ".csv, .parquet"]),
         (["--plot", "{tmp}/file"], ["--plot", "not a directory"]),
         (["--plot", "/proc/figs"], ["--plot", "/proc"]),
     ],
@@ -95,6 +96,8 @@ def test_cli_same_source_twice(tmp_path):
         (["--workers", "-3"], ["--workers"]),
         (["--plot", "{tmp}/figs"], ["geometry plot"]),
         (["--out", "{tmp}/file"], ["--out", "not a directory"]),
+        (["--executor", "inline", "--slurm-time", "5"], ["--executor slurm"]),
+        (["--executor", "slurm", "--slurm-mem", "nan"], ["--slurm-mem"]),
     ],
 )
 def test_cli_zoo_nonsense(tmp_path, tiny_zoo, args, needles):

@@ -14,7 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from attnscope.errors import DEBUG_ENV, AttnscopeError, InputError, debug_enabled, install_one_line_warnings
-from attnscope.tables import check_writable, storage_error
+from attnscope.tables import TABLE_SUFFIXES, check_writable, storage_error
 
 #: OSErrors caused by the user's paths or machine (exit 2), as opposed to bugs (exit 1)
 USER_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR,
@@ -73,9 +73,10 @@ def describe_error(exc: BaseException) -> tuple[int, str]:
 # -- option checks shared by the commands ---------------------------------------------------------
 
 
-def check_out_file(path: Optional[Path], option: str = "--out") -> Optional[Path]:
-    """Check an output file option is writable before any work starts (None passes through)."""
-    return None if path is None else check_writable(path, option)
+def check_out_file(path: Optional[Path], option: str = "--out",
+                   suffixes: tuple[str, ...] | None = TABLE_SUFFIXES) -> Optional[Path]:
+    """Check an output file option (a table by default) is writable before any work starts (None passes)."""
+    return None if path is None else check_writable(path, option, suffixes=suffixes)
 
 
 def check_out_dir(path: Optional[Path], option: str = "--plot") -> Optional[Path]:

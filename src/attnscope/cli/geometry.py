@@ -89,6 +89,10 @@ def score_cmd(
         if plot is not None:
             raise InputError("--zoo writes no figures itself; run `attnscope geometry plot DIR` after the survey")
         positive(workers, "--workers")
+        if executor != "slurm" and any(v is not None for v in (slurm_partition, slurm_time, slurm_mem)):
+            raise InputError(f"--slurm-partition/--slurm-time/--slurm-mem need --executor slurm (not {executor})")
+        positive(slurm_time, "--slurm-time")
+        positive(slurm_mem, "--slurm-mem", minimum=0, strict=True)
         _run_zoo(zoo, out, executor, workers, k, stack, slurm_partition, slurm_time, slurm_mem, json_out)
         return
     levels = _levels(level)
@@ -98,8 +102,6 @@ def score_cmd(
         specs.insert(0, (str(demo_model_dir()), DEMO_NAME))
     if not specs:
         raise InputError("give a SOURCE (model directory, weights file or hub id), --demo, or --zoo GROUP")
-    if out is not None and out.suffix.lower() not in (".csv", ".parquet", ".json", ".jsonl"):
-        raise InputError(f"--out {out}: use a .csv, .parquet or .json file name")
     if layer < 0:
         raise InputError(f"--layer must be >= 0, not {layer}")
     check_out_file(out, "--out")

@@ -206,9 +206,7 @@ def derive(
     from attnscope.heads.derive import derive_pattern
     from attnscope.tables import read_table
 
-    check_out_file(out, "--out")
-    if out is not None and out.suffix.lower() not in (".yaml", ".yml", ".json"):
-        raise InputError(f"--out {out}: use a .yaml, .yml or .json file name")
+    check_out_file(out, "--out", suffixes=(".yaml", ".yml", ".json"))
     df = read_table(metrics)
     pat, why = derive_pattern(df, layer=layer, model=model, min_window=min_window, max_window=max_window, sink_threshold=sink_threshold)
     if out is not None:
