@@ -66,7 +66,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
 
 
 def check_writable(path: str | os.PathLike, option: str = "--out", directory: bool = False,
-                   suffixes: "tuple[str, ...] | None" = None) -> Path:
+                   suffixes: tuple[str, ...] | None = None) -> Path:
     """Refuse an output path that cannot be written, before any work starts; return it as a Path.
 
     ``suffixes``: the file extensions the writer accepts (e.g. :data:`TABLE_SUFFIXES`).
@@ -100,8 +100,8 @@ def check_writable(path: str | os.PathLike, option: str = "--out", directory: bo
     return path
 
 
-def numeric_columns(df: "pd.DataFrame", columns: "list[str] | tuple[str, ...]", what: str = "table",
-                    finite: bool = True) -> "pd.DataFrame":
+def numeric_columns(df: pd.DataFrame, columns: list[str] | tuple[str, ...], what: str = "table",
+                    finite: bool = True) -> pd.DataFrame:
     """``df[columns]`` as float64, or one FormatError naming the first column with a non-number
     (a string, or with ``finite=True`` also NaN / inf) and the row where it sits."""
     import numpy as np
@@ -154,12 +154,12 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def records_to_json(df: "pd.DataFrame") -> str:
+def records_to_json(df: pd.DataFrame) -> str:
     """A DataFrame as a JSON list of records (NaN -> null)."""
     return df.to_json(orient="records", double_precision=15)
 
 
-def write_table(df: "pd.DataFrame", path: str | os.PathLike) -> Path:
+def write_table(df: pd.DataFrame, path: str | os.PathLike) -> Path:
     """Write a tidy table atomically; the format follows the extension (.csv, .parquet, .json, .jsonl)."""
     path = Path(path)
     suffix = path.suffix.lower()
@@ -178,7 +178,7 @@ def write_table(df: "pd.DataFrame", path: str | os.PathLike) -> Path:
     return atomic_write_bytes(path, data)
 
 
-def read_table(path: str | os.PathLike) -> "pd.DataFrame":
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
     """Read a table written by :func:`write_table` (format by extension)."""
     import pandas as pd
 

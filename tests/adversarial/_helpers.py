@@ -10,8 +10,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pandas as pd
@@ -24,7 +24,7 @@ def cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None, 
     """``python -m attnscope ARGS`` in a subprocess (inherits PYTHONPATH), bounded in time."""
     full_env = {k: v for k, v in os.environ.items() if k != "ATTNSCOPE_DEBUG"}
     full_env.update({"ATTNSCOPE_QUIET": "1", **(env or {})})
-    return subprocess.run([sys.executable, "-m", "attnscope", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "attnscope", *map(str, args)], check=False, capture_output=True, text=True,
                           env=full_env, cwd=cwd, timeout=timeout)
 
 

@@ -14,7 +14,16 @@ import typer
 from attnscope.errors import FormatError
 from attnscope.sources import open_source
 
-from ._helpers import assert_one_line_error, cli, files_under, fill_up, no_temporaries, tiny_filesystem, write_ct2_dir, write_gguf
+from ._helpers import (
+    assert_one_line_error,
+    cli,
+    files_under,
+    fill_up,
+    no_temporaries,
+    tiny_filesystem,
+    write_ct2_dir,
+    write_gguf,
+)
 
 
 @pytest.mark.parametrize(
@@ -24,26 +33,26 @@ from ._helpers import assert_one_line_error, cli, files_under, fill_up, no_tempo
 def test_gguf_head_count_of_the_wrong_kind(tmp_path, value, kind):
     path = write_gguf(tmp_path / "m.gguf", value, kind)
     with pytest.raises(FormatError, match=r"attention\.head_count is .*expected an integer >= 1") as err:
-        open_source(str(path)).config
+        _ = open_source(str(path)).config
     assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
 def test_gguf_block_count_string_and_kv_mismatch(tmp_path):
     with pytest.raises(FormatError, match="block_count is '1'"):
-        open_source(str(write_gguf(tmp_path / "a.gguf", 4, block_count="1"))).config
+        _ = open_source(str(write_gguf(tmp_path / "a.gguf", 4, block_count="1"))).config
 
 
 @pytest.mark.parametrize("config", [[1, 2], "a string", 3])
 def test_ct2_config_json_that_is_not_an_object(tmp_path, config):
     d = write_ct2_dir(tmp_path / "ct2", config=config)
     with pytest.raises(FormatError, match="must hold a JSON object"):
-        open_source(str(d)).config
+        _ = open_source(str(d)).config
 
 
 def test_ct2_head_count_zero(tmp_path):
     d = write_ct2_dir(tmp_path / "ct2", num_heads=0)
     with pytest.raises(FormatError, match=r"encoder/num_heads is 0; expected an integer >= 1"):
-        open_source(str(d)).config
+        _ = open_source(str(d)).config
 
 
 def test_cli_bad_gguf_metadata_is_one_line(tmp_path):
@@ -103,7 +112,7 @@ def test_cli_same_source_twice(tmp_path):
 def test_cli_zoo_nonsense(tmp_path, tiny_zoo, args, needles):
     (tmp_path / "file").write_text("x")
     sub = {"{src}": str(tmp_path / "m.gguf"), "{tmp}": str(tmp_path)}
-    fix = lambda s: sub.get(s, s).replace("{tmp}", str(tmp_path))  # noqa: E731
+    fix = lambda s: sub.get(s, s).replace("{tmp}", str(tmp_path))
     args = [fix(a) for a in args]
     out = ["--out", str(tmp_path / "survey")] if "--out" not in args else []
     assert_one_line_error(cli("geometry", "--zoo", f"{tiny_zoo}:tiny", *out, *args), *[fix(n) for n in needles])

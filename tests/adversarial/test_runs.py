@@ -22,9 +22,23 @@ import pytest
 from attnscope.errors import FormatError, InputError, StorageError
 from attnscope.runs import ResultsStore, Task, run_tasks
 from attnscope.runs.store import QuarantineWarning
-from attnscope.tables import atomic_write_bytes, check_writable, numeric_columns, read_mapping, write_table
+from attnscope.tables import (
+    atomic_write_bytes,
+    check_writable,
+    numeric_columns,
+    read_mapping,
+    write_table,
+)
 
-from ._helpers import alive, big, files_under, fill_up, no_temporaries, square, tiny_filesystem
+from ._helpers import (
+    alive,
+    big,
+    files_under,
+    fill_up,
+    no_temporaries,
+    square,
+    tiny_filesystem,
+)
 
 SETTINGS = {"k": 2.0}
 
@@ -92,9 +106,8 @@ def test_key_column_must_name_the_task(tmp_path):
 
 def test_a_second_run_on_the_same_store_is_refused(tmp_path):
     store = _store(tmp_path)
-    with store.lock():
-        with pytest.raises(InputError, match="in use by another run"):
-            run_tasks(square, _tasks(1), store, executor="inline", progress=False)
+    with store.lock(), pytest.raises(InputError, match="in use by another run"):
+        run_tasks(square, _tasks(1), store, executor="inline", progress=False)
     run_tasks(square, _tasks(1), store, executor="inline", progress=False)  # released: fine again
     assert store.is_done("org/m-0")
 
@@ -231,7 +244,7 @@ def _driver_env() -> dict[str, str]:
 
 
 def test_warnings_in_pool_workers_are_one_line_each(tmp_path):
-    res = subprocess.run([sys.executable, "-c", _WARN_DRIVER, str(tmp_path)], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-c", _WARN_DRIVER, str(tmp_path)], check=False, capture_output=True, text=True,
                          env=_driver_env(), timeout=300)
     assert res.returncode == 0, res.stderr
     lines = sorted(ln for ln in res.stderr.splitlines() if ln.strip())

@@ -8,12 +8,18 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 from typer.core import TyperGroup
 
-from attnscope.errors import DEBUG_ENV, AttnscopeError, InputError, debug_enabled, install_one_line_warnings
+from attnscope.errors import (
+    DEBUG_ENV,
+    AttnscopeError,
+    InputError,
+    debug_enabled,
+    install_one_line_warnings,
+)
 from attnscope.tables import TABLE_SUFFIXES, check_writable, storage_error
 
 #: OSErrors caused by the user's paths or machine (exit 2), as opposed to bugs (exit 1)
@@ -73,18 +79,18 @@ def describe_error(exc: BaseException) -> tuple[int, str]:
 # -- option checks shared by the commands ---------------------------------------------------------
 
 
-def check_out_file(path: Optional[Path], option: str = "--out",
-                   suffixes: tuple[str, ...] | None = TABLE_SUFFIXES) -> Optional[Path]:
+def check_out_file(path: Path | None, option: str = "--out",
+                   suffixes: tuple[str, ...] | None = TABLE_SUFFIXES) -> Path | None:
     """Check an output file option (a table by default) is writable before any work starts (None passes)."""
     return None if path is None else check_writable(path, option, suffixes=suffixes)
 
 
-def check_out_dir(path: Optional[Path], option: str = "--plot") -> Optional[Path]:
+def check_out_dir(path: Path | None, option: str = "--plot") -> Path | None:
     """Check an output directory option is writable before any work starts (None passes through)."""
     return None if path is None else check_writable(path, option, directory=True)
 
 
-def positive(value: int | float | None, option: str, minimum: float = 1, strict: bool = False) -> None:
+def positive(value: float | None, option: str, minimum: float = 1, strict: bool = False) -> None:
     """Refuse a non-finite value or one below ``minimum`` (``strict``: at or below); None = unset, fine."""
     if value is None:
         return
@@ -161,4 +167,4 @@ def echo_json(text: str) -> None:
     sys.stdout.flush()
 
 
-from attnscope.progress import stderr_console  # noqa: E402,F401  (re-exported for the CLI modules)
+from attnscope.progress import stderr_console  # noqa: F401  (re-exported for the CLI modules)

@@ -20,11 +20,17 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from attnscope.errors import AttnscopeError, InputError, StorageError, install_one_line_warnings
+from attnscope.errors import (
+    AttnscopeError,
+    InputError,
+    StorageError,
+    install_one_line_warnings,
+)
 from attnscope.progress import progress as progress_bar
 
 from .store import ResultsStore
@@ -189,10 +195,7 @@ def _run_slurm(fn, todo, store: ResultsStore, opts: dict[str, Any], record, adva
     """One Slurm array task per task via submitit; results land in the same store."""
     import shutil
 
-    try:
-        import submitit
-    except ImportError as exc:  # pragma: no cover - submitit is a dependency
-        raise InputError("the slurm executor needs submitit (pip install submitit)") from exc
+    import submitit
     if shutil.which("sbatch") is None:
         raise InputError("the slurm executor needs Slurm: 'sbatch' was not found on PATH")
     folder = Path(opts.get("folder") or (store.root / "slurm"))

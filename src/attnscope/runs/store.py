@@ -21,8 +21,9 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 from attnscope.errors import InputError
@@ -156,7 +157,7 @@ class ResultsStore:
                       QuarantineWarning, stacklevel=2)
 
     # -- reading and writing --------------------------------------------------------------------
-    def write(self, key: str, df: "pd.DataFrame") -> Path:
+    def write(self, key: str, df: pd.DataFrame) -> Path:
         """Store one task's table atomically (with its key and the store's settings); clears a failure record."""
         import io
 
@@ -174,7 +175,7 @@ class ResultsStore:
             fail.unlink()
         return out
 
-    def read(self, key: str) -> "pd.DataFrame":
+    def read(self, key: str) -> pd.DataFrame:
         import pandas as pd
 
         return pd.read_parquet(self.path(key))
@@ -192,7 +193,7 @@ class ResultsStore:
     def pending(self, keys: Iterable[str]) -> list[str]:
         return [k for k in keys if not self.is_done(k)]
 
-    def merge(self, keys: Iterable[str] | None = None) -> "pd.DataFrame":
+    def merge(self, keys: Iterable[str] | None = None) -> pd.DataFrame:
         """Concatenate the valid finished tables (all, or those of ``keys`` in that order)."""
         import pandas as pd
 
@@ -203,7 +204,7 @@ class ResultsStore:
         return pd.concat(frames, ignore_index=True)
 
     # -- one run at a time ----------------------------------------------------------------------
-    def lock(self) -> "StoreLock":
+    def lock(self) -> StoreLock:
         """A context manager holding the store's lock for one run (a second concurrent run is refused)."""
         return StoreLock(self.root / ".lock")
 
@@ -215,7 +216,7 @@ class StoreLock:
         self.path = path
         self._fd: int | None = None
 
-    def __enter__(self) -> "StoreLock":
+    def __enter__(self) -> StoreLock:
         try:
             import fcntl
         except ImportError:  # pragma: no cover - not POSIX: no lock

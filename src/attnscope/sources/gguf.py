@@ -47,10 +47,8 @@ class GGUFSource(WeightSource):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.name = str(path)
-        try:
-            from gguf import GGUFReader
-        except ImportError as exc:  # pragma: no cover - gguf is a core dependency
-            raise InputError("reading GGUF files needs the 'gguf' package (pip install gguf)") from exc
+        from gguf import GGUFReader
+
         size = self.path.stat().st_size
         try:
             with open(self.path, "rb") as fh:
