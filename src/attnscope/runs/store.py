@@ -100,7 +100,8 @@ class ResultsStore:
         import pyarrow.parquet as pq
 
         try:
-            schema = pq.read_schema(p)
+            footer = pq.read_metadata(p)
+            schema = footer.schema.to_arrow_schema()
         except Exception as exc:  # truncated / garbage
             raise InvalidResult(f"unreadable ({exc.__class__.__name__})") from None
         raw = (schema.metadata or {}).get(META_KEY)
@@ -121,7 +122,7 @@ class ResultsStore:
         missing = [c for c in self.columns if c not in schema.names]
         if missing:
             raise InvalidResult(f"it lacks column(s) {', '.join(missing)}")
-        if self.key_column is not None:
+        if self.key_column is not None and not self._key_column_is(footer, schema, key):
             try:
                 col = pq.read_table(p, columns=[self.key_column]).column(0).to_pylist()
             except Exception as exc:
@@ -129,6 +130,18 @@ class ResultsStore:
             stray = sorted({str(v) for v in col if v != key})
             if stray:
                 raise InvalidResult(f"its {self.key_column} column names {', '.join(stray[:3])}, not {key!r}")
+
+    def _key_column_is(self, footer: Any, schema: Any, key: str) -> bool:
+        """True when the footer's column statistics prove the key column holds only ``key`` (no data read);
+        False means "read the column to find out" (no statistics, or they differ)."""
+        idx = schema.get_field_index(self.key_column)
+        if idx < 0 or footer.num_columns != len(schema.names):  # nested columns: leave it to the slow path
+            return False
+        for rg in range(footer.num_row_groups):
+            stats = footer.row_group(rg).column(idx).statistics
+            if stats is None or not stats.has_min_max or stats.null_count or stats.min != key or stats.max != key:
+                return False
+        return True
 
     def is_done(self, key: str) -> bool:
         """True when the task's file exists and is valid (see class docstring); else it is moved aside."""
