@@ -2,11 +2,15 @@
 
 Every result file attnscope writes goes through :func:`atomic_write_bytes` (write to a temporary
 file in the same directory, fsync, rename), so a crash never leaves a half-written file where a
-good one was. :func:`write_table` / :func:`read_table` pick CSV, Parquet or JSON by extension.
+good one was; a write that fails (a full disk, a read-only directory) raises :class:`StorageError`
+naming the path and leaves nothing behind. :func:`check_writable` lets a command refuse a bad
+``--out`` before it starts an hour of work. :func:`write_table` / :func:`read_table` pick CSV,
+Parquet or JSON by extension; :func:`numeric_columns` checks the columns a computation reads back.
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -14,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import FormatError, InputError
+from .errors import ConfigError, FormatError, InputError, StorageError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -22,11 +26,27 @@ if TYPE_CHECKING:  # pragma: no cover
 TABLE_SUFFIXES = (".csv", ".parquet", ".json", ".jsonl")
 
 
+def storage_error(path: str | os.PathLike, exc: OSError) -> StorageError:
+    """One line naming ``path`` and what the operating system said (ENOSPC -> "no space left on device")."""
+    if exc.strerror:  # "No space left on device" -> "no space left on device"
+        reason = exc.strerror[0].lower() + exc.strerror[1:]
+    else:
+        reason = str(exc) or errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+    return StorageError(f"cannot write {path}: {reason}")
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temp file + fsync + rename)."""
+    """Write ``data`` to ``path`` atomically (temp file + fsync + rename).
+
+    Any OSError (a full disk, a read-only directory, a file where a directory should be) becomes a
+    :class:`StorageError` naming ``path``; the temporary file is removed and ``path`` is untouched.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise storage_error(path, exc) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -34,13 +54,76 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are shared like any file
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError):
+            raise storage_error(path, exc) from None
         raise
     return path
+
+
+def check_writable(path: str | os.PathLike, option: str = "--out", directory: bool = False,
+                   suffixes: tuple[str, ...] | None = None) -> Path:
+    """Refuse an output path that cannot be written, before any work starts; return it as a Path.
+
+    ``suffixes``: the file extensions the writer accepts (e.g. :data:`TABLE_SUFFIXES`).
+    ``directory=False``: ``path`` will be a file (it must not be a directory); ``directory=True``:
+    ``path`` will be (or already is) a directory. Missing parents are fine (they are created when
+    writing) as long as the nearest existing one is a directory we can create files in; that is
+    probed by creating and removing a temporary file, so read-only mounts and ``/proc`` are caught
+    even for root. Nothing is left behind.
+    """
+    path = Path(path).expanduser()
+    if suffixes and not directory and path.suffix.lower() not in suffixes:
+        raise InputError(f"{option} {path}: use a file name ending in {', '.join(suffixes)}")
+    if path.exists():
+        if directory and not path.is_dir():
+            raise StorageError(f"{option} {path}: exists and is not a directory")
+        if not directory and path.is_dir():
+            raise StorageError(f"{option} {path}: is a directory; give a file name")
+    probe = path if directory and path.is_dir() else path.parent
+    while not probe.exists():
+        if probe.is_symlink() or probe == probe.parent:  # a dangling link / no existing ancestor
+            raise StorageError(f"{option} {path}: {probe} cannot be created")
+        probe = probe.parent
+    if not probe.is_dir():
+        raise StorageError(f"{option} {path}: {probe} is a file, not a directory")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".attnscope-probe-", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise StorageError(f"{option} {path}: cannot write into {probe}: {exc.strerror or exc}") from None
+    return path
+
+
+def numeric_columns(df: pd.DataFrame, columns: list[str] | tuple[str, ...], what: str = "table",
+                    finite: bool = True) -> pd.DataFrame:
+    """``df[columns]`` as float64, or one FormatError naming the first column with a non-number
+    (a string, or with ``finite=True`` also NaN / inf) and the row where it sits."""
+    import numpy as np
+    import pandas as pd
+
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise FormatError(f"{what} has no column(s) {', '.join(map(str, missing))}")
+    out = {}
+    for col in columns:
+        raw = df[col]
+        if raw.dtype == bool:
+            raw = raw.astype(np.float64)
+        vals = pd.to_numeric(raw, errors="coerce").astype(np.float64)
+        bad = vals.isna() & raw.notna()
+        if finite:
+            bad |= ~np.isfinite(vals.to_numpy())
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise FormatError(f"{what}: column {col!r} holds {raw.iloc[i]!r} in row {i}; expected a finite number")
+        out[col] = vals.to_numpy()
+    return pd.DataFrame(out, index=df.index)
 
 
 def _umask() -> int:
@@ -71,12 +154,12 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
-def records_to_json(df: "pd.DataFrame") -> str:
+def records_to_json(df: pd.DataFrame) -> str:
     """A DataFrame as a JSON list of records (NaN -> null)."""
     return df.to_json(orient="records", double_precision=15)
 
 
-def write_table(df: "pd.DataFrame", path: str | os.PathLike) -> Path:
+def write_table(df: pd.DataFrame, path: str | os.PathLike) -> Path:
     """Write a tidy table atomically; the format follows the extension (.csv, .parquet, .json, .jsonl)."""
     path = Path(path)
     suffix = path.suffix.lower()
@@ -95,7 +178,7 @@ def write_table(df: "pd.DataFrame", path: str | os.PathLike) -> Path:
     return atomic_write_bytes(path, data)
 
 
-def read_table(path: str | os.PathLike) -> "pd.DataFrame":
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
     """Read a table written by :func:`write_table` (format by extension)."""
     import pandas as pd
 
@@ -122,14 +205,12 @@ def read_mapping(path: str | os.PathLike, what: str = "config file") -> dict[str
 
     Missing file -> InputError; unparsable or not a mapping -> ConfigError; one line each.
     """
-    from .errors import ConfigError
-
     path = Path(path)
     if not path.is_file():
         raise InputError(f"no such {what}: {path}")
-    text = path.read_text()
     suffix = path.suffix.lower()
     try:
+        text = path.read_text()
         if suffix == ".toml":
             import tomllib
 

@@ -2,7 +2,9 @@
 
 Each sub-app lives in its own module (``geometry``, ``zoo``, ``train``, ``compare``, ``heads``,
 ``dynamics``, ``report``); they parse options, call the API, and print with rich. Known errors
-(:class:`attnscope.errors.AttnscopeError`) become one line on stderr and exit code 2.
+(:class:`attnscope.errors.AttnscopeError`, and OSErrors such as a full disk) become one line on
+stderr and exit code 2; any other exception is a bug: one line and exit code 1 (the traceback with
+``attnscope --debug ...`` or ``ATTNSCOPE_DEBUG=1``). Warnings print as one line each.
 Modules here import heavy libraries (torch, transformers, pandas) only inside commands so that
 ``attnscope --help`` stays fast.
 """
@@ -10,8 +12,11 @@ Modules here import heavy libraries (torch, transformers, pandas) only inside co
 from __future__ import annotations
 
 import importlib
+import os
 
 import typer
+
+from ._common import DEBUG_ENV, run_app
 
 app = typer.Typer(
     name="attnscope",
@@ -55,15 +60,18 @@ def _root(
     version: bool = typer.Option(
         False, "--version", is_eager=True, callback=_print_version, help="Print the version and exit."
     ),
+    debug: bool = typer.Option(
+        False, "--debug", help="Show full tracebacks and raw Python warnings (also: ATTNSCOPE_DEBUG=1)."
+    ),
 ) -> None:
     """Structure and dynamics of self-attention."""
+    if debug:
+        os.environ[DEBUG_ENV] = "1"
 
 
 _register()
 
 
 def main() -> None:
-    """Entry point: run the app, turning user errors into one line and exit code 2."""
-    from ._common import run_app
-
+    """Entry point: run the app, turning user errors into one line and exit code 2 (bugs: exit 1)."""
     run_app(app)

@@ -1,31 +1,135 @@
-"""Shared CLI plumbing: error mapping, a group with a default command, console helpers."""
+"""Shared CLI plumbing: error mapping, one-line warnings, option checks, a group with a default command."""
 
 from __future__ import annotations
 
+import errno
+import math
+import os
 import sys
+import traceback
+from pathlib import Path
 from typing import Any
 
 import typer
 from typer.core import TyperGroup
 
-from attnscope.errors import AttnscopeError
+from attnscope.errors import (
+    DEBUG_ENV,
+    AttnscopeError,
+    InputError,
+    debug_enabled,
+    install_one_line_warnings,
+)
+from attnscope.tables import TABLE_SUFFIXES, check_writable, storage_error
+
+#: OSErrors caused by the user's paths or machine (exit 2), as opposed to bugs (exit 1)
+USER_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOENT, errno.ENOTDIR,
+               errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.ELOOP, errno.EMFILE, errno.ENOMEM}
+
+
+def _first_line(text: str) -> str:
+    return (str(text).strip().splitlines() or [""])[0]
 
 
 def run_app(app: typer.Typer) -> None:
-    """Run a typer app; AttnscopeError -> one line on stderr, exit 2; Ctrl-C -> exit 130.
+    """Run a typer app with the CLI's error contract.
 
+    * :class:`AttnscopeError` (the user's input) -> ``attnscope: error: <one line>``, exit 2;
+    * an OSError about the user's paths or machine (a full disk, permissions) -> one line naming
+      the path, exit 2;
+    * anything else is a bug -> ``attnscope: internal error: ...`` on one line, exit 1;
+    * Ctrl-C -> exit 130; a closed stdout pipe -> exit 0.
+
+    Tracebacks only with ``--debug`` / ``ATTNSCOPE_DEBUG=1`` (printed before the same line and exit
+    code). Warnings print as one line each (raw Python warnings with ``--debug``).
     Usage errors (bad options) are handled by typer's standalone mode (usage + exit 2).
     """
+    if "--debug" in sys.argv[1:]:  # honoured even when the failure happens while parsing
+        os.environ[DEBUG_ENV] = "1"
+    install_one_line_warnings()
     try:
         app()
-    except AttnscopeError as exc:
-        print(f"attnscope: error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         print("attnscope: interrupted", file=sys.stderr)
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except Exception as exc:
+        if debug_enabled():
+            traceback.print_exc()
+        code, line = describe_error(exc)
+        print(line, file=sys.stderr)
+        sys.exit(code)
+
+
+def describe_error(exc: BaseException) -> tuple[int, str]:
+    """(exit code, one stderr line) for an exception that reached the CLI."""
+    if isinstance(exc, AttnscopeError):
+        return exc.exit_code, f"attnscope: error: {_first_line(str(exc)) or type(exc).__name__}"
+    if isinstance(exc, OSError) and exc.errno in USER_ERRNOS:
+        where = exc.filename if exc.filename is not None else "a file"
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            return 2, f"attnscope: error: {storage_error(where, exc)}"
+        return 2, f"attnscope: error: {where}: {exc.strerror}"
+    what = _first_line(str(exc))
+    return 1, (f"attnscope: internal error: {type(exc).__name__}{': ' + what if what else ''} "
+               f"(a bug; rerun with --debug or {DEBUG_ENV}=1 for the traceback)")
+
+
+# -- option checks shared by the commands ---------------------------------------------------------
+
+
+def check_out_file(path: Path | None, option: str = "--out",
+                   suffixes: tuple[str, ...] | None = TABLE_SUFFIXES) -> Path | None:
+    """Check an output file option (a table by default) is writable before any work starts (None passes)."""
+    return None if path is None else check_writable(path, option, suffixes=suffixes)
+
+
+def check_out_dir(path: Path | None, option: str = "--plot") -> Path | None:
+    """Check an output directory option is writable before any work starts (None passes through)."""
+    return None if path is None else check_writable(path, option, directory=True)
+
+
+def positive(value: float | None, option: str, minimum: float = 1, strict: bool = False) -> None:
+    """Refuse a non-finite value or one below ``minimum`` (``strict``: at or below); None = unset, fine."""
+    if value is None:
+        return
+    if not math.isfinite(value) or value < minimum or (strict and value == minimum):
+        bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
+        raise InputError(f"{option} must be a finite number {bound}, not {value}")
+
+
+def check_device(device: str, option: str = "--device") -> str:
+    """Refuse a torch device string that does not parse or names a device this machine lacks."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise InputError(f"{option} {device!r} is not a torch device (e.g. cpu, cuda, cuda:1, mps)") from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise InputError(f"{option} {device}: this machine has no CUDA device (torch {torch.__version__})")
+        if dev.index is not None and dev.index >= n:
+            raise InputError(f"{option} {device}: only {n} CUDA device(s) here (cuda:0..cuda:{n - 1})")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise InputError(f"{option} {device}: MPS is not available on this machine")
+    elif dev.type not in ("cpu", "cuda", "mps", "meta"):
+        raise InputError(f"{option} {device}: unsupported device type {dev.type!r}; use cpu, cuda or mps")
+    return device
+
+
+def distinct_sources(sources: list[str]) -> None:
+    """Refuse the same SOURCE given twice (same string, or two spellings of one local path)."""
+    seen: dict[str, str] = {}
+    for s in sources:
+        p = Path(s).expanduser()
+        ident = str(p.resolve()) if p.exists() else s
+        if ident in seen:
+            same = f" ({seen[ident]} and {s} are the same path)" if seen[ident] != s else ""
+            raise InputError(f"SOURCE {s} is given twice{same}")
+        seen[ident] = s
 
 
 class DefaultCommandGroup(TyperGroup):
@@ -63,4 +167,4 @@ def echo_json(text: str) -> None:
     sys.stdout.flush()
 
 
-from attnscope.progress import stderr_console  # noqa: E402,F401  (re-exported for the CLI modules)
+from attnscope.progress import stderr_console  # noqa: F401  (re-exported for the CLI modules)

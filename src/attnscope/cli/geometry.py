@@ -20,7 +20,15 @@ from rich.markup import escape
 
 from attnscope.errors import InputError
 
-from ._common import echo_json, make_default_group, stderr_console
+from ._common import (
+    check_out_dir,
+    check_out_file,
+    distinct_sources,
+    echo_json,
+    make_default_group,
+    positive,
+    stderr_console,
+)
 from ._tables import print_table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -75,19 +83,31 @@ def score_cmd(
     slurm_mem: Optional[float] = typer.Option(None, "--slurm-mem", help="GB per Slurm job."),
 ) -> None:
     """Score models (SOURCE = HF directory, weights file or hub id); print a summary, write tables and figures."""
+    positive(k, "--k", minimum=0, strict=True)
     if zoo is not None:
+        if sources or demo:
+            given = " ".join(sources or []) or "--demo"
+            raise InputError(f"--zoo surveys its group's models; do not also give {given}")
+        if plot is not None:
+            raise InputError("--zoo writes no figures itself; run `attnscope geometry plot DIR` after the survey")
+        positive(workers, "--workers")
+        if executor != "slurm" and any(v is not None for v in (slurm_partition, slurm_time, slurm_mem)):
+            raise InputError(f"--slurm-partition/--slurm-time/--slurm-mem need --executor slurm (not {executor})")
+        positive(slurm_time, "--slurm-time")
+        positive(slurm_mem, "--slurm-mem", minimum=0, strict=True)
         _run_zoo(zoo, out, executor, workers, k, stack, slurm_partition, slurm_time, slurm_mem, json_out)
         return
     levels = _levels(level)
+    distinct_sources(list(sources or []))
     specs: list[tuple[str, str | None]] = [(s, None) for s in (sources or [])]
     if demo:
         specs.insert(0, (str(demo_model_dir()), DEMO_NAME))
     if not specs:
         raise InputError("give a SOURCE (model directory, weights file or hub id), --demo, or --zoo GROUP")
-    if out is not None and out.suffix.lower() not in (".csv", ".parquet", ".json", ".jsonl"):
-        raise InputError(f"--out {out}: use a .csv, .parquet or .json file name")
     if layer < 0:
         raise InputError(f"--layer must be >= 0, not {layer}")
+    check_out_file(out, "--out")
+    check_out_dir(plot, "--plot")
 
     import pandas as pd
 
@@ -194,6 +214,7 @@ def _run_zoo(
 ) -> None:  # fmt: skip
     if out is None:
         raise InputError("--zoo needs --out DIR (the results store and merged table go there)")
+    check_out_dir(out, "--out")
     from attnscope.zoo.survey import run_zoo  # an unknown --executor is refused by attnscope.runs
     slurm = None
     if executor == "slurm" or any(v is not None for v in (partition, time_min, mem_gb)):
@@ -226,6 +247,7 @@ def plot_cmd(
     """Figures of a zoo survey: s and d against model size, per family (attnscope.plots.survey)."""
     if not results.exists():
         raise InputError(f"{results}: no such file or directory")
+    check_out_dir(out or (results if results.is_dir() else results.parent) / "figures", "--out")
     from attnscope.plots.survey import survey_report
     out_dir = out or (results if results.is_dir() else results.parent) / "figures"
     paths = survey_report(results, out_dir)

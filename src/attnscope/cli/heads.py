@@ -15,7 +15,9 @@ from typing import Optional
 
 import typer
 
-from ._common import echo_json, make_default_group, stderr_console
+from attnscope.errors import InputError
+
+from ._common import check_device, check_out_dir, check_out_file, echo_json, make_default_group, stderr_console
 from ._tables import print_frame, print_table
 
 app = typer.Typer(
@@ -28,10 +30,7 @@ app = typer.Typer(
 def _plot_dir(plot: Optional[Path]) -> Optional[Path]:
     if plot is None:
         return None
-    if plot.exists() and not plot.is_dir():
-        from attnscope.errors import InputError
-
-        raise InputError(f"--plot {plot}: exists and is not a directory")
+    check_out_dir(plot, "--plot")
     plot.mkdir(parents=True, exist_ok=True)
     return plot
 
@@ -54,6 +53,15 @@ def measure(
     from attnscope.heads.maps import extract, open_model
     from attnscope.tables import write_table
 
+    if js is not None and js_rows < 1:
+        raise InputError(f"--js needs --js-rows of at least 1, not {js_rows}")
+    if length is not None and length < 2:
+        raise InputError(f"--length must be at least 2, not {length}")
+    check_out_file(out, "--out")
+    check_out_file(js, "--js")
+    check_device(device)
+    if out is not None and js is not None and out.resolve() == js.resolve():
+        raise InputError(f"--out and --js are the same file {out}")
     plot_dir = _plot_dir(plot)
     model = open_model(source, device=device)
     ex_layers: tuple[int, ...] = ()
@@ -66,7 +74,9 @@ def measure(
     df = res.metrics
     if out is not None:
         write_table(df, out)
-    if js is not None and res.js is not None:
+    if js is not None:
+        if res.js is None:  # every "wrote" line below must be true
+            raise InputError(f"{model.name}: no JS divergences were computed, so --js {js} was not written")
         write_table(res.js, js)
     if plot_dir is not None:
         from attnscope.plots import heads as hp
@@ -126,16 +136,21 @@ def cluster(
     as_json: bool = typer.Option(False, "--json", help="Print silhouettes, best k and labels (best k) as JSON on stdout."),
 ) -> None:
     """Cluster heads on z-scored metric features; silhouette per k picks the best k from the data."""
-    from attnscope.heads.cluster import cluster_heads, cluster_profiles, embed_js
+    from attnscope.heads.cluster import check_js_matches, cluster_heads, cluster_profiles, embed_js
     from attnscope.tables import read_table, write_table
 
+    check_out_file(out, "--out")
+    check_out_dir(plot, "--plot")
     df = read_table(metrics)
+    js_table = read_table(js) if js is not None else None
+    if js_table is not None:
+        check_js_matches(js_table, df, label=str(js))
     feats = [f.strip() for f in features.split(",") if f.strip()]
     res = cluster_heads(df, feats, k_min=k_min, k_max=k_max, method=method, seed=seed)
+    emb = embed_js(js_table, seed=seed) if js_table is not None else None
     if out is not None:
         write_table(res.labels, out)
         write_table(res.silhouette, out.with_name(f"{out.stem}_silhouette{out.suffix}"))
-    emb = embed_js(read_table(js), seed=seed) if js is not None else None
     plot_dir = _plot_dir(plot)
     if plot_dir is not None:
         from attnscope.plots import heads as hp
@@ -187,6 +202,7 @@ def derive(
     from attnscope.heads.derive import derive_pattern
     from attnscope.tables import read_table
 
+    check_out_file(out, "--out", suffixes=(".yaml", ".yml", ".json"))
     df = read_table(metrics)
     pat, why = derive_pattern(df, layer=layer, model=model, min_window=min_window, max_window=max_window, sink_threshold=sink_threshold)
     if out is not None:

@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from attnscope.errors import InputError
+
 from ._common import echo_json
 
 app = typer.Typer(help="The model zoo: the paper's models and named groups.", no_args_is_help=True)
@@ -68,7 +70,6 @@ def show_model(
     as_json: bool = typer.Option(False, "--json", help="Print the entry as JSON on stdout."),
 ) -> None:
     """One model's entry: family, type, size, groups, caveats and the paper's published scores."""
-    from attnscope.errors import InputError
     from attnscope.zoo import get_entry
 
     entry = get_entry(model_id, zoo_file)

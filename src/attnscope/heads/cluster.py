@@ -4,14 +4,20 @@ Einstein legend: n heads (rows of the metrics table, all layers), f features, k 
 
 The dense-vs-sparse byte-model study clustered ``[entropy, sparsity, distance]`` with Ward for k = 2..8 and hard-coded its
 "best k"; here the best k per method is the one with the highest mean silhouette, read off the data.
+
+Tables read back from disk are checked before use: every feature must be a finite number, and a
+JS table must describe the same model and heads as the metrics table it is clustered with.
+sklearn's ConvergenceWarnings (constant or duplicated features) are summarised as one warning line.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
-from attnscope.errors import InputError
+from attnscope.errors import FormatError, InputError
+from attnscope.tables import numeric_columns
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -31,7 +37,7 @@ class ClusterResult:
 
 
 def zscore_features(df: "pd.DataFrame", features: Sequence[str]) -> "np.ndarray":
-    """[n, f] z-scored features; constant columns become 0; missing columns / NaN are clear errors."""
+    """[n, f] z-scored features; constant columns become 0; missing columns / non-numbers / NaN are clear errors."""
     import numpy as np
 
     missing = [f for f in features if f not in df.columns]
@@ -39,7 +45,7 @@ def zscore_features(df: "pd.DataFrame", features: Sequence[str]) -> "np.ndarray"
         raise InputError(
             f"metrics table has no column(s) {', '.join(missing)} (it has: {', '.join(map(str, df.columns[:20]))})"
         )
-    X = df[list(features)].to_numpy(dtype=np.float64)
+    X = numeric_columns(df, list(features), "metrics table", finite=False).to_numpy()
     bad = [f for f, col in zip(features, X.T) if not np.isfinite(col).all()]
     if bad:
         raise InputError(f"feature(s) {', '.join(bad)} have missing/NaN values; choose others with --features")
@@ -90,15 +96,29 @@ def cluster_heads(
     X = zscore_features(df, features)
     ids = df[[c for c in ID_COLUMNS if c in df.columns]].reset_index(drop=True)
     sil_rows, label_frames = [], []
+    short: dict[str, list[int]] = {}  # method -> k for which sklearn did not find k distinct clusters
     for m in methods:
         for k in range(k_min, k_max + 1):
-            lab = fit_labels(X, k, m, seed)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                lab = fit_labels(X, k, m, seed)
+            for w in caught:
+                if type(w.message).__name__ == "ConvergenceWarning":
+                    short.setdefault(m, []).append(k)
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             n_found = len(np.unique(lab))
             s = float(silhouette_score(X, lab)) if 2 <= n_found < n else float("nan")
             sil_rows.append({"method": m, "k": k, "silhouette": s, "n_clusters": n_found})
             fr = ids.copy()
             fr["method"], fr["k"], fr["cluster"] = m, k, lab
             label_frames.append(fr)
+    for m, ks in short.items():
+        warnings.warn(
+            f"{m}: the features {', '.join(features)} have fewer distinct values than clusters for k = "
+            f"{', '.join(map(str, sorted(set(ks))))} (constant or duplicated heads); those k find fewer clusters",
+            stacklevel=2,
+        )
     sil = pd.DataFrame(sil_rows)
     best_k: dict[str, int] = {}
     for m in methods:
@@ -122,6 +142,24 @@ def cluster_profiles(df: "pd.DataFrame", labels: "pd.DataFrame", method: str, fe
     return prof.reset_index()
 
 
+def check_js_matches(js: "pd.DataFrame", metrics: "pd.DataFrame", label: str = "JS table") -> None:
+    """Refuse a JS table that is not of the metrics table's model and heads (FormatError, one line)."""
+    for name, t in (("JS table", js), ("metrics table", metrics)):
+        if "model" in t.columns and t["model"].nunique() > 1:
+            raise InputError(f"the {name} holds {t['model'].nunique()} models; give one model's table")
+    if "model" in js.columns and "model" in metrics.columns and len(js) and len(metrics):
+        a, b = str(js["model"].iloc[0]), str(metrics["model"].iloc[0])
+        if a != b:
+            raise FormatError(f"{label} is of model {a!r}, the metrics table of {b!r}")
+    _, heads = js_matrix(js)
+    if {"layer", "head"} <= set(metrics.columns):
+        ids = numeric_columns(metrics, ["layer", "head"], "metrics table").astype(int)
+        known = set(zip(ids["layer"], ids["head"]))
+        stray = [h for h in heads if h not in known]
+        if stray:
+            raise FormatError(f"{label} has heads the metrics table lacks (layer, head): {stray[:5]}")
+
+
 def js_matrix(js: "pd.DataFrame") -> tuple["np.ndarray", list[tuple[int, int]]]:
     """Square symmetric JS matrix [n, n] and the (layer, head) label of each row from a pair table."""
     import numpy as np
@@ -130,6 +168,9 @@ def js_matrix(js: "pd.DataFrame") -> tuple["np.ndarray", list[tuple[int, int]]]:
     missing = need - set(js.columns)
     if missing:
         raise InputError(f"JS table has no column(s) {', '.join(sorted(missing))}")
+    js = numeric_columns(js, ["layer_a", "head_a", "layer_b", "head_b", "js"], "JS table")
+    if (js["js"] < 0).any():
+        raise FormatError("JS table holds negative divergences")
     labels = sorted(
         set(zip(js["layer_a"].astype(int), js["head_a"].astype(int))) | set(zip(js["layer_b"].astype(int), js["head_b"].astype(int)))
     )

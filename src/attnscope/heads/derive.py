@@ -22,6 +22,7 @@ import math
 from typing import TYPE_CHECKING
 
 from attnscope.errors import InputError
+from attnscope.tables import numeric_columns
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -55,6 +56,10 @@ def derive_pattern(
         raise InputError(f"metrics table has no column(s) {', '.join(missing)}: write it with `attnscope heads`")
     if min_window < 0 or max_window < min_window:
         raise InputError(f"need 0 <= min_window <= max_window, got {min_window} and {max_window}")
+    if not (isinstance(sink_threshold, (int, float)) and math.isfinite(sink_threshold) and 0 <= sink_threshold <= 1):
+        raise InputError(f"--sink-threshold must be a number in [0, 1] (a share of attention mass), not {sink_threshold}")
+    if global_stride < 1:
+        raise InputError(f"global_stride must be at least 1, not {global_stride}")
     sub = df
     if model is not None:
         if "model" not in df.columns or model not in set(df["model"]):
@@ -70,6 +75,13 @@ def derive_pattern(
         raise InputError("the metrics table has no rows to derive a pattern from")
     causal = bool(sub["causal"].iloc[0]) if "causal" in sub.columns else True
     reach_col = "lookback" if causal and "lookback" in sub.columns else "distance"
+    checked = numeric_columns(sub, ["head", reach_col, "sink_first"], "metrics table")
+    if (checked["head"] != checked["head"].round()).any() or (checked["head"] < 0).any():
+        raise InputError("the metrics table's head column must hold non-negative integers")
+    sub = sub.assign(**{c: checked[c] for c in checked.columns})
+    sub["head"] = sub["head"].astype(int)
+    if "period" in sub.columns:  # NaN = no period; a string is an error
+        sub["period"] = numeric_columns(sub, ["period"], "metrics table", finite=False)["period"]
     med = sub.groupby("head")[[reach_col, "sink_first"]].median(numeric_only=True).sort_index()
     if "period" in sub.columns:  # a stride is a category: the most frequent one over layers
         from .metrics import _mode

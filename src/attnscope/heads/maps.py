@@ -375,10 +375,16 @@ def extract(
 
     from .metrics import METRICS, pairwise_js, summarize_windows, window_metrics
 
-    model = source if isinstance(source, MapModel) else open_model(source, device=device)
     if batch_size < 1:
         raise InputError(f"--batch-size must be at least 1, not {batch_size}")
-    length = length or model.default_length()
+    if windows < 1:
+        raise InputError(f"--windows must be at least 1, not {windows}")
+    if length is not None and length < 2:
+        raise InputError(f"--length must be at least 2, not {length}")
+    if js_rows < 0:
+        raise InputError(f"--js-rows must be at least 0, not {js_rows}")
+    model = source if isinstance(source, MapModel) else open_model(source, device=device)
+    length = model.default_length() if length is None else length
     idx = make_windows(model, data, windows, length)
     per_layer: dict[int, dict[str, list[np.ndarray]]] = {}
     js_keep: dict[int, torch.Tensor] = {}

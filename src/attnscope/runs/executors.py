@@ -3,18 +3,35 @@ or as a Slurm job array through submitit.
 
 ``fn(payload) -> DataFrame`` must be a top-level function (picklable). Every task writes its own file
 in the store as soon as it finishes, so an interrupted run loses at most the tasks in flight; a rerun
-skips what is done. A task that raises is recorded (one line) and does not stop the others.
+skips what is done. A task that raises is recorded (one line) and does not stop the others; a
+write that fails for lack of space (:class:`StorageError`) stops the run, since every other task
+would fail the same way.
+
+One run fills a store at a time (its lock). Pool workers die with the process that started them
+(``PR_SET_PDEATHSIG`` on Linux, plus a thread polling the parent pid everywhere), so killing only
+the main process leaves no orphan computing and writing into a store that a resumed run now owns.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
+import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
-from attnscope.errors import AttnscopeError, InputError
+from attnscope.errors import (
+    AttnscopeError,
+    InputError,
+    StorageError,
+    install_one_line_warnings,
+)
+from attnscope.progress import progress as progress_bar
 
 from .store import ResultsStore
 
@@ -47,13 +64,14 @@ def _one_line(exc: BaseException) -> str:
     return last.splitlines()[0]
 
 
-def _run_and_store(fn: Callable[[Any], Any], task: Task, root: str) -> tuple[str, str | None]:
+def _run_and_store(fn: Callable[[Any], Any], task: Task, store: ResultsStore) -> tuple[str, str | None]:
     """Run one task and write its result; returns (key, error or None). Runs in workers too."""
-    store = ResultsStore(root)
     try:
         df = fn(task.payload)
         store.write(task.key, df)
         return task.key, None
+    except StorageError:  # a full disk: every task would fail the same way
+        raise
     except Exception as exc:  # reported per task, never fatal to the run
         msg = _one_line(exc)
         store.record_failure(task.key, msg)
@@ -74,7 +92,14 @@ def run_tasks(
     """Run the tasks that are not yet in ``store`` with the chosen executor."""
     if executor not in EXECUTORS:
         raise InputError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InputError(f"--workers must be a positive integer, not {workers!r}")
     store = store if isinstance(store, ResultsStore) else ResultsStore(store)
+    with store.lock():
+        return _run_locked(fn, tasks, store, executor, workers, slurm, progress, desc)
+
+
+def _run_locked(fn, tasks, store: ResultsStore, executor, workers, slurm, progress, desc) -> RunSummary:
     keys = [t.key for t in tasks]
     if len(set(keys)) != len(keys):
         raise InputError("task keys must be unique")
@@ -87,7 +112,6 @@ def run_tasks(
             todo.append(t)
     if not todo:
         return summary
-    root = str(store.root)
 
     def record(key: str, err: str | None) -> None:
         if err is None:
@@ -95,53 +119,83 @@ def run_tasks(
         else:
             summary.failed[key] = err
 
-    from attnscope.progress import progress as progress_bar
-
     with progress_bar(len(todo), desc, enabled=progress, unit="tasks", transient=False) as bar:
         advance = bar.advance
         if executor == "inline" or (executor == "local" and (workers <= 1 or len(todo) == 1)):
             for t in todo:
-                record(*_run_and_store(fn, t, root))
+                record(*_run_and_store(fn, t, store))
                 advance()
         elif executor == "local":
-            _run_local(fn, todo, root, workers, record, advance)
+            _run_local(fn, todo, store, workers, record, advance)
         else:
             _run_slurm(fn, todo, store, slurm or {}, record, advance)
     return summary
 
 
-def _run_local(fn, todo, root, workers, record, advance) -> None:
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PARENT_POLL_S = 0.5
+
+
+def _die_with_parent(parent: int) -> None:
+    """Pool-worker initializer: end this worker as soon as ``parent`` (the run's main process) is gone.
+
+    On Linux the kernel sends SIGKILL when the parent dies (prctl PR_SET_PDEATHSIG); everywhere, a
+    daemon thread also polls the parent pid and exits the worker when it changes (re-parenting).
+    Warnings raised in the worker print as one line, like the main process's.
+    """
+    install_one_line_warnings()
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no prctl: the poll below still works
+            pass
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+
+    def poll() -> None:
+        while True:
+            time.sleep(PARENT_POLL_S)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=poll, name="attnscope-parent-watch", daemon=True).start()
+
+
+def _run_local(fn, todo, store: ResultsStore, workers, record, advance) -> None:
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     # spawn: safe with torch/numba threads; fn must be importable top-level
     ctx = mp.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {pool.submit(_run_and_store, fn, t, root): t for t in todo}
-        try:
-            for fut in as_completed(futures):
-                t = futures[fut]
-                try:
-                    record(*fut.result())
-                except Exception as exc:  # worker died (e.g. OOM kill)
-                    msg = f"worker failed: {_one_line(exc)}"
-                    ResultsStore(root).record_failure(t.key, msg)
-                    record(t.key, msg)
-                advance()
-        except KeyboardInterrupt:
-            for f in futures:
-                f.cancel()
-            raise
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_die_with_parent,
+                               initargs=(os.getpid(),))
+    futures = {pool.submit(_run_and_store, fn, t, store): t for t in todo}
+    try:
+        for fut in as_completed(futures):
+            t = futures[fut]
+            try:
+                record(*fut.result())
+            except StorageError:
+                raise
+            except Exception as exc:  # worker died (e.g. OOM kill)
+                msg = f"worker failed: {_one_line(exc)}"
+                store.record_failure(t.key, msg)
+                record(t.key, msg)
+            advance()
+    except BaseException:  # Ctrl-C, a full disk: stop queued tasks, do not wait for the others
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 def _run_slurm(fn, todo, store: ResultsStore, opts: dict[str, Any], record, advance) -> None:
     """One Slurm array task per task via submitit; results land in the same store."""
     import shutil
 
-    try:
-        import submitit
-    except ImportError as exc:  # pragma: no cover - submitit is a dependency
-        raise InputError("the slurm executor needs submitit (pip install submitit)") from exc
+    import submitit
     if shutil.which("sbatch") is None:
         raise InputError("the slurm executor needs Slurm: 'sbatch' was not found on PATH")
     folder = Path(opts.get("folder") or (store.root / "slurm"))
@@ -156,8 +210,7 @@ def _run_slurm(fn, todo, store: ResultsStore, opts: dict[str, Any], record, adva
     if opts.get("mem_gb"):
         params["mem_gb"] = float(opts["mem_gb"])
     ex.update_parameters(**params)
-    root = str(store.root)
-    jobs = ex.map_array(_run_and_store, [fn] * len(todo), todo, [root] * len(todo))
+    jobs = ex.map_array(_run_and_store, [fn] * len(todo), todo, [store] * len(todo))
     for t, job in zip(todo, jobs):
         try:
             record(*job.result())

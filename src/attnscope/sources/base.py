@@ -12,11 +12,28 @@ Adding a source is one small class: subclass :class:`WeightSource`, implement ``
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Iterable
 
+from attnscope.errors import FormatError
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+
+
+def metadata_count(value: Any, what: str, label: str, minimum: int = 1) -> int:
+    """A count read from a model file (head count, layers, width) as an int >= ``minimum``, or one FormatError.
+
+    Accepts Python/numpy integers and integral floats; refuses bools, strings, lists, NaN and values
+    below ``minimum``, naming the file (``label``) and the field (``what``).
+    """
+    ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if not ok and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        ok = float(value).is_integer()
+    if not ok or int(value) < minimum:
+        raise FormatError(f"{label}: {what} is {value!r}; expected an integer >= {minimum}")
+    return int(value)
 
 
 class WeightSource(ABC):

@@ -31,7 +31,7 @@ import numpy as np
 
 from attnscope.errors import FormatError, InputError
 
-from .base import WeightSource
+from .base import WeightSource, metadata_count
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -178,19 +178,28 @@ class CT2Source(WeightSource):
         return torch.from_numpy(np.array(self.get_numpy(name)))
 
     # -- config ---------------------------------------------------------------------------------
-    def _scalar(self, name: str) -> int | None:
+    def _scalar(self, name: str, minimum: int = 1) -> int | None:
+        """A count stored as a one-element variable (``num_heads``), checked to be an int >= ``minimum``."""
         if not self.has(name):
             return None
-        return int(np.asarray(self.raw(name)).reshape(-1)[0])
+        arr = np.asarray(self.raw(name)).reshape(-1)
+        if arr.size != 1:
+            raise FormatError(f"{self.path}: {name} should hold one number, it holds {arr.size}")
+        return metadata_count(arr[0].item(), name, str(self.path), minimum)
 
     def _build_config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {}
         cfg_path = self.directory / "config.json"
         if cfg_path.is_file():
             try:
-                cfg.update(json.loads(cfg_path.read_text()))
+                loaded = json.loads(cfg_path.read_text())
+            except UnicodeDecodeError:
+                raise FormatError(f"{cfg_path}: not a text file") from None
             except json.JSONDecodeError as exc:
                 raise FormatError(f"{cfg_path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+            if not isinstance(loaded, dict):
+                raise FormatError(f"{cfg_path}: must hold a JSON object, not a {type(loaded).__name__}")
+            cfg.update(loaded)
         cfg["model_type"] = f"ct2:{self.spec_name}"
         cfg["ct2_spec"] = self.spec_name
         cfg["ct2_binary_version"] = self.version
@@ -207,12 +216,16 @@ class CT2Source(WeightSource):
                 raise FormatError(f"{self.name}: model.bin does not state {stack}/num_heads")
             cfg[f"{stack}_layers"] = n
             cfg[f"{stack}_attention_heads"] = heads
-            kv = self._scalar(f"{stack}/num_heads_kv")
+            kv = self._scalar(f"{stack}/num_heads_kv", minimum=0)  # 0 = as many as query heads
             if kv is not None and kv > 0:
+                if heads % kv:
+                    raise FormatError(f"{self.path}: {stack} has {heads} query heads but {kv} key/value heads")
                 cfg[f"{stack}_kv_heads"] = kv
             w = self._vars.get(f"{stack}/layer_0/self_attention/linear_0/weight")
-            if w is not None:
-                cfg.setdefault("d_model", int(w.shape[1]))
+            if w is not None and len(w.shape) == 2:
+                cfg.setdefault("d_model", metadata_count(w.shape[1], f"{w.name} width", str(self.path)))
+        if "d_model" in cfg:
+            cfg["d_model"] = metadata_count(cfg["d_model"], "d_model", str(cfg_path))
         if not n_layers:
             raise FormatError(f"{self.name}: model.bin has no encoder/decoder layers")
         return cfg

@@ -23,7 +23,7 @@ import numpy as np
 
 from attnscope.errors import FormatError, InputError
 
-from .base import WeightSource
+from .base import WeightSource, metadata_count
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -47,10 +47,8 @@ class GGUFSource(WeightSource):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.name = str(path)
-        try:
-            from gguf import GGUFReader
-        except ImportError as exc:  # pragma: no cover - gguf is a core dependency
-            raise InputError("reading GGUF files needs the 'gguf' package (pip install gguf)") from exc
+        from gguf import GGUFReader
+
         size = self.path.stat().st_size
         try:
             with open(self.path, "rb") as fh:
@@ -163,25 +161,37 @@ class GGUFSource(WeightSource):
                 raise FormatError(f"{self.name}: GGUF metadata lacks {full}")
             return meta[full]
 
+        def count(key: str, value: Any) -> int:
+            return metadata_count(value, f"GGUF metadata {arch}.{key}", self.name)
+
         n_heads = need("attention.head_count")
         n_kv = meta.get(f"{arch}.attention.head_count_kv", n_heads)
         if isinstance(n_heads, list) or isinstance(n_kv, list):  # per-layer counts (rare)
-            if len(set(np.atleast_1d(n_heads))) > 1 or len(set(np.atleast_1d(n_kv))) > 1:
+            heads_l, kv_l = (v if isinstance(v, list) else [v] for v in (n_heads, n_kv))
+            if not heads_l or not kv_l:
+                raise FormatError(f"{self.name}: GGUF metadata holds an empty per-layer head count list")
+            heads_l = [count("attention.head_count", v) for v in heads_l]
+            kv_l = [count("attention.head_count_kv", v) for v in kv_l]
+            if len(set(heads_l)) > 1 or len(set(kv_l)) > 1:
                 raise FormatError(f"{self.name}: per-layer head counts are not supported")
-            n_heads = int(np.atleast_1d(n_heads)[0])
-            n_kv = int(np.atleast_1d(n_kv)[0])
+            n_heads, n_kv = heads_l[0], kv_l[0]
+        n_heads = count("attention.head_count", n_heads)
+        n_kv = count("attention.head_count_kv", n_kv)
+        if n_heads % n_kv:
+            raise FormatError(f"{self.name}: GGUF metadata says {n_heads} query heads but {n_kv} key/value heads "
+                              "(the query heads must be a multiple)")
         cfg: dict[str, Any] = {
             "model_type": f"gguf:{arch}",
             "architecture": arch,
-            "num_attention_heads": int(n_heads),
-            "num_key_value_heads": int(n_kv),
-            "hidden_size": int(need("embedding_length")),
-            "num_hidden_layers": int(need("block_count")),
+            "num_attention_heads": n_heads,
+            "num_key_value_heads": n_kv,
+            "hidden_size": count("embedding_length", need("embedding_length")),
+            "num_hidden_layers": count("block_count", need("block_count")),
             "gguf_metadata": meta,
         }
         key_length = meta.get(f"{arch}.attention.key_length")
         if key_length is not None:
-            cfg["head_dim"] = int(key_length)
+            cfg["head_dim"] = count("attention.key_length", key_length)
         if "general.name" in meta:
             cfg["name"] = meta["general.name"]
         return cfg

@@ -8,7 +8,10 @@ end ``out_dir/merged.parquet`` + ``merged.csv`` hold every score record of the f
 with the zoo's ``modality``, ``type`` and ``params`` columns added, and ``out_dir/failures.json``
 lists the models that failed in this run (``[{"id": ..., "error": ...}]``). ``out_dir/survey.json``
 records the settings (k, stacks); a rerun with other settings into the same directory is refused
-rather than silently mixing results.
+rather than silently mixing results. The settings also travel inside every model's result file
+(the store's metadata): should ``survey.json`` be lost or corrupt, a file computed with other
+settings, for another model, or of another shape is quarantined (one warning line) and recomputed,
+never merged.
 """
 
 from __future__ import annotations
@@ -51,19 +54,27 @@ SETTINGS_FILE = "survey.json"
 
 
 def _check_settings(out: Path, settings: dict[str, Any]) -> None:
-    """Refuse to mix results computed with different settings in one store (they would be reused silently)."""
+    """Refuse to mix results computed with different settings in one store (they would be reused silently).
+
+    A missing or unreadable ``survey.json`` is (re)written; the per-file settings checked by the
+    results store then decide what can be reused.
+    """
     import json
+    import warnings
 
     path = out / SETTINGS_FILE
+    old: Any = None
     if path.is_file():
         try:
             old = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             old = None
-        if isinstance(old, dict) and old != settings:
-            diff = ", ".join(f"{key}={old.get(key)!r} (now {settings[key]!r})" for key in settings if old.get(key) != settings[key])
-            raise InputError(f"{out} holds results computed with {diff}; use another --out or the same settings")
-    else:
+        if not isinstance(old, dict):
+            warnings.warn(f"{path} is unreadable; rewriting it (stored results are checked one by one)", stacklevel=3)
+    if isinstance(old, dict) and old != settings:
+        diff = ", ".join(f"{key}={old.get(key)!r} (now {settings[key]!r})" for key in settings if old.get(key) != settings[key])
+        raise InputError(f"{out} holds results computed with {diff}; use another --out or the same settings")
+    if old != settings:
         atomic_write_json(path, settings)
 
 
@@ -99,17 +110,20 @@ def run_zoo(
     and ``.csv``). ``df.attrs["summary"]`` holds the :class:`attnscope.runs.RunSummary` of this
     run and ``df.attrs["failures"]`` the {id: one-line error} of the models that failed.
     """
-    from attnscope.runs import ResultsStore, Task, run_tasks
+    import math
 
-    if k <= 0:
-        raise InputError(f"k must be positive, not {k}")
+    from attnscope.geometry import RECORD_COLUMNS
+    from attnscope.runs import ResultsStore, Task, run_tasks
+    from attnscope.tables import check_writable
+
+    if not math.isfinite(k) or k <= 0:
+        raise InputError(f"k must be a positive number, not {k}")
     group, zoo_file = split_group_spec(group, zoo_file)
     entries = select(group, zoo_file)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out} exists and is not a directory")
-    _check_settings(out, {"k": float(k), "stacks": sorted(stacks) if stacks else None})
-    store = ResultsStore(out)
+    out = check_writable(out_dir, "--out", directory=True)
+    settings = {"k": float(k), "stacks": sorted(stacks) if stacks else None}
+    store = ResultsStore(out, settings=settings, columns=[*RECORD_COLUMNS, *ZOO_COLUMNS], key_column="model")
+    _check_settings(out, settings)
     tasks = [Task(e.id, _payload(e, k, stacks)) for e in entries]
     summary = run_tasks(score_model, tasks, store, executor=executor, workers=workers, slurm=slurm,
                         progress=progress, desc=f"zoo {group or 'all'}")
