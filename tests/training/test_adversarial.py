@@ -240,7 +240,7 @@ def test_a_full_disk_during_a_checkpoint_is_one_line(tmp_path, cli_inproc, monke
     monkeypatch.setattr(torch, "save", _enospc)
     run_dir = tmp_path / "r"
     one_line_exit_2(train_cli(cli_inproc, run_dir, "--steps", "2", "--checkpoint-every", "2"),
-                    str(run_dir / "checkpoints" / "step-2"), "No space left")
+                    str(run_dir / "checkpoints" / "step-2"), "no space left")
     assert list_checkpoints(run_dir) == [] and not (run_dir / "summary.json").exists()
     assert_whole(run_dir)
 
@@ -272,7 +272,7 @@ def test_a_full_disk_while_logging_leaves_no_half_line(tmp_path, cli_inproc, mon
 
     run_dir = tmp_path / "r"
     monkeypatch.setattr(runlog, "open", HalfWriter, raising=False)
-    one_line_exit_2(train_cli(cli_inproc, run_dir, "--steps", "2", "--log-every", "1"), "metrics.jsonl", "No space left")
+    one_line_exit_2(train_cli(cli_inproc, run_dir, "--steps", "2", "--log-every", "1"), "metrics.jsonl", "no space left")
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 1  # step 0 only, and whole
     assert_whole(run_dir)
 
@@ -298,5 +298,5 @@ def tiny_fs(tmp_path):
 def test_a_real_full_disk_is_one_line_and_nothing_partial(tiny_fs, cli_inproc):
     run_dir = tiny_fs / "r"
     one_line_exit_2(train_cli(cli_inproc, run_dir, "--steps", "2", "--checkpoint-every", "1", "--d-model", "64",
-                              "--d-ff", "256"), "No space left", str(run_dir))
+                              "--d-ff", "256"), "no space left", str(run_dir))
     assert_whole(run_dir)

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from attnscope.errors import FormatError, InputError
+from attnscope.errors import FormatError, StorageError
+from attnscope.tables import storage_error
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
 LEFTOVER = re.compile(r"^\.(tmp|old)-step-(\d+)-\d+$")
@@ -27,12 +28,14 @@ DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 @contextmanager
 def disk_errors(path: str | os.PathLike) -> Iterator[None]:
-    """Turn a full / read-only disk while writing ``path`` into one InputError line naming it."""
+    """Turn a full / read-only disk while writing ``path`` into one StorageError line naming it."""
     try:
         yield
+    except StorageError:
+        raise
     except OSError as exc:
         if exc.errno in DISK_ERRNOS:
-            raise InputError(f"cannot write {path}: {os.strerror(exc.errno)}") from None
+            raise storage_error(path, exc) from None
         raise
 
 
