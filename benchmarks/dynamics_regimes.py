@@ -71,7 +71,7 @@ def main() -> None:
     a = ap.parse_args()
     cfg = load_preset("paper")
     full = np.linspace(1.24, 1.28, 4001)
-    values = np.unique(np.concatenate([full[::a.every], PAPER_VALUES]))
+    values = np.unique(np.round(np.concatenate([full[::a.every], PAPER_VALUES]), 10))
     t0 = time.perf_counter()
     res = bifurcation(cfg, values, steps=120_000, transient=100_000, lyap_steps=5000,
                       checkpoint_steps=120_000)
