@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from attnscope.cli import app
+from attnscope.dynamics import load_trajectory, trajectory_summary
 
 runner = CliRunner()
 
@@ -22,14 +23,16 @@ def _run(*args):
 
 
 def test_lyapunov_json_interface():
-    r = _run("lyapunov", "--preset", "paper", "--beta-o", "1.27", "--beta-o", "1.4", "--transient", "2000",
-             "--steps", "2000", "--exponents", "3", "--json")
+    """From x_0: 0.5 sits on the stable fixed point, 1.27 on a period-27 orbit, 1.4 is chaotic."""
+    r = _run("lyapunov", "--preset", "paper", "--beta-o", "0.5", "--beta-o", "1.27", "--beta-o", "1.4",
+             "--transient", "2000", "--steps", "2000", "--exponents", "3", "--json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
-    assert [d["beta_o"] for d in data] == [1.27, 1.4]
+    assert [d["beta_o"] for d in data] == [0.5, 1.27, 1.4]
+    assert [d["regime"] for d in data] == ["periodic", "periodic", "chaotic"]
     for d in data:
         assert len(d["lyapunov"]) == 3 and d["lyapunov"] == sorted(d["lyapunov"], reverse=True)
-        assert d["regime"] in ("periodic", "quasi-periodic", "chaotic", "hyperchaotic")
+        assert len(d["error"]) == 3 and all(0 <= e < 0.05 for e in d["error"])
 
 
 def test_bifurcation_and_trajectory_write_outputs(tmp_path):
@@ -40,14 +43,18 @@ def test_bifurcation_and_trajectory_write_outputs(tmp_path):
     for f in ("bifurcation.csv", "points.parquet", "checkpoint.npz", "bifurcation.png", "lyapunov.png"):
         assert (out / f).is_file(), f
     table = pd.read_csv(out / "bifurcation.csv")
-    assert len(table) == 5 and {"lambda_1", "lambda_2", "regime", "regime_distinct", "n_distinct"} <= set(table.columns)
+    assert len(table) == 5 and {"lambda_1", "lambda_2", "lambda_1_err", "regime", "regime_lyapunov",
+                                "regime_distinct", "n_distinct"} <= set(table.columns)
+    assert set(table["regime"]) <= {"periodic", "quasi-periodic", "chaotic", "hyperchaotic", "uncertain"}
     traj = tmp_path / "traj"
     r = _run("trajectory", "--preset", "paper", "--beta-o", "1.4", "--steps", "300", "--out", str(traj),
              "--init-state", str(out / "checkpoint.npz"))
     assert r.exit_code == 0, r.output
-    with np.load(traj / "trajectory.npz") as z:
-        assert z["mo_se"].shape == (1, 300, 3) and z["m"].shape == (1, 300, 4, 3)
-        assert z["t"][0] == 4  # continues at t = C
+    z = load_trajectory(traj / "trajectory.npz")  # the one format, shared with the API
+    assert z["mo_se"].shape == (1, 300, 3) and z["m"].shape == (1, 300, 4, 3)
+    assert z["t"][0] == 4  # continues at t = C
+    assert list(z["matrices"]) == ["o", "v", "q", "k"] and z["beta_o"].tolist() == [1.4]
+    assert json.loads((traj / "summary.json").read_text())["runs"] == trajectory_summary(z)
     for f in ("timeseries.png", "power_spectrum.png", "autocorrelation.png", "phase_plane.png", "final_state.npz"):
         assert (traj / f).is_file(), f
 

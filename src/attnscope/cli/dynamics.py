@@ -9,6 +9,8 @@ from typing import List, Optional
 
 import typer
 
+from attnscope.errors import InputError
+
 from ._common import echo_json, stderr_console
 
 app = typer.Typer(help="Mean-field dynamics of a 1-bit self-attention network (trajectories, bifurcations, chaos).",
@@ -32,11 +34,24 @@ def _config(preset, config, weights_seed, sets, **scalars):
     return apply_overrides(cfg, list(sets)) if sets else cfg
 
 
-def dyn_error(msg: str):
-    """A one-line user error (InputError) for a bad option value."""
-    from attnscope.errors import InputError
+def _out_dir(out: Path) -> Path:
+    """Create the output directory and prove it writable before any work starts (one line if not)."""
+    import os
+    import tempfile
 
-    return InputError(msg)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise InputError(f"cannot write to output directory {out}: {exc.strerror or exc}") from exc
+    return out
+
+
+def _check_feature(cfg, name: str, f: Optional[int]) -> None:
+    if f is not None and not 0 <= f < cfg.M:
+        raise InputError(f"{name} must be in 0..{cfg.M - 1} for this model (M = {cfg.M}), got {f}")
 
 
 def _slurm_opts(partition: Optional[str], time_min: int) -> dict:
@@ -68,24 +83,19 @@ def trajectory(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
     """Simulate from x_0 or --init-state: trajectory.npz, final_state.npz and figures in OUT."""
-    import io
-
-    import numpy as np
-
     from attnscope import dynamics as dyn
     from attnscope.plots import dynamics as plots
-    from attnscope.tables import atomic_write_bytes, atomic_write_json
+    from attnscope.tables import atomic_write_json
 
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps)
     if steps < 2:
-        raise dyn_error("--steps must be >= 2")
+        raise InputError("--steps must be >= 2")
+    if last < 1:
+        raise InputError(f"--last must be >= 1, got {last}")
+    _check_feature(cfg, "--feature", feature)
+    _out_dir(out)
     traj = dyn.trajectory(cfg, beta_o=beta_o or None, steps=steps, init=init_state, transient=transient)
-    out.mkdir(parents=True, exist_ok=True)
-    buf = io.BytesIO()
-    np.savez_compressed(buf, t=traj["t"], m=traj["m"], mo_se=traj["mo_se"], A=traj["A"],
-                        beta_o=traj["beta_o"], gamma=traj["gamma"], eps=traj["eps"],
-                        matrices=np.array(["o", "v", "q", "k"]))
-    atomic_write_bytes(out / "trajectory.npz", buf.getvalue())
+    dyn.save_trajectory(out / "trajectory.npz", traj)
     dyn.save_state(out / "final_state.npz", traj["state"])
     files = ["trajectory.npz", "final_state.npz"]
     if figures:
@@ -97,8 +107,7 @@ def trajectory(
             plots.phase_plane(df, out / "phase_plane.png", features=(feature, (feature + 1) % cfg.M))
             files.append("phase_plane.png")
         files += ["timeseries.png", "power_spectrum.png", "autocorrelation.png"]
-    summary = [{"beta_o": float(b), "min": traj["mo_se"][i].min(axis=0).tolist(),
-                "max": traj["mo_se"][i].max(axis=0).tolist()} for i, b in enumerate(traj["beta_o"])]
+    summary = dyn.trajectory_summary(traj)
     atomic_write_json(out / "summary.json", {"config": cfg.to_dict(), "steps": steps, "transient": transient,
                                              "runs": summary})
     if as_json:
@@ -117,7 +126,7 @@ def lyapunov(
     preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
     sets: Optional[List[str]] = SETS, gamma: Optional[float] = GAMMA, eps: Optional[float] = EPS,
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the table (.csv/.parquet/.json)."),
-    as_json: bool = typer.Option(False, "--json", help="Print [{beta_o, lyapunov, regime}] on stdout."),
+    as_json: bool = typer.Option(False, "--json", help="Print [{beta_o, lyapunov, error, regime}] on stdout (error: the standard error of each exponent)."),
 ) -> None:
     """Leading Lyapunov exponents (per step, descending) and the regime, for each beta_o."""
     from attnscope import dynamics as dyn
@@ -125,6 +134,8 @@ def lyapunov(
 
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps)
     values = list(beta_o) if beta_o else [cfg.beta_o]
+    if out is not None:
+        _out_dir(out.parent)
     df = dyn.lyapunov_table(cfg, values, init=init_state, transient=transient, steps=steps, k=exponents)
     if out is not None:
         write_table(df, out)
@@ -135,7 +146,7 @@ def lyapunov(
 
     t = Table("beta_o", *[f"lambda_{i + 1}" for i in range(len(df["lyapunov"].iloc[0]))], "regime")
     for r in df.itertuples(index=False):
-        t.add_row(f"{r.beta_o:g}", *[f"{x:+.6f}" for x in r.lyapunov], r.regime)
+        t.add_row(f"{r.beta_o:g}", *[f"{x:+.6f} ± {e:.1e}" for x, e in zip(r.lyapunov, r.error)], r.regime)
     stderr_console().print(t)
 
 
@@ -149,7 +160,7 @@ def bifurcation(
     out: Path = typer.Option(..., "--out", help="Output directory."),
     mode: str = typer.Option("protocol", "--mode", help="protocol (paper), continuation (both directions) or x0."),
     checkpoint_steps: Optional[int] = typer.Option(None, "--checkpoint-steps", help="Steps of the protocol checkpoint run (default --steps)."),
-    lyap_steps: int = typer.Option(5000, "--lyap-steps", help="Steps of the Lyapunov estimate after the run (0: skip)."),
+    lyap_steps: int = typer.Option(5000, "--lyap-steps", help="Steps of the Lyapunov estimate after the run: the first tenth aligns the tangent vectors, the rest is averaged (0: skip)."),
     exponents: Optional[int] = typer.Option(None, "--exponents", help="Leading exponents (default 2)."),
     feature: int = typer.Option(0, "--feature", help="Plotted feature (0-based)."),
     section_feature: Optional[int] = typer.Option(None, "--section-feature", help="Poincare section |m_f| <= 1e-3 (default 1)."),
@@ -170,15 +181,15 @@ def bifurcation(
 
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps, beta_o=beta_o)
     values = dyn.sweep_values(start, stop, num)
-    if chunk < 1:
-        raise dyn_error("--chunk must be >= 1")
+    _check_feature(cfg, "--feature", feature)
+    _check_feature(cfg, "--section-feature", section_feature)
+    _out_dir(out)
     res = dyn.bifurcation(
         cfg, values, param=param, steps=steps, transient=transient, mode=mode, init=init_state,
         checkpoint_steps=checkpoint_steps, lyap_steps=lyap_steps, lyap_k=exponents, feature=feature,
         section_feature=section_feature, chunk=chunk, store=None if executor == "none" else out / "store",
         executor="inline" if executor == "none" else executor, workers=workers,
         slurm=_slurm_opts(partition, time_min), progress=True)
-    out.mkdir(parents=True, exist_ok=True)
     write_table(res.table, out / "bifurcation.csv")
     write_table(res.points, out / "points.parquet")
     if res.checkpoint is not None:
@@ -218,10 +229,9 @@ def phase(
     from attnscope.tables import write_table
 
     if color not in ("lambda_1", "regime"):
-        raise dyn_error("--color must be lambda_1 or regime")
-    if chunk < 1:
-        raise dyn_error("--chunk must be >= 1")
+        raise InputError("--color must be lambda_1 or regime")
     cfg = _config(preset, config, weights_seed, sets)
+    _out_dir(out)
     df = dyn.phase(cfg, (x, dyn.sweep_values(x_start, x_stop, x_num)), (y, dyn.sweep_values(y_start, y_stop, y_num)),
                    transient=transient, steps=steps, k=exponents, init=init_state, chunk=chunk,
                    store=out / "store", executor="inline" if executor == "none" else executor,
@@ -248,6 +258,7 @@ def finite(
     from attnscope.tables import records_to_json, write_table
 
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps, beta_o=beta_o)
+    _out_dir(out)
     df = dyn.finite_size_table(cfg, repeats or (1, 10, 100, 1000, 10000), steps=steps, seeds=seeds)
     write_table(df, out / "finite.csv")
     plots.finite_size(df, out / "finite.png")

@@ -230,12 +230,15 @@ def run_batch(U, Cf, pos, beta, g, eps, mv, mk, A, t0, n_steps, transient,
 @njit(parallel=True, cache=True)
 def lyapunov_batch(U, Cf, pos, beta, g, eps, mv, mk, A, t0, n_steps, transient, Q0, out):
     """Benettin/QR: K tangent vectors (rows of Q0 [K, D], orthonormal) pushed through the exact
-    one-step Jacobian and re-orthonormalised (modified Gram-Schmidt = thin QR) every step; out [B, K]
-    receives sum log |R_jj| over the steps after ``transient``, divided by n_steps - transient."""
+    one-step Jacobian and re-orthonormalised (modified Gram-Schmidt = thin QR) every step; out [B, K, nblk]
+    receives sum log |R_jj| over the steps after ``transient``, split into nblk equal consecutive blocks
+    (block of averaged step i: i * nblk // (n_steps - transient); the caller divides)."""
     B = mv.shape[0]
     C, M = mv.shape[1], mv.shape[2]
     Kp = U.shape[0]
     Kx, D = Q0.shape
+    nblk = out.shape[2]
+    n_avg = max(n_steps - transient, 1)
     for b in prange(B):
         T = np.empty(Kp)
         m = np.empty((4, M))
@@ -245,12 +248,13 @@ def lyapunov_batch(U, Cf, pos, beta, g, eps, mv, mk, A, t0, n_steps, transient, 
         dm = np.empty((4, M))
         ds = np.empty(C)
         Q = Q0.copy()
-        acc = np.zeros(Kx)
+        acc = np.zeros((Kx, nblk))
         for i in range(n_steps):
             t = t0 + i
             n = _step1(U, Cf, pos, beta[b], g[b], eps[b], mv[b], mk[b], A[b], t, T, m, mo, p)
             for j in range(Kx):
                 _tangent1(U, Cf, beta[b], g[b], eps[b], mv[b], mk[b], t, n, T, m, p, Q[j], dT, dm, ds)
+            blk = (i - transient) * nblk // n_avg
             for j in range(Kx):  # modified Gram-Schmidt
                 for l in range(j):
                     dot = 0.0
@@ -263,12 +267,13 @@ def lyapunov_batch(U, Cf, pos, beta, g, eps, mv, mk, A, t0, n_steps, transient, 
                     nrm += Q[j, d] * Q[j, d]
                 nrm = math.sqrt(nrm)
                 if i >= transient:
-                    acc[j] += math.log(nrm) if nrm > 0.0 else -np.inf
+                    acc[j, blk] += math.log(nrm) if nrm > 0.0 else -np.inf
                 if nrm > 0.0:
                     for d in range(D):
                         Q[j, d] /= nrm
         for j in range(Kx):
-            out[b, j] = acc[j] / max(n_steps - transient, 1)
+            for q in range(nblk):
+                out[b, j, q] = acc[j, q]
 
 
 @njit(parallel=True, cache=True)
@@ -342,12 +347,14 @@ def run_batch_inner(U, Cf, pos, beta, g, eps, mvT, mkT, AT, t0, n_steps, transie
 @njit(parallel=True, cache=True)
 def lyapunov_batch_inner(U, Cf, pos, beta, g, eps, mvT, mkT, AT, t0, n_steps, transient, Q0, n_parts, out):
     """Same as :func:`lyapunov_batch` in the batch-innermost layout (mvT/mkT [C, M, B], AT [M, B]):
-    every inner loop runs over the values of one part, so it vectorises; out [B, K]."""
+    every inner loop runs over the values of one part, so it vectorises; out [B, K, nblk] (block sums)."""
     C, M, B = mvT.shape
     Kp = U.shape[0]
     Kx, D = Q0.shape
     CM = C * M
     oA = 2 * CM
+    nblk = out.shape[2]
+    n_avg = max(n_steps - transient, 1)
     size = (B + n_parts - 1) // n_parts
     for part in prange(n_parts):
         lo = part * size
@@ -378,10 +385,11 @@ def lyapunov_batch_inner(U, Cf, pos, beta, g, eps, mvT, mkT, AT, t0, n_steps, tr
             for d in range(D):
                 for j in range(nb):
                     Q[q, d, j] = Q0[q, d]
-        acc = np.zeros((Kx, nb))
+        acc = np.zeros((Kx, nblk, nb))
         for i in range(n_steps):
             t = t0 + i
             phi = t % C
+            blk = (i - transient) * nblk // n_avg
             # ---- the step (mo = mm[0] is not needed) ----
             n = _step_inner(U, Cf, pos, be, gg, ee, one_m_e, mv, mk, A, t, 1, nb, T, z, mm, sc, mx, tot)
             # ---- tangent vectors through the step just taken ----
@@ -448,14 +456,15 @@ def lyapunov_batch_inner(U, Cf, pos, beta, g, eps, mvT, mkT, AT, t0, n_steps, tr
                 for j in range(nb):
                     nrm = math.sqrt(dot[j])
                     if i >= transient:
-                        acc[q, j] += math.log(nrm) if nrm > 0.0 else -np.inf
+                        acc[q, blk, j] += math.log(nrm) if nrm > 0.0 else -np.inf
                     dot[j] = 1.0 / nrm if nrm > 0.0 else 0.0
                 for d in range(D):
                     for j in range(nb):
                         Q[q, d, j] *= dot[j]
         for q in range(Kx):
-            for j in range(nb):
-                out[lo + j, q] = acc[q, j] / max(n_steps - transient, 1)
+            for r in range(nblk):
+                for j in range(nb):
+                    out[lo + j, q, r] = acc[q, r, j]
         mvT[:, :, lo:hi] = mv
         mkT[:, :, lo:hi] = mk
         AT[:, lo:hi] = A

@@ -2,14 +2,17 @@
 
 Owns the generic reference :func:`benettin` (any map given as step + Jacobian, used to validate on
 maps with known exponents), the torch-autograd Jacobian of the mean-field step (an independent check
-of the analytic tangent map in :mod:`attnscope.dynamics.kernels`), and :func:`lyapunov_spectrum`, the
-fast path vectorised over parameter values. Exponents are per step, descending. The state of one
+of the analytic tangent map in :mod:`attnscope.dynamics.kernels`), and :func:`lyapunov_estimate` /
+:func:`lyapunov_spectrum`, the fast path vectorised over parameter values. Exponents are per step,
+descending; :func:`block_estimate` turns block sums of log stretch factors into exponents and their
+standard errors (the spread of the block averages), which the regime labels need. The state of one
 value is (m^v window, m^k window, A), D = 2CM + M; at most C*M exponents are finite (the window is a
 function of the last C values of A).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -19,23 +22,44 @@ from attnscope.errors import InputError
 from .meanfield import MeanField, State
 
 
+@dataclass
+class LyapunovEstimate:
+    """Finite-time exponents and their error, from block averages of the Benettin sums.
+
+    ``exponents`` [B, K] per step, descending per value; ``error`` [B, K] the standard error of each
+    mean from the spread of the ``blocks`` consecutive block averages (std / sqrt(blocks), ddof 1):
+    it shrinks like 1/T for a torus or a periodic orbit and like 1/sqrt(T) for chaos. 0 where an
+    exponent is -inf (a superstable orbit).
+    """
+
+    exponents: np.ndarray  # [B, K]
+    error: np.ndarray  # [B, K]
+    blocks: int
+
+
 def benettin(step_fn: Callable[[np.ndarray, int], np.ndarray],
              jac_fn: Callable[[np.ndarray, int], np.ndarray],
-             x0: np.ndarray, n_steps: int, k: int, *, transient: int = 0, seed: int = 0) -> np.ndarray:
-    """Leading ``k`` exponents of x_{t+1} = step_fn(x_t, t): dx <- J dx; QR; sum log|diag R| / steps."""
+             x0: np.ndarray, n_steps: int, k: int, *, transient: int = 0, seed: int = 0,
+             blocks: int = 1) -> "np.ndarray | LyapunovEstimate":
+    """Leading ``k`` exponents of x_{t+1} = step_fn(x_t, t): dx <- J dx; QR; sum log|diag R| / steps.
+
+    ``blocks`` > 1: a :class:`LyapunovEstimate` (exponents and their block error) instead of the array.
+    """
     x = np.array(x0, dtype=np.float64)
     D = x.size
     if not 1 <= k <= D:
         raise InputError(f"number of exponents must be in 1..{D}, got {k}")
+    blocks = max(1, min(int(blocks), int(n_steps)))
     Qm, _ = np.linalg.qr(np.random.default_rng(seed).standard_normal((D, k)))
-    acc = np.zeros(k)
+    sums = np.zeros((1, k, blocks))
     for i in range(transient + n_steps):
         J = jac_fn(x, i)
         x = step_fn(x, i)
         Qm, R = np.linalg.qr(J @ Qm)
         if i >= transient:
-            acc += np.log(np.abs(np.diag(R)))
-    return np.sort(acc / n_steps)[::-1]
+            sums[0, :, (i - transient) * blocks // n_steps] += np.log(np.abs(np.diag(R)))
+    est = block_estimate(sums, n_steps)
+    return est if blocks > 1 else est.exponents[0]
 
 
 def _torch_step(mf: MeanField, beta: float, g: float, eps: float):
@@ -91,13 +115,14 @@ def initial_tangents(D: int, k: int, seed: int = 0) -> np.ndarray:
     return np.ascontiguousarray(Qm.T)
 
 
-def lyapunov_spectrum(mf: MeanField, state: State, beta: np.ndarray, g: np.ndarray, eps: np.ndarray,
-                      *, n_steps: int, k: int = 2, transient: int = 0, seed: int = 0,
-                      kernel: str = "auto") -> np.ndarray:
-    """Leading k exponents [B, k] for every value in the batch (numba, parallel); state advances in place.
+def lyapunov_estimate(mf: MeanField, state: State, beta: np.ndarray, g: np.ndarray, eps: np.ndarray,
+                      *, n_steps: int, k: int = 2, transient: int = 0, blocks: int = 10, seed: int = 0,
+                      kernel: str = "auto") -> LyapunovEstimate:
+    """Leading k exponents and their block error for every value in the batch (numba, parallel).
 
-    ``n_steps`` counts the averaging steps; ``transient`` steps run first (state and tangents) unaveraged.
-    kernel ``auto``: batch-innermost (SIMD) kernel for 8+ values, ``outer`` forces the per-value one.
+    ``n_steps`` counts the averaging steps, split into ``blocks`` equal blocks; ``transient`` steps run
+    first (state and tangents) unaveraged; the state advances in place. kernel ``auto``: the
+    batch-innermost (SIMD) kernel for 8+ values, ``outer`` forces the per-value one.
     """
     from .kernels import lyapunov_batch, lyapunov_batch_inner
 
@@ -106,12 +131,13 @@ def lyapunov_spectrum(mf: MeanField, state: State, beta: np.ndarray, g: np.ndarr
         raise InputError(f"number of exponents must be in 1..{mf.C * mf.M} (C*M) for this model, got {k}")
     if n_steps < 1 or transient < 0:
         raise InputError("Lyapunov spectra need steps >= 1 and transient >= 0")
+    blocks = max(1, min(int(blocks), int(n_steps)))
     B = state.A.shape[0]
-    out = np.zeros((B, k))
+    sums = np.zeros((B, k, blocks))
     Q0 = initial_tangents(D, k, seed)
     if B < 8 or kernel == "outer":
         lyapunov_batch(mf.U, mf.Cf, mf.pos, beta, g, eps, state.mv, state.mk, state.A, state.t,
-                       transient + n_steps, transient, Q0, out)
+                       transient + n_steps, transient, Q0, sums)
     else:
         import numba
 
@@ -119,9 +145,31 @@ def lyapunov_spectrum(mf: MeanField, state: State, beta: np.ndarray, g: np.ndarr
         mkT = np.ascontiguousarray(state.mk.transpose(1, 2, 0))
         AT = np.ascontiguousarray(state.A.T)
         lyapunov_batch_inner(mf.U, mf.Cf, mf.pos, beta, g, eps, mvT, mkT, AT, state.t, transient + n_steps,
-                             transient, Q0, max(1, min(B // 4, numba.get_num_threads())), out)
+                             transient, Q0, max(1, min(B // 4, numba.get_num_threads())), sums)
         state.mv[...] = mvT.transpose(2, 0, 1)
         state.mk[...] = mkT.transpose(2, 0, 1)
         state.A[...] = AT.T
     state.t += transient + n_steps
-    return out
+    return block_estimate(sums, n_steps)
+
+
+def block_estimate(sums: np.ndarray, n_steps: int) -> LyapunovEstimate:
+    """Exponents (descending per value) and their standard errors from block sums [B, K, blocks] of
+    log stretch factors over ``n_steps`` averaged steps (block j holds steps i with i*blocks//n_steps = j)."""
+    B, k, blocks = sums.shape
+    lam = sums.sum(axis=2) / n_steps  # [B, K]
+    sizes = np.bincount(np.arange(n_steps) * blocks // n_steps, minlength=blocks)  # [blocks]
+    with np.errstate(invalid="ignore"):
+        means = sums / sizes  # [B, K, blocks]
+        err = means.std(axis=2, ddof=1) / np.sqrt(blocks) if blocks > 1 else np.full_like(lam, np.inf)
+    err = np.where(np.isfinite(lam), err, 0.0)
+    order = np.argsort(-lam, axis=1, kind="stable")
+    return LyapunovEstimate(np.take_along_axis(lam, order, 1), np.take_along_axis(err, order, 1), blocks)
+
+
+def lyapunov_spectrum(mf: MeanField, state: State, beta: np.ndarray, g: np.ndarray, eps: np.ndarray,
+                      *, n_steps: int, k: int = 2, transient: int = 0, seed: int = 0,
+                      kernel: str = "auto") -> np.ndarray:
+    """Leading k exponents [B, k] for every value in the batch (see :func:`lyapunov_estimate`)."""
+    return lyapunov_estimate(mf, state, beta, g, eps, n_steps=n_steps, k=k, transient=transient, blocks=1,
+                             seed=seed, kernel=kernel).exponents

@@ -125,6 +125,21 @@ def _finite(value: Any, what: str, positive: bool = False) -> float:
     return v
 
 
+def _int(value: Any, what: str, lo: int | None = None) -> int:
+    """An integer option or config entry (bool, 1.5, 'three', nan rejected) >= ``lo``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer, float, np.floating, str)):
+        raise ConfigError(f"{what} must be an integer, got {value!r}")
+    try:
+        v = float(value)
+    except ValueError as exc:
+        raise ConfigError(f"{what} must be an integer, got {value!r}") from exc
+    if not math.isfinite(v) or v != int(v):
+        raise ConfigError(f"{what} must be an integer, got {value!r}")
+    if lo is not None and v < lo:
+        raise ConfigError(f"{what} must be >= {lo}, got {int(v)}")
+    return int(v)
+
+
 def validate(cfg: DynamicsConfig) -> DynamicsConfig:
     """Check sizes and values; raise ConfigError with one line on the first problem."""
     if int(cfg.M) < 1:
@@ -155,15 +170,20 @@ def validate(cfg: DynamicsConfig) -> DynamicsConfig:
             raise ConfigError(
                 f"W^{a} positional part has shape {list(pe.shape)}, expected [M={cfg.M}, P={cfg.P}] "
                 f"(context C = {cfg.C} = 2^P)")
+    if not isinstance(cfg.x0, Mapping):
+        raise ConfigError(f"x0 must be a mapping (matrix/row or token), got {cfg.x0!r}")
     x0 = dict(cfg.x0)
     if "token" in x0:
-        tok = np.asarray(x0["token"], dtype=np.float64)
+        try:
+            tok = np.asarray(x0["token"], dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError("x0 token must be a list of +1/-1 entries") from exc
         if tok.shape != (K,) or not np.all(np.isin(tok, (-1.0, 1.0))):
             raise ConfigError(f"x0 token must be {K} entries of +1/-1 (one per semantic column group)")
     else:
         if x0.get("matrix") not in MATRICES:
             raise ConfigError(f"x0 matrix must be one of {', '.join(MATRICES)}, got {x0.get('matrix')!r}")
-        if not 0 <= int(x0.get("row", 0)) < cfg.M:
+        if not 0 <= _int(x0.get("row", 0), "x0 row") < cfg.M:
             raise ConfigError(f"x0 row must be in 0..{cfg.M - 1}, got {x0.get('row')}")
     return cfg
 
@@ -177,15 +197,17 @@ def from_dict(d: Mapping[str, Any]) -> DynamicsConfig:
     if unknown:
         raise ConfigError(f"unknown config keys: {', '.join(sorted(unknown))}")
     if "weights" not in d and "seed" in d:
-        base = random_config(int(d.get("features", 3)), int(d.get("positional_bits", 2)),
-                             n_segments=int(d.get("segments", 3)),
-                             segment_length=int(d.get("segment_length", 33)), seed=int(d["seed"]))
+        base = random_config(_int(d.get("features", 3), "features", 1),
+                             _int(d.get("positional_bits", 2), "positional_bits", 0),
+                             n_segments=_int(d.get("segments", 3), "segments", 1),
+                             segment_length=_int(d.get("segment_length", 33), "segment_length", 1),
+                             seed=_int(d["seed"], "seed", 0))
         rest = {k: v for k, v in d.items() if k not in ("features", "positional_bits", "segments",
                                                           "segment_length", "seed", "weights")}
         return apply_overrides(base, rest) if rest else base
     if "features" not in d or "positional_bits" not in d or "weights" not in d:
         raise ConfigError("a dynamics config needs features, positional_bits and weights (or a seed)")
-    M, P = int(d["features"]), int(d["positional_bits"])
+    M, P = _int(d["features"], "features", 1), _int(d["positional_bits"], "positional_bits", 0)
     if "gamma" in d:
         gamma = d["gamma"]
     elif "beta_att" in d:
@@ -213,10 +235,8 @@ def from_dict(d: Mapping[str, Any]) -> DynamicsConfig:
             if key not in wa or "positional" not in wa:
                 raise ConfigError(f"weights.{a} needs 'segments' and 'positional' (or 'full')")
             columns[a] = _pm1(wa[key], f"weights.{a}.{key}")
-            positional[a] = np.asarray(wa["positional"], dtype=np.float64).reshape(-1, P) if P else \
+            positional[a] = _pm1(wa["positional"], f"weights.{a}.positional") if P else \
                 np.zeros((columns[a].shape[0], 0))
-            if P:
-                positional[a] = _pm1(wa["positional"], f"weights.{a}.positional")
             kinds.add(key)
     if len(kinds) != 1:
         raise ConfigError("use one weight form for all four matrices (segments or full)")
@@ -224,18 +244,17 @@ def from_dict(d: Mapping[str, Any]) -> DynamicsConfig:
     if "full" in kinds:
         counts = np.ones(K, dtype=np.int64)
     elif "counts" in d:
-        counts = np.asarray(d["counts"], dtype=np.int64)
+        raw = d["counts"] if isinstance(d["counts"], (list, tuple)) else [d["counts"]]
+        counts = np.array([_int(c, "counts entry", 1) for c in raw], dtype=np.int64)
         if counts.shape != (K,):
             raise ConfigError(f"counts must have one entry per column group ({K})")
     else:
-        seg = int(d.get("segment_length", 1))
-        if seg < 1:
-            raise ConfigError(f"segment_length must be >= 1, got {seg}")
+        seg = _int(d.get("segment_length", 1), "segment_length", 1)
         counts = np.full(K, seg, dtype=np.int64)
     cfg = DynamicsConfig(
         M=M, P=P, eps=_finite(d.get("eps", 0.0), "eps"), gamma=_finite(gamma, "gamma"),
         beta_o=_finite(d.get("beta_o", 1.0), "beta_o"), columns=columns, counts=counts,
-        positional=positional, x0=dict(d.get("x0") or {"matrix": "o", "row": 0}),
+        positional=positional, x0=d.get("x0") or {"matrix": "o", "row": 0},
         name=str(d.get("name", "custom")),
     )
     return validate(cfg)
@@ -247,6 +266,8 @@ def random_config(M: int = 3, P: int = 2, *, n_segments: int = 3, segment_length
     """Random +-1 segment signs and positional columns drawn from ``seed`` (numpy default_rng)."""
     if M < 1 or n_segments < 1 or segment_length < 1:
         raise ConfigError("random weights need M, n_segments and segment_length >= 1")
+    if seed < 0:
+        raise ConfigError(f"the weights seed must be >= 0, got {seed}")
     rng = np.random.default_rng(seed)
     columns = {a: rng.choice([-1.0, 1.0], size=(M, n_segments)) for a in MATRICES}
     positional = {a: rng.choice([-1.0, 1.0], size=(M, P)) for a in MATRICES}
@@ -306,9 +327,9 @@ def apply_overrides(cfg: DynamicsConfig, overrides: Mapping[str, Any] | list[str
         elif k == "name":
             changes[k] = str(v)
         elif k in ("x0_row", "x0.row"):
-            x0 = {"matrix": x0.get("matrix", "o"), "row": int(v)}
+            x0 = {"matrix": x0.get("matrix", "o"), "row": _int(v, k, 0)}
         elif k in ("x0_matrix", "x0.matrix"):
-            x0 = {"matrix": str(v), "row": int(x0.get("row", 0))}
+            x0 = {"matrix": str(v), "row": _int(x0.get("row", 0), "x0 row", 0)}
         else:
             raise ConfigError(f"cannot override {k!r}; settable: beta_o, gamma, eps, name, x0_row, x0_matrix")
     changes["x0"] = x0

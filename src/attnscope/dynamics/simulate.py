@@ -2,7 +2,15 @@
 
 Owns :func:`advance` (the one entry point to the numba simulation kernel, returning the per-value
 observables of a sweep), :func:`make_state` (x_0, a checkpoint file or a State), :func:`trajectory`
-(full time series of one or a few values) and :func:`summary_table` (tidy per-value rows).
+(full time series of one or a few values), the trajectory file format (:func:`save_trajectory`,
+:func:`load_trajectory`, :func:`trajectory_summary`; the CLI writes through them) and
+:func:`summary_table` (tidy per-value rows).
+
+Trajectory file (``.npz``, compressed), B runs of n recorded steps, M features:
+``t`` [n] time steps, ``m`` [B, n, 4, M] overlaps of W^o, W^v, W^q, W^k (eps-mixed, the order in
+``matrices``), ``mo_se`` [B, n, M] the semantic output overlap (the plotted observable), ``A`` [B, n, M]
+the attention output, ``beta_o``/``gamma``/``eps`` [B] the parameters of each run, ``matrices`` ["o",
+"v", "q", "k"].
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnscope.errors import InputError
+from attnscope.errors import FormatError, InputError
 
 from .meanfield import MeanField, State, compile_config, initial_state, load_state, params_arrays
 from .model import DynamicsConfig
@@ -147,3 +155,48 @@ def trajectory(cfg: DynamicsConfig, *, beta_o=None, gamma=None, eps=None, steps:
     out = dict(obs.record)
     out.update(t=np.arange(t0, t0 + steps), beta_o=beta, gamma=g * np.sqrt(cfg.M), eps=ep, state=state)
     return out
+
+
+TRAJECTORY_KEYS = ("t", "m", "mo_se", "A", "beta_o", "gamma", "eps", "matrices")
+MATRIX_ORDER = ("o", "v", "q", "k")
+
+
+def save_trajectory(path: str | Path, traj: dict[str, np.ndarray]) -> Path:
+    """Write the arrays of :func:`trajectory` as one compressed ``.npz`` (atomic; layout in the module doc)."""
+    import io
+
+    from attnscope.tables import atomic_write_bytes
+
+    buf = io.BytesIO()
+    arrays = {k: np.asarray(traj[k]) for k in TRAJECTORY_KEYS if k != "matrices"}
+    np.savez_compressed(buf, **arrays, matrices=np.array(MATRIX_ORDER))
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def load_trajectory(path: str | Path) -> dict[str, np.ndarray]:
+    """Read a trajectory file written by :func:`save_trajectory`; a wrong file is one FormatError line."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"trajectory file {path} does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise FormatError(f"{path} is not a trajectory .npz file ({exc})") from exc
+    missing = [k for k in TRAJECTORY_KEYS if k not in data]
+    if missing:
+        raise FormatError(f"{path} lacks key(s) {', '.join(missing)} of a trajectory file")
+    B, n = data["mo_se"].shape[:2] if data["mo_se"].ndim == 3 else (-1, -1)
+    M = data["mo_se"].shape[-1]
+    shapes = {"t": (n,), "m": (B, n, 4, M), "A": (B, n, M), "beta_o": (B,), "gamma": (B,), "eps": (B,)}
+    bad = [k for k, shp in shapes.items() if data[k].shape != shp]
+    if B < 0 or bad:
+        raise FormatError(f"{path}: trajectory arrays have inconsistent shapes ({', '.join(bad) or 'mo_se'})")
+    return data
+
+
+def trajectory_summary(traj: dict[str, np.ndarray]) -> list[dict[str, object]]:
+    """Per run: beta_o, gamma, eps and the min / max of each feature of m^o_se over the recorded steps."""
+    return [{"beta_o": float(b), "gamma": float(traj["gamma"][i]), "eps": float(traj["eps"][i]),
+             "min": traj["mo_se"][i].min(axis=0).tolist(), "max": traj["mo_se"][i].max(axis=0).tolist()}
+            for i, b in enumerate(traj["beta_o"])]

@@ -22,9 +22,11 @@ from attnscope.errors import InputError
 
 from .meanfield import State, compile_config, params_arrays
 from .model import SWEEP_PARAMS, DynamicsConfig, from_dict
-from .regimes import lyapunov_regime
+from .regimes import classify, lyapunov_regime
 
 MODES = ("protocol", "continuation", "x0")
+LYAP_BLOCKS = 10  # block averages behind each exponent's error
+ALIGN_FRACTION = 10  # a bifurcation's --lyap-steps: the first 1/10 aligns the tangents, the rest is averaged
 
 
 def default_k(cfg: DynamicsConfig, k: int | None) -> int:
@@ -39,7 +41,17 @@ def sweep_values(start: float, stop: float, num: int) -> np.ndarray:
     for name, v in (("start", start), ("stop", stop)):
         if not np.isfinite(float(v)):
             raise InputError(f"sweep {name} must be finite, got {v}")
+    if int(num) > 1 and not float(start) < float(stop):
+        raise InputError(f"a sweep of {num} points needs start < stop, got start {start} and stop {stop}")
     return np.linspace(float(start), float(stop), int(num))
+
+
+def _check_run(workers: int, chunk: int) -> None:
+    """Options of a chunked sweep that must be positive."""
+    if int(workers) < 1:
+        raise InputError(f"--workers must be >= 1, got {workers}")
+    if int(chunk) < 1:
+        raise InputError(f"--chunk must be >= 1, got {chunk}")
 
 
 def _check_param(param: str) -> str:
@@ -71,7 +83,7 @@ def chunk_with_state(payload: dict[str, Any]) -> tuple["pd.DataFrame", State]:  
     """
     import pandas as pd
 
-    from .lyapunov import lyapunov_spectrum
+    from .lyapunov import lyapunov_estimate
     from .simulate import advance, make_state, summary_table
 
     cfg = from_dict(payload["config"])
@@ -93,13 +105,23 @@ def chunk_with_state(payload: dict[str, Any]) -> tuple["pd.DataFrame", State]:  
         table = pd.DataFrame({k: v for k, v in params.items()})
     final = state.copy()
     k = int(payload.get("lyap_k", 2))
-    if int(payload.get("lyap_steps", 0)) > 0 and k > 0:
-        lam = lyapunov_spectrum(mf, state, beta, g, eps, n_steps=int(payload["lyap_steps"]), k=k,
-                                transient=int(payload.get("lyap_transient", 0)))
-        lam = -np.sort(-lam, axis=1)
+    n_lyap = int(payload.get("lyap_steps", 0))
+    if n_lyap > 0 and k > 0:
+        if payload.get("lyap_transient") is None:  # a bifurcation: the tangents align in the first part
+            align, n_avg = n_lyap // ALIGN_FRACTION, n_lyap - n_lyap // ALIGN_FRACTION
+        else:  # a phase sweep: its own transient, then n_lyap averaged steps
+            align, n_avg = int(payload["lyap_transient"]), n_lyap
+        est = lyapunov_estimate(mf, state, beta, g, eps, n_steps=n_avg, k=k, transient=align, blocks=LYAP_BLOCKS)
         for j in range(k):
-            table[f"lambda_{j + 1}"] = lam[:, j]
-        table["regime"] = [lyapunov_regime(r) for r in lam]
+            table[f"lambda_{j + 1}"] = est.exponents[:, j]
+        for j in range(k):
+            table[f"lambda_{j + 1}_err"] = est.error[:, j]
+        table["regime_lyapunov"] = [lyapunov_regime(r, e, n_avg) for r, e in zip(est.exponents, est.error)]
+        if obs is not None:
+            table["regime"] = [classify(r, e, n_avg, nd, ns) for r, e, nd, ns in
+                               zip(est.exponents, est.error, table["n_distinct"], table["n_section"])]
+        else:
+            table["regime"] = table["regime_lyapunov"]
     table.insert(0, "kind", "value")
     dirs = np.asarray(payload.get("directions") or [payload.get("direction", "")] * B, dtype=object)
     table["direction"] = dirs
@@ -207,6 +229,11 @@ def bifurcation(cfg: DynamicsConfig, values: Sequence[float], *, param: str = "b
         raise InputError(f"unknown bifurcation mode {mode!r}; choose one of {', '.join(MODES)}")
     if steps < 1 or not 0 <= transient < steps:
         raise InputError(f"need steps >= 1 and 0 <= transient < steps (got steps {steps}, transient {transient})")
+    if lyap_steps < 0:
+        raise InputError(f"--lyap-steps must be >= 0 (0 skips the Lyapunov estimate), got {lyap_steps}")
+    if checkpoint_steps is not None and checkpoint_steps < 1:
+        raise InputError(f"--checkpoint-steps must be >= 1, got {checkpoint_steps}")
+    _check_run(workers, chunk)
     mf = compile_config(cfg)
     if not 0 <= feature < cfg.M:
         raise InputError(f"feature must be in 0..{cfg.M - 1}, got {feature}")
@@ -243,7 +270,8 @@ def bifurcation(cfg: DynamicsConfig, values: Sequence[float], *, param: str = "b
         values_df, points = _split(df)
         return SweepResult(values_df, points, None)
     if mode == "protocol":
-        checkpoint = protocol_checkpoint(cfg, param, values, checkpoint_steps or steps, init)
+        checkpoint = protocol_checkpoint(cfg, param, values, steps if checkpoint_steps is None else checkpoint_steps,
+                                         init)
         start = _state_dict(checkpoint)
     else:
         start = None if init is None else _state_dict(init)
@@ -261,7 +289,7 @@ def lyapunov_table(cfg: DynamicsConfig, values: Sequence[float], *, param: str =
     """Leading k exponents (per step, descending) and the regime for each value, vectorised."""
     import pandas as pd
 
-    from .lyapunov import lyapunov_spectrum
+    from .lyapunov import lyapunov_estimate
     from .simulate import make_state
 
     param = _check_param(param)
@@ -272,10 +300,10 @@ def lyapunov_table(cfg: DynamicsConfig, values: Sequence[float], *, param: str =
     k = default_k(cfg, k)
     if transient < 0 or steps < 1:
         raise InputError("need --steps >= 1 and --transient >= 0")
-    lam = lyapunov_spectrum(mf, state, beta, g, eps, n_steps=steps, k=k, transient=transient)
-    lam = -np.sort(-lam, axis=1)
-    return pd.DataFrame({param: values, "lyapunov": [list(map(float, r)) for r in lam],
-                         "regime": [lyapunov_regime(r) for r in lam]})
+    est = lyapunov_estimate(mf, state, beta, g, eps, n_steps=steps, k=k, transient=transient, blocks=LYAP_BLOCKS)
+    return pd.DataFrame({param: values, "lyapunov": [list(map(float, r)) for r in est.exponents],
+                         "error": [list(map(float, r)) for r in est.error],
+                         "regime": [lyapunov_regime(r, e, steps) for r, e in zip(est.exponents, est.error)]})
 
 
 def phase(cfg: DynamicsConfig, x: tuple[str, Sequence[float]], y: tuple[str, Sequence[float]], *,
@@ -291,6 +319,9 @@ def phase(cfg: DynamicsConfig, x: tuple[str, Sequence[float]], y: tuple[str, Seq
         raise InputError("a phase sweep needs at least one point on each axis")
     if not (np.all(np.isfinite(vx)) and np.all(np.isfinite(vy))):
         raise InputError("phase sweep values must be finite")
+    if steps < 1 or transient < 0:
+        raise InputError(f"a phase sweep needs --steps >= 1 and --transient >= 0 (got {steps}, {transient})")
+    _check_run(workers, chunk)
     mf = compile_config(cfg)
     k = default_k(cfg, k)
     if not 1 <= k <= cfg.C * cfg.M:
