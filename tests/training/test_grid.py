@@ -1,0 +1,104 @@
+"""The seed grid: validation of the axes, inline and local executors, kill and resume, compare on the result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnscope.errors import ConfigError, InputError
+from attnscope.training.compare import compare
+from attnscope.training.grid import grid_points, parse_seeds, run_grid
+
+TINY = dict(preset="bert-mini", n_layers=1, n_heads=2, d_model=16, d_ff=32, seq_len=16, batch_size=2, steps=4,
+            checkpoint_every=2, score_every=2, eval_windows=2, log_every=1, warmup=1, threads=1)
+TIMING = ("train_seconds", "geometry_seconds")
+
+
+def losses(run_dir: Path) -> list[dict]:
+    """metrics.jsonl without the wall-clock fields."""
+    out = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        out.append({k: v for k, v in rec.items() if k not in TIMING})
+    return out
+
+
+def test_grid_axes_are_validated(tmp_path):
+    pts = grid_points(TINY, seeds=[2, 0], inits=["default", "symmetric"], objectives=["mlm", "clm"], out=tmp_path)
+    assert [Path(p.out).name for p in pts][:3] == ["mlm-default-seed2", "mlm-default-seed0", "mlm-symmetric-seed2"]
+    assert len(pts) == 8 and all(p.resume and not p.progress for p in pts)
+    assert {(p.objective, p.init, p.seed) for p in pts} == {
+        (o, i, s) for o in ("mlm", "clm") for i in ("default", "symmetric") for s in (2, 0)
+    }
+    assert [p.init for p in grid_points(TINY, seeds=[0], out=tmp_path)] == ["default"]  # the base config's init
+    for seeds, match in (([], "empty"), ([1, 1], "more than once"), ([-1], "negative"), (["a"], "not an integer"),
+                         ([1.5], "not an integer"), ([True], "not an integer")):
+        with pytest.raises(InputError, match=match):
+            grid_points(TINY, seeds=seeds, out=tmp_path)
+    with pytest.raises(InputError, match="inits lists symmetric more than once"):
+        grid_points(TINY, seeds=[0], inits=["symmetric", "symmetric"], out=tmp_path)
+    with pytest.raises(InputError, match="objectives is empty"):
+        grid_points(TINY, seeds=[0], objectives=[], out=tmp_path)
+    with pytest.raises(ConfigError, match="unknown init"):
+        grid_points(TINY, seeds=[0], inits=["nope"], out=tmp_path)
+    with pytest.raises(ConfigError, match="unknown training option"):
+        grid_points({**TINY, "stepz": 3}, seeds=[0], out=tmp_path)
+    assert parse_seeds("0-2, 5") == [0, 1, 2, 5]
+    for text, match in (("", "empty"), (" , ", "empty"), ("1,1", "more than once"), ("0-2,2", "more than once"),
+                        ("x", "integers"), ("3-1", "range")):
+        with pytest.raises(InputError, match=match):
+            parse_seeds(text)
+    with pytest.raises(InputError, match="executor"):
+        run_grid(TINY, seeds=[0], out=tmp_path / "g", executor="cloud")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match="is a file"):
+        run_grid(TINY, seeds=[0], out=tmp_path / "file")
+
+
+@pytest.mark.slow
+def test_inline_grid_kill_one_seed_and_resume(tmp_path):
+    out = tmp_path / "grid"
+    g = run_grid(TINY, seeds=[0, 1], inits=["default", "symmetric"], out=out, progress=False)
+    names = ["mlm-default-seed0", "mlm-default-seed1", "mlm-symmetric-seed0", "mlm-symmetric-seed1"]
+    assert g.summary.ok and sorted(g.summary.done) == names
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == names
+    assert sorted(g.runs["run"]) == names and set(g.runs["steps"]) == {4}
+    # compare understands the grid: each symmetric run is paired with the default run of its seed
+    cmp = compare(sorted(p for p in out.iterdir() if not p.name.startswith(".")))
+    base = cmp.runs.set_index("run")["baseline"]
+    assert base["mlm-symmetric-seed1"] == "mlm-default-seed1" and base["mlm-symmetric-seed0"] == "mlm-default-seed0"
+
+    # kill mlm-symmetric-seed1 after its step-2 checkpoint: the last checkpoint, summary and store entry gone
+    killed = out / "mlm-symmetric-seed1"
+    full = losses(killed)
+    import shutil
+
+    shutil.rmtree(killed / "checkpoints" / "step-4")
+    (killed / "summary.json").unlink()
+    for f in (out / ".grid" / "tasks").glob("mlm-symmetric-seed1*"):
+        f.unlink()
+    others = {p: p.stat().st_mtime_ns for n in names if n != killed.name for p in (out / n).rglob("*")}
+    g2 = run_grid(TINY, seeds=[0, 1], inits=["default", "symmetric"], out=out, progress=False)
+    assert g2.summary.done == ["mlm-symmetric-seed1"] and sorted(g2.summary.skipped) == sorted(set(names) - {killed.name})
+    assert losses(killed) == full  # resumed exactly from step 2
+    assert {p: p.stat().st_mtime_ns for p in others} == others  # the other seeds were not touched
+    assert len(g2.runs) == 4
+
+    # a rerun with other settings into the same directory is refused in one line
+    with pytest.raises(InputError, match="steps = 4, not 6"):
+        run_grid({**TINY, "steps": 6}, seeds=[0, 1], inits=["default", "symmetric"], out=out, progress=False)
+
+
+@pytest.mark.slow
+def test_local_executor_trains_the_same_runs_as_inline(tmp_path):
+    inline = run_grid(TINY, seeds=[0, 1], out=tmp_path / "inline", progress=False)
+    local = run_grid(TINY, seeds=[0, 1], out=tmp_path / "local", executor="local", workers=2, progress=False)
+    assert inline.summary.ok and local.summary.ok and sorted(local.summary.done) == ["mlm-default-seed0",
+                                                                                      "mlm-default-seed1"]
+    for name in ("mlm-default-seed0", "mlm-default-seed1"):
+        assert losses(tmp_path / "local" / name) == losses(tmp_path / "inline" / name)
+    assert losses(tmp_path / "local" / "mlm-default-seed0") != losses(tmp_path / "local" / "mlm-default-seed1")
+    again = run_grid(TINY, seeds=[0, 1], out=tmp_path / "local", executor="local", workers=2, progress=False)
+    assert not again.summary.done and len(again.summary.skipped) == 2
