@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -73,8 +74,6 @@ def test_inline_grid_kill_one_seed_and_resume(tmp_path):
     # kill mlm-symmetric-seed1 after its step-2 checkpoint: the last checkpoint, summary and store entry gone
     killed = out / "mlm-symmetric-seed1"
     full = losses(killed)
-    import shutil
-
     shutil.rmtree(killed / "checkpoints" / "step-4")
     (killed / "summary.json").unlink()
     for f in (out / ".grid" / "tasks").glob("mlm-symmetric-seed1*"):
@@ -85,6 +84,11 @@ def test_inline_grid_kill_one_seed_and_resume(tmp_path):
     assert losses(killed) == full  # resumed exactly from step 2
     assert {p: p.stat().st_mtime_ns for p in others} == others  # the other seeds were not touched
     assert len(g2.runs) == 4
+
+    # a removed run directory is trained again (its store entry alone does not count as finished)
+    shutil.rmtree(out / "mlm-default-seed0")
+    g3 = run_grid(TINY, seeds=[0, 1], inits=["default", "symmetric"], out=out, progress=False)
+    assert g3.summary.done == ["mlm-default-seed0"] and (out / "mlm-default-seed0" / "summary.json").is_file()
 
     # a rerun with other settings into the same directory is refused in one line
     with pytest.raises(InputError, match="steps = 4, not 6"):

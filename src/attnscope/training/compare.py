@@ -96,12 +96,16 @@ def load_run(path: str | Path) -> Run:
             raise InputError(f"{path}: not a training run directory (no {f.name})")
     try:
         config = json.loads(conf.read_text())
+    except OSError as exc:
+        raise InputError(f"{conf}: cannot read it ({exc.strerror})") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise FormatError(f"{conf}: not valid JSON ({exc.__class__.__name__}); the run's configuration is lost") from None
     if not isinstance(config, dict) or not isinstance(config.get("model", {}), dict):
         raise FormatError(f"{conf}: not a run configuration (expected a JSON object with a 'model' object)")
     try:
         lines = metrics.read_text().splitlines()
+    except OSError as exc:
+        raise InputError(f"{metrics}: cannot read it ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise FormatError(f"{metrics}: not UTF-8 text") from None
     numbered = [(n, ln) for n, ln in enumerate(lines, 1) if ln.strip()]

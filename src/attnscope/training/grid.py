@@ -12,8 +12,8 @@ trains them with the executors of the zoo survey (``inline``: one after another 
 Only run directories sit directly in ``DIR``, so ``attnscope compare DIR/*`` compares the grid.
 
 Every point trains with ``resume`` on, so a rerun after a kill continues each unfinished run from its
-last checkpoint (exactly, see :mod:`attnscope.training.trainer`) and skips finished ones; the other
-runs' files are not touched. Compare the runs with ``attnscope compare DIR/*``.
+last checkpoint (exactly, see :mod:`attnscope.training.trainer`) and skips finished ones (a run is
+finished when its store entry and its ``summary.json`` exist); the other runs' files are not touched. Compare the runs with ``attnscope compare DIR/*``.
 """
 
 from __future__ import annotations
@@ -165,6 +165,10 @@ def run_grid(
         points = [p if p.threads else replace(p, threads=1) for p in points]
     tasks = [Task(Path(p.out).name, asdict(p)) for p in points]
     store = ResultsStore(root / STORE)
+    for p in points:  # a finished entry whose run directory was removed or damaged is trained again
+        name = Path(p.out).name
+        if store.path(name).is_file() and not (Path(p.out) / "summary.json").is_file():
+            store.path(name).unlink()
     summary = run_tasks(train_point, tasks, store, executor=executor, workers=workers, slurm=slurm,
                         progress=progress, desc="grid")
     return Grid(store.merge([t.key for t in tasks]), summary)
