@@ -56,6 +56,11 @@ def test_grid_axes_are_validated(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(InputError, match="is a file"):
         run_grid(TINY, seeds=[0], out=tmp_path / "file")
+    (tmp_path / "torn" / ".grid").mkdir(parents=True)
+    (tmp_path / "torn" / ".grid" / "grid.json").write_text('{"base": ')
+    with pytest.raises(InputError, match="not a grid record"):
+        run_grid(TINY, seeds=[0], out=tmp_path / "torn")
+    assert not any((tmp_path / "torn").glob("mlm-*"))  # refused before any training
 
 
 @pytest.mark.slow

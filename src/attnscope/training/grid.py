@@ -122,9 +122,11 @@ def _check_grid_file(root: Path, record: dict[str, Any]) -> None:
         return
     try:
         old = json.loads(path.read_text())
-        old_base, old_axes = old["base"], old["axes"]
-    except (ValueError, KeyError, TypeError):
-        raise InputError(f"{path} is not a grid record; move it away or choose a new output directory") from None
+    except (OSError, ValueError):
+        old = None
+    old_base = old.get("base") if isinstance(old, dict) else None
+    if not isinstance(old_base, dict):
+        raise InputError(f"{path} is not a grid record; move it away or choose a new output directory")
     for k, v in record["base"].items():
         if k not in FREE and k in old_base and old_base[k] != v:
             raise InputError(f"{root} holds a grid with {k} = {old_base[k]!r}, not {v!r}; choose a new output directory")
