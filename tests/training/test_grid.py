@@ -111,3 +111,45 @@ def test_local_executor_trains_the_same_runs_as_inline(tmp_path):
     assert losses(tmp_path / "local" / "mlm-default-seed0") != losses(tmp_path / "local" / "mlm-default-seed1")
     again = run_grid(TINY, seeds=[0, 1], out=tmp_path / "local", executor="local", workers=2, progress=False)
     assert not again.summary.done and len(again.summary.skipped) == 2
+
+
+SLOW_GRID = """
+import sys, time
+import attnscope.training.data as data
+sample = data.sample_windows
+data.sample_windows = lambda *a, **k: (time.sleep(0.1), sample(*a, **k))[1]  # slowed from the test, not the loop
+from attnscope.training.grid import run_grid
+run_grid({cfg}, seeds=[0, 1], out=sys.argv[1], progress=False)
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_during_a_grid_then_resume(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    cfg = {**TINY, "steps": 20, "checkpoint_every": 5}
+    out = tmp_path / "grid"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_GRID.format(cfg=cfg), str(out)], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    second = out / "mlm-default-seed1"
+    try:
+        deadline = time.monotonic() + 120  # a bound on waiting, not an assertion on speed
+        while not (second / "checkpoints" / "step-5").is_dir():
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "the grid never reached the second run's first checkpoint"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    first = out / "mlm-default-seed0"
+    assert (first / "summary.json").is_file() and not (second / "summary.json").is_file()
+    untouched = {p: p.stat().st_mtime_ns for p in first.rglob("*")}
+    g = run_grid(cfg, seeds=[0, 1], out=out, progress=False)
+    assert g.summary.done == ["mlm-default-seed1"] and g.summary.skipped == ["mlm-default-seed0"]
+    assert {p: p.stat().st_mtime_ns for p in first.rglob("*")} == untouched
+    ref = run_grid(cfg, seeds=[1], out=tmp_path / "ref", progress=False)  # the same run, never killed
+    assert ref.summary.ok and losses(second) == losses(tmp_path / "ref" / "mlm-default-seed1")
