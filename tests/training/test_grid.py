@@ -153,3 +153,49 @@ def test_sigkill_during_a_grid_then_resume(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in first.rglob("*")} == untouched
     ref = run_grid(cfg, seeds=[1], out=tmp_path / "ref", progress=False)  # the same run, never killed
     assert ref.summary.ok and losses(second) == losses(tmp_path / "ref" / "mlm-default-seed1")
+
+
+def train_cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    import sys
+
+    from attnscope.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["attnscope", "train", *map(str, args)])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+TINY_FLAGS = ["--n-layers", "1", "--n-heads", "2", "--d-model", "16", "--d-ff", "32", "--seq-len", "16",
+              "--batch-size", "2", "--steps", "2", "--checkpoint-every", "2", "--score-every", "2", "--eval-windows",
+              "2", "--warmup", "1", "--threads", "1", "--no-progress"]
+
+
+def test_train_cli_grid_bad_axes_are_one_line(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "g"
+    for args in (["--seeds", ""], ["--seeds", "1,1"], ["--seeds", "0,x"], ["--seed", "0", "--seeds", "0,1"],
+                 ["--seeds", "0", "--inits", "default,default"], ["--seeds", "0", "--objectives", ","],
+                 ["--seeds", "0", "--init", "symmetric", "--inits", "default"], ["--seeds", "0", "--workers", "two"],
+                 ["--seeds", "0", "--executor", "cloud"]):
+        code, _, err = train_cli(monkeypatch, capsys, *TINY_FLAGS, "--out", out, *args)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (args, err)
+    assert not any(out.glob("mlm-*"))
+
+
+@pytest.mark.slow
+def test_train_cli_grid(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "g"
+    code, stdout, err = train_cli(monkeypatch, capsys, *TINY_FLAGS, "--out", out, "--seeds", "0-1",
+                                  "--inits", "default,symmetric", "--json")
+    assert code == 0, err
+    rows = json.loads(stdout)
+    assert sorted(r["run"] for r in rows) == ["mlm-default-seed0", "mlm-default-seed1", "mlm-symmetric-seed0",
+                                              "mlm-symmetric-seed1"]
+    assert "4 trained, 0 already done, 0 failed" in err
+    code, _, err = train_cli(monkeypatch, capsys, *TINY_FLAGS, "--out", out, "--seeds", "0-1",
+                             "--inits", "default,symmetric")
+    assert code == 0 and "0 trained, 4 already done" in err

@@ -51,7 +51,7 @@ def compare(
     result = run_compare(runs, baseline=baseline, smooth=smooth, at=_steps(at), target=target)
     err = stderr_console()
     for note in result.notes:
-        err.print(f"note: {note}", highlight=False)
+        err.print(f"note: {note}", highlight=False, soft_wrap=True)
     if json_out:
         echo_json('{"runs": ' + records_to_json(result.runs) + ', "stats": ' + records_to_json(result.stats)
                   + ', "notes": ' + json.dumps(result.notes) + "}\n")
@@ -80,7 +80,7 @@ def compare(
         figures["scores_per_layer.png"] = plots.score_layers(result.scores)
     for name, fig in figures.items():
         save_figure(fig, folder / name)
-    err.print(f"wrote {len(figures)} figures and {len(tables) + 1} tables to {out}", highlight=False)
+    err.print(f"wrote {len(figures)} figures and {len(tables) + 1} tables to {out}", highlight=False, soft_wrap=True)
 
 
 app = compare
