@@ -1,4 +1,5 @@
-"""attnscope compare: speed-up metric, score summaries, table and figures, on hand-written run directories."""
+"""attnscope compare: speed-up metric, pairing by seed, intervals over seeds, score summaries, hostile run
+directories, the CLI tables and figures, on hand-written run directories."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnscope.errors import InputError
-from attnscope.training.compare import compare, load_run, score_summary, score_table, speedup
+from attnscope.errors import FormatError, InputError
+from attnscope.training.compare import compare, load_run, loss_at, score_summary, score_table, speedup, t_interval
 
 
 def geometry(step: int, n_layers: int, sym: float, stack: str) -> list[dict]:
@@ -24,19 +25,23 @@ def geometry(step: int, n_layers: int, sym: float, stack: str) -> list[dict]:
     return out
 
 
-def write_run(root: Path, name: str, losses: list[float], objective="mlm", init="default", every=10, n_layers=3) -> Path:
+def write_run(root: Path, name: str, losses: list[float], objective="mlm", init="default", every=10, n_layers=3,
+              seed=None, eval_every=2) -> Path:
     d = root / name
     d.mkdir(parents=True)
     stack = "encoder" if objective == "mlm" else "decoder"
     lines = []
     for i, loss in enumerate(losses):
         rec = {"step": i * every, "loss": loss, "geometry": geometry(i * every, n_layers, 0.01 * i, stack)}
-        if i % 2 == 0:
+        if i % eval_every == 0:
             rec["eval_loss"] = loss + 0.1
         lines.append(json.dumps(rec))
     (d / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    (d / "run.json").write_text(json.dumps({"objective": objective, "init": init, "data": "builtin",
-                                            "model": {"n_layers": n_layers, "n_heads": 4, "d_model": 32}}))
+    config = {"objective": objective, "init": init, "data": "builtin", "out": str(d),
+              "model": {"n_layers": n_layers, "n_heads": 4, "d_model": 32}}
+    if seed is not None:
+        config["seed"] = seed
+    (d / "run.json").write_text(json.dumps(config))
     return d
 
 
@@ -77,48 +82,195 @@ def test_compare_tables_figures_and_baselines(tmp_path):
         write_run(tmp_path, "dec-default", [9, 5, 4, 3], objective="clm"),
         write_run(tmp_path, "dec-symmetric", [9, 6, 5, 4], objective="clm", init="symmetric"),
     ]
-    res = compare(runs, out=tmp_path / "cmp")
-    s = res["summary"].set_index("run")
+    res = compare(runs)
+    s = res.runs.set_index("run")
     assert s.loc["enc-symmetric", "baseline"] == "enc-default"
     assert s.loc["dec-symmetric", "baseline"] == "dec-default"
     assert s.loc["enc-symmetric", "speedup"] == pytest.approx(0.5)
     assert s.loc["dec-symmetric", "speedup"] is None or np.isnan(s.loc["dec-symmetric", "speedup"])
     assert s.loc["enc-default", "final_eval_loss"] == pytest.approx(2.6)
-    md = res["markdown"]
-    assert "| enc-symmetric | mlm | symmetric | 40 | 2.500 -> 1.900 | 50% |" in md
-    assert "| dec-symmetric | clm | symmetric | 30 | 3.000 -> 4.000 | none |" in md
-    for f in ("loss_curves.png", "scores_median.png", "scores_per_layer.png", "table.md", "summary.csv"):
-        assert (tmp_path / "cmp" / f).stat().st_size > 100
-    assert (tmp_path / "cmp" / "table.md").read_text() == md
+    md = res.markdown
+    assert "| enc-symmetric | - | mlm | symmetric | 40 | 2.500 -> 1.900 | 50% |" in md
+    assert "| dec-symmetric | - | clm | symmetric | 30 | 3.000 -> 4.000 | none |" in md
+    # four groups of one run each: one note per group, no intervals
+    assert sum("no interval" in n for n in res.notes) == 4
+    assert res.stats["ci_low"].isna().all()
     # an explicit baseline applies to every run
     res2 = compare(runs[:2], baseline=str(runs[1]))
-    assert res2["summary"].set_index("run").loc["enc-default", "baseline"] == "enc-symmetric"
+    assert res2.runs.set_index("run").loc["enc-default", "baseline"] == "enc-symmetric"
 
 
-def test_compare_bad_input(tmp_path):
-    with pytest.raises(InputError, match="not a training run directory"):
-        compare([tmp_path])
+T_975_DF2 = 4.302652729911275  # Student t, 97.5% quantile, 2 degrees of freedom (from a t table)
+
+
+def seeds_experiment(root: Path) -> list[Path]:
+    """Three seeds x {default, symmetric}; the defaults' final losses differ by seed, so a wrong pairing
+    gives different speed-ups. Logged every 10 steps to 40."""
+    default = {0: [9, 5, 4, 3, 2.5], 1: [9, 6, 5, 4, 3.5], 2: [9, 4, 3, 2, 1.5]}
+    # symmetric seed s falls below its own default's final loss at step 20 / 30 / 10
+    symmetric = {0: [9, 4, 2.4, 2.0, 1.9], 1: [9, 5, 4, 3.4, 3.0], 2: [9, 1.4, 1.3, 1.2, 1.1]}
+    runs = []
+    for seed in (0, 1, 2):
+        runs.append(write_run(root, f"default-s{seed}", default[seed], seed=seed))
+        runs.append(write_run(root, f"symmetric-s{seed}", symmetric[seed], init="symmetric", seed=seed))
+    return runs
+
+
+def test_seeds_are_paired_and_summarised_with_t_intervals(tmp_path):
+    res = compare(seeds_experiment(tmp_path), at=[15, 40])
+    runs = res.runs.set_index("run")
+    for seed, star, sp in ((0, 20, 0.5), (1, 30, 0.25), (2, 10, 0.75)):
+        row = runs.loc[f"symmetric-s{seed}"]
+        assert row["baseline"] == f"default-s{seed}" and row["seed"] == seed
+        assert row["step_star"] == star and row["speedup"] == pytest.approx(sp)
+    assert set(runs["group"]) == {"init=symmetric", "init=default"}
+    stats = res.stats.set_index(["group", "metric"])
+    sp = stats.loc[("init=symmetric", "speedup")]
+    half = T_975_DF2 * 0.25 / np.sqrt(3)  # sd of (0.5, 0.25, 0.75) is 0.25
+    assert sp["n"] == 3 and sp["mean"] == pytest.approx(0.5) and sp["sd"] == pytest.approx(0.25)
+    assert (sp["ci_low"], sp["ci_high"]) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
+    steps = stats.loc[("init=symmetric", "steps_to_target")]
+    assert steps["mean"] == pytest.approx(20) and steps["sd"] == pytest.approx(10)
+    # loss at step 15: halfway between the losses logged at 10 and 20
+    at15 = stats.loc[("init=default", "loss@15")]
+    assert at15["mean"] == pytest.approx(np.mean([4.5, 5.5, 3.5]))
+    final = stats.loc[("init=default", "final_loss")]
+    assert final["mean"] == pytest.approx(2.5) and final["ci_high"] - 2.5 == pytest.approx(T_975_DF2 * 1 / np.sqrt(3))
+    assert ("init=default", "speedup") not in stats.index  # a baseline has no speed-up over itself
+    # curves: mean over the three seeds at every logged step, the band from the same t-interval
+    curves = res.curves[(res.curves["metric"] == "loss") & (res.curves["group"] == "init=default")]
+    assert list(curves["step"]) == [10, 20, 30, 40]
+    c10 = curves.iloc[0]
+    mean, sd, lo, hi = t_interval([5, 6, 4])
+    assert c10["mean"] == pytest.approx(5) and (c10["ci_low"], c10["ci_high"]) == (pytest.approx(lo), pytest.approx(hi))
+    assert hi - 5 == pytest.approx(T_975_DF2 * 1 / np.sqrt(3))
+    assert not any("no interval" in n for n in res.notes)
+    assert "| init=symmetric | 3 |" in res.markdown and f"50.0% [{100 * (0.5 - half):.1f}%" in res.markdown
+
+
+def test_explicit_target_and_a_seed_that_never_reaches_it(tmp_path):
+    runs = seeds_experiment(tmp_path)
+    res = compare(runs, target=3.0)
+    r = res.runs.set_index("run")
+    # symmetric-s1 first logs a loss below 3.0 never (3.0 is not below 3.0): no step, no speed-up
+    assert r.loc["symmetric-s1", "step_star"] is None or np.isnan(r.loc["symmetric-s1", "step_star"])
+    # with a target, baselines get a step too and the speed-up is 1 - step*(run) / step*(baseline)
+    assert r.loc["default-s0", "step_star"] == 40 and r.loc["symmetric-s0", "step_star"] == 20
+    assert r.loc["symmetric-s0", "speedup"] == pytest.approx(0.5)
+    assert r.loc["default-s2", "step_star"] == 30 and r.loc["symmetric-s2", "speedup"] == pytest.approx(1 - 10 / 30)
+    sp = res.stats.set_index(["group", "metric"]).loc[("init=symmetric", "speedup")]
+    assert sp["n"] == 2 and sp["n_runs"] == 3 and np.isnan(sp["mean"])  # never reached is not averaged away
+    assert "2/3 seeds" in res.markdown
+
+
+def test_loss_at_interpolates_inside_the_logged_range_only():
+    df = pd.DataFrame({"step": [0, 10, 20], "loss": [99.0, 4.0, 2.0]})
+    assert loss_at(df, 15) == pytest.approx(3.0) and loss_at(df, 20) == pytest.approx(2.0)
+    assert np.isnan(loss_at(df, 5)) and np.isnan(loss_at(df, 25))
+
+
+def test_pairing_errors(tmp_path):
+    a = write_run(tmp_path, "sym-s0", [3, 2], init="symmetric", seed=0)
+    b = write_run(tmp_path, "def-s1", [3, 2], seed=1)
+    with pytest.raises(InputError, match="sym-s0 .*no default-init run"):
+        compare([a, b])  # the only default run has another seed: no paired baseline
+    c = write_run(tmp_path, "def-s1-copy", [3, 2.5], seed=1)
+    with pytest.raises(InputError, match="same settings and seed"):
+        compare([b, c])
     with pytest.raises(InputError, match="at least one"):
         compare([])
-    a = write_run(tmp_path, "a", [3, 2])
     with pytest.raises(InputError, match="baseline"):
-        compare([a], baseline="zzz")
+        compare([b], baseline="zzz")
+    for kwargs in ({"smooth": 0}, {"at": [0]}, {"target": float("nan")}):
+        with pytest.raises(InputError):
+            compare([b], **kwargs)
 
 
-def test_compare_cli_json(tmp_path, capsys, monkeypatch):
+def test_hostile_run_directories(tmp_path):
+    good = write_run(tmp_path, "good", [3, 2, 1.5], seed=0)
+    with pytest.raises(InputError, match="not a training run directory"):
+        compare([tmp_path])
+    with pytest.raises(InputError, match="not a directory"):
+        compare([good / "run.json"])
+    # a torn last line (a crash mid-write) is ignored with a note
+    torn = write_run(tmp_path, "torn", [3, 2, 1.5], seed=1)
+    with open(torn / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 30, "loss": 1.')
+    run = load_run(torn)
+    assert [r["step"] for r in run.records] == [0, 10, 20] and "torn last line 4" in run.notes[0]
+    assert any("torn" in n for n in compare([good, torn]).notes)
+    # a bad line before the end, a record without a step, a string loss: one clear error
+    bad = write_run(tmp_path, "bad", [3, 2, 1.5], seed=2)
+    lines = (bad / "metrics.jsonl").read_text().splitlines()
+    for broken, match in (("{oops", "line 2 is not JSON"), ('{"loss": 1}', "integer 'step'"),
+                          ('{"step": 10, "loss": "five"}', "not a number")):
+        (bad / "metrics.jsonl").write_text("\n".join([lines[0], broken, lines[2]]) + "\n")
+        with pytest.raises(FormatError, match=match):
+            load_run(bad)
+    # a corrupt or foreign run.json
+    for text in ('{"objective": "mlm", ', "[1, 2]", '{"model": 3}'):
+        (bad / "run.json").write_text(text)
+        with pytest.raises(FormatError, match="run.json"):
+            load_run(bad)
+    (bad / "metrics.jsonl").write_text("\n")
+    (bad / "run.json").write_text("{}")
+    with pytest.raises(InputError, match="no records"):
+        load_run(bad)
+
+
+def cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
     from attnscope.cli import main
 
-    a = write_run(tmp_path, "a", [3, 2])
-    b = write_run(tmp_path, "b", [3, 1], init="symmetric")
-    monkeypatch.setattr(sys, "argv", ["attnscope", "compare", str(a), str(b), "--json"])
+    monkeypatch.setattr(sys, "argv", ["attnscope", "compare", *map(str, args)])
     try:
         main()
+        code = 0
     except SystemExit as exc:
-        assert not exc.code
-    rows = json.loads(capsys.readouterr().out)
-    assert [r["run"] for r in rows] == ["a", "b"] and rows[1]["speedup"] == pytest.approx(0.0)
-    monkeypatch.setattr(sys, "argv", ["attnscope", "compare", str(tmp_path / "nope")])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    assert exc.value.code == 2
-    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+        code = exc.code or 0
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_compare_cli_json_out_and_one_line_errors(tmp_path, capsys, monkeypatch):
+    runs = seeds_experiment(tmp_path)
+    code, out, err = cli(monkeypatch, capsys, *runs, "--json", "--at", "20")
+    assert code == 0
+    doc = json.loads(out)
+    assert [r["run"] for r in doc["runs"]] == [p.name for p in runs]
+    sp = [r for r in doc["stats"] if r["group"] == "init=symmetric" and r["metric"] == "speedup"][0]
+    assert sp["mean"] == pytest.approx(0.5) and any(r["metric"] == "loss@20" for r in doc["stats"])
+    dest = tmp_path / "cmp"
+    code, out, err = cli(monkeypatch, capsys, *runs, "--out", dest)
+    assert code == 0 and "| init=symmetric | 3 |" in out and "wrote 4 figures" in err
+    for f in ("loss_curves.png", "loss_bands.png", "scores_median.png", "scores_per_layer.png", "table.md",
+              "summary.csv", "stats.csv", "curves.csv", "losses.csv", "score_summary.csv"):
+        assert (dest / f).stat().st_size > 100, f
+    assert (dest / "table.md").read_text() == out
+    assert pd.read_csv(dest / "stats.csv").shape[0] > 0
+    # bad input: one line on stderr, exit 2, nothing half-written
+    (tmp_path / "afile").write_text("x")
+    with open(runs[0] / "run.json", "a") as fh:
+        fh.write("garbage")
+    for args in ([tmp_path / "nope"], [runs[0], runs[1]], runs[1:4:2], [runs[1], "--at", "x"],
+                 [runs[2], "--out", tmp_path / "afile"]):
+        code, out, err = cli(monkeypatch, capsys, *args)
+        assert code == 2 and len(err.strip().splitlines()) == 1, (args, err)
+        assert "Traceback" not in err
+
+
+def test_loss_bands_figure_holds_the_curves(tmp_path):
+    from matplotlib.figure import Figure
+
+    from attnscope.plots.training import loss_bands
+
+    res = compare(seeds_experiment(tmp_path))
+    fig = loss_bands(res.curves)
+    ax = fig.axes[0]
+    lines = {ln.get_label(): ln for ln in ax.get_lines()}
+    train = lines["init=default (train, 3 seeds)"]
+    assert list(train.get_xdata()) == [10, 20, 30, 40]
+    assert list(train.get_ydata()) == pytest.approx([5, 4, 3, 2.5])
+    assert len(ax.collections) == 4  # a band per group and metric
+    own = Figure()
+    target = own.subplots()
+    assert loss_bands(res.curves, ax=target) is own and len(target.get_lines()) == 4

@@ -30,7 +30,7 @@ def test_text_file_dir_and_bad_paths(tmp_path):
     (tmp_path / "b.md").write_text("second file\n" * 100)
     (tmp_path / "skip.bin").write_bytes(b"\x00" * 10)
     c = D.open_corpus(str(tmp_path))
-    assert len(c) == 1200 + 1200 + 1
+    assert len(c) == 1201 + 1201  # each file closed by a newline
     f = D.open_corpus(str(tmp_path / "a.txt"))
     assert f.split("train").startswith(b"hello world")
     (tmp_path / "empty.txt").write_text("")
@@ -43,6 +43,44 @@ def test_text_file_dir_and_bad_paths(tmp_path):
         D.open_corpus(str(tmp_path / "sub"))
     with pytest.raises(InputError, match="unknown split"):
         c.split("dev")
+
+
+def per_file_reference(files: list[bytes], split: str) -> bytes:
+    """Slow reference: each file (plus its closing newline) cut at 90% / 95% of its own length."""
+    out = b""
+    for blob in files:
+        blob = blob + b"\n"
+        n = len(blob)
+        a, b = int(n * 0.9), int(n * 0.95)
+        out += {"train": blob[:a], "valid": blob[a:b], "test": blob[b:]}[split]
+    return out
+
+
+def test_directory_heldout_comes_from_the_tail_of_every_file(tmp_path):
+    # three files of different text and sizes: every one must contribute to valid and test
+    files = {"a.txt": b"alpha " * 500, "b.txt": b"beta\n" * 333, "sub/c.md": bytes(range(32, 127)) * 40}
+    for name, blob in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(blob)
+    c = D.open_corpus(str(tmp_path))
+    ordered = [files[k] for k in sorted(files, key=lambda k: str(tmp_path / k))]
+    for split in D.SPLITS:
+        assert c.split(split) == per_file_reference(ordered, split)
+    parts = [c.split(s) for s in D.SPLITS]
+    assert sum(map(len, parts)) == len(c)
+    for marker in (b"alpha", b"beta", b"0123"):  # held-out text from every file
+        assert marker in c.split("valid") and marker in c.split("test") and marker in c.split("train")
+    # the old rule (tail of the concatenation) would have put only the last file in valid
+    assert len(c.split("valid")) == pytest.approx(0.05 * len(c), abs=len(files))
+
+
+def test_segments_must_cover_the_data():
+    with pytest.raises(InputError, match="segments"):
+        D.Corpus("x", b"abcdef", segments=((0, 2), (3, 6)))
+    with pytest.raises(InputError, match="segments"):
+        D.Corpus("x", b"abcdef", segments=((0, 2), (2, 5)))
+    c = D.Corpus("x", b"a" * 100 + b"b" * 100, segments=((0, 100), (100, 200)))
+    assert c.split("valid") == b"a" * 5 + b"b" * 5 and c.ranges("test") == [(95, 100), (195, 200)]
 
 
 def test_enwik8_local_zip_uses_the_standard_split(tmp_path, monkeypatch):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import typer.main
 
-from attnscope.cli.train import config_options
+from attnscope.cli.train import EXTRA, GRID, config_options
 from attnscope.cli.train import train as train_command
 from attnscope.training.config import TrainConfig, cli_flag, default_text, options_table
 
@@ -31,7 +31,7 @@ def test_every_field_has_help_without_a_restated_default():
 
 def test_cli_options_are_the_fields_with_their_help_and_defaults():
     params = click_params()
-    assert set(params) == {cli_flag(f).lstrip("-").replace("-", "_") for f in fields(TrainConfig)} | {"config", "json_out"}
+    assert set(params) == {cli_flag(f).lstrip("-").replace("-", "_") for f in fields(TrainConfig)} | {p.name for p in EXTRA + GRID}
     for f in fields(TrainConfig):
         p = params[cli_flag(f).lstrip("-").replace("-", "_")]
         assert cli_flag(f) in p.opts

@@ -1,38 +1,86 @@
-"""``attnscope compare RUN_DIR ...``: loss curves, speed-up over a baseline and scores over training.
+"""``attnscope compare RUN_DIR ...``: paired speed-ups, intervals over seeds, loss curves and scores.
 
-A thin layer over :func:`attnscope.training.compare.compare`: prints the Markdown table (or JSON with
-``--json``) and, with ``--out DIR``, writes the figures and tables there.
+A thin layer over :func:`attnscope.training.compare.compare`: prints the Markdown tables (or JSON with
+``--json``), notes on stderr, and with ``--out DIR`` writes the tables and the figures of
+:mod:`attnscope.plots.training` there.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import List, Optional
 
 import typer
+
+from attnscope.errors import InputError
+
+
+def _steps(text: Optional[str]) -> list[int]:
+    if not text:
+        return []
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise InputError(f"--at takes comma-separated steps, not {text!r}") from None
 
 
 def compare(
     runs: List[str] = typer.Argument(..., help="Run directories written by attnscope train."),
     out: Optional[str] = typer.Option(None, "--out", "-o", help="Write figures, CSVs and table.md here."),
     baseline: Optional[str] = typer.Option(
-        None, help="Baseline run for the speed-up (default: the default-init run of the same model)."
+        None, help="One baseline run for every run (default: the default-init run with the same settings and seed)."
+    ),
+    at: Optional[str] = typer.Option(None, "--at", help="Also report the loss at these steps, e.g. 1000,4000."),
+    target: Optional[float] = typer.Option(
+        None, help="Target loss for steps-to-target and speed-up (default: the paired baseline's final loss)."
     ),
     smooth: int = typer.Option(1, help="Speed-up on the mean of the last N logged losses (1 = the paper's rule)."),
-    json_out: bool = typer.Option(False, "--json", help="Print the per-run summary as JSON on stdout."),
+    json_out: bool = typer.Option(False, "--json", help="Print {runs, stats, notes} as JSON on stdout."),
 ) -> None:
-    """Compare training runs: loss curves, speed-up (1 - step*/total), median/IQR scores over training."""
-    from attnscope.tables import records_to_json
+    """Compare training runs: paired speed-up per seed, mean and 95% interval over seeds, curves, scores."""
+    import json
+
+    from attnscope.progress import stderr_console
+    from attnscope.tables import atomic_write_text, records_to_json, write_table
     from attnscope.training.compare import compare as run_compare
 
-    from ._common import echo_json, stderr_console
+    from ._common import echo_json
 
-    result = run_compare(runs, out=out, baseline=baseline, smooth=smooth)
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise InputError(f"--out {out} is a file, not a directory")
+    result = run_compare(runs, baseline=baseline, smooth=smooth, at=_steps(at), target=target)
+    err = stderr_console()
+    for note in result.notes:
+        err.print(f"note: {note}", highlight=False, soft_wrap=True)
     if json_out:
-        echo_json(records_to_json(result["summary"]))
+        echo_json('{"runs": ' + records_to_json(result.runs) + ', "stats": ' + records_to_json(result.stats)
+                  + ', "notes": ' + json.dumps(result.notes) + "}\n")
     else:
-        typer.echo(result["markdown"], nl=False)
-    if out is not None:
-        stderr_console().print(f"wrote {len(result.get('files', []))} figures and the tables to {out}")
+        typer.echo(result.markdown, nl=False)
+    if out is None:
+        return
+    from attnscope.plots import save_figure
+    from attnscope.plots import training as plots
+
+    folder = Path(out)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot create the directory ({exc.strerror})") from None
+    tables = {"summary.csv": result.runs, "stats.csv": result.stats, "curves.csv": result.curves,
+              "losses.csv": result.losses}
+    if not result.score_summary.empty:
+        tables["score_summary.csv"] = result.score_summary
+    for name, df in tables.items():
+        write_table(df, folder / name)
+    atomic_write_text(folder / "table.md", result.markdown)
+    figures = {"loss_curves.png": plots.loss_curves(result.losses), "loss_bands.png": plots.loss_bands(result.curves)}
+    if not result.score_summary.empty:
+        figures["scores_median.png"] = plots.score_medians(result.score_summary)
+        figures["scores_per_layer.png"] = plots.score_layers(result.scores)
+    for name, fig in figures.items():
+        save_figure(fig, folder / name)
+    err.print(f"wrote {len(figures)} figures and {len(tables) + 1} tables to {out}", highlight=False, soft_wrap=True)
 
 
 app = compare

@@ -4,7 +4,8 @@ A thin layer over :func:`attnscope.training.train`. Its options are generated fr
 :class:`attnscope.training.config.TrainConfig` (names, help texts and defaults live there only); every
 option can also come from a YAML file (``--config``), explicit flags win. Values arrive as text and are
 read and checked by TrainConfig, so ``--steps five`` and ``steps: five`` give the same one line.
-Under ``torchrun`` the same command trains with DDP.
+Under ``torchrun`` the same command trains with DDP. With ``--seeds`` (``--inits``, ``--objectives``) it
+trains a grid of runs through :func:`attnscope.training.grid.run_grid` instead.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any, Optional
 
 import typer
 
+from attnscope.errors import InputError
 from attnscope.training.config import TrainConfig, cli_flag, default_text, field_types
 
 METAVARS = {int: "INTEGER", float: "FLOAT", str: "TEXT"}
@@ -48,6 +50,18 @@ EXTRA = [
     inspect.Parameter("json_out", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
                       default=typer.Option(False, "--json", help="Print the final summary as JSON on stdout.")),
 ]
+#: a seed grid (attnscope.training.grid): any of these turns --out into the grid's directory
+GRID = [
+    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+                      default=typer.Option(None, f"--{name}", help=text, metavar="TEXT", show_default=False))
+    for name, text in (
+        ("seeds", "Train one run per seed (0,1,2 or 0-4) into --out/<objective>-<init>-seed<S>; resumable."),
+        ("inits", "With a grid: comma-separated inits (instead of --init)."),
+        ("objectives", "With a grid: comma-separated objectives (instead of --objective)."),
+        ("executor", "With a grid: inline (one after another) | local (a process pool) | slurm. [default: inline]"),
+        ("workers", "With a grid and --executor local: runs at once. [default: 2]"),
+    )
+]
 
 
 def config_options(given: dict[str, Any]) -> dict[str, Any]:
@@ -70,7 +84,11 @@ def train(**given: Any) -> None:
 
     from ._common import echo_json
 
-    cfg = TrainConfig.from_sources(given["config"], **config_options(given))
+    options = config_options(given)
+    cfg = TrainConfig.from_sources(given["config"], **options)
+    if any(given[p.name] is not None for p in GRID):
+        _train_grid(cfg, options, given)
+        return
     summary = run_training(cfg)
     if given["json_out"]:
         echo_json(json.dumps(summary))
@@ -82,7 +100,41 @@ def train(**given: Any) -> None:
     stderr_console().print(line)
 
 
-_PARAMS = [_parameter(f) for f in fields(TrainConfig)] + EXTRA
+def _names(text: str | None) -> list[str] | None:
+    return None if text is None else [v.strip() for v in text.split(",") if v.strip()]
+
+
+def _train_grid(cfg: TrainConfig, options: dict[str, Any], given: dict[str, Any]) -> None:
+    """``--seeds/--inits/--objectives``: every point as a run directory under --out, through run_grid."""
+    from attnscope.progress import stderr_console
+    from attnscope.tables import records_to_json
+    from attnscope.training.grid import parse_seeds, run_grid
+
+    from ._common import echo_json
+
+    for single, plural in (("seed", "seeds"), ("init", "inits"), ("objective", "objectives")):
+        if single in options and given[plural] is not None:
+            raise InputError(f"give --{single} or --{plural}, not both")
+    seeds = parse_seeds(given["seeds"]) if given["seeds"] is not None else [cfg.seed]
+    try:
+        workers = int(given["workers"]) if given["workers"] is not None else 2
+    except ValueError:
+        raise InputError(f"--workers takes a whole number, not {given['workers']!r}") from None
+    grid = run_grid(cfg, seeds, inits=_names(given["inits"]), objectives=_names(given["objectives"]), out=cfg.out,
+                    executor=given["executor"] or "inline", workers=workers, progress=cfg.progress)
+    err = stderr_console()
+    for key, msg in grid.summary.failed.items():
+        err.print(f"failed: {key}: {msg}", highlight=False, soft_wrap=True)
+    if given["json_out"]:
+        echo_json(records_to_json(grid.runs) + "\n")
+    s = grid.summary
+    err.print(f"grid in {cfg.out}: {len(s.done)} trained, {len(s.skipped)} already done, {len(s.failed)} failed; "
+              f"compare with: attnscope compare {cfg.out}/*", highlight=False, soft_wrap=True)
+    if s.failed:
+        raise InputError(f"{len(s.failed)} run(s) of the grid failed (see above); fix the cause and rerun to resume")
+
+
+_PARAMS = [_parameter(f) for f in fields(TrainConfig)] + EXTRA + GRID
 train.__signature__ = inspect.Signature(_PARAMS)  # type: ignore[attr-defined]
 train.__annotations__ = {p.name: p.annotation for p in _PARAMS}
 

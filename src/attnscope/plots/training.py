@@ -6,6 +6,7 @@ One function per figure, each returning a matplotlib Figure (Agg, not registered
 * :func:`score_medians` median over layers of s and d vs step with the IQR as a band, one line per run,
                         encoders and decoders in separate rows;
 * :func:`score_layers`  s and d of each layer vs step, one curve per layer, one row per run.
+* :func:`loss_bands`    mean loss over the seeds of each group with its 95% band.
 
 :func:`save` writes a figure atomically as PNG.
 """
@@ -102,4 +103,35 @@ def score_layers(scores: "pd.DataFrame") -> "Figure":
             ax.grid(alpha=0.3)
         row[1].legend(fontsize=6, ncol=2)
     fig.tight_layout()
+    return fig
+
+
+def loss_bands(curves: "pd.DataFrame", ax=None) -> "Figure":  # noqa: ANN001 - a matplotlib Axes
+    """curves: group, metric (loss | eval_loss), step, mean, ci_low, ci_high -> the mean loss over seeds
+    of each group with its 95% band (training solid, held-out dashed). One panel per objective, or
+    everything on ``ax`` when given."""
+    groups = list(dict.fromkeys(curves["group"]))
+    colors = _colors(groups)
+    objectives = list(dict.fromkeys(curves["objective"])) or ["loss"]
+    if ax is None:
+        fig = new_figure(figsize=(5.5 * len(objectives), 3.8))
+        axes = dict(zip(objectives, fig.subplots(1, len(objectives), squeeze=False)[0]))
+    else:
+        fig, axes = ax.figure, {o: ax for o in objectives}
+    for (group, metric), df in curves.groupby(["group", "metric"], sort=False):
+        df = df.sort_values("step")
+        a = axes[df["objective"].iloc[0]]
+        held = metric == "eval_loss"
+        n = int(df["n"].iloc[0])
+        a.plot(df["step"], df["mean"], color=colors[group], ls="--" if held else "-", lw=1.3,
+               label=f"{group} ({'held-out' if held else 'train'}, {n} seed{'s' * (n != 1)})")
+        a.fill_between(df["step"], df["ci_low"], df["ci_high"], color=colors[group], alpha=0.15, lw=0)
+    for obj, a in axes.items():
+        a.set_title(f"{obj} loss: mean over seeds, 95% band")
+        a.set_xlabel("step")
+        a.set_ylabel("cross-entropy (nats)")
+        a.grid(alpha=0.3)
+        a.legend(fontsize=7)
+    if ax is None:
+        fig.tight_layout()
     return fig

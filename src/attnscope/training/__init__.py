@@ -4,7 +4,8 @@ Modules: :mod:`.model` (the Transformer, its config, presets, inits, save/load),
 (corpora, splits, windows), :mod:`.tokenizers`, :mod:`.objectives` (mlm / clm batches and loss),
 :mod:`.config` (TrainConfig, the schedule), :mod:`.trainer` (the loop), :mod:`.checkpoints`,
 :mod:`.runlog` (metrics.jsonl, W&B / TensorBoard), :mod:`.distributed`, :mod:`.compare` (run
-comparison tables). Names load on first use, so importing the package does not import torch.
+comparison tables), :mod:`.grid` (several seeds as one experiment). Names load on first use, so
+importing the package does not import torch.
 """
 
 from attnscope._exports import lazy_exports
@@ -16,5 +17,6 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     ".model": ["ModelConfig", "Transformer", "PRESETS", "load_model", "save_model", "preset_config", "init_weights"],
     ".data": ["open_corpus", "heldout_windows"],
     ".tokenizers": ["load_tokenizer"],
-    ".compare": ["compare"],
+    ".compare": ["compare", "Comparison"],
+    ".grid": ["run_grid", "Grid"],
 })

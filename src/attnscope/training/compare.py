@@ -1,16 +1,28 @@
-"""Comparing training runs: loss curves, speed-up over a baseline, geometry scores over training.
+"""Comparing training runs over seeds: paired speed-ups, intervals over seeds, loss curves, scores.
 
-Owns the reading of run directories (``run.json`` + ``metrics.jsonl``) into tidy tables, the
-speed-up metric of the symmetric-initialisation paper (``1 - step*/total``, step* = the first logged
-step at which a run's training loss falls below its baseline's final loss; ``None`` = never), the
-median / IQR of layer-level scores over layers per step, and the Markdown table. Figures are drawn by
-:mod:`attnscope.plots.training` from these tables.
+Owns the reading of run directories (``run.json`` + ``metrics.jsonl``, hostile files answered in one
+line) into tidy tables and the statistics of an experiment:
+
+* **groups**: runs whose resolved configurations agree on everything but the seed (and the fields
+  that do not change what is trained: output path, logging, device, ...);
+* **paired baseline**: a run's baseline is the default-init run (``init: default``, no ``tie_qk``)
+  with the same configuration otherwise *and the same seed*;
+* per run: the steps to reach a target loss (default: its baseline's final loss) and the speed-up of
+  the symmetric-initialisation paper, ``1 - step*/total`` (step* = the first logged step whose training
+  loss is below the target; never reached = no value). With an explicit ``target`` the speed-up is
+  ``1 - step*(run) / step*(baseline)``;
+* per group and metric: mean and 95% t-interval over seeds (one seed: a note, no interval);
+* curves: the mean training / held-out loss over the seeds of a group with its 95% band.
+
+Nothing here draws or writes: :func:`compare` returns a :class:`Comparison` of DataFrames; figures are
+drawn by :mod:`attnscope.plots.training` and written by the CLI.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -18,6 +30,14 @@ from attnscope.errors import FormatError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
+
+# configuration fields that do not change what is trained (left out when grouping and pairing)
+NOT_COMPARED = frozenset({
+    "out", "resume", "progress", "threads", "wandb", "tensorboard", "config", "device", "world_size",
+    "keep_checkpoints", "checkpoint_every", "score_every", "log_every", "eval_every",
+})
+TREATMENTS = ("init", "tie_qk", "model.tie_qk")  # what a baseline differs in
+LEVEL = 0.95
 
 
 @dataclass
@@ -28,6 +48,7 @@ class Run:
     path: Path
     config: dict[str, Any]
     records: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
 
     @property
     def objective(self) -> str:
@@ -38,38 +59,86 @@ class Run:
         return str(self.config.get("init", "?"))
 
     @property
-    def model_key(self) -> tuple:
-        m = self.config.get("model", {})
-        return (self.objective, m.get("n_layers"), m.get("n_heads"), m.get("d_model"), self.config.get("data"))
+    def seed(self) -> Any:
+        return self.config.get("seed")
+
+    @property
+    def is_default(self) -> bool:
+        """A default-init run (the baseline kind): ``init: default`` and W_q, W_k not tied."""
+        return self.init == "default" and not self.config.get("tie_qk") and not self.config.get("model", {}).get("tie_qk")
+
+    def settings(self) -> dict[str, str]:
+        """Flattened comparable configuration (``model.*`` nested keys), values as JSON text."""
+        flat: dict[str, Any] = {}
+        for k, v in self.config.items():
+            if k == "model" and isinstance(v, dict):
+                flat.update({f"model.{mk}": mv for mk, mv in v.items()})
+            else:
+                flat[k] = v
+        return {k: json.dumps(v, sort_keys=True) for k, v in flat.items() if k not in NOT_COMPARED}
+
+    def group_key(self) -> tuple:
+        return tuple(sorted((k, v) for k, v in self.settings().items() if k != "seed"))
+
+    def pair_key(self) -> tuple:
+        return tuple(sorted((k, v) for k, v in self.settings().items() if k not in TREATMENTS))
 
 
 def load_run(path: str | Path) -> Run:
-    """Read ``run.json`` and ``metrics.jsonl`` of a run directory (one clear line when they are missing)."""
+    """Read a run directory; a torn last line of ``metrics.jsonl`` is ignored with a note, anything else
+    wrong is one clear error."""
     path = Path(path)
-    metrics = path / "metrics.jsonl"
-    if not metrics.is_file():
-        raise InputError(f"{path}: not a training run directory (no metrics.jsonl)")
-    records = []
-    for n, line in enumerate(metrics.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
+    if not path.is_dir():
+        raise InputError(f"{path}: not a directory (give run directories written by attnscope train)")
+    metrics, conf = path / "metrics.jsonl", path / "run.json"
+    for f in (metrics, conf):
+        if not f.is_file():
+            raise InputError(f"{path}: not a training run directory (no {f.name})")
+    try:
+        config = json.loads(conf.read_text())
+    except OSError as exc:
+        raise InputError(f"{conf}: cannot read it ({exc.strerror})") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise FormatError(f"{conf}: not valid JSON ({exc.__class__.__name__}); the run's configuration is lost") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model", {}), dict):
+        raise FormatError(f"{conf}: not a run configuration (expected a JSON object with a 'model' object)")
+    try:
+        lines = metrics.read_text().splitlines()
+    except OSError as exc:
+        raise InputError(f"{metrics}: cannot read it ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise FormatError(f"{metrics}: not UTF-8 text") from None
+    numbered = [(n, ln) for n, ln in enumerate(lines, 1) if ln.strip()]
+    records, notes = [], []
+    for i, (n, line) in enumerate(numbered):
         try:
-            records.append(json.loads(line))
+            rec = json.loads(line)
         except ValueError:
+            if i == len(numbered) - 1:  # a crash mid-write leaves a partial last line
+                notes.append(f"{metrics}: ignored the torn last line {n}")
+                continue
             raise FormatError(f"{metrics}: line {n} is not JSON") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int) or isinstance(rec.get("step"), bool):
+            raise FormatError(f"{metrics}: line {n} is not a metrics record (needs an integer 'step')")
+        loss = rec.get("loss")
+        if loss is not None and (isinstance(loss, bool) or not isinstance(loss, (int, float))):
+            raise FormatError(f"{metrics}: line {n}: loss {loss!r} is not a number")
+        records.append(rec)
     if not records:
-        raise InputError(f"{metrics} is empty")
-    config = json.loads((path / "run.json").read_text()) if (path / "run.json").is_file() else {}
-    return Run(path.name, path, config, records)
+        raise InputError(f"{metrics} holds no records")
+    return Run(path.name, path, config, records, notes)
+
+
+# --------------------------------------------------------------------------- per-run tables
 
 
 def loss_table(runs: Sequence[Run]) -> "pd.DataFrame":
-    """Tidy: run, objective, init, step, loss (training), eval_loss (NaN where not evaluated)."""
+    """Tidy: run, seed, objective, init, step, loss (training), eval_loss (NaN where not evaluated)."""
     import pandas as pd
 
     rows = [
-        {"run": r.name, "objective": r.objective, "init": r.init, "step": rec["step"], "loss": rec.get("loss"),
-         "eval_loss": rec.get("eval_loss")}
+        {"run": r.name, "seed": r.seed, "objective": r.objective, "init": r.init, "step": rec["step"],
+         "loss": rec.get("loss"), "eval_loss": rec.get("eval_loss")}
         for r in runs
         for rec in r.records
     ]
@@ -105,76 +174,133 @@ def score_summary(scores: "pd.DataFrame") -> "pd.DataFrame":
     return out.reset_index()
 
 
+def _curve(losses: "pd.DataFrame", smooth: int) -> "pd.DataFrame":
+    """Training steps (> 0) with a loss, sorted, the loss replaced by the mean of the last ``smooth``."""
+    if smooth < 1:
+        raise InputError(f"smooth must be at least 1, not {smooth}")
+    df = losses[losses["step"] > 0].dropna(subset=["loss"]).sort_values("step").copy()
+    df["loss"] = df["loss"].rolling(smooth, min_periods=smooth).mean()
+    return df.dropna(subset=["loss"])
+
+
+def steps_to(losses: "pd.DataFrame", target: float, smooth: int = 1) -> int | None:
+    """The first logged step (> 0) whose (smoothed) training loss is below ``target``; None = never."""
+    run = _curve(losses, smooth)
+    below = run[run["loss"] < target]
+    return int(below["step"].iloc[0]) if len(below) else None
+
+
 def speedup(losses: "pd.DataFrame", baseline: "pd.DataFrame", smooth: int = 1) -> tuple[int | None, float | None]:
     """(step*, 1 - step*/total): first logged step (> 0) whose loss is below the baseline's final loss.
 
     ``smooth`` > 1 first replaces both curves by the mean of the last ``smooth`` logged losses (the
     paper's definition is ``smooth=1`` on losses logged every 200 steps; one lucky interval can decide it).
     """
-    if smooth < 1:
-        raise InputError(f"smooth must be at least 1, not {smooth}")
-
-    def prep(df: "pd.DataFrame") -> "pd.DataFrame":
-        df = df[df["step"] > 0].sort_values("step").copy()
-        df["loss"] = df["loss"].rolling(smooth, min_periods=smooth).mean()
-        return df.dropna(subset=["loss"])
-
-    base, run = prep(baseline), prep(losses)
+    base, run = _curve(baseline, smooth), _curve(losses, smooth)
     if base.empty or run.empty:
         return None, None
-    target = float(base["loss"].iloc[-1])
-    below = run[run["loss"] < target]
-    if below.empty:
+    step_star = steps_to(losses, float(base["loss"].iloc[-1]), smooth)
+    if step_star is None:
         return None, None
-    step_star = int(below["step"].iloc[0])
-    total = int(run["step"].iloc[-1])
-    return step_star, 1.0 - step_star / total
+    return step_star, 1.0 - step_star / int(run["step"].iloc[-1])
+
+
+def loss_at(losses: "pd.DataFrame", step: int, column: str = "loss") -> float:
+    """The logged ``column`` at ``step``, linearly interpolated between logged steps (> 0); NaN outside."""
+    import numpy as np
+
+    df = losses[losses["step"] > 0].dropna(subset=[column]).sort_values("step")
+    if df.empty or not df["step"].iloc[0] <= step <= df["step"].iloc[-1]:
+        return math.nan
+    return float(np.interp(step, df["step"], df[column]))
+
+
+def _final(losses: "pd.DataFrame", column: str) -> float:
+    df = losses[losses["step"] > 0].dropna(subset=[column]).sort_values("step")
+    return float(df[column].iloc[-1]) if len(df) else math.nan
 
 
 def pick_baselines(runs: Sequence[Run], baseline: str | None = None) -> dict[str, str]:
-    """run name -> baseline run name: ``baseline`` if given, else the default-init run of the same model."""
+    """run name -> baseline run name: ``baseline`` for every run if given, else the paired default-init
+    run (same configuration but the init, same seed). A run without one is an error."""
     names = {r.name for r in runs}
     if baseline is not None:
         b = Path(baseline).name
         if b not in names:
             raise InputError(f"baseline {baseline!r} is not one of the compared runs")
         return {r.name: b for r in runs}
+    defaults = {r.pair_key(): r for r in runs if r.is_default}
     out = {}
     for r in runs:
-        same = [o for o in runs if o.model_key == r.model_key and o.init == "default"]
-        out[r.name] = same[0].name if same else runs[0].name
+        b = defaults.get(r.pair_key())
+        if b is None:
+            raise InputError(
+                f"run {r.name} (init {r.init}, seed {r.seed}) has no default-init run with the same objective, "
+                "model, data and seed among the compared runs; add it or name one with --baseline"
+            )
+        out[r.name] = b.name
     return out
 
 
-def summary_table(runs: Sequence[Run], baseline: str | None = None, smooth: int = 1) -> "pd.DataFrame":
-    """One row per run: final losses, baseline, speed-up, final median/IQR scores over layers."""
+def group_labels(runs: Sequence[Run]) -> dict[str, str]:
+    """run name -> group label: the settings that differ between groups (``init=symmetric objective=clm``)."""
+    keys = {r.name: dict(r.group_key()) for r in runs}
+    distinct = list(dict.fromkeys(tuple(sorted(k.items())) for k in keys.values()))
+    varying = sorted({k for a in distinct for k, v in a for b in distinct if dict(b).get(k) != v})
+    out = {}
+    for r in runs:
+        if varying:
+            out[r.name] = " ".join(f"{k}={_plain(keys[r.name].get(k, 'null'))}" for k in varying)
+        else:
+            out[r.name] = f"{r.objective}/{r.init}"
+    return out
+
+
+def _plain(text: str) -> str:
+    value = json.loads(text)
+    return value if isinstance(value, str) else text
+
+
+def run_table(
+    runs: Sequence[Run], losses: "pd.DataFrame", baseline: str | None = None, smooth: int = 1,
+    target: float | None = None, summ: "pd.DataFrame | None" = None,
+) -> "pd.DataFrame":
+    """One row per run: group, seed, final losses, paired baseline, target, steps to it, speed-up, scores."""
     import pandas as pd
 
-    losses = loss_table(runs)
-    summ = score_summary(score_table(runs))
     base_of = pick_baselines(runs, baseline)
+    label = group_labels(runs)
+    by_run = {name: df for name, df in losses.groupby("run", sort=False)}
     rows = []
     for r in runs:
-        mine = losses[losses["run"] == r.name]
-        base = losses[losses["run"] == base_of[r.name]]
-        final = mine[mine["step"] > 0].sort_values("step")
+        mine, base = by_run[r.name], by_run[base_of[r.name]]
+        is_base = base_of[r.name] == r.name
         row: dict[str, Any] = {
-            "run": r.name, "objective": r.objective, "init": r.init, "steps": int(mine["step"].max()),
-            "final_loss": float(final["loss"].iloc[-1]) if len(final) else float("nan"),
-            "final_eval_loss": float(mine.dropna(subset=["eval_loss"]).sort_values("step")["eval_loss"].iloc[-1])
-            if mine["eval_loss"].notna().any() else float("nan"),
-            "baseline": base_of[r.name],
+            "run": r.name, "group": label[r.name], "seed": r.seed, "objective": r.objective, "init": r.init,
+            "steps": int(mine["step"].max()), "final_loss": _final(mine, "loss"),
+            "final_eval_loss": _final(mine, "eval_loss"), "baseline": base_of[r.name],
+            "baseline_final_loss": _final(base, "loss"),
         }
-        bfin = base[base["step"] > 0].sort_values("step")
-        row["baseline_final_loss"] = float(bfin["loss"].iloc[-1]) if len(bfin) else float("nan")
-        if base_of[r.name] == r.name:
-            row["step_star"], row["speedup"] = None, None
-        else:
-            row["step_star"], row["speedup"] = speedup(mine, base, smooth)
-        s = summ[summ["run"] == r.name] if not summ.empty else summ
-        if len(s):
-            last = s.sort_values("step").iloc[-1]
-            first = s.sort_values("step").iloc[0]
+        base_curve = _curve(base, smooth)
+        row["target"] = target if target is not None else (
+            float(base_curve["loss"].iloc[-1]) if len(base_curve) else math.nan
+        )
+        step_star = None
+        if target is not None or not is_base:
+            step_star = steps_to(mine, row["target"], smooth) if row["target"] == row["target"] else None
+        row["step_star"] = step_star
+        sp = None
+        if not is_base and step_star is not None:
+            if target is None:
+                sp = 1.0 - step_star / int(_curve(mine, smooth)["step"].iloc[-1])
+            else:
+                base_star = steps_to(base, target, smooth)
+                sp = None if base_star is None else 1.0 - step_star / base_star
+        row["speedup"] = sp
+        s = summ[summ["run"] == r.name] if summ is not None and not summ.empty else None
+        if s is not None and len(s):
+            s = s.sort_values("step")
+            last, first = s.iloc[-1], s.iloc[0]
             row["stack"] = last["stack"]
             for m in ("symmetry", "directionality"):
                 row[f"{m}_start"] = float(first[f"{m}_median"])
@@ -184,61 +310,184 @@ def summary_table(runs: Sequence[Run], baseline: str | None = None, smooth: int 
     return pd.DataFrame(rows)
 
 
+# --------------------------------------------------------------------------- over seeds
+
+
+def t_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float, float, float]:
+    """(mean, sd, low, high): the Student-t interval of the mean; sd and bounds NaN for one value."""
+    import numpy as np
+    from scipy import stats
+
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        return math.nan, math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if x.size < 2:
+        return mean, math.nan, math.nan, math.nan
+    sd = float(x.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, x.size - 1)) * sd / math.sqrt(x.size)
+    return mean, sd, mean - half, mean + half
+
+
+def group_stats(table: "pd.DataFrame", losses: "pd.DataFrame", at: Sequence[int] = ()) -> "pd.DataFrame":
+    """Tidy: group, objective, init, metric, n_runs, n, mean, sd, ci_low, ci_high (95% t-interval).
+
+    Metrics: ``final_loss``, ``final_eval_loss``, ``loss@S`` for each step in ``at``, ``steps_to_target``
+    and ``speedup`` (the last two for runs that have them). A metric is summarised only when every seed
+    of the group has a value (``n == n_runs``); otherwise ``n`` says how many did and the mean is NaN
+    (a seed that never reached the target cannot be averaged away).
+    """
+    import pandas as pd
+
+    by_run = {name: df for name, df in losses.groupby("run", sort=False)}
+    rows = []
+    for g, part in table.groupby("group", sort=False):
+        metrics: dict[str, list[float]] = {
+            "final_loss": list(part["final_loss"]), "final_eval_loss": list(part["final_eval_loss"]),
+        }
+        for s in at:
+            metrics[f"loss@{s}"] = [loss_at(by_run[r], int(s)) for r in part["run"]]
+        is_base = bool((part["baseline"] == part["run"]).all())
+        if not (is_base and part["step_star"].isna().all()):
+            metrics["steps_to_target"] = [math.nan if v is None else float(v) for v in part["step_star"]]
+        if not is_base:
+            metrics["speedup"] = [math.nan if v is None else float(v) for v in part["speedup"]]
+        for metric, vals in metrics.items():
+            finite = [v for v in vals if v == v]
+            if not finite and metric == "final_eval_loss":
+                continue
+            complete = len(finite) == len(vals)
+            mean, sd, lo, hi = t_interval(finite) if complete else (math.nan,) * 4
+            rows.append({"group": g, "objective": part["objective"].iloc[0], "init": part["init"].iloc[0],
+                         "metric": metric, "n_runs": len(vals), "n": len(finite), "mean": mean, "sd": sd,
+                         "ci_low": lo, "ci_high": hi})
+    return pd.DataFrame(rows)
+
+
+def mean_curves(table: "pd.DataFrame", losses: "pd.DataFrame") -> "pd.DataFrame":
+    """Tidy: group, objective, init, metric (loss | eval_loss), step, n, mean, ci_low, ci_high.
+
+    Only steps (> 0) logged by every run of the group are kept, so each point averages all its seeds.
+    """
+    import pandas as pd
+
+    rows = []
+    group_of = dict(zip(table["run"], table["group"]))
+    df = losses[losses["step"] > 0].assign(group=losses["run"].map(group_of))
+    for g, part in df.groupby("group", sort=False):
+        n_runs = part["run"].nunique()
+        for metric in ("loss", "eval_loss"):
+            sub = part.dropna(subset=[metric])
+            for step, at_step in sub.groupby("step"):
+                if at_step["run"].nunique() != n_runs:
+                    continue
+                mean, _, lo, hi = t_interval(at_step[metric].to_numpy())
+                rows.append({"group": g, "objective": part["objective"].iloc[0], "init": part["init"].iloc[0],
+                             "metric": metric, "step": int(step), "n": n_runs, "mean": mean, "ci_low": lo,
+                             "ci_high": hi})
+    cols = ["group", "objective", "init", "metric", "step", "n", "mean", "ci_low", "ci_high"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _f(x: Any, nd: int = 3) -> str:
+    return "n/a" if x is None or x != x else f"{x:.{nd}f}"
+
+
 def markdown_table(summary: "pd.DataFrame") -> str:
-    """The paper-style table: final loss baseline -> run, speed-up, final median [IQR] scores."""
-
-    def f(x: Any, nd: int = 3) -> str:
-        return "n/a" if x is None or x != x else f"{x:.{nd}f}"
-
+    """Per run: final loss baseline -> run, speed-up, held-out loss, final median [IQR] scores."""
     lines = [
-        "| run | objective | init | steps | final train loss (baseline -> run) | speed-up | held-out loss "
+        "| run | seed | objective | init | steps | final train loss (baseline -> run) | speed-up | held-out loss "
         "| symmetry median [Q1, Q3] | directionality median [Q1, Q3] |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for _, r in summary.iterrows():
         if r["baseline"] == r["run"]:
-            loss, sp = f"{f(r['final_loss'])} (baseline)", "-"
+            loss, sp = f"{_f(r['final_loss'])} (baseline)", "-"
         else:
-            loss = f"{f(r['baseline_final_loss'])} -> {f(r['final_loss'])}"
+            loss = f"{_f(r['baseline_final_loss'])} -> {_f(r['final_loss'])}"
             sp = "none" if r["speedup"] is None or r["speedup"] != r["speedup"] else f"{100 * r['speedup']:.0f}%"
         sym = dirn = "n/a"
         if "symmetry_median" in r and r["symmetry_median"] == r["symmetry_median"]:
-            sym = f"{f(r['symmetry_median'], 2)} [{f(r['symmetry_q1'], 2)}, {f(r['symmetry_q3'], 2)}]"
-            dirn = f"{f(r['directionality_median'], 2)} [{f(r['directionality_q1'], 2)}, {f(r['directionality_q3'], 2)}]"
-        lines.append(f"| {r['run']} | {r['objective']} | {r['init']} | {r['steps']} | {loss} | {sp} "
-                     f"| {f(r['final_eval_loss'])} | {sym} | {dirn} |")
+            sym = f"{_f(r['symmetry_median'], 2)} [{_f(r['symmetry_q1'], 2)}, {_f(r['symmetry_q3'], 2)}]"
+            dirn = f"{_f(r['directionality_median'], 2)} [{_f(r['directionality_q1'], 2)}, {_f(r['directionality_q3'], 2)}]"
+        seed = "-" if r["seed"] is None or r["seed"] != r["seed"] else r["seed"]
+        lines.append(f"| {r['run']} | {seed} | {r['objective']} | {r['init']} | {r['steps']} | {loss} | {sp} "
+                     f"| {_f(r['final_eval_loss'])} | {sym} | {dirn} |")
     return "\n".join(lines) + "\n"
 
 
+def markdown_stats(stats: "pd.DataFrame") -> str:
+    """Per group: one column per metric, ``mean [95% CI]`` (``mean (1 seed)``; ``k/n seeds`` if incomplete)."""
+    if stats.empty:
+        return ""
+    metrics = list(dict.fromkeys(stats["metric"]))
+    lines = ["| group | seeds | " + " | ".join(metrics) + " |", "|---|---|" + "---|" * len(metrics)]
+    for g, part in stats.groupby("group", sort=False):
+        cells = []
+        by_metric = part.set_index("metric")
+        for m in metrics:
+            if m not in by_metric.index:
+                cells.append("-")
+                continue
+            r = by_metric.loc[m]
+            pct = m == "speedup"
+            fmt = (lambda v: f"{100 * v:.1f}%") if pct else (lambda v: f"{v:.0f}") if m == "steps_to_target" else _f
+            if r["n"] < r["n_runs"]:
+                cells.append(f"{r['n']}/{r['n_runs']} seeds")
+            elif r["ci_low"] != r["ci_low"]:
+                cells.append(f"{fmt(r['mean'])} (1 seed)")
+            else:
+                cells.append(f"{fmt(r['mean'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]")
+        lines.append(f"| {g} | {int(part['n_runs'].iloc[0])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Comparison:
+    """Everything :func:`compare` computes, as tidy tables (see each builder's docstring)."""
+
+    runs: "pd.DataFrame"  # one row per run (run_table)
+    stats: "pd.DataFrame"  # group x metric, mean and 95% interval over seeds (group_stats)
+    curves: "pd.DataFrame"  # group x metric x step, mean and 95% band over seeds (mean_curves)
+    losses: "pd.DataFrame"  # run x logged step (loss_table)
+    scores: "pd.DataFrame"  # run x step x layer/head (score_table)
+    score_summary: "pd.DataFrame"  # run x stack x step, median/IQR over layers (score_summary)
+    markdown: str
+    notes: list[str] = field(default_factory=list)  # one line each: torn lines ignored, single seeds
+
+
 def compare(
-    run_dirs: Sequence[str | Path], out: str | Path | None = None, baseline: str | None = None, smooth: int = 1
-) -> dict[str, Any]:
-    """Read runs, build every table, and (with ``out``) write figures, CSVs and ``table.md`` there."""
+    run_dirs: Sequence[str | Path], baseline: str | None = None, smooth: int = 1,
+    at: Sequence[int] = (), target: float | None = None,
+) -> Comparison:
+    """Read runs and build every table (nothing is drawn or written)."""
     if not run_dirs:
         raise InputError("give at least one run directory")
+    if smooth < 1:
+        raise InputError(f"smooth must be at least 1, not {smooth}")
+    if any(int(s) <= 0 for s in at):
+        raise InputError("steps given with --at must be positive")
+    if target is not None and not math.isfinite(target):
+        raise InputError(f"the target loss must be a finite number, not {target}")
     runs = [load_run(p) for p in run_dirs]
     if len({r.name for r in runs}) != len(runs):
         raise InputError("run directories must have distinct names")
+    seen: dict[tuple, str] = {}
+    for r in runs:
+        other = seen.setdefault((r.group_key(), json.dumps(r.seed)), r.name)
+        if other != r.name:
+            raise InputError(f"runs {other} and {r.name} have the same settings and seed; compare one of them")
+    notes = [n for r in runs for n in r.notes]
     losses, scores = loss_table(runs), score_table(runs)
     summ = score_summary(scores)
-    table = summary_table(runs, baseline, smooth)
-    md = markdown_table(table)
-    result = {"losses": losses, "scores": scores, "score_summary": summ, "summary": table, "markdown": md}
-    if out is not None:
-        from attnscope.plots import save_figure
-        from attnscope.plots import training as plots
-        from attnscope.tables import atomic_write_text, write_table
-
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        write_table(table, out / "summary.csv")
-        write_table(losses, out / "losses.csv")
-        if not summ.empty:
-            write_table(summ, out / "score_summary.csv")
-        atomic_write_text(out / "table.md", md)
-        files = [save_figure(plots.loss_curves(losses), out / "loss_curves.png")]
-        if not summ.empty:
-            files.append(save_figure(plots.score_medians(summ), out / "scores_median.png"))
-            files.append(save_figure(plots.score_layers(scores), out / "scores_per_layer.png"))
-        result["files"] = [str(p) for p in files]
-    return result
+    table = run_table(runs, losses, baseline, smooth, target, summ)
+    stats = group_stats(table, losses, at)
+    curves = mean_curves(table, losses)
+    for g, n in table.groupby("group", sort=False)["run"].count().items():
+        if n == 1:
+            notes.append(f"group {g}: one seed, so no interval can be given")
+    md = markdown_table(table) + "\n" + markdown_stats(stats)
+    return Comparison(table, stats, curves, losses, scores, summ, md, notes)

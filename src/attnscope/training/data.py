@@ -4,7 +4,8 @@ Owns :func:`open_corpus` (``"builtin"``: CPython's own documentation text ``pydo
 download; a text file or a directory of text files; ``"enwik8"`` or a path to ``enwik8`` /
 ``enwik8.zip``; ``"hf:<dataset>[:config]"`` streamed from the Hugging Face hub; ``"jigsaw:<path>"``
 for the Kaggle zip or its ``train.csv``), the split rule (enwik8: the standard 90M/5M/5M bytes;
-everything else: the last 10% of bytes, halved into valid and test), :func:`tokenize_split` and
+a directory of files: the last 10% of *each file*, halved into valid and test, so held-out text
+comes from every file; one file, builtin, Jigsaw, hf: the last 10% of bytes, halved), :func:`tokenize_split` and
 :func:`heldout_windows` (deterministic, non-overlapping windows of a held-out split), and the random
 training batches (:func:`sample_windows`).
 
@@ -56,34 +57,61 @@ ENWIK8 = ByteCorpus(
     "57b8363b814821dc9d47aa4d41f58733519076b2", 90_000_000, 95_000_000,
 )
 
+HELDOUT = (0.90, 0.95)  # per segment: [0, 90%) train, [90%, 95%) valid, [95%, 100%) test
+
 
 @dataclass
 class Corpus:
-    """A corpus as one byte string with split boundaries ``[0, a) train, [a, b) valid, [b, n) test``."""
+    """A corpus as one byte string split into train / valid / test.
+
+    ``segments`` (optional) are consecutive ``(start, end)`` byte ranges covering ``data`` (one per
+    document, e.g. per file of a directory); each is split on its own (train head, valid and test at its
+    tail, :data:`HELDOUT`) and a split is the concatenation of its parts, so held-out text comes from
+    every document. Without segments, ``bounds`` = (start of valid, start of test) of the whole string
+    (default: the same 90% / 95% rule).
+    """
 
     name: str
     data: bytes | memoryview
     bounds: tuple[int, int] = (0, 0)  # (start of valid, start of test)
+    segments: tuple[tuple[int, int], ...] | None = None
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = len(self.data)
         if n == 0:
             raise InputError(f"corpus {self.name!r} is empty")
-        if self.bounds == (0, 0):  # default: 90% train, 5% valid, 5% test
-            self.bounds = (int(n * 0.90), int(n * 0.95))
+        if self.segments is not None:
+            ends = [0] + [e for _, e in self.segments]
+            if [s for s, _ in self.segments] != ends[:-1] or ends[-1] != n or any(
+                e < s for s, e in self.segments
+            ):
+                raise InputError(f"corpus {self.name!r}: segments must be consecutive and cover all {n} bytes")
+        elif self.bounds == (0, 0):
+            self.bounds = (int(n * HELDOUT[0]), int(n * HELDOUT[1]))
 
     def __len__(self) -> int:
         return len(self.data)
 
-    def split(self, name: str = "train") -> bytes:
-        """The raw bytes of one split."""
-        a, b = self.bounds
-        ranges = {"train": (0, a), "valid": (a, b), "test": (b, len(self.data))}
-        if name not in ranges:
+    def ranges(self, name: str = "train") -> list[tuple[int, int]]:
+        """The byte ranges ``[(lo, hi), ...]`` of ``data`` that make up one split, in order."""
+        if name not in SPLITS:
             raise InputError(f"unknown split {name!r}; use one of {', '.join(SPLITS)}")
-        lo, hi = ranges[name]
-        return bytes(self.data[lo:hi])
+        segs = self.segments if self.segments is not None else ((0, len(self.data)),)
+        out = []
+        for lo, hi in segs:
+            if self.segments is None:
+                a, b = self.bounds
+            else:
+                a, b = (lo + int((hi - lo) * f) for f in HELDOUT)
+            lo_hi = {"train": (lo, a), "valid": (a, b), "test": (b, hi)}[name]
+            if lo_hi[1] > lo_hi[0]:
+                out.append(lo_hi)
+        return out
+
+    def split(self, name: str = "train") -> bytes:
+        """The raw bytes of one split (the concatenation of its ranges)."""
+        return b"".join(bytes(self.data[lo:hi]) for lo, hi in self.ranges(name))
 
     def text(self, name: str = "train") -> str:
         return self.split(name).decode("utf-8", errors="replace")
@@ -130,8 +158,10 @@ def _text_dir(path: Path) -> Corpus:
     files = [p for p in files if not p.name.startswith(".")]
     if not files:
         raise InputError(f"corpus directory {path} holds no text files (*.txt, *.md, *.rst)")
-    data = b"\n".join(p.read_bytes() for p in files)
-    return Corpus(path.name, data)
+    blobs = [p.read_bytes() + b"\n" for p in files]  # a newline closes each file (part of its segment)
+    ends = np.cumsum([len(b) for b in blobs]).tolist()
+    segments = tuple(zip([0] + ends[:-1], ends))
+    return Corpus(path.name, b"".join(blobs), segments=segments)
 
 
 def _enwik8(path: Path | None, spec: ByteCorpus | None = None) -> Corpus:
