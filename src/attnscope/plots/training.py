@@ -1,20 +1,19 @@
 """Figures of training runs, drawn from the tidy tables of :mod:`attnscope.training.compare`.
 
-One function per figure, each returning a matplotlib Figure (Agg, not registered with pyplot):
+One function per figure, each taking the tables and an optional ``fig`` and returning the matplotlib
+Figure (Agg, not registered with pyplot); the caller saves it (:func:`attnscope.plots.save_figure`):
 
 * :func:`loss_curves`   training loss (and held-out loss, dashed) vs step, one panel per objective;
 * :func:`score_medians` median over layers of s and d vs step with the IQR as a band, one line per run,
                         encoders and decoders in separate rows;
 * :func:`score_layers`  s and d of each layer vs step, one curve per layer, one row per run.
-
-:func:`save` writes a figure atomically as PNG.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import new_figure
+from . import figure_for
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -29,10 +28,10 @@ def _colors(names) -> dict[str, str]:
     return {n: palette[i % len(palette)] for i, n in enumerate(names)}
 
 
-def loss_curves(losses: "pd.DataFrame") -> "Figure":
+def loss_curves(losses: "pd.DataFrame", *, fig: "Figure | None" = None) -> "Figure":
     """losses: run, objective, init, step, loss, eval_loss -> one panel per objective."""
     objectives = list(dict.fromkeys(losses["objective"]))
-    fig = new_figure(figsize=(5.5 * len(objectives), 3.8))
+    fig = figure_for(fig, figsize=(5.5 * len(objectives), 3.8))
     axes = fig.subplots(1, len(objectives), squeeze=False)[0]
     colors = _colors(dict.fromkeys(losses["run"]))
     for ax, obj in zip(axes, objectives):
@@ -50,14 +49,13 @@ def loss_curves(losses: "pd.DataFrame") -> "Figure":
         ax.set_ylabel("cross-entropy (nats)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
     return fig
 
 
-def score_medians(summary: "pd.DataFrame") -> "Figure":
+def score_medians(summary: "pd.DataFrame", *, fig: "Figure | None" = None) -> "Figure":
     """summary: run, init, stack, step, {symmetry,directionality}_{median,q1,q3} -> rows = stacks."""
     stacks = [s for s in ("encoder", "decoder", "cross") if s in set(summary["stack"])]
-    fig = new_figure(figsize=(10, 3.3 * len(stacks)))
+    fig = figure_for(fig, figsize=(10, 3.3 * len(stacks)))
     axes = fig.subplots(len(stacks), 2, squeeze=False)
     colors = _colors(dict.fromkeys(summary["run"]))
     for row, stack in zip(axes, stacks):
@@ -74,17 +72,16 @@ def score_medians(summary: "pd.DataFrame") -> "Figure":
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-    fig.tight_layout()
     return fig
 
 
-def score_layers(scores: "pd.DataFrame") -> "Figure":
+def score_layers(scores: "pd.DataFrame", *, fig: "Figure | None" = None) -> "Figure":
     """scores: run, step, level, layer, symmetry, directionality -> one row per run, one curve per layer."""
     import matplotlib
 
     layer = scores[scores["level"] == "layer"]
     runs = list(dict.fromkeys(layer["run"]))
-    fig = new_figure(figsize=(10, 2.8 * max(len(runs), 1)))
+    fig = figure_for(fig, figsize=(10, 2.8 * max(len(runs), 1)))
     axes = fig.subplots(max(len(runs), 1), 2, squeeze=False)
     n_layers = int(layer["layer"].max()) + 1 if len(layer) else 1
     cmap = matplotlib.colormaps["viridis"]
@@ -101,5 +98,4 @@ def score_layers(scores: "pd.DataFrame") -> "Figure":
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)
         row[1].legend(fontsize=6, ncol=2)
-    fig.tight_layout()
     return fig
