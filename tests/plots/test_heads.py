@@ -85,6 +85,8 @@ def test_cluster_map_is_the_label_grid():
     ax = fig.axes[0]
     np.testing.assert_array_equal(ax.get_images()[0].get_array(), explicit_grid(labels, "cluster"))
     assert ax.get_title() == "org/tiny"
+    colours = {tuple(im) for im in fig.axes[0].get_images()[0].cmap(np.arange(3))}
+    assert len(colours) == 3  # one distinct colour per cluster
     assert np.array_equal(ax.get_xticks(), np.arange(4))
 
 
@@ -92,7 +94,7 @@ def test_js_mds_points():
     emb = pd.DataFrame({"layer": [0, 0, 1], "head": [0, 1, 0], "x": [0.1, 0.2, 0.3], "y": [1.0, 2.0, 3.0]})
     fig = hp.js_mds(emb)
     np.testing.assert_array_equal(fig.axes[0].collections[0].get_offsets(), emb[["x", "y"]].to_numpy())
-    assert [t.get_text() for t in fig.axes[0].texts] == ["0.0", "0.1", "1.0"]
+    assert [t.get_text() for t in fig.axes[0].texts] == ["L0H0", "L0H1", "L1H0"]
 
 
 @pytest.mark.parametrize("n", [1, 12, 13, 40])

@@ -108,6 +108,7 @@ def example_maps(
             if c == 0:
                 ax.set_ylabel(f"layer {layer}", fontsize=8)
     fig.suptitle(title or "attention maps (sqrt scale, window 0)", fontsize=10)
+    fig.supxlabel("rows: query positions, columns: key positions", fontsize=8)
     return fig
 
 
@@ -130,12 +131,14 @@ def silhouette_curve(sil: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figur
 def cluster_map(labels: "pd.DataFrame", title: str = "", *, fig: "Figure | None" = None) -> "Figure":
     """Layer x head grid coloured by cluster (rows of ONE method and k; one panel per model)."""
     import matplotlib
+    from matplotlib.colors import ListedColormap
 
     models = list(labels["model"].unique()) if "model" in labels.columns else [None]
     fig = figure_for(fig, figsize=(4.2 * len(models) + 0.8, 3.6))
     axes = fig.subplots(1, len(models), squeeze=False)
     k = int(labels["cluster"].max()) + 1
-    cmap = matplotlib.colormaps["tab10" if k <= 10 else "tab20"].resampled(k)
+    base = matplotlib.colormaps["tab10" if k <= 10 else "tab20"]
+    cmap = ListedColormap(base.colors[:k]) if k <= 20 else base.resampled(k)  # k distinct colours
     for ax, m in zip(axes.flat, models):
         grid = layer_head_grid(labels if m is None else labels[labels["model"] == m], "cluster")
         im = ax.imshow(grid, cmap=cmap, vmin=-0.5, vmax=k - 0.5, aspect="auto", origin="lower", interpolation="nearest")
@@ -151,7 +154,10 @@ def js_mds(emb: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure":
     fig, ax = axes_for(ax, figsize=(5, 4.2))
     sc = ax.scatter(emb["x"], emb["y"], c=emb["layer"], cmap="viridis", s=28)
     for r in emb.itertuples():
-        ax.annotate(f"{r.layer}.{r.head}", (r.x, r.y), fontsize=6, alpha=0.7)
-    fig.colorbar(sc, ax=ax, label="layer")
+        ax.annotate(f"L{r.layer}H{r.head}", (r.x, r.y), fontsize=6, alpha=0.7)
+    cb = fig.colorbar(sc, ax=ax, label="layer")
+    cb.ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_xlabel("MDS 1")
+    ax.set_ylabel("MDS 2")
     ax.set_title("heads by attention behaviour (MDS of JS distances)", fontsize=9)
     return fig
