@@ -63,14 +63,15 @@ def attach_zoo_columns(df: "pd.DataFrame", zoo_file: str | Path | None = None) -
         if col not in df.columns:
             df[col] = None
         missing = df[col].isna()
-        if missing.any():
-            df.loc[missing, col] = df.loc[missing, "model"].map(lambda m, c=col: lookup(m, c))
+        if missing.any():  # one lookup per model, then a vectorised map over the rows
+            per_model = {m: lookup(m, col) for m in df.loc[missing, "model"].unique()}
+            df.loc[missing, col] = df.loc[missing, "model"].map(per_model)
     types = df["type"].isna()
     if types.any():  # not in any registry: infer from the stacks present
         stacks = df.groupby("model")["stack"].agg(lambda s: set(s))
-        df.loc[types, "type"] = df.loc[types, "model"].map(
-            lambda m: "encoder-decoder" if {"encoder", "decoder"} <= stacks[m] else next(iter(stacks[m] - {"cross"}), None)
-        )
+        inferred = {m: "encoder-decoder" if {"encoder", "decoder"} <= st else next(iter(st - {"cross"}), None)
+                    for m, st in stacks.items()}
+        df.loc[types, "type"] = df.loc[types, "model"].map(inferred)
     return df
 
 
