@@ -94,8 +94,11 @@ def test_lyapunov_curve_lines_are_the_exponents():
     ax = fig.add_subplot()
     assert dp.lyapunov_curve(values.assign(lambda_1_stderr=0.0), ax=ax) is fig  # non-exponent columns ignored
     lines = [ln for ln in ax.lines if ln.get_label().startswith("$")]
-    assert len(lines) == 2
+    assert [ln.get_label() for ln in lines] == ["$\\lambda_1$", "$\\lambda_2$"]
     np.testing.assert_array_equal(lines[0].get_ydata(), values["lambda_1"].to_numpy())
+    both, _ = sweep_tables(direction=True)
+    labels = [ln.get_label() for ln in dp.lyapunov_curve(both).axes[0].lines if ln.get_label().startswith("$")]
+    assert labels == ["$\\lambda_1$ down", "$\\lambda_1$ up", "$\\lambda_2$ down", "$\\lambda_2$ up"]
 
 
 def test_phase_diagram_image_is_the_grid():

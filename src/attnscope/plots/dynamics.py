@@ -161,8 +161,9 @@ def lyapunov_curve(values: "pd.DataFrame", *, param: str = "beta_o", ax: "Axes |
     fig, ax = axes_for(ax, figsize=(9, 3.5))
     v = values.sort_values(param)
     lams = sorted([c for c in v.columns if re.fullmatch(r"lambda_\d+", c)], key=lambda c: int(c.split("_")[1]))
+    several = "direction" in v.columns and v["direction"].nunique() > 1  # name the direction only then
     for c in lams:
-        for d, g in v.groupby("direction") if "direction" in v.columns else [("", v)]:
+        for d, g in v.groupby("direction") if several else [("", v)]:
             ax.plot(g[param], g[c].clip(lower=-1.0), lw=0.8, label=f"$\\lambda_{c.split('_')[1]}$ {d}".strip())
     ax.axhline(0.0, color="k", lw=0.5)
     ax.set_xlabel(PARAM_LABELS.get(param, param))
