@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import axes_for, figure_for
+from .base import axes_for, figure_for
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

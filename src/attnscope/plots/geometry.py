@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Iterator, Mapping
 
-from . import axes_for, figure_for, integer_ticks, model_label
+from .base import axes_for, figure_for, integer_ticks, model_label
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from . import axes_for, figure_for, integer_ticks, model_label
+from .base import axes_for, figure_for, integer_ticks, model_label
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from attnscope.errors import InputError
 from attnscope.zoo.report import MODALITY_ORDER, STACK_ORDER
 
-from . import figure_for, model_label
+from .base import figure_for, model_label
 from .geometry import STACK_COLORS
 
 if TYPE_CHECKING:  # pragma: no cover

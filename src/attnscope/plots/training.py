@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import figure_for
+from .base import figure_for
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
