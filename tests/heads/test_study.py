@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from attnscope.errors import InputError
@@ -14,8 +16,20 @@ TINY = dict(n_layers=1, d_model=32, d_ff=64, seq_len=32, max_seq_len=32, batch_s
             score_every=3, checkpoint_every=3, eval_windows=2, log_every=1)
 
 
+def cli(monkeypatch, *args) -> int:
+    """Run the real entry point in-process; its exit code."""
+    from attnscope.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["attnscope", *map(str, args)])
+    try:
+        main()
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
+
+
 @pytest.mark.slow
-def test_tiny_study_returns_the_tables(tmp_path):
+def test_tiny_study_returns_the_tables_and_the_cli_writes_them(tmp_path, monkeypatch):
     lines: list[str] = []
     res = run_study(tmp_path, pattern="local:8", windows=2, train_overrides=TINY, log=lines.append)
     summary, metrics, clusters = res["summary"], res["metrics"], res["clusters"]
@@ -41,6 +55,17 @@ def test_tiny_study_returns_the_tables(tmp_path):
                        "sparse_train_summary.json"]  # no tables or figures: the CLI writes those
     again = run_study(tmp_path, pattern="local:8", windows=2, train_overrides=TINY)  # finished runs are reused
     assert math.isclose(again["summary"]["heldout_bits_per_byte"].iloc[0], bpb[0])
+
+    # the CLI (reusing the finished runs) writes the tables and figures
+    code = cli(monkeypatch, "heads", "study", tmp_path, "--pattern", "local:8", "--n-layers", "1", "--d-model", "32",
+               "--seq-len", "32", "--windows", "2")
+    assert code == 0
+    assert pd.read_csv(tmp_path / "summary.csv")["heldout_bits_per_byte"].tolist() == pytest.approx(list(bpb))
+    assert len(pd.read_csv(tmp_path / "heads_metrics.csv")) == len(metrics)
+    assert len(pd.read_csv(tmp_path / "clusters.csv")) == len(clusters.labels)
+    figs = sorted(p.name for p in (tmp_path / "figures").iterdir())
+    assert figs == ["clusters_kmeans.png", "clusters_ward.png", "dense_heatmaps.png", "dense_maps.png", "scatter.png",
+                    "silhouette.png", "sparse_heatmaps.png", "sparse_maps.png"]
 
 
 def test_the_study_sets_the_pattern_itself(tmp_path):
