@@ -37,3 +37,27 @@ def test_save_figure_is_atomic_and_by_extension(tmp_path):
     svg = save_figure(fig, tmp_path / "f.svg")
     assert png.read_bytes()[:4] == b"\x89PNG" and b"<svg" in svg.read_bytes()[:400]
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["f.png", "f.svg", "sub"]
+
+
+def figure_functions():
+    """Every public figure function of attnscope.plots.<area> (returns a Figure by annotation)."""
+    import importlib
+    import inspect
+
+    for area in ("geometry", "survey", "training", "heads", "dynamics"):
+        mod = importlib.import_module(f"attnscope.plots.{area}")
+        for name, fn in inspect.getmembers(mod, inspect.isfunction):
+            returns = str(fn.__annotations__.get("return")).strip("'\"")
+            if fn.__module__ == mod.__name__ and not name.startswith("_") and returns in ("Figure", "Figure | None"):
+                yield f"{area}.{name}", inspect.signature(fn)
+
+
+def test_one_convention_for_every_figure_function():
+    found = dict(figure_functions())
+    assert len(found) >= 20
+    for name, sig in found.items():
+        assert not {"path", "out", "out_dir"} & set(sig.parameters), f"{name} must not write files"
+        drawn_into = [p for p in ("ax", "fig") if p in sig.parameters]
+        assert len(drawn_into) == 1, f"{name} takes an optional ax or fig"
+        param = sig.parameters[drawn_into[0]]
+        assert param.default is None and param.kind is param.KEYWORD_ONLY, name
