@@ -71,13 +71,9 @@ def check_out_dir(out: str | os.PathLike) -> Path:
 
 
 def _png(fig: "Figure") -> bytes:
-    """PNG bytes of a figure, which is then released (pyplot figures included)."""
-    from attnscope.plots import pyplot
-
+    """PNG bytes of a figure (attnscope.plots figures are not registered with pyplot: nothing to release)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)  # the figures lay themselves out (constrained / tight)
-    if fig.canvas.manager is not None:
-        pyplot().close(fig)
+    fig.savefig(buf, format="png", dpi=110)  # the figures lay themselves out (constrained layout)
     return buf.getvalue()
 
 

@@ -85,6 +85,7 @@ def trajectory(
     """Simulate from x_0 or --init-state: trajectory.npz, final_state.npz and figures in OUT."""
     from attnscope import dynamics as dyn
     from attnscope.plots import dynamics as plots
+    from attnscope.plots import save_figure
     from attnscope.tables import atomic_write_json
 
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps)
@@ -100,11 +101,11 @@ def trajectory(
     files = ["trajectory.npz", "final_state.npz"]
     if figures:
         df = plots.trajectory_frame(traj)
-        plots.timeseries(df, out / "timeseries.png", feature=feature, last=last)
-        plots.power_spectrum(df, out / "power_spectrum.png", feature=feature)
-        plots.autocorrelation(df, out / "autocorrelation.png", feature=feature)
+        save_figure(plots.timeseries(df, feature=feature, last=last), out / "timeseries.png")
+        save_figure(plots.power_spectrum(df, feature=feature), out / "power_spectrum.png")
+        save_figure(plots.autocorrelation(df, feature=feature), out / "autocorrelation.png")
         if cfg.M > 1:
-            plots.phase_plane(df, out / "phase_plane.png", features=(feature, (feature + 1) % cfg.M))
+            save_figure(plots.phase_plane(df, features=(feature, (feature + 1) % cfg.M)), out / "phase_plane.png")
             files.append("phase_plane.png")
         files += ["timeseries.png", "power_spectrum.png", "autocorrelation.png"]
     summary = dyn.trajectory_summary(traj)
@@ -177,6 +178,7 @@ def bifurcation(
     """Sweep one parameter: bifurcation.csv, points.parquet, bifurcation.png, lyapunov.png in OUT."""
     from attnscope import dynamics as dyn
     from attnscope.plots import dynamics as plots
+    from attnscope.plots import save_figure
     from attnscope.tables import records_to_json, write_table
 
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps, beta_o=beta_o)
@@ -194,9 +196,9 @@ def bifurcation(
     write_table(res.points, out / "points.parquet")
     if res.checkpoint is not None:
         dyn.save_state(out / "checkpoint.npz", res.checkpoint)
-    plots.bifurcation(res.table, res.points, out / "bifurcation.png", param=param, feature=feature)
+    save_figure(plots.bifurcation(res.table, res.points, param=param, feature=feature), out / "bifurcation.png")
     if lyap_steps > 0:
-        plots.lyapunov_curve(res.table, out / "lyapunov.png", param=param)
+        save_figure(plots.lyapunov_curve(res.table, param=param), out / "lyapunov.png")
     if as_json:
         echo_json(records_to_json(res.table))
     else:
@@ -226,6 +228,7 @@ def phase(
     """2-D sweep (e.g. beta_o x gamma) coloured by lambda_1 or regime, chunked and resumable."""
     from attnscope import dynamics as dyn
     from attnscope.plots import dynamics as plots
+    from attnscope.plots import save_figure
     from attnscope.tables import write_table
 
     if color not in ("lambda_1", "regime"):
@@ -237,7 +240,7 @@ def phase(
                    store=out / "store", executor="inline" if executor == "none" else executor,
                    workers=workers, slurm=_slurm_opts(partition, time_min), progress=True)
     write_table(df, out / "phase.csv")
-    plots.phase_diagram(df, out / "phase.png", x=x, y=y, color=color)
+    save_figure(plots.phase_diagram(df, x=x, y=y, color=color), out / "phase.png")
     stderr_console().print(f"{len(df)} grid points -> {out}  regimes: {df['regime'].value_counts().to_dict()}")
 
 
@@ -255,13 +258,14 @@ def finite(
     """Finite-N stochastic network vs the mean field: error of the overlaps against N."""
     from attnscope import dynamics as dyn
     from attnscope.plots import dynamics as plots
+    from attnscope.plots import save_figure
     from attnscope.tables import records_to_json, write_table
 
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps, beta_o=beta_o)
     _out_dir(out)
     df = dyn.finite_size_table(cfg, repeats or (1, 10, 100, 1000, 10000), steps=steps, seeds=seeds)
     write_table(df, out / "finite.csv")
-    plots.finite_size(df, out / "finite.png")
+    save_figure(plots.finite_size(df), out / "finite.png")
     if as_json:
         echo_json(records_to_json(df))
     else:

@@ -145,6 +145,7 @@ def _plots(frames: "list[pd.DataFrame]", specs: list[tuple[str, str | None]], ou
     import pandas as pd
 
     from attnscope.geometry import wqk_block
+    from attnscope.plots import save_figure
     from attnscope.plots.geometry import geometry_figures
 
     blocks = {}
@@ -157,7 +158,8 @@ def _plots(frames: "list[pd.DataFrame]", specs: list[tuple[str, str | None]], ou
                 blocks[(model, st, layer)] = wqk_block(spec, layer, stack=st)
             else:
                 print(f"attnscope: warning: {model} {st} has {n_layers} layers; no W_qk heatmap for --layer {layer}", file=sys.stderr)
-    return geometry_figures(pd.concat(frames, ignore_index=True), out_dir, blocks)
+    figures = geometry_figures(pd.concat(frames, ignore_index=True), blocks)
+    return [save_figure(fig, out_dir / name) for name, fig in figures]
 
 
 def _fmt(med: float, q1: float, q3: float) -> str:
@@ -244,12 +246,29 @@ def plot_cmd(
     results: Path = typer.Argument(..., help="A survey results table or directory (from --zoo)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory for the figures (default: next to RESULTS)."),
 ) -> None:
-    """Figures of a zoo survey: s and d against model size, per family (attnscope.plots.survey)."""
+    """Figures and tables of a zoo survey: s and d against model size, Markdown/LaTeX tables vs the paper."""
     if not results.exists():
         raise InputError(f"{results}: no such file or directory")
     check_out_dir(out or (results if results.is_dir() else results.parent) / "figures", "--out")
-    from attnscope.plots.survey import survey_report
+    from attnscope.plots import save_figure
+    from attnscope.plots.survey import plot_encoder_decoder, plot_scores_vs_params
+    from attnscope.tables import atomic_write_text, write_table
+    from attnscope.zoo.report import load_results, summary_latex, summary_markdown, survey_summary
+
     out_dir = out or (results if results.is_dir() else results.parent) / "figures"
-    paths = survey_report(results, out_dir)
+    df = load_results(results)
+    if df.empty:
+        raise InputError(f"{results}: the results table is empty")
+    summary = survey_summary(df)
+    paths = [write_table(summary, out_dir / "survey_summary.csv"),
+             atomic_write_text(out_dir / "survey_table.md", summary_markdown(summary)),
+             atomic_write_text(out_dir / "survey_table.tex", summary_latex(summary))]
+    try:
+        paths.append(save_figure(plot_scores_vs_params(summary), out_dir / "survey_scores.png"))
+    except InputError:
+        pass  # no model with a parameter count: tables only
+    encdec = plot_encoder_decoder(summary)
+    if encdec is not None:
+        paths.append(save_figure(encdec, out_dir / "survey_encdec.png"))
     for p in paths:
         typer.echo(str(p))

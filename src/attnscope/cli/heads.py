@@ -80,10 +80,13 @@ def measure(
         write_table(res.js, js)
     if plot_dir is not None:
         from attnscope.plots import heads as hp
+        from attnscope.plots import model_label, save_figure
 
-        hp.metric_heatmaps(df, title=f"{model.name[-50:]}: per-head metrics", path=plot_dir / "heads_heatmaps.png")
-        hp.metric_scatter(df, hue="layer", path=plot_dir / "heads_scatter.png")
-        hp.example_maps(res.examples, title=f"{model.name[-40:]}: window 0", path=plot_dir / "heads_maps.png")
+        name = model_label(model.name)
+        save_figure(hp.metric_heatmaps(df, title=f"{name}: per-head metrics"), plot_dir / "heads_heatmaps.png", dpi=120)
+        save_figure(hp.metric_scatter(df, hue="layer"), plot_dir / "heads_scatter.png", dpi=120)
+        save_figure(hp.example_maps(res.examples, title=f"{name}: attention maps (sqrt scale, window 0)"),
+                    plot_dir / "heads_maps.png", dpi=120)
     if as_json:
         from attnscope.tables import records_to_json
 
@@ -153,14 +156,12 @@ def cluster(
         write_table(res.silhouette, out.with_name(f"{out.stem}_silhouette{out.suffix}"))
     plot_dir = _plot_dir(plot)
     if plot_dir is not None:
-        from attnscope.plots import heads as hp
-
-        hp.silhouette_curve(res.silhouette, path=plot_dir / "cluster_silhouette.png")
-        for m, k in res.best_k.items():
-            best = res.labels[(res.labels["method"] == m) & (res.labels["k"] == k)]
-            hp.cluster_map(best, title=f"{m}, k = {k} (best silhouette)", path=plot_dir / f"cluster_map_{m}.png")
+        _cluster_figures(plot_dir, res, "cluster_silhouette.png", "cluster_map_{}.png", "best silhouette")
         if emb is not None:
-            hp.js_mds(emb, path=plot_dir / "cluster_js_mds.png")
+            from attnscope.plots import heads as hp
+            from attnscope.plots import save_figure
+
+            save_figure(hp.js_mds(emb), plot_dir / "cluster_js_mds.png", dpi=120)
     if as_json:
         best_rows = res.labels[res.labels["best"]]
         payload = {
@@ -241,5 +242,38 @@ def study(
         over.update(seq_len=seq_len, max_seq_len=seq_len)
     con = stderr_console()
     res = run_study(out, pattern=pattern, windows=windows, train_overrides=over, log=lambda m: con.print(m))
+    _write_study(out, res)
     print_frame(con, "study summary", res["summary"])
     con.print(f"best k: {res['clusters'].best_k}; tables and figures in {out}")
+
+
+def _cluster_figures(plot_dir: Path, res, silhouette_name: str, map_name: str, note: str) -> None:
+    """The silhouette curve and, per method, the cluster map at its best k."""
+    from attnscope.plots import heads as hp
+    from attnscope.plots import save_figure
+
+    save_figure(hp.silhouette_curve(res.silhouette), plot_dir / silhouette_name, dpi=120)
+    for m, k in res.best_k.items():
+        best = res.labels[(res.labels["method"] == m) & (res.labels["k"] == k)]
+        save_figure(hp.cluster_map(best, title=f"{m}, k = {k} ({note})"), plot_dir / map_name.format(m), dpi=120)
+
+
+def _write_study(out: Path, res: dict) -> None:
+    """The study's tables (summary, per-head metrics, clusters) and figures (OUT/figures)."""
+    from attnscope.plots import heads as hp
+    from attnscope.plots import save_figure
+    from attnscope.tables import write_table
+
+    write_table(res["summary"], out / "summary.csv")
+    write_table(res["metrics"], out / "heads_metrics.csv")
+    write_table(res["clusters"].labels, out / "clusters.csv")
+    write_table(res["clusters"].silhouette, out / "clusters_silhouette.csv")
+    figs = out / "figures"
+    figs.mkdir(exist_ok=True)
+    for name, sub in res["metrics"].groupby("model"):
+        save_figure(hp.metric_heatmaps(sub, title=f"{name} model: per-head metrics"), figs / f"{name}_heatmaps.png", dpi=120)
+        save_figure(hp.example_maps(res["examples"][name], title=f"{name} model: attention maps (window 0, first 96 bytes)"),
+                    figs / f"{name}_maps.png", dpi=120)
+    save_figure(hp.metric_scatter(res["metrics"], hue="model"), figs / "scatter.png", dpi=120)
+    _cluster_figures(figs, res["clusters"], "silhouette.png", "clusters_{}.png",
+                     "best silhouette; clustered jointly")

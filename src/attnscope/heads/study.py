@@ -5,9 +5,11 @@ run adds ``attn_pattern``. Each run trains in its own subprocess (so its peak re
 its own: ``ru_maxrss``) through the training lab's trainer; then both final checkpoints are measured
 with :func:`attnscope.heads.maps.extract`, and their heads are clustered jointly.
 
-Outputs in ``out_dir``: ``dense/`` and ``sparse/`` run directories, ``summary.csv`` (bits per byte on
-the held-out split, tokens/s, peak RSS, params), ``heads_metrics.csv``, ``clusters.csv`` (+ silhouettes)
-and figures. Entry points: :func:`run_study` (Python) and ``attnscope heads study`` (CLI).
+:func:`run_study` trains into ``out_dir`` (``dense/`` and ``sparse/`` run directories, each run's
+summary and log) and returns tables: ``summary`` (bits per byte on the held-out split, tokens/s, peak
+RSS, params), ``metrics`` (per head, both models), ``clusters`` (joint clustering) and ``examples``
+(attention maps for figures). It draws and writes nothing else: ``attnscope heads study`` writes
+``summary.csv``, ``heads_metrics.csv``, ``clusters.csv`` (+ silhouettes) and the figures.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from attnscope.errors import AttnscopeError, InputError
 
@@ -83,12 +85,15 @@ def run_study(
     pattern: str = "byte-sparse-8h",
     windows: int = 10,
     train_overrides: dict[str, Any] | None = None,
-    log=print,
+    log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Train dense and sparse, measure and cluster their heads, write tables and figures."""
-    import pandas as pd
+    """Train dense and sparse into ``out_dir`` (finished runs are reused), measure and cluster their heads.
 
-    from attnscope.tables import write_table
+    Returns ``{"summary", "metrics", "clusters", "examples"}``: the per-variant table, the per-head
+    metrics of both models (column ``model`` = variant), the joint :class:`ClusterResult` and, per
+    variant, ``{layer: [heads, 96, 96]}`` attention maps of window 0. ``log`` receives progress lines.
+    """
+    import pandas as pd
 
     from .cluster import cluster_heads
     from .maps import extract
@@ -99,6 +104,7 @@ def run_study(
     if base.get("attn_pattern"):
         raise InputError("the study sets attn_pattern itself; pass --pattern")
     variants = {"dense": dict(base), "sparse": dict(base, attn_pattern=pattern)}
+    log = log or (lambda message: None)
     rows, metrics, examples = [], [], {}
     for name, opts in variants.items():
         log(f"training {name} ...")
@@ -125,30 +131,9 @@ def run_study(
         metrics.append(df)
         examples[name] = res.examples
     summary = pd.DataFrame(rows)
-    write_table(summary, out / "summary.csv")
     allm = pd.concat(metrics, ignore_index=True)
-    write_table(allm, out / "heads_metrics.csv")
-    n_heads = len(allm)
-    cl = cluster_heads(allm, k_min=2, k_max=min(8, n_heads - 1), method="both")
-    write_table(cl.labels, out / "clusters.csv")
-    write_table(cl.silhouette, out / "clusters_silhouette.csv")
-    _figures(out, allm, cl, examples)
-    return {"summary": summary, "metrics": allm, "clusters": cl}
-
-
-def _figures(out: Path, allm, cl, examples) -> None:
-    from attnscope.plots import heads as hp
-
-    figs = out / "figures"
-    figs.mkdir(exist_ok=True)
-    for name, sub in allm.groupby("model"):
-        hp.metric_heatmaps(sub, title=f"{name} model: per-head metrics", path=figs / f"{name}_heatmaps.png")
-        hp.example_maps(examples[name], title=f"{name} model: attention maps (window 0, first 96 bytes)", path=figs / f"{name}_maps.png")
-    hp.metric_scatter(allm, hue="model", path=figs / "scatter.png")
-    hp.silhouette_curve(cl.silhouette, path=figs / "silhouette.png")
-    for m, k in cl.best_k.items():
-        best = cl.labels[(cl.labels["method"] == m) & (cl.labels["k"] == k)]
-        hp.cluster_map(best, title=f"{m}, k = {k} (best silhouette; clustered jointly)", path=figs / f"clusters_{m}.png")
+    cl = cluster_heads(allm, k_min=2, k_max=min(8, len(allm) - 1), method="both")
+    return {"summary": summary, "metrics": allm, "clusters": cl, "examples": examples}
 
 
 if __name__ == "__main__":  # the training subprocess of train_variant

@@ -1,44 +1,20 @@
 """Figures: matplotlib, one module per area (geometry, survey, training, heads, dynamics), one function
-per figure, each taking tidy tables (the same tables the CLI writes) and returning or saving a figure.
-Drawn with the Agg backend, so they work without a screen."""
+per figure. Drawn on the Agg backend without pyplot, so they work without a screen and hold no global
+state.
 
-from __future__ import annotations
+The one convention (as scikit-learn's displays and seaborn): a figure function takes data (tidy tables or
+arrays), an optional ``ax`` (single-panel figures) or ``fig`` (multi-panel figures) to draw into, and
+returns the matplotlib Figure. No figure function writes a file; the caller saves it with
+:func:`save_figure` (atomic). The helpers every module shares (in :mod:`attnscope.plots.base`, exported here):
 
-import io
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+* :func:`new_figure` / :func:`axes_for` / :func:`figure_for`  a Figure (or the caller's) to draw on;
+* :func:`integer_ticks`  integer-only ticks on an axis of layer or head indices;
+* :func:`model_label`    a model's readable name for titles (not a site-packages path);
+* :func:`save_figure`    the one atomic writer.
+"""
 
-if TYPE_CHECKING:  # pragma: no cover
-    from matplotlib.figure import Figure
+from attnscope._exports import lazy_exports
 
-
-def new_figure(**kwargs: Any) -> "Figure":
-    """A Figure on the Agg backend, not registered with pyplot (no global state, nothing to close)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    from matplotlib.figure import Figure
-
-    return Figure(**kwargs)
-
-
-def pyplot():  # noqa: ANN201 - the matplotlib.pyplot module
-    """matplotlib.pyplot on the Agg backend, for figure code written against pyplot."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def save_figure(fig: "Figure", path: str | Path, dpi: int = 130, tight: bool = True) -> Path:
-    """Write ``fig`` atomically (format from the extension, PNG by default) and release it."""
-    from attnscope.tables import atomic_write_bytes
-
-    path = Path(path)
-    buf = io.BytesIO()
-    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=dpi, bbox_inches="tight" if tight else None)
-    if fig.canvas.manager is not None:  # a pyplot figure: drop pyplot's reference
-        pyplot().close(fig)
-    return atomic_write_bytes(path, buf.getvalue())
+__all__, __getattr__, __dir__ = lazy_exports(__name__, {
+    ".base": ["axes_for", "figure_for", "integer_ticks", "model_label", "new_figure", "save_figure"],
+})

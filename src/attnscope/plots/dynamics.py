@@ -1,5 +1,6 @@
 """Figures of the mean-field dynamics (matplotlib, Agg): one function per figure, each taking tidy
-tables (see :mod:`attnscope.dynamics`) and writing the figure to ``path`` (returned).
+tables (see :mod:`attnscope.dynamics`) and an optional ``ax`` (single panel) or ``fig`` (one panel per
+beta_o) and returning the Figure; the caller saves it (:func:`attnscope.plots.save_figure`).
 
 * trajectory tables: columns t, beta_o, feature, mo_se
 * bifurcation value table: one row per parameter value (regime, regime_distinct, lambda_1, ...);
@@ -9,19 +10,25 @@ tables (see :mod:`attnscope.dynamics`) and writing the figure to ``path`` (retur
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import pyplot, save_figure
+from .base import axes_for, figure_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 REGIME_COLORS = {"periodic": "tab:blue", "quasi-periodic": "tab:green", "chaotic": "tab:red",
-                 "hyperchaotic": "tab:purple", "unknown": "tab:gray"}
+                 "hyperchaotic": "tab:purple", "uncertain": "tab:orange", "unknown": "tab:gray"}
+#: axis labels of the swept parameters
+PARAM_LABELS = {"beta_o": r"$\beta_o$", "gamma": r"$\gamma$", "eps": r"$\varepsilon$"}
 
 
-
-
-def trajectory_frame(traj: dict) -> "pd.DataFrame":  # noqa: F821
+def trajectory_frame(traj: dict) -> "pd.DataFrame":
     """Tidy long table (t, beta_o, feature, mo_se, A) from :func:`attnscope.dynamics.trajectory`."""
     import pandas as pd
 
@@ -38,51 +45,50 @@ def _series(df, feature: int):
         yield b, g["t"].to_numpy(), g["mo_se"].to_numpy()
 
 
-def timeseries(df, path, *, feature: int = 0, last: int | None = 400) -> Path:
+def timeseries(df: "pd.DataFrame", *, feature: int = 0, last: int | None = 400, fig: "Figure | None" = None) -> "Figure":
     """m^o_se,feature against t (the last ``last`` steps), one panel per beta_o."""
-    plt = pyplot()
     groups = list(_series(df, feature))
-    fig, axes = plt.subplots(len(groups), 1, figsize=(8, 1.8 * len(groups) + 0.6), squeeze=False)
+    fig = figure_for(fig, figsize=(8, 1.8 * len(groups) + 0.6))
+    axes = fig.subplots(len(groups), 1, squeeze=False)
     for ax, (b, t, y) in zip(axes[:, 0], groups):
         sl = slice(-last, None) if last else slice(None)
         ax.plot(t[sl], y[sl], lw=0.8, marker=".", ms=2)
         ax.set_ylabel(f"$m^o_{{se,{feature + 1}}}$")
-        ax.set_title(f"beta_o = {b:g}", fontsize=9)
+        ax.set_title(f"{PARAM_LABELS['beta_o']} = {b:g}", fontsize=9)
     axes[-1, 0].set_xlabel("t")
-    fig.tight_layout()
-    return save_figure(fig, path)
+    return fig
 
 
-def _grid(n: int, w: float = 3.4, h: float = 2.8):
-    plt = pyplot()
-    ncol = min(3, n)
-    nrow = int(np.ceil(n / ncol))
-    fig, axes = plt.subplots(nrow, ncol, figsize=(w * ncol, h * nrow), squeeze=False)
+def _grid(fig: "Figure | None", n: int, w: float = 3.4, h: float = 2.8) -> tuple["Figure", np.ndarray]:
+    """Up to three panels a row for ``n`` beta_o values; the spare panels switched off."""
+    ncol = max(1, min(3, n))
+    nrow = max(1, int(np.ceil(n / ncol)))
+    fig = figure_for(fig, figsize=(w * ncol, h * nrow))
+    axes = fig.subplots(nrow, ncol, squeeze=False)
     for ax in axes.ravel()[n:]:
         ax.axis("off")
     return fig, axes.ravel()
 
 
-def power_spectrum(df, path, *, feature: int = 0) -> Path:
+def power_spectrum(df: "pd.DataFrame", *, feature: int = 0, fig: "Figure | None" = None) -> "Figure":
     """|rfft(x - mean)|^2 / n of m^o_se,feature (log scale), one panel per beta_o."""
     groups = list(_series(df, feature))
-    fig, axes = _grid(len(groups))
+    fig, axes = _grid(fig, len(groups))
     for ax, (b, _, y) in zip(axes, groups):
         y = y - y.mean()
         P = np.abs(np.fft.rfft(y)) ** 2 / y.size
         f = np.fft.rfftfreq(y.size)
         ax.semilogy(f[1:], P[1:] + 1e-300, lw=0.5)
-        ax.set_title(f"beta_o = {b:g}", fontsize=9)
+        ax.set_title(f"{PARAM_LABELS['beta_o']} = {b:g}", fontsize=9)
         ax.set_xlabel("frequency (1/step)")
         ax.set_ylabel("power")
-    fig.tight_layout()
-    return save_figure(fig, path)
+    return fig
 
 
-def autocorrelation(df, path, *, feature: int = 0, max_lag: int = 200) -> Path:
+def autocorrelation(df: "pd.DataFrame", *, feature: int = 0, max_lag: int = 200, fig: "Figure | None" = None) -> "Figure":
     """Normalised autocorrelation of m^o_se,feature up to ``max_lag`` steps, one panel per beta_o."""
     groups = list(_series(df, feature))
-    fig, axes = _grid(len(groups), h=2.4)
+    fig, axes = _grid(fig, len(groups), h=2.4)
     for ax, (b, _, y) in zip(axes, groups):
         y = y - y.mean()
         n = y.size
@@ -91,80 +97,90 @@ def autocorrelation(df, path, *, feature: int = 0, max_lag: int = 200) -> Path:
         ac = ac / ac[0] if ac[0] > 0 else ac
         ax.plot(np.arange(ac.size), ac, lw=0.7)
         ax.axhline(0, color="k", lw=0.4)
-        ax.set_title(f"beta_o = {b:g}", fontsize=9)
+        ax.set_title(f"{PARAM_LABELS['beta_o']} = {b:g}", fontsize=9)
         ax.set_xlabel("lag (steps)")
-    fig.tight_layout()
-    return save_figure(fig, path)
+    return fig
 
 
-def phase_plane(df, path, *, features: tuple[int, int] = (0, 1)) -> Path:
+def phase_plane(
+    df: "pd.DataFrame", *, features: tuple[int, int] = (0, 1), fig: "Figure | None" = None
+) -> "Figure":
     """(m^o_se,f1, m^o_se,f2) scatter, one panel per beta_o."""
     f1, f2 = features
     betas = sorted(df["beta_o"].unique())
-    fig, axes = _grid(len(betas), h=3.1)
+    fig, axes = _grid(fig, len(betas), h=3.1)
     for ax, b in zip(axes, betas):
         g = df[df["beta_o"] == b]
         x = g[g["feature"] == f1].sort_values("t")["mo_se"].to_numpy()
         y = g[g["feature"] == f2].sort_values("t")["mo_se"].to_numpy()
         ax.plot(x, y, ".", ms=0.8, alpha=0.6)
-        ax.set_title(f"beta_o = {b:g}", fontsize=9)
+        ax.set_title(f"{PARAM_LABELS['beta_o']} = {b:g}", fontsize=9)
         ax.set_xlabel(f"$m^o_{{se,{f1 + 1}}}$")
         ax.set_ylabel(f"$m^o_{{se,{f2 + 1}}}$")
-    fig.tight_layout()
-    return save_figure(fig, path)
+    return fig
 
 
-def bifurcation(values, points, path, *, param: str = "beta_o", feature: int = 0,
-                regime_column: str | None = None) -> Path:
+def point_regimes(values: "pd.DataFrame", points: "pd.DataFrame", keys: list[str], column: str) -> "pd.Series":
+    """The regime of each point's parameter value (a join on ``keys``; ``unknown`` where the value table
+    has no row), aligned with ``points``."""
+    regime = values[keys + [column]].drop_duplicates(keys).rename(columns={column: "_regime"})
+    joined = points[keys].merge(regime, on=keys, how="left", validate="many_to_one")
+    return joined["_regime"].fillna("unknown").set_axis(points.index)
+
+
+def bifurcation(
+    values: "pd.DataFrame", points: "pd.DataFrame", *, param: str = "beta_o", feature: int = 0,
+    regime_column: str | None = None, ax: "Axes | None" = None,
+) -> "Figure":
     """The paper-like diagram: saved points for periodic values, Poincare section otherwise,
     coloured by regime (Lyapunov regime when present, else the distinct-value one)."""
-    plt = pyplot()
     col = regime_column or ("regime" if "regime" in values.columns else "regime_distinct")
     keys = [param] + (["direction"] if "direction" in values.columns else [])
-    regime = values.set_index(keys)[col]
-    fig, ax = plt.subplots(figsize=(9, 5))
+    fig, ax = axes_for(ax, figsize=(9, 5))
     y = f"mo_se{feature}"
-    pts = points.copy()
-    pts["_regime"] = [regime.get(tuple(r) if len(keys) > 1 else r[0], "unknown")
-                      for r in pts[keys].itertuples(index=False)]
+    pts = points[list(dict.fromkeys(keys + ["kind", y]))].copy()
+    pts["_regime"] = point_regimes(values, pts, keys, col)
     periodic = pts["_regime"] == "periodic"
     show = (periodic & (pts["kind"] == "tail")) | (~periodic & (pts["kind"] == "section"))
     # non-periodic values without any section point still show their saved points
-    has_sec = set(pts.loc[pts["kind"] == "section", param])
+    has_sec = pts.loc[pts["kind"] == "section", param].unique()
     show |= ~periodic & (pts["kind"] == "tail") & ~pts[param].isin(has_sec)
-    for name, g in pts[show].groupby("_regime"):
+    order = {name: i for i, name in enumerate(REGIME_COLORS)}
+    groups = sorted(pts[show].groupby("_regime"), key=lambda kv: order.get(kv[0], len(order)))
+    for name, g in groups:
         ax.plot(g[param], g[y], ",", color=REGIME_COLORS.get(name, "k"), alpha=0.8)
         ax.plot([], [], "o", ms=4, color=REGIME_COLORS.get(name, "k"), label=name)
-    ax.set_xlabel(param)
+    ax.set_xlabel(PARAM_LABELS.get(param, param))
     ax.set_ylabel(f"$m^o_{{se,{feature + 1}}}$")
     ax.legend(fontsize=8, markerscale=1.5)
-    return save_figure(fig, path)
+    return fig
 
 
-def lyapunov_curve(values, path, *, param: str = "beta_o") -> Path:
-    """lambda_1, lambda_2, ... against the swept parameter, with the 1e-4 regime threshold."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(9, 3.5))
+def lyapunov_curve(values: "pd.DataFrame", *, param: str = "beta_o", ax: "Axes | None" = None) -> "Figure":
+    """lambda_1, lambda_2, ... against the swept parameter (clipped below at -1), with the zero line."""
+    fig, ax = axes_for(ax, figsize=(9, 3.5))
     v = values.sort_values(param)
-    lams = sorted([c for c in v.columns if c.startswith("lambda_")], key=lambda c: int(c.split("_")[1]))
+    lams = sorted([c for c in v.columns if re.fullmatch(r"lambda_\d+", c)], key=lambda c: int(c.split("_")[1]))
+    several = "direction" in v.columns and v["direction"].nunique() > 1  # name the direction only then
     for c in lams:
-        for d, g in v.groupby("direction") if "direction" in v.columns else [("", v)]:
+        for d, g in v.groupby("direction") if several else [("", v)]:
             ax.plot(g[param], g[c].clip(lower=-1.0), lw=0.8, label=f"$\\lambda_{c.split('_')[1]}$ {d}".strip())
     ax.axhline(0.0, color="k", lw=0.5)
-    ax.set_xlabel(param)
+    ax.set_xlabel(PARAM_LABELS.get(param, param))
     ax.set_ylabel("Lyapunov exponent (per step)")
     ax.legend(fontsize=7)
-    return save_figure(fig, path)
+    return fig
 
 
-def phase_diagram(df, path, *, x: str, y: str, color: str = "lambda_1") -> Path:
+def phase_diagram(
+    df: "pd.DataFrame", *, x: str, y: str, color: str = "lambda_1", ax: "Axes | None" = None
+) -> "Figure":
     """A 2-D sweep coloured by lambda_1 (diverging map around 0) or by regime."""
-    plt = pyplot()
     from matplotlib.colors import ListedColormap, TwoSlopeNorm
 
     xs, ys = np.sort(df[x].unique()), np.sort(df[y].unique())
     grid = df.pivot_table(index=y, columns=x, values=color, aggfunc="first") if color != "regime" else None
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig, ax = axes_for(ax, figsize=(7, 5))
     ext = [xs[0], xs[-1], ys[0], ys[-1]]
     if color == "regime":
         names = list(REGIME_COLORS)
@@ -180,15 +196,14 @@ def phase_diagram(df, path, *, x: str, y: str, color: str = "lambda_1") -> Path:
         norm = TwoSlopeNorm(0.0, min(lo, -1e-6), max(hi, 1e-6))
         im = ax.imshow(z, origin="lower", aspect="auto", extent=ext, interpolation="nearest", cmap="RdBu_r", norm=norm)
         fig.colorbar(im, ax=ax, label=color)
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
-    return save_figure(fig, path)
+    ax.set_xlabel(PARAM_LABELS.get(x, x))
+    ax.set_ylabel(PARAM_LABELS.get(y, y))
+    return fig
 
 
-def finite_size(df, path) -> Path:
+def finite_size(df: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure":
     """Error of the finite-N overlaps against the mean field vs N (log-log), with an N^-1/2 guide."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = axes_for(ax, figsize=(6, 4))
     d = df.sort_values("N")
     ax.loglog(d["N"], d["rmse"], "o-", label="RMS error")
     ax.loglog(d["N"], d["max_abs_error"], "s--", label="max error")
@@ -199,4 +214,4 @@ def finite_size(df, path) -> Path:
     ax.set_xlabel("N (bits per token)")
     ax.set_ylabel("|m_finite - m_mean-field|")
     ax.legend(fontsize=8)
-    return save_figure(fig, path)
+    return fig

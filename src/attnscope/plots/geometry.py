@@ -1,26 +1,26 @@
 """Figures of W_qk geometry, drawn from tidy score tables (matplotlib, Agg backend).
 
-One function per figure, each returning a matplotlib Figure:
+One function per figure, each taking data and an optional ``fig`` / ``ax`` and returning the Figure:
 
 * :func:`plot_layer_curves`  s and d of the layer form per layer, with the head IQR as a band;
 * :func:`plot_head_heatmaps` layer x head heatmaps of s and d, one row per stack;
 * :func:`plot_wqk_block`     the explicit block M[:50, :50] of one layer (diverging, centred at 0).
 
-:func:`save_figure` writes a figure atomically; :func:`geometry_figures` writes the whole set for
-every model in a table and returns the paths.
+:func:`geometry_figures` draws the whole set for every model of a table and yields
+``(file name, Figure)`` pairs; the caller saves them (:func:`attnscope.plots.save_figure`).
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Iterator, Mapping
 
-from . import new_figure, save_figure
+from .base import axes_for, figure_for, integer_ticks, model_label
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import pandas as pd
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 #: the paper's colours: encoders navy, decoders purple; cross-attention teal
@@ -29,22 +29,23 @@ SCORES = (("symmetry", "symmetry s"), ("directionality", "directionality d"))
 
 
 def short_name(model: str) -> str:
-    """A readable model label: a hub id as is, a path by its last two components."""
+    """A model's label in file names and console tables: a hub id as is, a path by its last two components."""
     parts = [p for p in re.split(r"[/\\]", str(model)) if p]
     return "/".join(parts[-2:])
 
 
 def slug(model: str) -> str:
+    """A file-name-safe form of :func:`short_name`."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", short_name(model)).strip("_") or "model"
 
 
-def plot_layer_curves(df: "pd.DataFrame", title: str | None = None) -> "Figure":
+def plot_layer_curves(df: "pd.DataFrame", title: str | None = None, *, fig: "Figure | None" = None) -> "Figure":
     """s and d of each layer's M_L (lines), the IQR over heads (bands), median over layers (dotted)."""
     import numpy as np
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    fig = new_figure(figsize=(10, 4.2), layout="constrained")
+    fig = figure_for(fig, figsize=(10, 4.2))
     axes = fig.subplots(1, 2, sharex=True)
     groups = list(df.groupby(["model", "stack"], sort=False))
     many = df["model"].nunique() > 1
@@ -52,7 +53,7 @@ def plot_layer_curves(df: "pd.DataFrame", title: str | None = None) -> "Figure":
     has_band = has_median = False
     for (model, stack), grp in groups:
         color = STACK_COLORS.get(stack, "black")
-        label = f"{short_name(model)} · {stack}" if many else stack
+        label = f"{model_label(model)} · {stack}" if many else stack
         lay = grp[grp["level"] == "layer"].sort_values("layer")
         heads = grp[grp["level"] == "head"]
         for ax, (col, _) in zip(axes, SCORES):
@@ -86,11 +87,11 @@ def plot_layer_curves(df: "pd.DataFrame", title: str | None = None) -> "Figure":
     axes[1].set_title("directionality (< 0: dominant columns)")
     fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 5), fontsize=8, frameon=False)
     if title or not many:
-        fig.suptitle(title or short_name(str(df["model"].iloc[0])), fontsize=11)
+        fig.suptitle(title or model_label(str(df["model"].iloc[0])), fontsize=11)
     return fig
 
 
-def plot_head_heatmaps(df: "pd.DataFrame", title: str | None = None) -> "Figure":
+def plot_head_heatmaps(df: "pd.DataFrame", title: str | None = None, *, fig: "Figure | None" = None) -> "Figure":
     """Layer x head heatmaps of s and d (diverging, -1..1), one row per stack; one model's head rows."""
     import numpy as np
 
@@ -100,7 +101,7 @@ def plot_head_heatmaps(df: "pd.DataFrame", title: str | None = None) -> "Figure"
     n_heads = max(int(heads["head"].max()) + 1 if not heads.empty else 1, 1)
     width = min(max(6.0, 2 * (1.6 + 0.28 * n_heads)), 16.0)
     height = min(max(2.2, 0.7 + 0.24 * n_all), 9.0) * len(stacks)
-    fig = new_figure(figsize=(width, height), layout="constrained")
+    fig = figure_for(fig, figsize=(width, height))
     axes = np.atleast_2d(fig.subplots(len(stacks), 2, squeeze=False))
     for row, stack in enumerate(stacks):
         grp = heads[heads["stack"] == stack]
@@ -114,22 +115,21 @@ def plot_head_heatmaps(df: "pd.DataFrame", title: str | None = None) -> "Figure"
             ax.set_xlabel("head")
             ax.set_ylabel("layer")
             ax.set_title(f"{stack}: {name}", fontsize=10)
-            ax.set_xticks(range(0, n_heads, max(1, n_heads // 12)))
-            ax.set_yticks(range(0, n_layers, max(1, n_layers // 12)))
+            integer_ticks(ax.xaxis, n_heads)
+            integer_ticks(ax.yaxis, n_layers)
             fig.colorbar(im, ax=ax, shrink=0.9)
     if title or not heads.empty:
-        fig.suptitle(title or short_name(str(heads["model"].iloc[0])), fontsize=11)
+        fig.suptitle(title or model_label(str(heads["model"].iloc[0])), fontsize=11)
     return fig
 
 
-def plot_wqk_block(block: "np.ndarray", title: str = "") -> "Figure":
+def plot_wqk_block(block: "np.ndarray", title: str = "", *, ax: "Axes | None" = None) -> "Figure":
     """Heatmap of an explicit block of W_qk (rows = query dims, columns = key dims), centred at 0."""
     import numpy as np
 
     block = np.asarray(block, dtype=np.float64)
     vmax = float(np.nanmax(np.abs(block))) if block.size and np.isfinite(block).any() else 1.0
-    fig = new_figure(figsize=(5.4, 4.6), layout="constrained")
-    ax = fig.subplots()
+    fig, ax = axes_for(ax, figsize=(5.4, 4.6))
     im = ax.imshow(block, cmap="RdBu_r", vmin=-vmax or -1, vmax=vmax or 1, interpolation="nearest")
     ax.set_xlabel("key dimension j (column)")
     ax.set_ylabel("query dimension i (row)")
@@ -139,24 +139,23 @@ def plot_wqk_block(block: "np.ndarray", title: str = "") -> "Figure":
 
 
 def geometry_figures(
-    df: "pd.DataFrame",
-    out_dir: str | Path,
-    blocks: Mapping[tuple[str, str, int], "np.ndarray"] | None = None,
-) -> list[Path]:
-    """All figures for every model of a score table; blocks maps (model, stack, layer) -> M block."""
-    out_dir = Path(out_dir)
-    paths: list[Path] = []
+    df: "pd.DataFrame", blocks: Mapping[tuple[str, str, int], "np.ndarray"] | None = None
+) -> Iterator[tuple[str, "Figure"]]:
+    """Every figure of every model of a score table as ``(file name, Figure)``, drawn one at a time.
+
+    ``<model>_layers.png`` and ``<model>_heads.png`` (when the table has head rows) per model, and
+    ``<model>_wqk_<stack>_L<layer>.png`` for each block of ``blocks`` ((model, stack, layer) -> M block).
+    """
     used: set[str] = set()
     for model, grp in df.groupby("model", sort=False):
         name = slug(model)
         while name in used:
             name += "_"
         used.add(name)
-        paths.append(save_figure(plot_layer_curves(grp), out_dir / f"{name}_layers.png"))
+        yield f"{name}_layers.png", plot_layer_curves(grp)
         if (grp["level"] == "head").any():
-            paths.append(save_figure(plot_head_heatmaps(grp), out_dir / f"{name}_heads.png"))
+            yield f"{name}_heads.png", plot_head_heatmaps(grp)
         for (b_model, stack, layer), block in (blocks or {}).items():
             if b_model == model:
-                title = f"{short_name(model)} · {stack} layer {layer}: W_qk[:{block.shape[0]}, :{block.shape[1]}]"
-                paths.append(save_figure(plot_wqk_block(block, title), out_dir / f"{name}_wqk_{stack}_L{layer}.png"))
-    return paths
+                title = f"{model_label(model)} · {stack} layer {layer}: W_qk[:{block.shape[0]}, :{block.shape[1]}]"
+                yield f"{name}_wqk_{stack}_L{layer}.png", plot_wqk_block(block, title)

@@ -1,24 +1,24 @@
 """Figures of training runs, drawn from the tidy tables of :mod:`attnscope.training.compare`.
 
-One function per figure, each returning a matplotlib Figure (Agg, not registered with pyplot):
+One function per figure, each taking the tables and an optional ``fig`` and returning the matplotlib
+Figure (Agg, not registered with pyplot); the caller saves it (:func:`attnscope.plots.save_figure`):
 
 * :func:`loss_curves`   training loss (and held-out loss, dashed) vs step, one panel per objective;
 * :func:`score_medians` median over layers of s and d vs step with the IQR as a band, one line per run,
                         encoders and decoders in separate rows;
 * :func:`score_layers`  s and d of each layer vs step, one curve per layer, one row per run.
 * :func:`loss_bands`    mean loss over the seeds of each group with its 95% band.
-
-:func:`save` writes a figure atomically as PNG.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import new_figure
+from .base import figure_for
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 SCORES = (("symmetry", "symmetry s"), ("directionality", "directionality d"))
@@ -30,10 +30,10 @@ def _colors(names) -> dict[str, str]:
     return {n: palette[i % len(palette)] for i, n in enumerate(names)}
 
 
-def loss_curves(losses: "pd.DataFrame") -> "Figure":
+def loss_curves(losses: "pd.DataFrame", *, fig: "Figure | None" = None) -> "Figure":
     """losses: run, objective, init, step, loss, eval_loss -> one panel per objective."""
     objectives = list(dict.fromkeys(losses["objective"]))
-    fig = new_figure(figsize=(5.5 * len(objectives), 3.8))
+    fig = figure_for(fig, figsize=(5.5 * len(objectives), 3.8))
     axes = fig.subplots(1, len(objectives), squeeze=False)[0]
     colors = _colors(dict.fromkeys(losses["run"]))
     for ax, obj in zip(axes, objectives):
@@ -51,14 +51,13 @@ def loss_curves(losses: "pd.DataFrame") -> "Figure":
         ax.set_ylabel("cross-entropy (nats)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
     return fig
 
 
-def score_medians(summary: "pd.DataFrame") -> "Figure":
+def score_medians(summary: "pd.DataFrame", *, fig: "Figure | None" = None) -> "Figure":
     """summary: run, init, stack, step, {symmetry,directionality}_{median,q1,q3} -> rows = stacks."""
     stacks = [s for s in ("encoder", "decoder", "cross") if s in set(summary["stack"])]
-    fig = new_figure(figsize=(10, 3.3 * len(stacks)))
+    fig = figure_for(fig, figsize=(10, 3.3 * len(stacks)))
     axes = fig.subplots(len(stacks), 2, squeeze=False)
     colors = _colors(dict.fromkeys(summary["run"]))
     for row, stack in zip(axes, stacks):
@@ -75,17 +74,16 @@ def score_medians(summary: "pd.DataFrame") -> "Figure":
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
-    fig.tight_layout()
     return fig
 
 
-def score_layers(scores: "pd.DataFrame") -> "Figure":
+def score_layers(scores: "pd.DataFrame", *, fig: "Figure | None" = None) -> "Figure":
     """scores: run, step, level, layer, symmetry, directionality -> one row per run, one curve per layer."""
     import matplotlib
 
     layer = scores[scores["level"] == "layer"]
     runs = list(dict.fromkeys(layer["run"]))
-    fig = new_figure(figsize=(10, 2.8 * max(len(runs), 1)))
+    fig = figure_for(fig, figsize=(10, 2.8 * max(len(runs), 1)))
     axes = fig.subplots(max(len(runs), 1), 2, squeeze=False)
     n_layers = int(layer["layer"].max()) + 1 if len(layer) else 1
     cmap = matplotlib.colormaps["viridis"]
@@ -102,11 +100,10 @@ def score_layers(scores: "pd.DataFrame") -> "Figure":
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)
         row[1].legend(fontsize=6, ncol=2)
-    fig.tight_layout()
     return fig
 
 
-def loss_bands(curves: "pd.DataFrame", ax=None) -> "Figure":  # noqa: ANN001 - a matplotlib Axes
+def loss_bands(curves: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure":
     """curves: group, metric (loss | eval_loss), step, mean, ci_low, ci_high -> the mean loss over seeds
     of each group with its 95% band (training solid, held-out dashed). One panel per objective, or
     everything on ``ax`` when given."""
@@ -114,10 +111,10 @@ def loss_bands(curves: "pd.DataFrame", ax=None) -> "Figure":  # noqa: ANN001 - a
     colors = _colors(groups)
     objectives = list(dict.fromkeys(curves["objective"])) or ["loss"]
     if ax is None:
-        fig = new_figure(figsize=(5.5 * len(objectives), 3.8))
+        fig = figure_for(None, figsize=(5.5 * len(objectives), 3.8))
         axes = dict(zip(objectives, fig.subplots(1, len(objectives), squeeze=False)[0]))
     else:
-        fig, axes = ax.figure, {o: ax for o in objectives}
+        fig, axes = ax.get_figure(root=True), {o: ax for o in objectives}
     for (group, metric), df in curves.groupby(["group", "metric"], sort=False):
         df = df.sort_values("step")
         a = axes[df["objective"].iloc[0]]
@@ -132,6 +129,4 @@ def loss_bands(curves: "pd.DataFrame", ax=None) -> "Figure":  # noqa: ANN001 - a
         a.set_ylabel("cross-entropy (nats)")
         a.grid(alpha=0.3)
         a.legend(fontsize=7)
-    if ax is None:
-        fig.tight_layout()
     return fig

