@@ -118,8 +118,9 @@ def score_factors(
 
 
 def score(
-    source: "str | WeightSource",
+    source: Any,
     *,
+    config: Any = None,
     k: float = 2.0,
     levels: Sequence[str] = LEVELS,
     stacks: Sequence[str] | None = None,
@@ -128,7 +129,10 @@ def score(
 ) -> "pd.DataFrame":
     """Score every layer (and head) of a model: a tidy DataFrame of score records.
 
-    source: a local HF directory, a weights file, a hub id, or any WeightSource.
+    source: a local HF directory, a weights file, a hub id, any WeightSource, or a model in memory
+    (a loaded transformers model, a state dict with ``config=``, an attnscope Transformer, a
+    TransformerLens-style object; see :mod:`attnscope.sources.memory`). config: a dict or
+    transformers config for a state dict (or to override a module's own).
     k: outlier threshold (mean + k std) for directionality. levels: "head" and/or "layer".
     stacks: restrict to some of "encoder", "decoder", "cross". progress: a rich bar on stderr.
     name: the ``model`` column (default: the source's name, its path or hub id).
@@ -139,7 +143,7 @@ def score(
     if not np.isfinite(k) or k < 0:
         raise InputError(f"k must be a finite number >= 0, not {k}")
     lv = _check_levels(levels)
-    src = open_source(source)
+    src = open_source(source, config=config)
     model = name or src.name
     try:
         fam = get_family(src.config)
