@@ -21,6 +21,7 @@ __all__ = ["WeightSource", "DictSource", "open_source", "SOURCE_TYPES"]
 SOURCE_TYPES: list[tuple[str, str]] = [
     # filled in by the source modules' authors, e.g. ("hf", "HFDirectorySource"), ("hub", "HubSource")
     ("gguf", "GGUFSource"),  # a single .gguf file (checked by magic)
+    ("onnxgraph", "ONNXSource"),  # a .onnx file, or a directory with model.onnx / onnx/model.onnx
     ("ctranslate2", "CT2Source"),  # a directory with model.bin (before HF dirs: both have config.json)
     ("hf", "HFDirectorySource"),  # a local HF dir (safetensors, shards, pytorch_model.bin); missing paths
     ("hub", "HubSource"),  # a bare hub id (org/name[@rev]); last, so local paths always win
