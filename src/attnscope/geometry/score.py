@@ -18,6 +18,8 @@ import numpy as np
 
 from attnscope.errors import FormatError, InputError
 
+from attnscope.families.base import check_fold
+
 from .kernels import head_stats, layer_stats
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -126,6 +128,7 @@ def score(
     stacks: Sequence[str] | None = None,
     progress: bool = False,
     name: str | None = None,
+    fold_norms: bool | str = False,
 ) -> "pd.DataFrame":
     """Score every layer (and head) of a model: a tidy DataFrame of score records.
 
@@ -136,6 +139,9 @@ def score(
     k: outlier threshold (mean + k std) for directionality. levels: "head" and/or "layer".
     stacks: restrict to some of "encoder", "decoder", "cross". progress: a rich bar on stderr.
     name: the ``model`` column (default: the source's name, its path or hub id).
+    fold_norms: False / "none" (the paper's convention: W_q W_k^T as stored), True / "qk" (fold the
+    q/k-norm gains of QK-norm models into W_q, W_k), "all" (also the input-norm gain); the choice is
+    the ``fold_norms`` column of every record.
     """
     from attnscope.families import get_family
     from attnscope.sources import open_source
@@ -143,6 +149,7 @@ def score(
     if not np.isfinite(k) or k < 0:
         raise InputError(f"k must be a finite number >= 0, not {k}")
     lv = _check_levels(levels)
+    fold = check_fold(fold_norms)
     src = open_source(source, config=config)
     model = name or src.name
     try:
@@ -165,7 +172,7 @@ def score(
         with progress_bar(total, str(model)[-40:], enabled=progress, unit="layers") as bar:
             for info in infos:
                 for layer in range(info.n_layers):
-                    factors = fam.layer_factors(src, info, layer)
+                    factors = fam.layer_factors(src, info, layer, fold)
                     recs, n_bad = _score_layer(factors, float(k), lv)
                     if n_bad:
                         bad_layers.append(f"{info.stack} {layer} ({n_bad} heads)")
@@ -184,6 +191,7 @@ def score(
     for rec in records:
         rec["model"] = model
         rec["family"] = fam.name
+        rec["fold_norms"] = fold
     return records_frame(records)
 
 
