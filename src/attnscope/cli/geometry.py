@@ -124,6 +124,9 @@ def score_cmd(
                                 fold_norms="all" if fold_input_norm else fold_norms))
         for w in caught:  # warnings as one line each on stderr (never on stdout)
             print(f"attnscope: warning: {w.message}", file=sys.stderr)
+        band = _quantisation_band(spec)
+        if band and not json_out:
+            print(f"attnscope: {frames[-1]['model'].iloc[0]}: {band}", file=sys.stderr)
     df = pd.concat(frames, ignore_index=True)
 
     if out is not None:
@@ -142,6 +145,17 @@ def score_cmd(
         paths = _plots(frames, specs, plot, layer)
         if not json_out:
             stderr_console().print(f"wrote {len(paths)} figures to {plot}/")
+
+
+def _quantisation_band(spec: str) -> str | None:
+    """For a quantised GGUF file: its q/k quantisation and the measured error band (docs/zoo.md)."""
+    from attnscope.sources import open_source
+    from attnscope.sources.quantisation import band_line, qk_quantisation
+
+    if not str(spec).lower().endswith(".gguf"):
+        return None
+    with open_source(spec) as src:
+        return band_line(qk_quantisation(src))
 
 
 def _plots(frames: "list[pd.DataFrame]", specs: list[tuple[str, str | None]], out_dir: Path, layer: int) -> list[Path]:
