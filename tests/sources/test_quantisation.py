@@ -35,10 +35,27 @@ def test_q8_0_matches_its_definition():
 
 def test_coarser_types_move_weights_further():
     x = np.random.default_rng(1).standard_normal((16, 256)).astype(np.float32)
-    err = [np.abs(fake_quantise(x, t) - x).mean() for t in QUANT_TYPES]  # Q8_0, Q5_1, Q5_0, Q4_1, Q4_0
-    assert err[0] < err[2] < err[4] and err[1] < err[3]
+    err = dict(zip(QUANT_TYPES, (np.abs(fake_quantise(x, t) - x).mean() for t in QUANT_TYPES)))
+    assert err["Q8_0"] < err["Q6_K"] < err["Q5_1"] < err["Q4_1"] and err["Q5_0"] < err["Q4_0"]
     with pytest.raises(UnsupportedError, match="cannot simulate Q4_K"):
         fake_quantise(x, "Q4_K")
+    with pytest.raises(UnsupportedError, match="Q6_K needs rows of a multiple of 256"):
+        fake_quantise(x[:, :96], "Q6_K")
+
+
+def test_q6_k_blocks_are_what_the_gguf_dequantiser_reads():
+    """Our Q6_K port packs llama.cpp's byte layout: gguf's own dequantiser returns our values exactly."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    from attnscope.sources.quantisation import q6_k
+
+    x = np.random.default_rng(2).standard_normal((6, 256)).astype(np.float32) * np.linspace(0.1, 3, 256)
+    x[2] = 0.0
+    values, blocks = q6_k(x)
+    assert blocks.shape == (6, 210) and blocks.dtype == np.uint8
+    np.testing.assert_array_equal(dequantize(blocks, GGMLQuantizationType.Q6_K).reshape(x.shape), values)
+    assert (values[2] == 0).all() and 0 < np.abs(values - x).max() < 0.1 * np.abs(x).max()
 
 
 def test_quantised_source_scores_near_float(hf_llama_dirs):

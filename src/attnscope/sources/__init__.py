@@ -55,5 +55,5 @@ def open_source(spec: Any, *, config: Any = None, name: str | None = None, **opt
     spec = str(spec)
     for cls in _source_classes():
         if cls.detect(spec):
-            return cls.open(spec, **options)
+            return cls.open(spec, **options) if name is None else cls.open(spec, name=name, **options)
     raise InputError(f"{spec}: not a model directory, model file or hub id that attnscope can read")
