@@ -282,7 +282,6 @@ class DeclarativeSpec(FamilySpec):
 
         ``cache`` (name -> float32 tensor) lets W_q and W_k of one fused tensor share a single read.
         """
-        import torch
         from einops import rearrange
 
         idx = key_index(source)

@@ -26,7 +26,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from attnscope.families.base import AttentionFactors
-    from attnscope.sources.base import WeightSource
 
 LEVELS = ("head", "layer")
 
