@@ -36,26 +36,28 @@ def test_q8_0_matches_its_definition():
 def test_coarser_types_move_weights_further():
     x = np.random.default_rng(1).standard_normal((16, 256)).astype(np.float32)
     err = dict(zip(QUANT_TYPES, (np.abs(fake_quantise(x, t) - x).mean() for t in QUANT_TYPES)))
-    assert err["Q8_0"] < err["Q6_K"] < err["Q5_1"] < err["Q4_1"] and err["Q5_0"] < err["Q4_0"]
-    with pytest.raises(UnsupportedError, match="cannot simulate Q4_K"):
-        fake_quantise(x, "Q4_K")
+    assert err["Q8_0"] < err["Q6_K"] < err["Q5_1"] < err["Q4_K"] < err["Q4_1"] and err["Q5_0"] < err["Q4_0"]
+    with pytest.raises(UnsupportedError, match="cannot simulate Q3_K"):
+        fake_quantise(x, "Q3_K")
     with pytest.raises(UnsupportedError, match="Q6_K needs rows of a multiple of 256"):
         fake_quantise(x[:, :96], "Q6_K")
 
 
-def test_q6_k_blocks_are_what_the_gguf_dequantiser_reads():
-    """Our Q6_K port packs llama.cpp's byte layout: gguf's own dequantiser returns our values exactly."""
+@pytest.mark.parametrize(("qtype", "n_bytes"), [("Q6_K", 210), ("Q4_K", 144)])
+def test_k_quant_blocks_are_what_the_gguf_dequantiser_reads(qtype, n_bytes):
+    """Our K-quant ports pack llama.cpp's byte layout: gguf's own dequantiser returns our values exactly."""
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
-    from attnscope.sources.quantisation import q6_k
+    from attnscope.sources.quantisation import q4_k, q6_k
 
     x = np.random.default_rng(2).standard_normal((6, 256)).astype(np.float32) * np.linspace(0.1, 3, 256)
-    x[2] = 0.0
-    values, blocks = q6_k(x)
-    assert blocks.shape == (6, 210) and blocks.dtype == np.uint8
-    np.testing.assert_array_equal(dequantize(blocks, GGMLQuantizationType.Q6_K).reshape(x.shape), values)
-    assert (values[2] == 0).all() and 0 < np.abs(values - x).max() < 0.1 * np.abs(x).max()
+    x[2] = 0.0  # an all-zero block
+    x[3] = np.abs(x[3])  # no negative values: the min clamps to 0
+    values, blocks = (q6_k if qtype == "Q6_K" else q4_k)(x)
+    assert blocks.shape == (6, n_bytes) and blocks.dtype == np.uint8
+    np.testing.assert_array_equal(dequantize(blocks, GGMLQuantizationType[qtype]).reshape(x.shape), values)
+    assert (values[2] == 0).all() and 0 < np.abs(values - x).max() < 0.2 * np.abs(x).max()
 
 
 def test_quantised_source_scores_near_float(hf_llama_dirs):
@@ -75,7 +77,7 @@ def test_band_lines():
     assert band_line(["F16"]) is None and band_line([]) is None
     line = band_line(["Q5_0"])
     assert f"|delta s| <= {ERROR_BANDS['Q5_0'][0]:.3f}" in line and "Q5_0" in line
-    assert "no measured band for Q4_K" in band_line(["Q4_K"])
+    assert "no measured band for Q3_K" in band_line(["Q3_K"])
 
 
 def test_cli_prints_the_band_of_a_quantised_gguf(tmp_path):

@@ -1,8 +1,8 @@
 """How far to trust a quantised file: simulated quantisation of float weights and the measured error bands.
 
 :class:`QuantisedSource` wraps any source and hands out its 2-D float tensors quantised and
-dequantised with the ``gguf`` package's own quantisers, or for Q6_K with :func:`q6_k` (llama.cpp's
-reference quantiser, checked against the gguf package's dequantiser), blocks along the input dim as in
+dequantised with the ``gguf`` package's own quantisers, or for the K-quants with :func:`q6_k` /
+:func:`q4_k` (ports of llama.cpp's reference quantisers, checked against the gguf package's dequantiser), blocks along the input dim as in
 GGUF files,, so the scores of a quantised model can be compared with the float ones
 (``benchmarks/quantisation_error.py``). :data:`ERROR_BANDS` holds what that benchmark measured on
 real float weights (all-MiniLM-L6-v2, Whisper tiny.en, Whisper base): the largest per-layer |delta s| and
@@ -25,19 +25,20 @@ from .base import WeightSource
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-#: simulated types: the gguf package's own quantisers, plus Q6_K written here after llama.cpp's reference
-#: quantiser (the gguf package only dequantises K-quants; Q4_K is not simulated)
-QUANT_TYPES = ("Q8_0", "Q6_K", "Q5_1", "Q5_0", "Q4_1", "Q4_0")
+#: simulated types: the gguf package's own quantisers, plus Q6_K and Q4_K ported here from llama.cpp's
+#: reference quantisers (the gguf package only dequantises K-quants)
+QUANT_TYPES = ("Q8_0", "Q6_K", "Q5_1", "Q5_0", "Q4_K", "Q4_1", "Q4_0")
 #: values per quantisation block (a row's length must be a multiple)
-BLOCK_SIZE = {"Q6_K": 256}
+BLOCK_SIZE = {"Q6_K": 256, "Q4_K": 256}
 
 #: qtype -> (max |delta s|, max |delta d|) per layer vs float, over every layer and stack of
-#: all-MiniLM-L6-v2, Whisper tiny.en and Whisper base (Q6_K: Whisper base only; benchmarks/quantisation_error.py)
+#: all-MiniLM-L6-v2, Whisper tiny.en and Whisper base (K-quants: Whisper base only; benchmarks/quantisation_error.py)
 ERROR_BANDS: dict[str, tuple[float, float]] = {
     "Q8_0": (0.0001, 0.0009),
     "Q6_K": (0.0004, 0.0042),
     "Q5_1": (0.0013, 0.0079),
     "Q5_0": (0.0018, 0.0111),
+    "Q4_K": (0.0051, 0.0141),
     "Q4_1": (0.0055, 0.0143),
     "Q4_0": (0.0086, 0.0232),
 }
@@ -58,8 +59,8 @@ def fake_quantise(array: np.ndarray, qtype: str) -> np.ndarray:
     a = np.ascontiguousarray(array, dtype=np.float32)
     if a.shape[-1] % block_size(qtype):
         raise UnsupportedError(f"{qtype} needs rows of a multiple of {block_size(qtype)} values, not {a.shape[-1]}")
-    if qtype == "Q6_K":
-        return q6_k(a.reshape(-1, 256))[0].reshape(a.shape)
+    if qtype in ("Q6_K", "Q4_K"):
+        return (q6_k if qtype == "Q6_K" else q4_k)(a.reshape(-1, 256))[0].reshape(a.shape)
     qt = GGMLQuantizationType[qtype]
     return dequantize(quantize(a, qt), qt).reshape(a.shape).astype(np.float32)
 
@@ -113,6 +114,61 @@ def q6_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     packed = np.concatenate([ql, qh, sc.view(np.uint8), d.reshape(nb, 1).view(np.uint8)], axis=1)
     return xhat, packed
 
+
+
+def _make_qkx2_quants(x: np.ndarray, w: np.ndarray, nmax: int, nstep: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """llama.cpp's ``make_qkx2_quants(n, nmax, x, w, L, &min, Laux, -1, 0.1, nstep, false)`` on every row of
+    ``x`` [m, n]: a scale and a (subtracted) min per row, by weighted least squares over trial scales."""
+    mn = np.minimum(x.min(axis=1), 0.0)
+    flat = x.max(axis=1) == mn
+    rng = np.where(flat, 1.0, x.max(axis=1) - mn)
+    sum_w, sum_x = w.sum(axis=1), (w * x).sum(axis=1)
+    scale = rng / nmax
+    lv = np.clip(np.rint((x - mn[:, None]) / scale[:, None]), 0, nmax)
+    best = (w * (scale[:, None] * lv + mn[:, None] - x) ** 2).sum(axis=1)
+    for step in range(nstep + 1):
+        la = np.clip(np.rint(((-1.0 + 0.1 * step + nmax) / rng)[:, None] * (x - mn[:, None])), 0, nmax)
+        sl, sl2, sxl = (w * la).sum(axis=1), (w * la * la).sum(axis=1), (w * la * x).sum(axis=1)
+        det = sum_w * sl2 - sl * sl
+        ok = det > 0
+        det = np.where(ok, det, 1)
+        ts, tm = (sum_w * sxl - sum_x * sl) / det, (sl2 * sum_x - sl * sxl) / det
+        pos = tm > 0  # a positive min is clamped to 0 and the scale refitted
+        ts = np.where(pos, sxl / np.where(sl2 > 0, sl2, 1), ts)
+        tm = np.where(pos, 0.0, tm)
+        better = ok & ((w * (ts[:, None] * la + tm[:, None] - x) ** 2).sum(axis=1) < best)
+        best = np.where(better, (w * (ts[:, None] * la + tm[:, None] - x) ** 2).sum(axis=1), best)
+        scale, mn = np.where(better, ts, scale), np.where(better, tm, mn)
+    return np.where(flat, 0.0, scale), -mn
+
+
+def q4_k(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K after llama.cpp's ``quantize_row_q4_K_ref``: blocks of 256 = 8 sub-blocks of 32 values, 4-bit
+    quants with a 6-bit scale and min per sub-block, fp16 d and dmin. ``x`` [nb, 256] -> (dequantised
+    [nb, 256], blocks [nb, 144] in the GGUF byte layout d | dmin | scales[12] | qs[128])."""
+    nb = len(x)
+    xs = x.reshape(nb * 8, 32).astype(np.float64)
+    w = np.sqrt((xs * xs).mean(axis=1))[:, None] + np.abs(xs)
+    scales, mins = (a.reshape(nb, 8).astype(np.float32) for a in _make_qkx2_quants(xs, w, 15))
+    max_s, max_m = scales.max(axis=1), mins.max(axis=1)
+    inv_s = np.where(max_s > 0, 63 / np.where(max_s > 0, max_s, 1), 0).astype(np.float32)
+    inv_m = np.where(max_m > 0, 63 / np.where(max_m > 0, max_m, 1), 0).astype(np.float32)
+    ls = np.minimum(63, np.rint(inv_s[:, None] * scales)).astype(np.uint8)
+    lm = np.minimum(63, np.rint(inv_m[:, None] * mins)).astype(np.uint8)
+    d, dmin = (max_s / 63).astype(np.float16), (max_m / 63).astype(np.float16)
+    sc = np.zeros((nb, 12), np.uint8)  # 6-bit scales and mins, the upper four of each split over spare bits
+    sc[:, 0:4] = ls[:, 0:4] | ((ls[:, 4:8] >> 4) << 6)
+    sc[:, 4:8] = lm[:, 0:4] | ((lm[:, 4:8] >> 4) << 6)
+    sc[:, 8:12] = (ls[:, 4:8] & 0xF) | ((lm[:, 4:8] & 0xF) << 4)
+    d1 = (d.astype(np.float32)[:, None] * ls)[:, :, None]  # [nb, 8, 1]
+    dm = (dmin.astype(np.float32)[:, None] * lm)[:, :, None]
+    nz = d1 != 0
+    lv = np.where(nz, np.clip(np.rint((x.reshape(nb, 8, 32) + dm) / np.where(nz, d1, 1)), 0, 15), 0)
+    xhat = (d1 * lv - dm).reshape(nb, 256).astype(np.float32)
+    q = lv.reshape(nb, 4, 2, 32).astype(np.uint8)  # 64-value chunks: low nibbles the first 32, high the next
+    qs = (q[:, :, 0] | (q[:, :, 1] << 4)).reshape(nb, 128)
+    packed = np.concatenate([d.reshape(nb, 1).view(np.uint8), dmin.reshape(nb, 1).view(np.uint8), sc, qs], axis=1)
+    return xhat, packed
 
 class QuantisedSource(WeightSource):
     """Another source's tensors, 2-D float ones (rows a multiple of the block size) quantised to ``qtype`` on read."""
