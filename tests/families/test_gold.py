@@ -6,6 +6,8 @@ test. See gold.py for how the model's own per-head queries and keys are captured
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -27,6 +29,7 @@ from .gold import (
     musicgen_decoder_inputs,
     musicgen_inputs,
     our_logits,
+    rms_scales,
     run,
     saved_tensors,
     seq2seq_inputs,
@@ -48,9 +51,10 @@ BERT_ATTN = {r"encoder\.layer\.(\d+)\.attention\.self": "encoder"}
 LLAMA_ATTN = {r"layers\.(\d+)\.self_attn": "decoder"}
 
 
-def _llama(cls: str, n_kv: int, **extra) -> Case:
+def _llama(cls: str, n_kv: int, qk_norm: str = "", **extra) -> Case:
     config = _cfg(cls, **{**TINY, "num_key_value_heads": n_kv, **extra})
-    return Case(f"{cls}-kv{n_kv}", config, cls.replace("Config", "Model"), LLAMA_ATTN, "q_proj", "k_proj", rope=True)
+    return Case(f"{cls}-kv{n_kv}", config, cls.replace("Config", "Model"), LLAMA_ATTN, "q_proj", "k_proj", rope=True,
+                qk_norm=qk_norm)
 
 
 GPT2_TINY = dict(n_embd=32, n_layer=2, n_head=4, vocab_size=99, n_positions=32)
@@ -147,6 +151,12 @@ CASES = [
            shared_expert_intermediate_size=8),
     _llama("GemmaConfig", 1, head_dim=8),
     _llama("Gemma2Config", 2, head_dim=8),
+    # QK-norm decoders: scored with fold_norms="qk", compared with the RMS normalisation held fixed
+    _llama("Qwen3Config", 2, head_dim=8, qk_norm="head"),
+    _llama("Qwen3MoeConfig", 2, head_dim=8, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
+           qk_norm="head"),
+    _llama("Gemma3TextConfig", 1, head_dim=8, qk_norm="head"),
+    _llama("Olmo2Config", 2, qk_norm="proj"),
     _llama("PhiConfig", 2),
     Case("opt", _cfg("OPTConfig", hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=37,
                      vocab_size=99, word_embed_proj_dim=32), "OPTModel", LLAMA_ATTN, "q_proj", "k_proj",
@@ -234,12 +244,14 @@ def test_factors_reproduce_model_logits(case: Case, tmp_path) -> None:
     config = cfg.to_dict()
     spec = get_family(config)
     # the checkpoint as save_pretrained writes it (config.json + safetensors: what users score) ...
+    fold = "qk" if case.qk_norm else "none"
     model.save_pretrained(tmp_path)
     with open_source(str(tmp_path)) as source:
         assert get_family(source.config) is spec
-        factors = {(f.stack, f.layer): f for f in spec.iter_factors(source)}
+        factors = {(f.stack, f.layer): f for f in spec.iter_factors(source, fold=fold)}
+        raw = {(f.stack, f.layer): f for f in spec.iter_factors(source)}  # unfolded: the RMS denominators
     # ... and the live module's state dict (transformers may rename modules on load) give the same factors
-    live = {(f.stack, f.layer): f for f in spec.iter_factors(DictSource.from_module(model, config))}
+    live = {(f.stack, f.layer): f for f in spec.iter_factors(DictSource.from_module(model, config), fold=fold)}
     assert live.keys() == factors.keys()
     for key, f in live.items():
         np.testing.assert_array_equal(f.q, factors[key].q)
@@ -256,6 +268,9 @@ def test_factors_reproduce_model_logits(case: Case, tmp_path) -> None:
         assert call.key.shape[1] in (f.k.shape[0], f.q.shape[0])
         want = model_logits(call, case.prescaled)
         got = our_logits(call, f.q, f.k, f.kv_index)
+        if case.qk_norm:
+            r = raw[(call.stack, call.layer)]
+            got = got / rms_scales(call, r.q, r.k, r.kv_index, cfg.rms_norm_eps, case.qk_norm)
         scale = np.abs(want).max()
         assert scale > 1e-2, "degenerate logits: the test would prove nothing"
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * scale,
@@ -317,3 +332,45 @@ def test_gold_test_catches_falcon_groups_read_as_plain_blocks(tmp_path) -> None:
     q, k = (dataclasses.replace(p, grouped=False) for p in (st.q, st.k))
     flat = dataclasses.replace(st, q=q, k=k)
     assert _worst_error(case, dataclasses.replace(spec, layout=(flat,), variants=()), tmp_path) > 1e-2
+
+
+@pytest.mark.parametrize("case_id", ["Qwen3Config-kv2", "Gemma3TextConfig-kv1", "Olmo2Config-kv2"])
+def test_gold_test_catches_unfolded_or_misread_norm_gains(case_id: str, tmp_path) -> None:
+    """Scored without folding, or Gemma's gains read without their + 1, the QK-norm logits do not match."""
+
+    case = next(c for c in CASES if c.id == case_id)
+    model, cfg = build(case)
+    config = cfg.to_dict()
+    spec = get_family(config)
+    src = DictSource(saved_tensors(model, tmp_path), config)
+    st = spec.layout[0]
+    wrong_offset = dataclasses.replace(spec, layout=(dataclasses.replace(st, norm_offset=1.0 - st.norm_offset),))
+    raw = {f.layer: f for f in spec.iter_factors(src)}
+    for wrong in ({f.layer: f for f in spec.iter_factors(src)}, {f.layer: f for f in wrong_offset.iter_factors(src, fold="qk")}):
+        worst = 0.0
+        for call in run(case, model, cfg):
+            f, r = wrong[call.layer], raw[call.layer]
+            want = model_logits(call)
+            got = our_logits(call, f.q, f.k, f.kv_index) / rms_scales(call, r.q, r.k, r.kv_index, cfg.rms_norm_eps,
+                                                                       case.qk_norm)
+            worst = max(worst, float(np.abs(got - want).max() / np.abs(want).max()))
+        assert worst > 1e-2
+
+
+@pytest.mark.parametrize("case_id", ["Qwen3Config-kv2", "Gemma3TextConfig-kv1"])
+def test_fold_all_also_folds_the_input_norm_gain(case_id: str, tmp_path) -> None:
+    """With fold "all", x_n Q'' K''^T x_n'^T on the normalised input x_n = x / gamma_in equals the "qk" form on x."""
+    case = next(c for c in CASES if c.id == case_id)
+    model, cfg = build(case)
+    config = cfg.to_dict()
+    spec = get_family(config)
+    src = DictSource(saved_tensors(model, tmp_path), config)
+    qk = {f.layer: f for f in spec.iter_factors(src, fold="qk")}
+    full = {f.layer: f for f in spec.iter_factors(src, fold="all")}
+    offset = 1.0 if "Gemma" in case_id else 0.0  # Gemma's RMSNorm multiplies by 1 + weight
+    for call in run(case, model, cfg):
+        gain = model.layers[call.layer].input_layernorm.weight.detach().double() + offset
+        normed = dataclasses.replace(call, x=call.x.double() / gain, xk=call.xk.double() / gain)
+        want = our_logits(call, qk[call.layer].q, qk[call.layer].k, qk[call.layer].kv_index)
+        got = our_logits(normed, full[call.layer].q, full[call.layer].k, full[call.layer].kv_index)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6 * np.abs(want).max())

@@ -74,6 +74,8 @@ def score_cmd(
     k: float = typer.Option(2.0, "--k", help="Outlier threshold: mean + k std of row/column norms."),
     level: str = typer.Option("both", "--level", help="head, layer or both."),
     stack: Optional[List[str]] = typer.Option(None, "--stack", help="Only this stack (encoder/decoder/cross); repeatable."),
+    fold_norms: bool = typer.Option(False, "--fold-norms", help="Fold q/k-norm gains (QK-norm models) into W_q, W_k."),
+    fold_input_norm: bool = typer.Option(False, "--fold-input-norm", help="With --fold-norms: also the input-norm gain."),
     demo: bool = typer.Option(False, "--demo", help="Score the bundled all-MiniLM-L6-v2 (needs attnscope\\[demo])."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Survey a zoo group of models into --out DIR."),
     executor: str = typer.Option("local", "--executor", help="Zoo survey executor: local, inline or slurm."),
@@ -118,9 +120,13 @@ def score_cmd(
     for spec, name in specs:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            frames.append(score(spec, k=k, levels=levels, stacks=stack, progress=show_progress, name=name))
+            frames.append(score(spec, k=k, levels=levels, stacks=stack, progress=show_progress, name=name,
+                                fold_norms="all" if fold_input_norm else fold_norms))
         for w in caught:  # warnings as one line each on stderr (never on stdout)
             print(f"attnscope: warning: {w.message}", file=sys.stderr)
+        band = _quantisation_band(spec)
+        if band and not json_out:
+            print(f"attnscope: {frames[-1]['model'].iloc[0]}: {band}", file=sys.stderr)
     df = pd.concat(frames, ignore_index=True)
 
     if out is not None:
@@ -139,6 +145,17 @@ def score_cmd(
         paths = _plots(frames, specs, plot, layer)
         if not json_out:
             stderr_console().print(f"wrote {len(paths)} figures to {plot}/")
+
+
+def _quantisation_band(spec: str) -> str | None:
+    """For a quantised GGUF file: its q/k quantisation and the measured error band (docs/zoo.md)."""
+    from attnscope.sources import open_source
+    from attnscope.sources.quantisation import band_line, qk_quantisation
+
+    if not str(spec).lower().endswith(".gguf"):
+        return None
+    with open_source(spec) as src:
+        return band_line(qk_quantisation(src))
 
 
 def _plots(frames: "list[pd.DataFrame]", specs: list[tuple[str, str | None]], out_dir: Path, layer: int) -> list[Path]:

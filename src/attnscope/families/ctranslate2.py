@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from attnscope.errors import FormatError
+from attnscope.errors import FormatError, UnsupportedError
 
 from .base import AttentionFactors, FamilySpec, StackInfo
 from .gguf import read_float32, split_heads
@@ -52,7 +52,10 @@ class CT2TransformerSpec(FamilySpec):
                 out.append(StackInfo("cross", int(n_layers), h, h, d, d // h, extra={"ct2_spec": spec}))
         return out
 
-    def layer_factors(self, source: "WeightSource", info: StackInfo, layer: int) -> AttentionFactors:
+    def layer_factors(self, source: "WeightSource", info: StackInfo, layer: int, fold: str = "none") -> AttentionFactors:
+        if fold == "all":
+            raise UnsupportedError(f"{self.name}: input-norm gain folding is not declared for CTranslate2 models")
+        # fold == "qk": these models have no q/k norm, nothing to fold
         h, g, d, e = info.n_heads, info.n_kv_heads, info.d_model, info.d_head
         if info.stack == "cross":
             base = f"decoder/layer_{layer}/attention"

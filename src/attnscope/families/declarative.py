@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
-from .base import AttentionFactors, FamilySpec, StackInfo, kv_head_index
+from attnscope.errors import AttnscopeError, ConfigError, FormatError, UnsupportedError
+
+from .base import AttentionFactors, FamilySpec, StackInfo, fold_gains, kv_head_index
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -79,6 +81,14 @@ class Stack:
     refuse_if: tuple[str, ...] = ()
     #: (config key, the only value this layout reads correctly); another value is refused, never misread
     require: tuple[tuple[str, Any], ...] = ()
+    #: norm gains folded in with ``fold`` (name templates resolved like ``Proj``): a per-head RMSNorm gain on q
+    #: and k after the projection ([e] shared by the heads, or [h e] over the whole projection, OLMo-2) ...
+    q_norm: str | None = None
+    k_norm: str | None = None
+    #: ... and the gain of the norm applied to x before both projections ([d]; ``fold="all"`` only)
+    input_norm: str | None = None
+    #: added to every stored gain (Gemma's RMSNorm multiplies by ``1 + weight``)
+    norm_offset: float = 0.0
 
 
 def _lookup(config: dict[str, Any], key: str) -> Any:
@@ -98,8 +108,6 @@ def _config_int(config: dict[str, Any], keys: ConfigKeys, what: str, model_type:
         value = _lookup(config, key)
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 0:
-                from attnscope.errors import ConfigError
-
                 raise ConfigError(f"{model_type} config: {key}={value!r} is not a valid {what}")
             return int(value)
     return None
@@ -108,8 +116,6 @@ def _config_int(config: dict[str, Any], keys: ConfigKeys, what: str, model_type:
 def _required(config: dict[str, Any], keys: ConfigKeys, what: str, model_type: str) -> int:
     value = _config_int(config, keys, what, model_type)
     if value is None:
-        from attnscope.errors import ConfigError
-
         names = ", ".join(str(k) for k in keys)
         raise ConfigError(f"{model_type} config has no {what} (looked for: {names})")
     return value
@@ -132,8 +138,6 @@ class _KeyIndex:
                 {k[: len(k) - len(probe)] for k in self.keys if k == probe or k.endswith("." + probe)}
             )
             if len(found) > 1:
-                from attnscope.errors import FormatError
-
                 shown = ", ".join(repr(p + probe) for p in found[:3])
                 raise FormatError(
                     f"{self.name}: several tensors end in {probe!r} ({shown}); cannot tell which to score"
@@ -192,12 +196,8 @@ def _to_float32(t: "torch.Tensor") -> "torch.Tensor":
 
     t = t.detach()
     if not torch.is_floating_point(t):
-        from attnscope.errors import FormatError
-
         raise FormatError(f"tensor of dtype {t.dtype} is not a floating-point weight (quantized checkpoint?)")
     if t.element_size() == 1:  # fp8 weights carry separate (often block-wise) scales: upcasting alone is wrong
-        from attnscope.errors import UnsupportedError
-
         raise UnsupportedError(f"{t.dtype} (fp8-quantized) weights are not supported; use the bf16/fp16 checkpoint")
     return t.to(device="cpu", dtype=torch.float32)
 
@@ -236,8 +236,6 @@ class DeclarativeSpec(FamilySpec):
         mt = str(config.get("model_type", self.name))
         for flag in st.refuse_if:
             if config.get(flag):
-                from attnscope.errors import UnsupportedError
-
                 raise UnsupportedError(
                     f"{mt} with {flag}={config[flag]!r} normalises q and k per head, so its logits are not "
                     "the bilinear form x W_q W_k^T x'^T; not supported (see docs/families.md)"
@@ -245,8 +243,6 @@ class DeclarativeSpec(FamilySpec):
         for key, wanted in st.require:
             actual = _lookup(config, key)
             if actual is not None and actual != wanted:
-                from attnscope.errors import UnsupportedError
-
                 raise UnsupportedError(f"{mt} with {key}={actual!r} is not supported (only {key}={wanted!r})")
         n_layers = _required(config, st.n_layers, f"{st.stack} layer count", mt)
         n_heads = _required(config, st.n_heads, f"{st.stack} head count", mt)
@@ -255,8 +251,6 @@ class DeclarativeSpec(FamilySpec):
         d_head = _config_int(config, st.d_head, "head dim", mt)
         if d_head is None:
             if n_heads == 0 or d_model % n_heads:
-                from attnscope.errors import ConfigError
-
                 raise ConfigError(f"{mt} config: width {d_model} is not divisible by {n_heads} heads")
             d_head = d_model // n_heads
         d_kv = _config_int(config, st.d_model_kv, "key-side width", mt) or d_model
@@ -270,8 +264,6 @@ class DeclarativeSpec(FamilySpec):
                 continue
             out.append(self.stack_info(config, st))
         if source is not None and not out:
-            from attnscope.errors import FormatError
-
             raise FormatError(f"{source.name}: holds none of the {self.name} attention tensors")
         return out
 
@@ -290,10 +282,7 @@ class DeclarativeSpec(FamilySpec):
 
         ``cache`` (name -> float32 tensor) lets W_q and W_k of one fused tensor share a single read.
         """
-        import torch
         from einops import rearrange
-
-        from attnscope.errors import AttnscopeError, FormatError
 
         idx = key_index(source)
         name = idx.resolve(proj, layer)
@@ -341,12 +330,37 @@ class DeclarativeSpec(FamilySpec):
             out = out[proj.part]
         return np.asarray(out.numpy(), dtype=np.float32)  # [n, d, e], a view: the kernels read it strided
 
-    def layer_factors(self, source: "WeightSource", info: StackInfo, layer: int) -> AttentionFactors:
+    def layer_factors(self, source: "WeightSource", info: StackInfo, layer: int, fold: str = "none") -> AttentionFactors:
         st = self._stack(info.stack, source.config)
         cache: dict[str, torch.Tensor] = {}  # a fused q|k|v tensor is read once for both
         q = self._read(source, info, layer, st.q, info.n_heads, info.d_model, cache)  # [h, d, e]
         k = self._read(source, info, layer, st.k, info.n_kv_heads, info.d_model_kv or info.d_model, cache)  # [g, d, e]
+        if fold != "none":
+            q, k = self._fold(source, info, st, layer, q, k, fold)
         return AttentionFactors(info.stack, layer, q, k)
+
+    def _gain(self, source: "WeightSource", template: str, layer: int, offset: float) -> np.ndarray:
+        name = key_index(source).resolve(Proj(template), layer)
+        if name is None:
+            raise FormatError(f"{source.name}: missing norm gain ending in {template.format(i=layer)!r} ({self.name})")
+        return _to_float32(source.get(name)).numpy().reshape(-1) + np.float32(offset)
+
+    def _fold(
+        self, source: "WeightSource", info: StackInfo, st: Stack, layer: int, q: np.ndarray, k: np.ndarray, fold: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Fold the stack's declared gains (``fold`` = "qk" or "all") into ``q [h, d, e]``, ``k [g, d, e]``."""
+        if fold == "all" and st.input_norm is None:
+            raise UnsupportedError(
+                f"{self.name} {info.stack}: its spec declares no input-norm gain, so fold_norms='all' is not "
+                "available (fold_norms='qk' is)"
+            )
+        off = st.norm_offset
+        return fold_gains(
+            q, k,
+            q_gain=self._gain(source, st.q_norm, layer, off) if st.q_norm else None,
+            k_gain=self._gain(source, st.k_norm, layer, off) if st.k_norm else None,
+            in_gain=self._gain(source, st.input_norm, layer, off) if fold == "all" and st.input_norm else None,
+        )  # fmt: skip
 
 
 def per_model_type(groups: list[DeclarativeSpec]) -> list[DeclarativeSpec]:

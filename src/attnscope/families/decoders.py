@@ -7,6 +7,8 @@ Einstein legend: h head, d model dim, e head dim, three the q|k|v axis of a fuse
 
 from __future__ import annotations
 
+from typing import Any
+
 from .declarative import CONV1D, DeclarativeSpec, Stack, Variant, fused, fused_blocks, per_model_type, separate
 
 _GPT2_KEYS = dict(n_layers=("n_layer",), n_heads=("n_head",), d_model=("n_embd",))
@@ -19,8 +21,18 @@ _FALCON_QKV = "h.{i}.self_attention.query_key_value.weight"
 _LLAMA_QK = separate("layers.{i}.self_attn.q_proj.weight", "layers.{i}.self_attn.k_proj.weight")
 
 
-def _llama_like(name: str, *model_types: str, note: str = "", refuse_if: tuple[str, ...] = ()) -> DeclarativeSpec:
-    return DeclarativeSpec(name, model_types, (Stack("decoder", *_LLAMA_QK, **_GQA, refuse_if=refuse_if),), note=note)
+_INPUT_NORM = "layers.{i}.input_layernorm.weight"
+#: per-head RMSNorm on q and k after the projection (Qwen3, Gemma 3, OLMo-2)
+_QK_NORM = dict(q_norm="layers.{i}.self_attn.q_norm.weight", k_norm="layers.{i}.self_attn.k_norm.weight")
+
+
+def _llama_like(
+    name: str, *model_types: str, note: str = "", refuse_if: tuple[str, ...] = (), input_norm: str | None = _INPUT_NORM,
+    **norms: Any,
+) -> DeclarativeSpec:
+    """LLaMA tensor names; ``norms`` declares q/k-norm gains (``q_norm``, ``k_norm``, ``norm_offset``)."""
+    stack = Stack("decoder", *_LLAMA_QK, **_GQA, refuse_if=refuse_if, input_norm=input_norm, **norms)
+    return DeclarativeSpec(name, model_types, (stack,), note=note)
 
 
 #: layouts, grouped; SPECS has one spec per model_type (the ``family`` of a score record)
@@ -52,13 +64,18 @@ FAMILIES = [
     _llama_like("llama", "llama", "mobilellm", note="also MobileLLM (remote-code config, llama tensor names)"),
     _llama_like("mistral", "mistral", "mixtral"),
     _llama_like("qwen2", "qwen2", "qwen2_moe"),
-    _llama_like("gemma", "gemma", "gemma2"),
+    _llama_like("qwen3", "qwen3", "qwen3_moe", note="q/k RMSNorm per head (gains folded with fold_norms)", **_QK_NORM),
+    _llama_like("gemma", "gemma", "gemma2", norm_offset=1.0, note="RMSNorm gains are 1 + weight"),
+    _llama_like("gemma3_text", "gemma3_text", norm_offset=1.0, **_QK_NORM,
+                note="Gemma 3 text: q/k RMSNorm per head, gains 1 + weight"),
     _llama_like("phi", "phi", note="Phi-1, Phi-1.5, Phi-2", refuse_if=("qk_layernorm",)),
-    _llama_like("opt", "opt", note="OPT (decoder.layers...)"),
+    _llama_like("opt", "opt", note="OPT (decoder.layers...)", input_norm=None),
     _llama_like("stablelm", "stablelm", refuse_if=("qk_layernorm",)),
     _llama_like("starcoder2", "starcoder2"),
     _llama_like("granite", "granite"),
-    _llama_like("olmo", "olmo", note="OLMo 1 (OLMo 2 has qk-norm: not supported)"),
+    _llama_like("olmo", "olmo", note="OLMo 1 (non-parametric LayerNorm: no gain)", input_norm=None),
+    _llama_like("olmo2", "olmo2", input_norm=None, **_QK_NORM,
+                note="OLMo 2: q/k RMSNorm over the whole projection (h e); norms after attention, not before"),
     _llama_like("cohere", "cohere", refuse_if=("use_qk_norm",)),
     DeclarativeSpec(
         "bloom",

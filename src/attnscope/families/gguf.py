@@ -17,7 +17,7 @@ import numpy as np
 
 from attnscope.errors import FormatError, UnsupportedError
 
-from .base import AttentionFactors, FamilySpec, StackInfo
+from .base import AttentionFactors, FamilySpec, StackInfo, fold_gains
 
 if TYPE_CHECKING:  # pragma: no cover
     from attnscope.sources.base import WeightSource
@@ -28,6 +28,9 @@ GGUF_ARCHS = (
     "phi3", "starcoder2", "granite", "olmo", "olmo2", "internlm2", "stablelm", "gpt2", "command-r",
     "cohere2", "exaone", "smollm3", "phi2",
 )
+#: archs whose q/k-norm gains can be folded: q/k rows are not permuted by llama.cpp's converter (NeoX
+#: rotary), so a per-head gain lines up with the head dim; the converter already adds Gemma's ``+ 1``
+QK_NORM_FOLD_ARCHS = frozenset({"qwen3", "qwen3moe", "gemma3"})
 #: archs whose fused ``attn_qkv`` is known to be plain rows [q | k | v]; any other fused layout (falcon,
 #: bloom: interleaved per head) is refused rather than sliced wrongly
 FUSED_QKV_ARCHS = frozenset({"phi3", "phi2", "gpt2"})
@@ -64,7 +67,7 @@ class GGUFLlamaLikeSpec(FamilySpec):
                          extra={"arch": config.get("architecture")})
         return [info]
 
-    def layer_factors(self, source: "WeightSource", info: StackInfo, layer: int) -> AttentionFactors:
+    def layer_factors(self, source: "WeightSource", info: StackInfo, layer: int, fold: str = "none") -> AttentionFactors:
         h, g, d, e = info.n_heads, info.n_kv_heads, info.d_model, info.d_head
         base = f"blk.{layer}"
         if source.has(f"{base}.attn_q.weight"):
@@ -87,7 +90,28 @@ class GGUFLlamaLikeSpec(FamilySpec):
             raise FormatError(f"{source.name}: no attn_q/attn_k or attn_qkv tensor for layer {layer}")
         q = split_heads(wq, h, e, d, f"{source.name} {base} q")
         k = split_heads(wk, g, e, d, f"{source.name} {base} k")
+        if fold != "none":
+            q, k = self._fold(source, base, q, k, fold)
         return AttentionFactors("decoder", layer, q, k)
+
+    def _fold(self, source: "WeightSource", base: str, q: np.ndarray, k: np.ndarray, fold: str) -> tuple:
+        """Fold ``attn_q_norm`` / ``attn_k_norm`` (and with "all" ``attn_norm``) gains into q [h, d, e], k [g, d, e]."""
+        arch = self.name.split(":", 1)[1]
+        gains = {}
+        for key in ("attn_q_norm", "attn_k_norm"):
+            if source.has(f"{base}.{key}.weight"):
+                if arch not in QK_NORM_FOLD_ARCHS:
+                    raise UnsupportedError(
+                        f"{source.name}: folding {key} of GGUF arch {arch!r} is not verified (rows may be permuted); "
+                        f"supported: {', '.join(sorted(QK_NORM_FOLD_ARCHS))}"
+                    )
+                gains[key] = read_float32(source, f"{base}.{key}.weight")
+        in_gain = None
+        if fold == "all":
+            if not source.has(f"{base}.attn_norm.weight"):
+                raise FormatError(f"{source.name}: no {base}.attn_norm.weight to fold (fold_norms='all')")
+            in_gain = read_float32(source, f"{base}.attn_norm.weight")
+        return fold_gains(q, k, q_gain=gains.get("attn_q_norm"), k_gain=gains.get("attn_k_norm"), in_gain=in_gain)
 
 
 SPECS = [GGUFLlamaLikeSpec(arch) for arch in GGUF_ARCHS]

@@ -18,13 +18,14 @@ import numpy as np
 
 from attnscope.errors import FormatError, InputError
 
+from attnscope.families.base import check_fold
+
 from .kernels import head_stats, layer_stats
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from attnscope.families.base import AttentionFactors
-    from attnscope.sources.base import WeightSource
 
 LEVELS = ("head", "layer")
 
@@ -118,20 +119,28 @@ def score_factors(
 
 
 def score(
-    source: "str | WeightSource",
+    source: Any,
     *,
+    config: Any = None,
     k: float = 2.0,
     levels: Sequence[str] = LEVELS,
     stacks: Sequence[str] | None = None,
     progress: bool = False,
     name: str | None = None,
+    fold_norms: bool | str = False,
 ) -> "pd.DataFrame":
     """Score every layer (and head) of a model: a tidy DataFrame of score records.
 
-    source: a local HF directory, a weights file, a hub id, or any WeightSource.
+    source: a local HF directory, a weights file, a hub id, any WeightSource, or a model in memory
+    (a loaded transformers model, a state dict with ``config=``, an attnscope Transformer, a
+    TransformerLens-style object; see :mod:`attnscope.sources.memory`). config: a dict or
+    transformers config for a state dict (or to override a module's own).
     k: outlier threshold (mean + k std) for directionality. levels: "head" and/or "layer".
     stacks: restrict to some of "encoder", "decoder", "cross". progress: a rich bar on stderr.
     name: the ``model`` column (default: the source's name, its path or hub id).
+    fold_norms: False / "none" (the paper's convention: W_q W_k^T as stored), True / "qk" (fold the
+    q/k-norm gains of QK-norm models into W_q, W_k), "all" (also the input-norm gain); the choice is
+    the ``fold_norms`` column of every record.
     """
     from attnscope.families import get_family
     from attnscope.sources import open_source
@@ -139,7 +148,8 @@ def score(
     if not np.isfinite(k) or k < 0:
         raise InputError(f"k must be a finite number >= 0, not {k}")
     lv = _check_levels(levels)
-    src = open_source(source)
+    fold = check_fold(fold_norms)
+    src = open_source(source, config=config)
     model = name or src.name
     try:
         fam = get_family(src.config)
@@ -161,7 +171,7 @@ def score(
         with progress_bar(total, str(model)[-40:], enabled=progress, unit="layers") as bar:
             for info in infos:
                 for layer in range(info.n_layers):
-                    factors = fam.layer_factors(src, info, layer)
+                    factors = fam.layer_factors(src, info, layer, fold)
                     recs, n_bad = _score_layer(factors, float(k), lv)
                     if n_bad:
                         bad_layers.append(f"{info.stack} {layer} ({n_bad} heads)")
@@ -180,6 +190,7 @@ def score(
     for rec in records:
         rec["model"] = model
         rec["family"] = fam.name
+        rec["fold_norms"] = fold
     return records_frame(records)
 
 

@@ -20,9 +20,10 @@ values are kept (tiny) so means and spreads are exact. :func:`extract` is the wh
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from attnscope.errors import FormatError, InputError, OfflineError, UnsupportedError
 
@@ -61,6 +62,17 @@ class MapModel:
             raise InputError(f"window length {idx.shape[1]} is longer than the model's maximum {self.max_len}")
         with torch.inference_mode():
             self._forward(idx, on_layer)
+
+    @classmethod
+    def from_hf(cls, model: Any, tokenizer: Any, *, name: str | None = None) -> "MapModel":
+        """A transformers model already loaded in memory, with its tokenizer (a transformers fast
+        tokenizer, a ``tokenizers.Tokenizer``, or a ``tokenizer.json`` path / directory).
+
+        The model stays where it is (its device) and as it is: each forward runs it in eval mode with
+        eager attention (the only implementation that forms probabilities) and restores its own
+        training flag and attention implementation afterwards.
+        """
+        return _from_loaded_hf(model, tokenizer, name)
 
     def default_length(self) -> int:
         if self.byte_level:
@@ -188,7 +200,6 @@ def _max_len(config: Any) -> int | None:
 
 
 def _open_hf(name: str, local: Path, device: str) -> MapModel:
-    import torch
     import transformers
     from transformers import AutoConfig, AutoModel
 
@@ -213,12 +224,20 @@ def _open_hf(name: str, local: Path, device: str) -> MapModel:
             raise UnsupportedError(f"{name}: model cannot return attention maps (no eager attention): {msg}") from None
         raise FormatError(f"{name}: cannot load the model ({exc.__class__.__name__}: {msg[:200]})") from None
     model = model.to(device).eval()
-    archs = getattr(config, "architectures", None) or []
-    causal = bool(getattr(config, "is_decoder", False)) or any(a.endswith(_DECODER_ARCH_SUFFIXES) for a in archs)
     try:
         tok = load_tokenizer(local)
     except Exception as exc:
         raise InputError(f"{name}: no usable tokenizer next to the model ({exc})") from None
+    return _hf_map_model(name, model, tok, device)
+
+
+def _hf_map_model(name: str, model: Any, tok: Any, device: "str | torch.device") -> MapModel:
+    """Probe a loaded (eager-attention) HF model for the modules that emit maps; wrap it as a MapModel."""
+    import torch
+
+    config = model.config
+    archs = [*(getattr(config, "architectures", None) or []), type(model).__name__]
+    causal = bool(getattr(config, "is_decoder", False)) or any(a.endswith(_DECODER_ARCH_SUFFIXES) for a in archs)
     ids = _special_ids(tok)
 
     # probe: which modules emit a [b, h, t, t] probability tensor? keep the innermost, in call order
@@ -226,12 +245,18 @@ def _open_hf(name: str, local: Path, device: str) -> MapModel:
     probe = torch.full((1, t_probe), ids.get("cls", 0), dtype=torch.long)
     probe[0, 1:] = torch.arange(1, t_probe) + 100 if config.vocab_size > 200 else torch.arange(1, t_probe)
     seen: list[Any] = []
-    handles = []
-    for mod in model.modules():
-        handles.append(mod.register_forward_hook(lambda m, i, o: seen.append(m) if _probs_in(o, t_probe) is not None else None))
+    upper: list[float] = []  # attention mass above the diagonal in the probe's maps: 0 for a causal model
+
+    def note(m: Any, i: Any, o: Any) -> None:
+        probs = _probs_in(o, t_probe)
+        if probs is not None:
+            seen.append(m)
+            upper.append(float(torch.triu(probs.float(), diagonal=1).abs().sum()))
+
+    handles = [mod.register_forward_hook(note) for mod in model.modules()]
     try:
         with torch.inference_mode():
-            out = model(probe.to(device), output_attentions=False)
+            model(probe.to(device), output_attentions=False)
     except Exception as exc:
         raise UnsupportedError(f"{name}: probe forward failed ({exc.__class__.__name__}: {str(exc)[:160]})") from None
     finally:
@@ -245,6 +270,7 @@ def _open_hf(name: str, local: Path, device: str) -> MapModel:
         if all(m is not x for x in inner):
             inner.append(m)
     n_heads = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_head", 0) or 0)
+    causal = causal or (bool(upper) and max(upper) == 0.0)  # a base decoder (LlamaModel) names no LM head
 
     if inner:
         order = {id(m): li for li, m in enumerate(inner)}
@@ -271,6 +297,7 @@ def _open_hf(name: str, local: Path, device: str) -> MapModel:
         atts = getattr(out, "attentions", None)
         if not atts or atts[0] is None:
             raise UnsupportedError(f"{name}: model cannot return attention maps (no eager attention probabilities)")
+        causal = causal or float(torch.triu(atts[0].float(), diagonal=1).abs().sum()) == 0.0
 
         def forward(idx: "torch.Tensor", on_layer: LayerFn) -> None:
             res = model(idx.to(device), output_attentions=True)
@@ -293,6 +320,69 @@ def _open_hf(name: str, local: Path, device: str) -> MapModel:
         streaming=streaming,
         _forward=forward,
     )
+
+
+def _as_tokenizer(tokenizer: Any, name: str) -> Any:
+    """A user's tokenizer in the training-lab interface (a copy: the user's own is never reconfigured)."""
+    from tokenizers import Tokenizer as RustTokenizer
+
+    from attnscope.training.tokenizers import ByteTokenizer, HFTokenizer, load_tokenizer
+
+    if isinstance(tokenizer, (ByteTokenizer, HFTokenizer)):
+        return tokenizer
+    if isinstance(tokenizer, (str, os.PathLike)):
+        return load_tokenizer(tokenizer)
+    backend = tokenizer if isinstance(tokenizer, RustTokenizer) else getattr(tokenizer, "backend_tokenizer", None)
+    if not isinstance(backend, RustTokenizer):
+        raise InputError(
+            f"{name}: tokenizer must be a transformers fast tokenizer, a tokenizers.Tokenizer or a tokenizer.json "
+            f"path, not {type(tokenizer).__name__}"
+        )
+    return HFTokenizer(RustTokenizer.from_str(backend.to_str()), name)
+
+
+@contextmanager
+def _eager_eval(model: Any) -> Iterator[None]:
+    """Run ``model`` in eval mode with eager attention; put back its mode and implementation after."""
+    training = model.training
+    impl = getattr(model.config, "_attn_implementation", None)
+    switch = impl not in (None, "eager")
+    if switch:
+        try:
+            model.set_attn_implementation("eager")
+        except Exception as exc:
+            msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+            raise UnsupportedError(f"model cannot return attention maps (no eager attention): {msg[:160]}") from None
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(training)
+        if switch:
+            model.set_attn_implementation(impl)
+
+
+def _from_loaded_hf(model: Any, tokenizer: Any, name: str | None) -> MapModel:
+    import torch
+
+    config = getattr(model, "config", None)
+    if not isinstance(model, torch.nn.Module) or not hasattr(config, "to_dict"):
+        raise InputError(f"expected a loaded transformers model (torch module with .config), not {type(model).__name__}")
+    name = name or str(getattr(config, "_name_or_path", "") or f"<{type(model).__name__}>")
+    if getattr(config, "is_encoder_decoder", False):
+        raise UnsupportedError(f"{name}: encoder-decoder models are not supported by `heads` yet (self-attention stacks only)")
+    tok = _as_tokenizer(tokenizer, name)
+    device = next(model.parameters()).device
+    with _eager_eval(model):
+        mm = _hf_map_model(name, model, tok, device)
+    inner = mm._forward
+
+    def forward(idx: "torch.Tensor", on_layer: LayerFn) -> None:
+        with _eager_eval(model):
+            inner(idx, on_layer)
+
+    mm._forward = forward
+    return mm
 
 
 def _probs_in(out: Any, t: int) -> "torch.Tensor | None":
@@ -352,7 +442,7 @@ class HeadsResult:
 
 
 def extract(
-    source: "str | MapModel",
+    source: "str | MapModel | Any",
     data: str = "builtin",
     windows: int = 10,
     length: int | None = None,
@@ -362,12 +452,15 @@ def extract(
     example_len: int = 128,
     progress: bool = False,
     device: str = "cpu",
+    tokenizer: Any = None,
 ) -> HeadsResult:
     """Stream the held-out windows of ``data`` through ``source`` and measure every head.
 
     ``js_rows > 0`` also keeps that many (evenly spaced) query rows of window 0 for every head and
     returns head-to-head Jensen-Shannon divergences (Clark et al. 2019). ``example_layers`` keeps the
     top-left ``example_len`` x ``example_len`` corner of window 0's maps of those layers (for figures).
+    ``source`` may also be a transformers model loaded in memory, with ``tokenizer=`` (see
+    :meth:`MapModel.from_hf`; it runs on the model's own device, ``device`` is not used then).
     """
     import numpy as np
     import pandas as pd
@@ -383,7 +476,16 @@ def extract(
         raise InputError(f"--length must be at least 2, not {length}")
     if js_rows < 0:
         raise InputError(f"--js-rows must be at least 0, not {js_rows}")
-    model = source if isinstance(source, MapModel) else open_model(source, device=device)
+    if isinstance(source, MapModel):
+        model = source
+    elif isinstance(source, (str, os.PathLike)):
+        if tokenizer is not None:
+            raise InputError(f"{source}: tokenizer= is for a model loaded in memory; a directory brings its own")
+        model = open_model(source, device=device)
+    elif tokenizer is None:
+        raise InputError(f"a loaded {type(source).__name__} needs tokenizer= (its transformers tokenizer)")
+    else:
+        model = MapModel.from_hf(source, tokenizer)
     length = model.default_length() if length is None else length
     idx = make_windows(model, data, windows, length)
     per_layer: dict[int, dict[str, list[np.ndarray]]] = {}

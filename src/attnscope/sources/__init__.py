@@ -1,12 +1,17 @@
 """Weight sources: where tensors come from. ``open_source(spec)`` picks the right one.
 
 Kinds are tried in order (see ``SOURCE_TYPES``); each class's ``detect`` decides from the spec
-(a path or a hub id). A new source is one small class appended to that list.
+(a path or a hub id). A new source is one small class appended to that list. Objects that are not
+paths (a loaded model, a state dict with ``config=``, a TransformerLens-style object) become sources
+through :func:`attnscope.sources.memory.from_object`.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+from attnscope.errors import InputError
 
 from .base import DictSource, WeightSource
 
@@ -16,6 +21,7 @@ __all__ = ["WeightSource", "DictSource", "open_source", "SOURCE_TYPES"]
 SOURCE_TYPES: list[tuple[str, str]] = [
     # filled in by the source modules' authors, e.g. ("hf", "HFDirectorySource"), ("hub", "HubSource")
     ("gguf", "GGUFSource"),  # a single .gguf file (checked by magic)
+    ("onnxgraph", "ONNXSource"),  # a .onnx file, or a directory with model.onnx / onnx/model.onnx
     ("ctranslate2", "CT2Source"),  # a directory with model.bin (before HF dirs: both have config.json)
     ("hf", "HFDirectorySource"),  # a local HF dir (safetensors, shards, pytorch_model.bin); missing paths
     ("hub", "HubSource"),  # a bare hub id (org/name[@rev]); last, so local paths always win
@@ -32,14 +38,22 @@ def _source_classes() -> list[type[WeightSource]]:
     return out
 
 
-def open_source(spec: "str | WeightSource", **options: Any) -> WeightSource:
-    """Open a path / hub id as a :class:`WeightSource` (a source passes through unchanged)."""
-    from attnscope.errors import InputError
+def open_source(spec: Any, *, config: Any = None, name: str | None = None, **options: Any) -> WeightSource:
+    """Open a path / hub id, or wrap an in-memory model, as a :class:`WeightSource`.
 
+    A source passes through unchanged. ``config`` (a dict or a transformers config) is needed for a
+    state dict and overrides a module's own ``.config``; ``name`` labels an in-memory source.
+    """
     if isinstance(spec, WeightSource):
         return spec
+    if not isinstance(spec, (str, os.PathLike)):
+        from .memory import from_object
+
+        return from_object(spec, config=config, name=name)
+    if config is not None:
+        raise InputError(f"{spec}: config= is only for in-memory models; a path or hub id brings its own config")
     spec = str(spec)
     for cls in _source_classes():
         if cls.detect(spec):
-            return cls.open(spec, **options)
+            return cls.open(spec, **options) if name is None else cls.open(spec, name=name, **options)
     raise InputError(f"{spec}: not a model directory, model file or hub id that attnscope can read")

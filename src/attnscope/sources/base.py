@@ -113,8 +113,6 @@ class DictSource(WeightSource):
         return list(self._tensors)
 
     def get(self, name: str) -> "torch.Tensor":
-        from attnscope.errors import FormatError
-
         try:
             t = self._tensors[name]
         except KeyError:

