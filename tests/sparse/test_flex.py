@@ -84,3 +84,16 @@ def test_flex_cannot_return_probabilities():
     q, k, v = (torch.randn(1, 8, 32, 8) for _ in range(3))
     with pytest.raises(ConfigError, match="probabilities"):
         sparse_attention(q, k, v, "byte-sparse-8h", impl="flex", return_probs=True)
+
+
+def test_kernel_cache_filled_in_inference_mode_still_trains():
+    """Head extraction runs under inference_mode; a later training step of the same shape must work."""
+    from attnscope.sparse.attention import _plan
+
+    _plan.cache_clear()
+    q, k, v = (torch.randn(1, 8, 96, 8) for _ in range(3))
+    with torch.inference_mode():
+        sparse_attention(q, k, v, "byte-sparse-8h", impl="gather")
+    qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
+    sparse_attention(qg, kg, vg, "byte-sparse-8h", impl="gather").sum().backward()
+    assert torch.isfinite(qg.grad).all()

@@ -75,7 +75,23 @@ def _block_size(w: int) -> int:
     return min(max(w, 16), 128)
 
 
+def _normal_tensors(fn):
+    """Build cached tensors outside inference mode: a cache filled under ``torch.inference_mode()``
+    (head extraction) would otherwise hand inference tensors to a later training step."""
+    from functools import wraps
+
+    @wraps(fn)
+    def build(*args):
+        import torch
+
+        with torch.inference_mode(False):
+            return fn(*args)
+
+    return build
+
+
 @lru_cache(maxsize=256)
+@_normal_tensors
 def _plan(hp: HeadPattern, t: int, causal: bool, device: str) -> dict[str, Any]:
     import torch
 
@@ -115,6 +131,7 @@ def _plan(hp: HeadPattern, t: int, causal: bool, device: str) -> dict[str, Any]:
 
 
 @lru_cache(maxsize=64)
+@_normal_tensors
 def _group_mask(hp: HeadPattern, t: int, causal: bool, device: str) -> "torch.Tensor":
     import torch
 

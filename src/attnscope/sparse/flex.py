@@ -74,11 +74,13 @@ def mask_mod(pattern: Pattern, L: int, causal: bool, device: "str | torch.device
 @lru_cache(maxsize=32)
 def block_mask(pattern: Pattern, L: int, causal: bool, device: str) -> Any:
     """The (cached) FlexAttention BlockMask of ``pattern``; compiled construction on CUDA (no L x L tensor)."""
+    import torch
     from torch.nn.attention.flex_attention import create_block_mask
 
-    fn = mask_mod(pattern, L, causal, device)
-    return create_block_mask(fn, B=None, H=pattern.n_heads, Q_LEN=L, KV_LEN=L, device=device,
-                             _compile=device.startswith("cuda"))
+    with torch.inference_mode(False):  # cached: must stay usable outside inference mode (see attention.py)
+        fn = mask_mod(pattern, L, causal, device)
+        return create_block_mask(fn, B=None, H=pattern.n_heads, Q_LEN=L, KV_LEN=L, device=device,
+                                 _compile=device.startswith("cuda"))
 
 
 @lru_cache(maxsize=1)
