@@ -170,7 +170,6 @@ def test_real_process_exit_code(tmp_path):
 
 def test_zoo_wiring_inline(monkeypatch, capsys, tiny_llama_dirs, tmp_path):
     """--zoo runs attnscope.zoo.survey.run_zoo (a one-model zoo file pointing at a local directory)."""
-    pytest.importorskip("attnscope.zoo.survey")
     zoo = tmp_path / "tiny.yaml"
     zoo.write_text(
         "models:\n- id: test/tiny-llama\n  source: " + str(tiny_llama_dirs["single"]) + "\n"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -85,9 +84,7 @@ def test_wrong_gqa_pairing_would_be_caught(llama, gguf_files):
 
 def test_scores_match_hf_path(llama, gguf_files):
     """geometry.score on the GGUF file equals the HF state-dict path (exact for F32, close for Q8_0)."""
-    geometry = pytest.importorskip("attnscope.geometry")
-    if not hasattr(geometry, "score"):
-        pytest.skip("attnscope.geometry.score not available yet")
+    from attnscope import geometry
     from attnscope.errors import UnsupportedError
     from attnscope.sources import DictSource
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-model_mod = pytest.importorskip("attnscope.training.model")
+from attnscope.training import model as model_mod
 
 
 @pytest.mark.parametrize("pattern", ["byte-sparse-8h", None])

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnscope.errors import ConfigError, FormatError, InputError, UnsupportedError
+from attnscope.errors import ConfigError, FormatError, InputError
 from attnscope.training.model import (
     PRESETS,
     ModelConfig,
@@ -256,12 +256,9 @@ def test_load_model_bad_inputs(tmp_path):
 
 def test_sparse_pattern_model_runs_or_says_unsupported():
     cfg = tiny(n_heads=8, d_model=64, causal=True, attn_pattern="byte-sparse-8h")
-    try:
-        model = Transformer(cfg).eval()
-        with torch.no_grad():
-            logits, maps = model(torch.randint(0, 50, (1, 12)), return_attn=True)
-    except UnsupportedError:
-        pytest.skip("attnscope.sparse not available")
+    model = Transformer(cfg).eval()
+    with torch.no_grad():
+        logits, maps = model(torch.randint(0, 50, (1, 12)), return_attn=True)
     assert logits.shape == (1, 12, 50)
     assert float(maps[0].triu(1).abs().max()) == 0.0  # causal AND pattern: no future
 

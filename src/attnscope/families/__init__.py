@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attnscope._exports import lazy_exports
 from attnscope.errors import UnsupportedError
@@ -18,6 +18,9 @@ __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     ".base": ["AttentionFactors", "FamilySpec", "StackInfo", "kv_head_index"],
 })
 __all__ += ["get_family", "registry"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .base import FamilySpec
 
 _REGISTRY: dict[str, FamilySpec] | None = None
 
