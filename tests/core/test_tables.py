@@ -1,14 +1,10 @@
-"""Shared plumbing: atomic table files by extension, one-line CLI errors, default-command groups."""
+"""attnscope.tables: atomic table files by extension, config readers, clear errors."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
-import typer
-from typer.testing import CliRunner
 
 from attnscope.errors import FormatError, InputError
 from attnscope.tables import atomic_write_text, read_table, write_table
@@ -46,46 +42,6 @@ def test_atomic_write_keeps_old_file_on_failure(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         atomic_write_text(p, "new")
     assert p.read_text() == "good" and len(list(tmp_path.iterdir())) == 1
-
-
-def test_default_command_group_routes():
-    from attnscope.cli._common import make_default_group
-
-    app = typer.Typer(cls=make_default_group("score"))
-    seen = {}
-
-    @app.command("score")
-    def score(sources: list[str]):
-        seen["score"] = sources
-
-    @app.command("plot")
-    def plot(results: str):
-        seen["plot"] = results
-
-    r = CliRunner()
-    assert r.invoke(app, ["a", "b"]).exit_code == 0 and seen["score"] == ["a", "b"]
-    assert r.invoke(app, ["plot", "r.csv"]).exit_code == 0 and seen["plot"] == "r.csv"
-
-
-def test_cli_user_error_is_one_line_exit_2():
-    code = (
-        "import typer\n"
-        "from attnscope.cli._common import run_app\n"
-        "from attnscope.errors import InputError\n"
-        "app = typer.Typer()\n"
-        "@app.command()\n"
-        "def go():\n"
-        "    raise InputError('no such model directory: /nope')\n"
-        "run_app(app)\n"
-    )
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert r.returncode == 2
-    assert r.stderr.strip() == "attnscope: error: no such model directory: /nope"
-
-
-def test_cli_version_and_help():
-    r = subprocess.run([sys.executable, "-m", "attnscope", "--version"], capture_output=True, text=True)
-    assert r.returncode == 0 and r.stdout.strip() == __import__("attnscope").__version__
 
 
 def test_atomic_write_gives_ordinary_permissions(tmp_path):
