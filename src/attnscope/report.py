@@ -16,13 +16,13 @@ import html
 import io
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from attnscope.errors import InputError
+from attnscope.tables import make_out_dir
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -57,17 +57,8 @@ class ModelReport:
 
 
 def check_out_dir(out: str | os.PathLike) -> Path:
-    """``out`` as a writable directory (created if missing); InputError otherwise, before any work."""
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"--out {out}: exists and is not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".attnscope-probe-"):
-            pass
-    except OSError as exc:
-        raise InputError(f"--out {out}: cannot write there ({exc.strerror or exc})") from None
-    return out
+    """``out`` as a writable directory (created if missing); one line otherwise, before any work."""
+    return make_out_dir(out, "--out")
 
 
 def _png(fig: "Figure") -> bytes:

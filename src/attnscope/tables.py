@@ -100,6 +100,16 @@ def check_writable(path: str | os.PathLike, option: str = "--out", directory: bo
     return path
 
 
+def make_out_dir(path: str | os.PathLike, option: str = "--out") -> Path:
+    """Check ``path`` can be a writable directory (:func:`check_writable`), create it, and return it."""
+    path = check_writable(path, option, directory=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise storage_error(path, exc) from None
+    return path
+
+
 def numeric_columns(df: pd.DataFrame, columns: list[str] | tuple[str, ...], what: str = "table",
                     finite: bool = True) -> pd.DataFrame:
     """``df[columns]`` as float64, or one FormatError naming the first column with a non-number

@@ -71,7 +71,7 @@ def train_cli(cli_inproc, out: Path, *args: str):
         (["--mask-prob", "nan"], "mask_prob must be a finite number"),
         (["--dropout", "inf"], "dropout must be a finite number"),
         (["--lr", "fast"], "lr must be a number, not 'fast'"),
-        (["--device", "gpu"], "unknown device 'gpu'"),
+        (["--device", "gpu"], "'gpu' is not a torch device"),
         (["--device", "cuda:7"], "cuda:7"),
     ],
 )
@@ -136,7 +136,7 @@ def test_unwritable_out_is_refused_before_any_work(tmp_path, cli_inproc, monkeyp
 
     monkeypatch.setattr(trainer, "open_corpus", no_work)
     before = out.read_text() if out.is_file() else None
-    one_line_exit_2(train_cli(cli_inproc, out, "--steps", "1"), "cannot", str(out))
+    one_line_exit_2(train_cli(cli_inproc, out, "--steps", "1"), "--out", str(out))
     assert (out.read_text() if out.is_file() else None) == before and not out.is_dir()
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from attnscope.devices import check_device  # noqa: F401  (re-exported for the CLI modules)
 from attnscope.errors import (
     DEBUG_ENV,
     AttnscopeError,
@@ -97,27 +98,6 @@ def positive(value: float | None, option: str, minimum: float = 1, strict: bool 
     if not math.isfinite(value) or value < minimum or (strict and value == minimum):
         bound = f"greater than {minimum:g}" if strict else f"at least {minimum:g}"
         raise InputError(f"{option} must be a finite number {bound}, not {value}")
-
-
-def check_device(device: str, option: str = "--device") -> str:
-    """Refuse a torch device string that does not parse or names a device this machine lacks."""
-    import torch
-
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise InputError(f"{option} {device!r} is not a torch device (e.g. cpu, cuda, cuda:1, mps)") from None
-    if dev.type == "cuda":
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if n == 0:
-            raise InputError(f"{option} {device}: this machine has no CUDA device (torch {torch.__version__})")
-        if dev.index is not None and dev.index >= n:
-            raise InputError(f"{option} {device}: only {n} CUDA device(s) here (cuda:0..cuda:{n - 1})")
-    elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise InputError(f"{option} {device}: MPS is not available on this machine")
-    elif dev.type not in ("cpu", "cuda", "mps", "meta"):
-        raise InputError(f"{option} {device}: unsupported device type {dev.type!r}; use cpu, cuda or mps")
-    return device
 
 
 def distinct_sources(sources: list[str]) -> None:

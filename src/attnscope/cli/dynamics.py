@@ -10,6 +10,7 @@ from typing import List, Optional
 import typer
 
 from attnscope.errors import InputError
+from attnscope.tables import make_out_dir
 
 from ._common import echo_json, stderr_console
 
@@ -33,20 +34,6 @@ def _config(preset, config, weights_seed, sets, **scalars):
     cfg = resolve_config(preset, config, weights_seed, scalars)
     return apply_overrides(cfg, list(sets)) if sets else cfg
 
-
-def _out_dir(out: Path) -> Path:
-    """Create the output directory and prove it writable before any work starts (one line if not)."""
-    import os
-    import tempfile
-
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".write-check-", dir=out)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise InputError(f"cannot write to output directory {out}: {exc.strerror or exc}") from exc
-    return out
 
 
 def _check_feature(cfg, name: str, f: Optional[int]) -> None:
@@ -94,7 +81,7 @@ def trajectory(
     if last < 1:
         raise InputError(f"--last must be >= 1, got {last}")
     _check_feature(cfg, "--feature", feature)
-    _out_dir(out)
+    make_out_dir(out)
     traj = dyn.trajectory(cfg, beta_o=beta_o or None, steps=steps, init=init_state, transient=transient)
     dyn.save_trajectory(out / "trajectory.npz", traj)
     dyn.save_state(out / "final_state.npz", traj["state"])
@@ -136,7 +123,7 @@ def lyapunov(
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps)
     values = list(beta_o) if beta_o else [cfg.beta_o]
     if out is not None:
-        _out_dir(out.parent)
+        make_out_dir(out.parent)
     df = dyn.lyapunov_table(cfg, values, init=init_state, transient=transient, steps=steps, k=exponents)
     if out is not None:
         write_table(df, out)
@@ -185,7 +172,7 @@ def bifurcation(
     values = dyn.sweep_values(start, stop, num)
     _check_feature(cfg, "--feature", feature)
     _check_feature(cfg, "--section-feature", section_feature)
-    _out_dir(out)
+    make_out_dir(out)
     res = dyn.bifurcation(
         cfg, values, param=param, steps=steps, transient=transient, mode=mode, init=init_state,
         checkpoint_steps=checkpoint_steps, lyap_steps=lyap_steps, lyap_k=exponents, feature=feature,
@@ -234,7 +221,7 @@ def phase(
     if color not in ("lambda_1", "regime"):
         raise InputError("--color must be lambda_1 or regime")
     cfg = _config(preset, config, weights_seed, sets)
-    _out_dir(out)
+    make_out_dir(out)
     df = dyn.phase(cfg, (x, dyn.sweep_values(x_start, x_stop, x_num)), (y, dyn.sweep_values(y_start, y_stop, y_num)),
                    transient=transient, steps=steps, k=exponents, init=init_state, chunk=chunk,
                    store=out / "store", executor="inline" if executor == "none" else executor,
@@ -262,7 +249,7 @@ def finite(
     from attnscope.tables import records_to_json, write_table
 
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps, beta_o=beta_o)
-    _out_dir(out)
+    make_out_dir(out)
     df = dyn.finite_size_table(cfg, repeats or (1, 10, 100, 1000, 10000), steps=steps, seeds=seeds)
     write_table(df, out / "finite.csv")
     save_figure(plots.finite_size(df), out / "finite.png")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from attnscope.errors import ConfigError
+from attnscope.devices import check_device  # noqa: F401  (the trainer checks --device through here)
 
 
 @dataclass
@@ -23,30 +23,6 @@ class Dist:
     @property
     def main(self) -> bool:
         return self.rank == 0
-
-
-def check_device(device: str) -> None:
-    """ConfigError (one line) unless ``device`` names a device this machine has (cpu, cuda[:N], mps)."""
-    import torch
-
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise ConfigError(f"unknown device {device!r}; use cpu, cuda, cuda:N or mps") from None
-    if dev.type == "cpu":
-        return
-    if dev.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise ConfigError(f"device {device!r} asked for, but this machine has no usable CUDA GPU")
-        if dev.index is not None and dev.index >= count:
-            raise ConfigError(f"device {device!r} does not exist: this machine has {count} CUDA device(s)")
-        return
-    if dev.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ConfigError(f"device {device!r} asked for, but MPS is not available on this machine")
-        return
-    raise ConfigError(f"unsupported device {device!r}; use cpu, cuda, cuda:N or mps")
 
 
 def init_distributed(device: str) -> Dist:

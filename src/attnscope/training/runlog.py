@@ -15,34 +15,20 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from attnscope.errors import FormatError, InputError
+from attnscope.tables import check_writable
 
 from .checkpoints import disk_errors
 from .config import TrainConfig
 
 
 def check_out_dir(out: str | os.PathLike) -> None:
-    """InputError (one line) unless a run directory can be created and written at ``out``.
-
-    Checked before any work: walks up to the nearest existing folder (a file on the way is an error)
-    and creates and removes a probe directory there, which also catches read-only mounts and /proc.
-    """
-    path = Path(out).expanduser().absolute()
-    base = path
-    while not base.exists():
-        base = base.parent
-    if not base.is_dir():
-        raise InputError(f"cannot use --out {out}: {base} is a file, not a directory")
-    try:
-        probe = tempfile.mkdtemp(prefix=".attnscope-probe-", dir=base)
-        os.rmdir(probe)
-    except OSError as exc:
-        raise InputError(f"cannot write the run directory {out}: {base} is not writable ({os.strerror(exc.errno)})") from None
+    """One line unless a run directory can be created and written at ``out`` (checked before any work)."""
+    check_writable(out, "--out", directory=True)
 
 
 def read_run_json(run_dir: Path) -> dict[str, Any] | None:
