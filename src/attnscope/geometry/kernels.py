@@ -5,7 +5,7 @@ c model dim on the key side (= d except for some cross-attention), e head dim, n
 
 For one head, ``M_h = Q_h K_g^T`` (d x c, rows = query, columns = key) with ``Q_h [d, e]`` and
 ``K_g [c, e]``. Everything a score needs is computed from e x e Gram matrices, never from M itself
-(reference/geometry.md, section 4):
+(Saponati et al. 2025; docs/geometry.md):
 
     ||M||_F^2   = tr((Q^T Q)(K^T K))      row norms^2 = diag(Q (K^T K) Q^T)
     tr(M M)     = tr((K^T Q)^2)            col norms^2 = diag(K (Q^T Q) K^T)
