@@ -72,8 +72,11 @@ def test_checkpoint_scores_equal_logged_scores(tmp_path):
         logged = pd.DataFrame(next(r for r in metrics(run_dir) if r["step"] == step)["geometry"])
         fresh = score(str(ckpt))
         cols = ["stack", "level", "layer", "symmetry", "directionality", "frobenius_norm", "n_outlier_rows"]
+        # logged: the torch kernel on the live weights; fresh: the numpy kernel on the file (float32
+        # products in another order, so equal to float tolerance, not bit for bit)
         pd.testing.assert_frame_equal(
-            logged[cols].reset_index(drop=True), fresh[cols].reset_index(drop=True), check_dtype=False, atol=1e-9
+            logged[cols].reset_index(drop=True), fresh[cols].reset_index(drop=True), check_dtype=False,
+            rtol=1e-5, atol=1e-5,
         )
 
 

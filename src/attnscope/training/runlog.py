@@ -47,26 +47,35 @@ def read_run_json(run_dir: Path) -> dict[str, Any] | None:
 
 
 def geometry_records(model, model_config, name: str) -> list[dict[str, Any]]:
-    """Per-head and per-layer score records of the live weights.
+    """Per-head and per-layer score records of the live weights, computed where they are (GPU or CPU).
 
-    The same path as ``attnscope geometry CHECKPOINT``: the attnscope family spec reads q/k from the
-    exported state dict and :func:`attnscope.geometry.score_factors` scores each layer (no table is
-    built, which keeps logging cheap).
+    The numbers of ``attnscope geometry`` on a checkpoint of the same weights (the attnscope family:
+    q_proj / k_proj rows ``(h e)``, one ``encoder`` or ``decoder`` stack) from the torch kernel
+    :func:`attnscope.geometry.torch_kernels.qk_scores`: no weight is exported or copied to the host,
+    only the [layers, heads + 1, 5] scores are.
     """
-    from attnscope.families import get_family
-    from attnscope.geometry import score_factors
+    import torch
+
     from attnscope.geometry.score import RECORD_COLUMNS
-    from attnscope.sources.base import DictSource
+    from attnscope.geometry.torch_kernels import qk_scores
 
-    from .model import export_state_dict, hf_config
-
-    config = hf_config(model_config)
-    source = DictSource(export_state_dict(model), config, name=name)
-    family = get_family(config)
+    h, g, e, d = model_config.n_heads, model_config.n_kv_heads, model_config.d_head, model_config.d_model
+    with torch.no_grad():
+        layers = []
+        for block in model.blocks:
+            wq, wk = block.attn.q_weight()[0], block.attn.k_proj.weight  # [h e, d], [g e, d]
+            layers.append((wq.detach().view(h, e, d).transpose(1, 2), wk.detach().view(g, e, d).transpose(1, 2)))
+        scores = qk_scores(layers).tolist()  # [L, h + 1, 5], the one transfer
+    base = {"model": name, "family": "attnscope", "stack": "decoder" if model_config.causal else "encoder",
+            "n_heads": h, "n_kv_heads": g, "d_model": d, "d_head": e}
     out = []
-    for factors in family.iter_factors(source):
-        for rec in score_factors(factors):
-            rec = {"model": name, "family": family.name, **rec}
+    for layer, rows in enumerate(scores):
+        for head, (sym, dirs, frob, n_r, n_c) in enumerate(rows):
+            level = {"level": "head", "head": head, "kv_head": head // (h // g)} if head < h else \
+                {"level": "layer", "head": None, "kv_head": None}
+            rec = {**base, **level, "layer": layer, "symmetry": sym, "directionality": dirs, "frobenius_norm": frob,
+                   "n_outlier_rows": None if math.isnan(n_r) else int(n_r),
+                   "n_outlier_cols": None if math.isnan(n_c) else int(n_c)}
             out.append({c: _jsonable(rec.get(c)) for c in RECORD_COLUMNS})
     return out
 
