@@ -28,7 +28,7 @@ MODEL_OVERRIDES = (
     "dropout", "pos", "norm", "attn_pattern",
 )
 #: options that may differ between a run and its --resume (everything else must match)
-RESUME_FREE = ("resume", "progress", "steps", "out", "wandb", "tensorboard", "config", "threads")
+RESUME_FREE = ("resume", "progress", "steps", "out", "wandb", "tensorboard", "config", "threads", "compile")
 #: counts that must be >= 1 (``None`` allowed where the field is optional) and >= 0
 POSITIVE = ("steps", "batch_size", "grad_accum", "seq_len", "score_every", "checkpoint_every", "log_every",
             "eval_windows", "eval_every", "keep_checkpoints", "threads")
@@ -64,7 +64,9 @@ class TrainConfig:
     warmup: int = opt(100, "Linear warmup steps.")
     schedule: str = opt("linear", "Decay after warmup: linear | cosine | constant.")
     clip: float = opt(1.0, "Gradient-norm clipping (0: off).")
-    bf16: bool = opt(False, "bf16 autocast.")
+    bf16: bool = opt(False, "bf16 autocast (refused on a GPU without bf16 support).")
+    compile: bool = opt(False, "torch.compile the model (first steps slower while it compiles; one line if it "
+                        "cannot, e.g. no C++ compiler).")
     seed: int = opt(0, "Random seed (init, data order, masks, dropout).")
     mask_prob: float = opt(0.15, "mlm: fraction of positions selected (80% mask, 10% random, 10% kept).")
     score_every: int = opt(100, "Log geometry scores every K steps (and at step 0).")

@@ -51,13 +51,12 @@ def gather_rng(d: Dist):
     return torch.stack(out)
 
 
-def mean_across(x: float, d: Dist) -> float:
-    """The mean of ``x`` over all ranks (``x`` itself in a single process)."""
+def mean_across(x, d: Dist):
+    """The mean of the tensor ``x`` over all ranks, left on its device (``x`` itself in one process)."""
     if d.world == 1:
         return x
-    import torch
     import torch.distributed as dist
 
-    t = torch.tensor([x], dtype=torch.float64)
+    t = x.detach().clone()
     dist.all_reduce(t)
-    return float(t) / d.world
+    return t / d.world

@@ -293,9 +293,10 @@ class Transformer(nn.Module):
     ):
         """idx [b, t] -> logits [b, t, v]; with ``return_attn`` also the per-layer maps [b, h, i, j].
 
-        ``select`` (bool [b, t]) projects only the chosen positions to the vocabulary and returns
-        logits [n, v] (n = select.sum()): masked-LM training needs 15% of them, and the output
-        projection is the most expensive layer of a small model with a large vocabulary.
+        ``select`` (bool [b, t], or int64 [n] positions in the flattened b*t) projects only the chosen
+        positions to the vocabulary and returns logits [n, v]: masked-LM training needs 15% of them, and
+        the output projection is the most expensive layer of a small model with a large vocabulary.
+        The int64 form (computed on the host) lets a GPU step run without a host synchronisation.
         """
         b, t = idx.shape
         if t > self.config.max_seq_len:
@@ -319,7 +320,7 @@ class Transformer(nn.Module):
                 maps.append(probs)
         x = self.ln_f(x)
         if select is not None:
-            x = x[select]  # [n, d]
+            x = x[select] if select.dtype == torch.bool else x.flatten(0, 1)[select]  # [n, d]
         logits = self.lm_head(x)  # [b, t, v] (or [n, v])
         return (logits, maps) if return_attn else logits
 

@@ -1,12 +1,20 @@
 """The training loop: :func:`train` runs (or resumes) one run, nanoGPT-style, and returns its summary.
 
 AdamW, warmup then linear/cosine decay (:func:`.config.lr_at`), gradient accumulation, clipping,
-optional bf16 autocast, DDP under ``torchrun`` (:mod:`.distributed`). Geometry scores, evaluations and
+optional bf16 autocast and torch.compile, DDP under ``torchrun`` (:mod:`.distributed`). Geometry scores, evaluations and
 the training loss go to metrics.jsonl (:mod:`.runlog`); checkpoints are written atomically
 (:mod:`.checkpoints`). Resuming restores weights, optimizer moments, the data sampler's and the
 dropout RNG's states and the running totals, so a resumed run reaches the same weights as an
-uninterrupted one. A non-finite loss stops the run at once, before the update that would spoil the
-weights, so the last checkpoint stays good.
+uninterrupted one.
+
+On CUDA a step does not wait for the GPU: batches are drawn and masked on the host and copied from
+pinned memory without blocking (the masked positions travel as indices, so no step asks the device
+for a count), AdamW is fused, and the training loss is summed on the device and read at log steps.
+A non-finite loss never reaches the weights, on any device, through one mechanism (:class:`Guard`):
+the fused AdamW skips the update of a step whose loss is not finite (its ``found_inf`` input), and a
+device-side record of the first such step stops the run when it is read: every step on CPU (where
+reading is free), at log and checkpoint steps on CUDA. Nothing is saved after that step, so the last
+checkpoint stays good.
 
 The pieces used to live here; ``TrainConfig``, ``lr_at``, ``list_checkpoints`` and
 ``geometry_records`` are still importable from this module.
@@ -33,7 +41,7 @@ from .config import TrainConfig, check_same_run, lr_at
 from .data import heldout_windows, open_corpus, sample_windows, tokenize_split
 from .distributed import Dist, check_device, gather_rng, init_distributed, mean_across
 from .model import Transformer, init_weights
-from .objectives import IGNORE, make_batch, model_loss, window_length
+from .objectives import IGNORE, lm_loss, make_batch, model_loss, window_length
 from .runlog import RunLog, check_out_dir, geometry_records, read_run_json
 
 __all__ = ["TrainConfig", "train", "lr_at", "list_checkpoints", "geometry_records"]
@@ -69,24 +77,117 @@ class Batches:
     dist: Dist
     gen: torch.Generator
 
-    def next(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def next(self) -> "Batch":
         b, r = self.cfg.batch_size, self.dist.rank
         w = sample_windows(self.ids, b * self.dist.world, self.window, self.gen)
         inputs, labels = make_batch(self.cfg.objective, w, self.mask_id, self.vocab, self.gen, self.cfg.mask_prob)
-        return inputs[r * b : (r + 1) * b].to(self.cfg.device), labels[r * b : (r + 1) * b].to(self.cfg.device)
+        return Batch.on(inputs[r * b : (r + 1) * b], labels[r * b : (r + 1) * b], torch.device(self.cfg.device))
 
     def probe(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """A fixed batch (its own generator) for the loss at step 0."""
+        """A fixed batch (its own generator, on the host) for the loss at step 0 and the --compile probe."""
         gen = torch.Generator().manual_seed(self.cfg.seed + 2)
         w = sample_windows(self.ids, self.cfg.batch_size, self.window, gen)
-        inputs, labels = make_batch(self.cfg.objective, w, self.mask_id, self.vocab, gen, self.cfg.mask_prob)
-        return inputs.to(self.cfg.device), labels.to(self.cfg.device)
+        return make_batch(self.cfg.objective, w, self.mask_id, self.vocab, gen, self.cfg.mask_prob)
+
+
+@dataclass
+class Batch:
+    """One micro-batch on the device, its labelled positions worked out on the host."""
+
+    inputs: torch.Tensor  # [b, t]
+    select: torch.Tensor | None  # int64 [n] labelled positions in the flattened b*t; None: all labelled
+    targets: torch.Tensor  # [n] (or [b, t] when select is None)
+    labelled: bool  # any position to predict (an mlm batch may have none: nan loss, zero gradient)
+
+    @classmethod
+    def on(cls, inputs: torch.Tensor, labels: torch.Tensor, device: torch.device) -> "Batch":
+        """inputs, labels [b, t] on the host -> a Batch on ``device`` (pinned, non-blocking copies on CUDA)."""
+        sel = labels != IGNORE  # [b, t]
+        labelled = bool(sel.any())
+        select = None if bool(sel.all()) else sel.flatten().nonzero().squeeze(1)  # [n]
+        targets = labels if select is None else labels.flatten()[select]
+
+        def move(t: torch.Tensor) -> torch.Tensor:
+            if device.type == "cuda":
+                return t.pin_memory().to(device, non_blocking=True)
+            return t.to(device)
+
+        return cls(move(inputs), None if select is None else move(select), move(targets), labelled)
+
+    def loss(self, model) -> torch.Tensor:
+        """:func:`.objectives.model_loss` of this batch, without asking the device anything."""
+        return lm_loss(model(self.inputs) if self.select is None else model(self.inputs, select=self.select),
+                       self.targets)
+
+
+class Guard:
+    """Device-side bookkeeping of the training loss: its sum since the last read, the first non-finite step.
+
+    :meth:`record` runs every step and never synchronises; it returns the step's flag, which the fused
+    AdamW takes as ``found_inf`` (that update is skipped). :meth:`read` (one small transfer) stops the
+    run if a non-finite loss was recorded and returns the loss sum; the trainer calls it every step
+    where ``every_step`` (CPU, or an optimizer that cannot skip) and at log / checkpoint steps otherwise.
+    """
+
+    def __init__(self, device: torch.device, can_skip: bool) -> None:
+        self.every_step = device.type != "cuda" or not can_skip
+        acc = torch.float32 if device.type == "mps" else torch.float64
+        self.sum = torch.zeros((), dtype=acc, device=device)
+        self.first = torch.zeros((), dtype=acc, device=device)  # first non-finite step (0: none)
+        self.value = torch.zeros((), dtype=acc, device=device)  # its loss
+
+    def record(self, step: int, loss: torch.Tensor, counted: bool) -> torch.Tensor:
+        """Note update ``step``'s loss (a 0-dim tensor); ``counted``: add it to the sum. -> float flag, 1 if non-finite."""
+        bad = ~torch.isfinite(loss)
+        new = bad & (self.first == 0)
+        self.first = torch.where(new, step, self.first)
+        self.value = torch.where(new, loss.to(self.value.dtype), self.value)
+        if counted:
+            self.sum += loss.to(self.sum.dtype)
+        return bad.float()
+
+    def read(self, run_dir: Path) -> float:
+        """The loss sum since the last read (then reset); the one-line stop if a loss was not finite."""
+        first, value, total = torch.stack([self.first, self.value, self.sum]).tolist()
+        if first:
+            raise _diverged(int(first), value, run_dir)
+        self.sum.zero_()
+        return total
+
+
+def check_bf16(cfg: TrainConfig) -> None:
+    """ConfigError (one line) for --bf16 on a CUDA device without bf16 support."""
+    dev = torch.device(cfg.device)
+    if cfg.bf16 and dev.type == "cuda" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"--bf16 asked for, but {torch.cuda.get_device_name(dev)} has no bf16 support; "
+                          "run without --bf16")
+
+
+def compiled(model: torch.nn.Module, cfg: TrainConfig, probe: Batch) -> torch.nn.Module:
+    """``model`` itself, or with --compile torch.compile(model), compiled now on ``probe`` (forward and
+    backward, RNG states kept) so that a failure is one line before training starts."""
+    if not cfg.compile:
+        return model
+    if not hasattr(torch, "compile"):
+        raise ConfigError(f"--compile needs torch.compile, which torch {torch.__version__} lacks")
+    dev = torch.device(cfg.device)
+    try:
+        fast = torch.compile(model)
+        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), _autocast(cfg):
+            probe.loss(fast).backward()
+    except Exception as exc:  # dynamo / inductor raise many types (no C++ compiler, unsupported op, ...)
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise ConfigError(f"--compile failed ({type(exc).__name__}: {first}); run without --compile") from None
+    finally:
+        model.zero_grad(set_to_none=True)
+    return fast
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run (or resume) one training run; returns the summary (also written to RUN_DIR/summary.json)."""
     cfg.validate()
     check_device(cfg.device)
+    check_bf16(cfg)
     check_out_dir(cfg.out)  # all before any work
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -121,6 +222,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         if existing:
             step, ckpt = existing[-1]
             saved = load_checkpoint(ckpt, model, opt, batches.gen, dist.rank, dist.world)
+            _fuse(opt, model)  # a checkpoint's optimizer settings replace ours: keep the fused kernel
             try:
                 totals = Totals.from_state(saved)
             except KeyError as exc:
@@ -136,6 +238,8 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         from torch.nn.parallel import DistributedDataParallel
 
         ddp_model = DistributedDataParallel(model)
+    run_model = compiled(ddp_model, cfg, Batch.on(*batches.probe(), torch.device(cfg.device)))
+    guard = Guard(torch.device(cfg.device), can_skip=_fused(opt))
     name = run_dir.name
     extra = {"tokenizer": tokenizer.name, "objective": cfg.objective, "init": cfg.init, "run": name}
 
@@ -150,38 +254,45 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
                       fields={"loss": "-"}) as bar:
             while step < cfg.steps:
                 t0 = time.perf_counter()
-                lr = lr_at(step + 1, cfg)
+                nxt = step + 1
+                scored = nxt % cfg.score_every == 0 or nxt == cfg.steps
+                evaluated = nxt % (cfg.eval_every or cfg.checkpoint_every) == 0 or nxt == cfg.steps
+                logged = nxt % cfg.log_every == 0 or scored or evaluated
+                saved = nxt % cfg.checkpoint_every == 0 or nxt == cfg.steps
+                lr = lr_at(nxt, cfg)
                 for group in opt.param_groups:
                     group["lr"] = lr
                 opt.zero_grad(set_to_none=True)
-                step_loss, labelled = 0.0, 0
+                step_loss, labelled = torch.zeros((), device=cfg.device), 0
                 for micro in range(cfg.grad_accum):
-                    inputs, labels = batches.next()
+                    batch = batches.next()
                     last = micro == cfg.grad_accum - 1
                     with (nullcontext() if last or ddp_model is model else ddp_model.no_sync()), _autocast(cfg):
-                        loss = model_loss(ddp_model, inputs, labels) / cfg.grad_accum
+                        loss = batch.loss(run_model) / cfg.grad_accum
                         loss.backward()
-                    if bool((labels != IGNORE).any()):  # mlm may select no position: nan loss, zero gradient
-                        step_loss += float(loss.detach())
+                    if batch.labelled:  # else: a nan loss with zero gradient, left out
+                        step_loss = step_loss + loss.detach().float()
                         labelled += 1
                 if 0 < labelled < cfg.grad_accum:
-                    step_loss *= cfg.grad_accum / labelled
+                    step_loss = step_loss * (cfg.grad_accum / labelled)
                 step_loss = mean_across(step_loss, dist)
-                if not math.isfinite(step_loss):
-                    raise _diverged(step + 1, step_loss, run_dir)
+                counted = bool(labelled or dist.world > 1)
+                skip = guard.record(nxt, step_loss, counted)
+                if guard.every_step:
+                    totals.loss_sum += guard.read(run_dir)  # stops here, before the update
                 if cfg.clip:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+                if _fused(opt):
+                    opt.found_inf = skip  # the fused kernel skips this update when the loss was not finite
                 opt.step()
-                step += 1
-                if labelled or dist.world > 1:
-                    totals.loss_sum += step_loss
-                    totals.loss_n += 1
+                step = nxt
+                totals.loss_n += counted
+                if not guard.every_step and (logged or saved):
+                    totals.loss_sum += guard.read(run_dir)
                 totals.tokens += cfg.batch_size * cfg.seq_len * cfg.grad_accum * dist.world
                 totals.train_seconds += time.perf_counter() - t0
 
-                scored = step % cfg.score_every == 0 or step == cfg.steps
-                evaluated = step % (cfg.eval_every or cfg.checkpoint_every) == 0 or step == cfg.steps
-                if dist.main and (step % cfg.log_every == 0 or scored or evaluated):
+                if dist.main and logged:
                     loss = totals.loss_sum / totals.loss_n if totals.loss_n else None  # None: nothing labelled
                     rec = {"step": step, "loss": loss, "lr": lr, "tokens": totals.tokens}
                     totals.loss_sum, totals.loss_n = 0.0, 0
@@ -280,10 +391,32 @@ def _optimizer(model: Transformer, cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not on biases, LayerNorms)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
+    fused = torch.device(cfg.device).type in FUSED_DEVICES
     return torch.optim.AdamW(
         [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8,
+        lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8, fused=fused or None,
     )
+
+
+#: devices where the trainer uses the fused AdamW (one kernel for all parameters; it can skip an update)
+FUSED_DEVICES = ("cuda", "cpu")
+
+
+def _fused(opt: torch.optim.Optimizer) -> bool:
+    return bool(opt.param_groups[0].get("fused"))
+
+
+def _fuse(opt: torch.optim.Optimizer, model: Transformer) -> None:
+    """After loading an optimizer state: fused again where we chose it (older checkpoints were not), with
+    the step counters where the fused kernel wants them (float32 on the parameters' device)."""
+    device = next(model.parameters()).device
+    if device.type not in FUSED_DEVICES:
+        return
+    for group in opt.param_groups:
+        group["fused"], group["foreach"] = True, None
+    for state in opt.state.values():
+        if "step" in state:
+            state["step"] = torch.as_tensor(state["step"], dtype=torch.float32, device=device)
 
 
 def _autocast(cfg: TrainConfig):
