@@ -90,6 +90,13 @@ class Batches:
         return make_batch(self.cfg.objective, w, self.mask_id, self.vocab, gen, self.cfg.mask_prob)
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on ``device``: on CUDA through pinned memory without blocking the host."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
 @dataclass
 class Batch:
     """One micro-batch on the device, its labelled positions worked out on the host."""
@@ -106,13 +113,8 @@ class Batch:
         labelled = bool(sel.any())
         select = None if bool(sel.all()) else sel.flatten().nonzero().squeeze(1)  # [n]
         targets = labels if select is None else labels.flatten()[select]
-
-        def move(t: torch.Tensor) -> torch.Tensor:
-            if device.type == "cuda":
-                return t.pin_memory().to(device, non_blocking=True)
-            return t.to(device)
-
-        return cls(move(inputs), None if select is None else move(select), move(targets), labelled)
+        return cls(to_device(inputs, device), None if select is None else to_device(select, device),
+                   to_device(targets, device), labelled)
 
     def loss(self, model) -> torch.Tensor:
         """:func:`.objectives.model_loss` of this batch, without asking the device anything."""

@@ -1,0 +1,203 @@
+"""Training throughput on one CUDA GPU: attnscope's trainer step vs Hugging Face, tokens/s and MFU.
+
+The bert-base shape (12 layers, d_model 768, 12 heads, FFN 3072, vocabulary 30,522) at batch 32 x 512,
+bf16 autocast, fused AdamW on both sides:
+
+* mlm: attnscope ``bert-base`` (post-LN)            vs  ``BertForMaskedLM`` (SDPA attention);
+* clm: the same-size decoder (pre-LN, like GPT-2)   vs  ``GPT2LMHeadModel`` (SDPA attention).
+
+Our step is the trainer's own: :class:`attnscope.training.trainer.Batch` (masks made on the host,
+pinned non-blocking copies), its loss, its optimizer; ``--compile`` also torch.compiles our model.
+Steps of the two sides are interleaved (A B A B ...), each timed between CUDA synchronisations,
+after warm-up steps; the median is reported.
+
+MFU = model FLOPs per second / the GPU's bf16 dense peak. Model FLOPs per token = 6 N + 12 L d T
+(N: parameters in matrix products, i.e. all but the position and segment embeddings, the tied
+output projection counted once; the attention term as in the PaLM paper, T the sequence length). Both sides are
+charged the same formula: our mlm step projects only the masked 15% to the vocabulary, so its MFU
+counts work it skipped, as a speed it delivers. The peak is looked up by device name
+(:data:`PEAK_TFLOPS`) or given with ``--peak-tflops``.
+
+Exits 2 with one line without CUDA. Usage::
+
+    python benchmarks/training_gpu.py [--steps 20] [--warmup 5] [--batch 32] [--seq 512] [--compile]
+                                      [--peak-tflops 989] [--md docs/benchmarks/training_gpu.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+VOCAB, LAYERS, HEADS, D, FF = 30522, 12, 12, 768, 3072
+
+#: bf16 dense tensor-core peak (TFLOP/s) by a substring of torch.cuda.get_device_name(), most specific first
+PEAK_TFLOPS = (
+    ("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0), ("GH200", 989.0), ("B200", 2250.0),
+    ("A100", 312.0), ("L40S", 362.0), ("L4", 121.0), ("A10G", 70.0), ("A10", 125.0), ("RTX 4090", 165.0),
+)
+
+
+def peak_for(name: str) -> float | None:
+    return next((tf for key, tf in PEAK_TFLOPS if key in name), None)
+
+
+def ours(objective: str, device: torch.device, compile_: bool):
+    from attnscope.training.config import TrainConfig
+    from attnscope.training.model import Transformer, preset_config
+    from attnscope.training.trainer import _optimizer
+
+    cfg = preset_config("bert-base", vocab_size=VOCAB, causal=objective == "clm",
+                        norm="pre" if objective == "clm" else "post", max_seq_len=512)
+    model = Transformer(cfg).to(device).train()
+    opt = _optimizer(model, TrainConfig(device=str(device), lr=1e-4))
+    return model, (torch.compile(model) if compile_ else model), opt
+
+
+def hf(objective: str, device: torch.device):
+    if objective == "mlm":
+        from transformers import BertConfig, BertForMaskedLM
+
+        model = BertForMaskedLM(BertConfig(vocab_size=VOCAB, hidden_size=D, num_hidden_layers=LAYERS,
+                                           num_attention_heads=HEADS, intermediate_size=FF,
+                                           max_position_embeddings=512, attn_implementation="sdpa"))
+    else:
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=D, n_layer=LAYERS, n_head=HEADS, n_inner=FF,
+                                           n_positions=513, bos_token_id=0, eos_token_id=0,
+                                           attn_implementation="sdpa"))
+    model = model.to(device).train()
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+
+SKIP = ("pos_emb", "position_embeddings", "wpe", "token_type_embeddings")  # lookups, not matrix products
+
+
+def matmul_params(model: torch.nn.Module) -> int:
+    """Parameters taking part in matrix products: all but position / segment embeddings (shared tensors once;
+    the token embedding counts through the tied output projection)."""
+    seen, n = set(), 0
+    for name, p in model.named_parameters():
+        if id(p) in seen or any(s in name for s in SKIP):
+            continue
+        seen.add(id(p))
+        n += p.numel()
+    return n
+
+
+def host_batch(objective: str, b: int, t: int, gen: torch.Generator):
+    from attnscope.training.objectives import make_batch
+
+    w = torch.randint(0, VOCAB, (b, t + (objective == "clm")), generator=gen)
+    return make_batch(objective, w, 103, VOCAB, gen)
+
+
+def step_ours(model, opt, x, y, device) -> None:
+    from attnscope.training.trainer import Batch
+
+    batch = Batch.on(x, y, device)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = batch.loss(model)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+
+
+def step_hf(model, opt, x, y, objective, device) -> None:
+    from attnscope.training.trainer import to_device
+
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        if objective == "mlm":
+            loss = model(input_ids=to_device(x, device), labels=to_device(y, device)).loss
+        else:  # GPT-2 shifts labels itself: give it the unshifted window
+            full = to_device(torch.cat([x, y[:, -1:]], dim=1), device)
+            loss = model(input_ids=full, labels=full).loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+
+
+def measure(objective: str, args, device: torch.device, peak: float) -> dict:
+    torch.manual_seed(0)
+    raw, model, opt = ours(objective, device, args.compile)
+    hmodel, hopt = hf(objective, device)
+    gen = torch.Generator().manual_seed(0)
+    times: dict[str, list[float]] = {"ours": [], "hf": []}
+    for i in range(args.warmup + args.steps):
+        x, y = host_batch(objective, args.batch, args.seq, gen)
+        for side in ("ours", "hf"):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            if side == "ours":
+                step_ours(model, opt, x, y, device)
+            else:
+                step_hf(hmodel, hopt, x, y, objective, device)
+            torch.cuda.synchronize()
+            if i >= args.warmup:
+                times[side].append(time.perf_counter() - t0)
+    tokens = args.batch * args.seq
+    out = {"objective": objective}
+    for side, m in (("ours", raw), ("hf", hmodel)):
+        n = matmul_params(m)
+        flops_per_token = 6 * n + 12 * LAYERS * D * args.seq
+        med = statistics.median(times[side])
+        out[side] = {"params": n, "tok_s": tokens / med, "step_ms": 1000 * med,
+                     "mfu": tokens / med * flops_per_token / (peak * 1e12)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--compile", action="store_true", help="torch.compile our model")
+    ap.add_argument("--peak-tflops", type=float, default=None, help="the GPU's bf16 dense peak (default: by name)")
+    ap.add_argument("--md", default=None, help="also write the table to this Markdown file")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("training_gpu.py: no CUDA GPU here; this benchmark needs one", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_bf16_supported():
+        print(f"training_gpu.py: {torch.cuda.get_device_name()} has no bf16 support", file=sys.stderr)
+        return 2
+    name = torch.cuda.get_device_name()
+    peak = args.peak_tflops or peak_for(name)
+    if not peak or peak <= 0:
+        print(f"training_gpu.py: unknown bf16 peak for {name!r}; give --peak-tflops", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = True
+    device = torch.device("cuda")
+    rows = [measure(obj, args, device, peak) for obj in ("mlm", "clm")]
+    lines = [
+        "## Training speed on a GPU (attnscope vs Hugging Face, bert-base shape)",
+        "",
+        f"{name}, torch {torch.__version__}, bf16 autocast, fused AdamW, batch {args.batch} x {args.seq}, "
+        f"median of {args.steps} interleaved steps after {args.warmup} warm-up steps"
+        f"{', our model torch.compiled' if args.compile else ''}; MFU against {peak:.0f} TFLOP/s "
+        "(6 N + 12 L d T FLOPs per token).",
+        "",
+        "| objective | ours tokens/s | HF tokens/s | ours / HF | ours MFU | HF MFU |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        o, h = r["ours"], r["hf"]
+        lines.append(f"| {r['objective']} | {o['tok_s']:.0f} | {h['tok_s']:.0f} | {o['tok_s'] / h['tok_s']:.2f}x "
+                     f"| {100 * o['mfu']:.1f}% | {100 * h['mfu']:.1f}% |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.md:
+        from attnscope.tables import atomic_write_text
+
+        atomic_write_text(args.md, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
