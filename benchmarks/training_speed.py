@@ -1,6 +1,7 @@
 """Training throughput: attnscope's model vs Hugging Face BERT / GPT-2 of the same size, on CPU.
 
-One training step = forward, loss, backward, AdamW update, on the same token batch for both sides.
+One training step = forward, loss, backward, AdamW update, on the same token batch for both sides
+(ours: the trainer's batch, loss and optimizer; HF: its model's loss and ``torch.optim.AdamW``).
 Pairs compared (4 layers, 4 heads, d_model 256, FFN 1024, vocabulary 30,522 = bert-mini):
 
 * ``bert-mini`` mlm (post-LN, learned positions, 15% masked)  vs  ``BertForMaskedLM``;
@@ -54,9 +55,9 @@ def batch(objective: str, b: int, t: int, gen: torch.Generator):
 
 
 def step_ours(model, opt, x, y):
-    from attnscope.training.objectives import model_loss  # exactly the trainer's loss
+    from attnscope.training.trainer import Batch  # exactly the trainer's batch and loss
 
-    loss = model_loss(model, x, y)
+    loss = Batch.on(x, y, torch.device("cpu")).loss(model)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
@@ -74,12 +75,15 @@ def step_hf(model, opt, x, y, objective):
 
 
 def measure(objective: str, steps: int, b: int, t: int) -> dict:
+    from attnscope.training.config import TrainConfig
+    from attnscope.training.trainer import _optimizer
+
     torch.manual_seed(0)
     ours_model, _ = ours(objective)
     hf_model = hf(objective)
     ours_model.train()
     hf_model.train()
-    o1 = torch.optim.AdamW(ours_model.parameters(), lr=1e-4)
+    o1 = _optimizer(ours_model, TrainConfig(lr=1e-4))  # the trainer's (fused on CPU and CUDA)
     o2 = torch.optim.AdamW(hf_model.parameters(), lr=1e-4)
     gen = torch.Generator().manual_seed(0)
     times = {"ours": [], "hf": []}

@@ -72,9 +72,10 @@ def layer_stats(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.T
     if 5 * g * e <= min(d, c):
         return head_stats(qs[None], ks[None])
     acc = _acc(q.device)
-    m = (qs @ ks.T).to(acc)  # [d, c]
-    rows2, cols2 = (m * m).sum(1), (m * m).sum(0)
-    trace_mm = (m * m.T).sum() if d == c else torch.tensor(float("nan"), dtype=acc, device=m.device)
+    m = qs @ ks.T  # [d, c] float32
+    m2 = m * m
+    rows2, cols2 = m2.sum(1, dtype=acc), m2.sum(0, dtype=acc)
+    trace_mm = (m * m.T).sum(dtype=acc) if d == c else torch.tensor(float("nan"), dtype=acc, device=m.device)
     return rows2.sum()[None], trace_mm[None], rows2.sqrt()[None], cols2.sqrt()[None]
 
 
