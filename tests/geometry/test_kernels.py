@@ -135,7 +135,9 @@ def test_scale_invariance(qk, alpha, beta):
     a = head_stats(q, k)
     b = head_stats(q * np.float32(alpha), k * np.float32(beta))
     np.testing.assert_allclose(b.symmetry, a.symmetry, atol=1e-5)
-    np.testing.assert_allclose(b.directionality()[0], a.directionality()[0], atol=1e-5)
+    # d from float32 factors carries the conditioning error dir_tol bounds, once per side
+    for h, m in enumerate(explicit_heads(q, k)):
+        assert abs(b.directionality()[0][h] - a.directionality()[0][h]) < 2 * dir_tol(m)
 
 
 def test_zero_matrix_is_defined_and_quiet():
