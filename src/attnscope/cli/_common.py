@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -49,6 +50,7 @@ def run_app(app: typer.Typer) -> None:
         os.environ[DEBUG_ENV] = "1"
     install_one_line_warnings()
     try:
+        check_option_integers(sys.argv[1:])
         app()
     except KeyboardInterrupt:
         print("attnscope: interrupted", file=sys.stderr)
@@ -61,6 +63,30 @@ def run_app(app: typer.Typer) -> None:
         code, line = describe_error(exc)
         print(line, file=sys.stderr)
         sys.exit(code)
+
+
+#: the largest integer an option may hold: counts, steps and seeds reach numpy / numba / torch as int64
+MAX_OPTION_INT = 2**63 - 1
+_INT_TOKEN = re.compile(r"[+-]?\d+")
+
+
+def check_option_integers(argv: list[str]) -> None:
+    """Refuse an option value that is a whole number beyond int64 (``--steps 99999999999999999999``).
+
+    Every integer option ends up in numpy, numba or torch as a 64-bit integer, where such a value
+    overflows deep inside the work (or after it started); checked once here, for every command.
+    """
+    for i, arg in enumerate(argv):
+        if arg.startswith("--") and "=" in arg:
+            option, value = arg.split("=", 1)
+        elif i > 0 and argv[i - 1].startswith("-") and not argv[i - 1].startswith("---"):
+            option, value = argv[i - 1], arg
+        else:
+            continue
+        digits = value.strip().lstrip("+-").lstrip("0")
+        if _INT_TOKEN.fullmatch(value.strip()) and (len(digits) > 19 or int(digits or 0) > MAX_OPTION_INT):
+            shown = value.strip() if len(value.strip()) <= 24 else f"{value.strip()[:20]}... ({len(digits)} digits)"
+            raise InputError(f"{option} {shown} is too large (whole numbers must fit in 64 bits)")
 
 
 def describe_error(exc: BaseException) -> tuple[int, str]:

@@ -137,6 +137,8 @@ def _int(value: Any, what: str, lo: int | None = None) -> int:
         raise ConfigError(f"{what} must be an integer, got {value!r}")
     if lo is not None and v < lo:
         raise ConfigError(f"{what} must be >= {lo}, got {int(v)}")
+    if abs(v) >= 2**63:  # counts and seeds become int64 arrays
+        raise ConfigError(f"{what} is too large (must fit in 64 bits), got {value!r}")
     return int(v)
 
 
