@@ -67,3 +67,10 @@ def test_a_second_train_into_the_same_out_is_refused(tmp_path):
     res = cli("train", *TINY, "--out", run)  # the lock is free again: the run trains
     assert res.returncode == 0, res.stderr[-2000:]
     assert (run / "summary.json").is_file()
+
+
+def test_lyapunov_out_with_a_wrong_suffix_is_refused_before_the_estimate(tmp_path):
+    """The table name is checked first, and nothing (not even its parent) is created for a refused run."""
+    res = cli("dynamics", "lyapunov", "--steps", "50", "--transient", "1", "--out", tmp_path / "new" / "l.txt")
+    assert_one_line_error(res, "--out", ".csv")
+    assert not (tmp_path / "new").exists()

@@ -12,7 +12,7 @@ import typer
 from attnscope.errors import InputError
 from attnscope.tables import make_out_dir
 
-from ._common import echo_json, stderr_console
+from ._common import check_out_file, echo_json, stderr_console
 
 app = typer.Typer(help="Mean-field dynamics of a 1-bit self-attention network (trajectories, bifurcations, chaos).",
                   no_args_is_help=True)
@@ -122,8 +122,7 @@ def lyapunov(
 
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps)
     values = list(beta_o) if beta_o else [cfg.beta_o]
-    if out is not None:
-        make_out_dir(out.parent)
+    check_out_file(out)  # the table's suffix and a writable place, before the (long) estimate; creates nothing
     df = dyn.lyapunov_table(cfg, values, init=init_state, transient=transient, steps=steps, k=exponents)
     if out is not None:
         write_table(df, out)
