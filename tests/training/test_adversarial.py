@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnscope.errors import AttnscopeError
 from attnscope.training.checkpoints import list_checkpoints
 
 TINY = ["--n-layers", "1", "--n-heads", "2", "--d-model", "16", "--d-ff", "32", "--batch-size", "2", "--seq-len",
-        "16", "--eval-windows", "2", "--threads", "1", "--no-progress"]
+        "16", "--eval-windows", "2", "--threads", "1", "--no-progress", "--warmup", "0"]
 
 
 def one_line_exit_2(result, *needles: str) -> str:
@@ -300,3 +301,45 @@ def test_a_real_full_disk_is_one_line_and_nothing_partial(tiny_fs, cli_inproc):
     one_line_exit_2(train_cli(cli_inproc, run_dir, "--steps", "2", "--checkpoint-every", "1", "--d-model", "64",
                               "--d-ff", "256"), "no space left", str(run_dir))
     assert_whole(run_dir)
+
+
+def test_torn_record_at_the_last_checkpoint_is_relogged_on_resume(tmp_path, cli_inproc):
+    run_dir = tmp_path / "r"
+    assert train_cli(cli_inproc, run_dir, "--steps", "4", "--checkpoint-every", "2", "--warmup", "1")[0] == 0
+    path = run_dir / "metrics.jsonl"
+    path.write_bytes(path.read_bytes()[:-20])  # a crash tore the line logged at checkpoint 4
+    code, _, err = train_cli(cli_inproc, run_dir, "--steps", "6", "--checkpoint-every", "2", "--warmup", "1",
+                             "--resume")
+    assert code == 0, err
+    steps = [json.loads(line)["step"] for line in path.read_text().splitlines()]
+    assert steps == [0, 2, 4, 6]  # step 4 trained again from checkpoint 2 and logged, nothing lost
+
+
+def test_resume_with_fewer_steps_than_done_is_refused(tmp_path, cli_inproc):
+    run_dir = tmp_path / "r"
+    assert train_cli(cli_inproc, run_dir, "--steps", "4", "--checkpoint-every", "2", "--warmup", "1")[0] == 0
+    one_line_exit_2(train_cli(cli_inproc, run_dir, "--steps", "2", "--checkpoint-every", "2", "--warmup", "1",
+                              "--resume"), "already trained 4 steps")
+
+
+def test_integers_past_int64_in_a_config_file_are_one_line(tmp_path, cli_inproc):
+    (tmp_path / "c.yaml").write_text("steps: 10000000000000000000000\n")
+    one_line_exit_2(train_cli(cli_inproc, tmp_path / "r", "--config", str(tmp_path / "c.yaml")), "64 bits")
+    assert not (tmp_path / "r").exists()
+
+
+def test_warmup_not_below_steps_is_said(tmp_path, cli_inproc):
+    code, _, err = train_cli(cli_inproc, tmp_path / "r", "--steps", "2", "--warmup", "5")
+    assert code == 0 and "warning: warmup (5 steps) is not below steps (2)" in err
+
+
+def test_the_library_call_holds_the_run_lock(tmp_path):
+    from attnscope.runs.store import StoreLock
+    from attnscope.training import TrainConfig, train
+
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    with StoreLock(run_dir / ".lock"):  # another run holds it
+        with pytest.raises(AttnscopeError, match="in use"):
+            train(TrainConfig(out=str(run_dir), steps=1, n_layers=1, n_heads=2, d_model=16, d_ff=32, batch_size=2,
+                              seq_len=16, eval_windows=2, progress=False))

@@ -10,25 +10,16 @@ trains a grid of runs through :func:`attnscope.training.grid.run_grid` instead.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import json
-import os
-from collections.abc import Iterator
 from dataclasses import Field, fields
-from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
 from attnscope.errors import InputError
-from attnscope.runs.store import StoreLock
 from attnscope.training.config import TrainConfig, cli_flag, default_text, field_types
-from attnscope.training.distributed import check_device
-from attnscope.training.runlog import check_out_dir
 
-#: the file a training run holds locked in its run directory
-LOCK_NAME = ".lock"
 
 METAVARS = {int: "INTEGER", float: "FLOAT", str: "TEXT"}
 
@@ -99,8 +90,7 @@ def train(**given: Any) -> None:
     if any(given[p.name] is not None for p in GRID):
         _train_grid(cfg, options, given)
         return
-    with _run_lock(cfg):
-        summary = run_training(cfg)
+    summary = run_training(cfg)
     if given["json_out"]:
         echo_json(json.dumps(summary))
         return
@@ -109,34 +99,6 @@ def train(**given: Any) -> None:
         line += f"; held-out loss {summary['eval_loss']:.4f} ({summary['eval_bits_per_token']:.3f} bits/token)"
     line += f"; geometry logging {100 * summary['geometry_overhead']:.2f}% of training time"
     stderr_console().print(line)
-
-
-@contextlib.contextmanager
-def _run_lock(cfg: TrainConfig) -> Iterator[None]:
-    """Hold RUN_DIR/.lock while training, so a second run into the same --out at once is refused.
-
-    The trainer's own checks of the options, the device and --out run first (nothing is created for
-    a refused run); a run directory created here is removed again if the run fails before writing
-    anything into it. Only the main process of a torchrun job locks (its other ranks share the run).
-    """
-    if int(os.environ.get("RANK", "0") or 0) != 0:
-        yield
-        return
-    cfg.validate()
-    check_device(cfg.device)
-    check_out_dir(cfg.out)
-    run_dir = Path(cfg.out)
-    created = not run_dir.exists()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    lock = run_dir / LOCK_NAME
-    try:
-        with StoreLock(lock):
-            yield
-    except BaseException:
-        if created and [p.name for p in run_dir.iterdir()] == [LOCK_NAME]:
-            lock.unlink(missing_ok=True)
-            run_dir.rmdir()
-        raise
 
 
 def _names(text: str | None) -> list[str] | None:

@@ -98,7 +98,10 @@ class TrainConfig:
 
     def validate(self) -> "TrainConfig":
         """Check every value's type and range; ConfigError (one line) for the first bad one."""
-        from .model import INITS, PRESETS  # torch: only when a run is checked, not for --help
+        from .model import (  # torch: only when a run is checked, not for --help
+            INITS,
+            PRESETS,
+        )
         from .objectives import check_objective
 
         for f in fields(self):
@@ -184,6 +187,8 @@ def _coerce(f: Field, value: Any) -> Any:
             value = int(value)
         if not isinstance(value, int):
             raise bad
+        if not -(2**63) <= value < 2**63:
+            raise ConfigError(f"{f.name} {value} is too large (whole numbers must fit in 64 bits)")
         return value
     if not isinstance(value, (int, float)):
         raise bad

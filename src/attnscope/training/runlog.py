@@ -12,9 +12,11 @@ resume does to it: keep the lines up to the checkpoint, drop a torn last line (a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -88,6 +90,36 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+#: the file a training run holds locked in its run directory
+LOCK_NAME = ".lock"
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path, main: bool = True) -> Iterator[None]:
+    """Hold RUN_DIR/.lock while training, so a second run into the same directory at once is refused.
+
+    A run directory created here is removed again if the run fails before writing anything into it.
+    Only the main process of a torchrun job locks (its other ranks share the run).
+    """
+    if not main:
+        yield
+        return
+    from attnscope.runs.store import StoreLock
+
+    created = not run_dir.exists()
+    with disk_errors(run_dir):
+        run_dir.mkdir(parents=True, exist_ok=True)
+    lock = run_dir / LOCK_NAME
+    try:
+        with StoreLock(lock):
+            yield
+    except BaseException:
+        if created and [p.name for p in run_dir.iterdir()] == [LOCK_NAME]:
+            lock.unlink(missing_ok=True)
+            run_dir.rmdir()
+        raise
+
+
 class RunLog:
     """metrics.jsonl (always, main rank) plus W&B / TensorBoard when asked (imported lazily)."""
 
@@ -109,6 +141,20 @@ class RunLog:
             except ImportError:
                 raise InputError("--tensorboard needs the optional 'tensorboard' package") from None
             self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def logged_steps(self) -> set[int] | None:
+        """The steps with an intact record in metrics.jsonl (None when there is no such file)."""
+        if not self.path.is_file():
+            return None
+        steps = set()
+        for raw in self.path.read_bytes().split(b"\n"):
+            try:
+                rec = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("step"), int):
+                steps.add(rec["step"])
+        return steps
 
     def rewind(self, step: int) -> None:
         """Keep the records up to ``step`` (a resumed run re-logs the rest).

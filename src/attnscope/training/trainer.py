@@ -23,8 +23,10 @@ The pieces used to live here; ``TrainConfig``, ``lr_at``, ``list_checkpoints`` a
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import time
+import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -36,13 +38,19 @@ from attnscope.errors import ConfigError, FormatError, InputError
 from attnscope.progress import progress
 from attnscope.tables import atomic_write_json
 
-from .checkpoints import clean_leftovers, disk_errors, list_checkpoints, load_checkpoint, write_checkpoint
+from .checkpoints import (
+    clean_leftovers,
+    disk_errors,
+    list_checkpoints,
+    load_checkpoint,
+    write_checkpoint,
+)
 from .config import TrainConfig, check_same_run, lr_at
 from .data import heldout_windows, open_corpus, sample_windows, tokenize_split
 from .distributed import Dist, check_device, gather_rng, init_distributed, mean_across
 from .model import Transformer, init_weights
 from .objectives import IGNORE, lm_loss, make_batch, model_loss, window_length
-from .runlog import RunLog, check_out_dir, geometry_records, read_run_json
+from .runlog import RunLog, check_out_dir, geometry_records, read_run_json, run_lock
 
 __all__ = ["TrainConfig", "train", "lr_at", "list_checkpoints", "geometry_records"]
 
@@ -186,11 +194,20 @@ def compiled(model: torch.nn.Module, cfg: TrainConfig, probe: Batch) -> torch.nn
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
-    """Run (or resume) one training run; returns the summary (also written to RUN_DIR/summary.json)."""
+    """Run (or resume) one training run; returns the summary (also written to RUN_DIR/summary.json).
+
+    The run holds RUN_DIR/.lock while it trains: a second run into the same directory at once is
+    refused with one line.
+    """
     cfg.validate()
     check_device(cfg.device)
     check_bf16(cfg)
     check_out_dir(cfg.out)  # all before any work
+    with run_lock(Path(cfg.out), main=int(os.environ.get("RANK", "0") or 0) == 0):
+        return _train(cfg)
+
+
+def _train(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     dist = init_distributed(cfg.device)
@@ -208,6 +225,9 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     if len(train_ids) < window + 1:
         raise InputError(f"corpus {corpus.name!r} is too small: {len(train_ids)} training tokens for windows of {window}")
     eval_batches, bytes_per_token = _eval_set(cfg, corpus, tokenizer, window, mask_id)
+    if cfg.warmup >= cfg.steps and dist.main and not cfg.resume:  # said once, after every input check
+        warnings.warn(f"warmup ({cfg.warmup} steps) is not below steps ({cfg.steps}): the learning rate never "
+                      f"reaches --lr {cfg.lr:g} (set --warmup below --steps)", stacklevel=2)
 
     torch.manual_seed(cfg.seed)  # the model, identical on every rank
     model = Transformer(mcfg)
@@ -221,8 +241,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     step, totals = 0, Totals()
     log = RunLog(cfg, run_dir, dist.main)
     if cfg.resume:
+        existing = _resumable(existing, log)
         if existing:
             step, ckpt = existing[-1]
+            if step > cfg.steps:
+                raise InputError(f"{run_dir} has already trained {step} steps; --steps {cfg.steps} would go back "
+                                 f"(give --steps above {step} to continue it)")
             saved = load_checkpoint(ckpt, model, opt, batches.gen, dist.rank, dist.world)
             _fuse(opt, model)  # a checkpoint's optimizer settings replace ours: keep the fused kernel
             try:
@@ -328,6 +352,16 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- the pieces of a run
+
+
+def _resumable(existing: list[tuple[int, Path]], log: RunLog) -> list[tuple[int, Path]]:
+    """The checkpoints a resume may start from: those whose metrics record survived (a crash can tear
+    the very line logged at the last checkpoint; resuming from an earlier one re-logs it exactly)."""
+    logged = log.logged_steps()
+    if logged is None:  # no metrics file: nothing to lose
+        return existing
+    last = max(logged, default=-1)
+    return [(s, p) for s, p in existing if s <= last]
 
 
 def _checkpoints_to_resume(cfg: TrainConfig, run_dir: Path, dist: Dist) -> list[tuple[int, Path]]:
