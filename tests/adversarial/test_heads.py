@@ -154,3 +154,10 @@ def test_derive_bad_out(tmp_path, out, needle):
     metrics_table().to_csv(p, index=False)
     assert_one_line_error(cli("heads", "derive", p, "--out", out.replace("{tmp}", str(tmp_path))), needle)
     assert sorted(x.name for x in files_under(tmp_path)) == ["file", "m.csv"]
+
+
+def test_cluster_on_a_table_that_is_not_a_heads_table_says_so(tmp_path):
+    bad = tmp_path / "x.csv"
+    bad.write_text("a,b\n1,2\n")
+    r = cli("heads", "cluster", str(bad))
+    assert_one_line_error(r, "not a heads metrics table")

@@ -86,6 +86,9 @@ def cluster_heads(
     features = tuple(features)
     if not features:
         raise InputError("choose at least one feature")
+    if not {"layer", "head"} <= set(df.columns):
+        raise InputError("not a heads metrics table (no layer/head columns): write one with `attnscope heads SOURCE --out`")
+    X = zscore_features(df, features)  # the table's columns are checked before its size
     n = len(df)
     if k_min < 2:
         raise InputError(f"--k-min must be at least 2, not {k_min}")
@@ -93,7 +96,6 @@ def cluster_heads(
         raise InputError(f"--k-max {k_max} is smaller than --k-min {k_min}")
     if k_max >= n:
         raise InputError(f"k = {k_max} is too large for {n} heads (silhouette needs k <= number of heads - 1)")
-    X = zscore_features(df, features)
     ids = df[[c for c in ID_COLUMNS if c in df.columns]].reset_index(drop=True)
     sil_rows, label_frames = [], []
     short: dict[str, list[int]] = {}  # method -> k for which sklearn did not find k distinct clusters
