@@ -172,7 +172,9 @@ def _head_stats(q: np.ndarray, k: np.ndarray) -> FormStats:
     # diag(K_g A_h K_g^T) for a whole group: one GEMM [r e, e] x [e, c], then one streaming pass
     cols2 = np.einsum("gren,gen->grn", np.matmul(a.reshape(g, r * e, e), kt).reshape(g, r, e, c), kt).reshape(h, c)
     rows64 = rows2.astype(np.float64)
-    frob2 = rows64.sum(axis=1)  # ||M||_F^2 = sum of squared row norms
+    # ||M||_F^2 = tr(A_h B_g), from the two Grams in float64 (e^2 per head): the same precision as
+    # tr(X X) below, so s = tr(MM) / ||M||^2 keeps its exact cases (-1 for a skew form) to ~1e-7
+    frob2 = np.einsum("grij,gji->gr", a.astype(np.float64), b.astype(np.float64)).reshape(h)
     if d == c:
         # X_h^T = Q_h^T K_g for a whole group in one GEMM [r e, d] x [d, e] (tr(X X) = tr(X^T X^T))
         x64 = np.matmul(qt.reshape(g, r * e, d), kt.swapaxes(-1, -2)).reshape(g, r, e, e).astype(np.float64)
