@@ -79,21 +79,23 @@ def slurm_cluster():
     return {"partition": up[0][0].rstrip("*")}
 
 
-@pytest.fixture
-def cli_inproc(capsys, monkeypatch):
-    """Run the ``attnscope`` entry point in this process: ``cli_inproc(*args) -> (exit code, stdout, stderr)``."""
+def invoke_cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
+    """Run the ``attnscope`` entry point in this process: (exit code, stdout, stderr)."""
     import sys
 
     from attnscope.cli import main
 
-    def call(*args: str) -> tuple[int, str, str]:
-        monkeypatch.setattr(sys, "argv", ["attnscope", *map(str, args)])
-        code = 0
-        try:
-            main()
-        except SystemExit as exc:
-            code = exc.code or 0
-        out = capsys.readouterr()
-        return code, out.out, out.err
+    monkeypatch.setattr(sys, "argv", ["attnscope", *map(str, args)])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
-    return call
+
+@pytest.fixture
+def cli_inproc(capsys, monkeypatch):
+    """``cli_inproc(*args) -> (exit code, stdout, stderr)``: the entry point in this process."""
+    return lambda *args: invoke_cli(monkeypatch, capsys, *args)

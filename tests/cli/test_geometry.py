@@ -11,20 +11,12 @@ import pandas as pd
 import pytest
 
 from attnscope.tables import read_table
+from tests.conftest import invoke_cli
 
 
 def run(monkeypatch, capsys, *args):
     """Run the real entry point in-process: (exit code, stdout, stderr)."""
-    from attnscope.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["attnscope", "geometry", *map(str, args)])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return invoke_cli(monkeypatch, capsys, "geometry", *args)
 
 
 def assert_one_line_error(code, out, err, needle):

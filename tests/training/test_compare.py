@@ -4,7 +4,6 @@ directories, the CLI tables and figures, on hand-written run directories."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 
 from attnscope.errors import FormatError, InputError
 from attnscope.training.compare import compare, load_run, loss_at, score_summary, score_table, speedup, t_interval
+from tests.conftest import invoke_cli
 
 
 def geometry(step: int, n_layers: int, sym: float, stack: str) -> list[dict]:
@@ -219,16 +219,7 @@ def test_hostile_run_directories(tmp_path):
 
 
 def cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
-    from attnscope.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["attnscope", "compare", *map(str, args)])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
+    return invoke_cli(monkeypatch, capsys, "compare", *args)
 
 
 def test_compare_cli_json_out_and_one_line_errors(tmp_path, capsys, monkeypatch):

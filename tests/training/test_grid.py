@@ -11,6 +11,7 @@ import pytest
 from attnscope.errors import ConfigError, InputError
 from attnscope.training.compare import compare
 from attnscope.training.grid import grid_points, parse_seeds, run_grid
+from tests.conftest import invoke_cli
 
 TINY = dict(preset="bert-mini", n_layers=1, n_heads=2, d_model=16, d_ff=32, seq_len=16, batch_size=2, steps=4,
             checkpoint_every=2, score_every=2, eval_windows=2, log_every=1, warmup=1, threads=1)
@@ -156,18 +157,7 @@ def test_sigkill_during_a_grid_then_resume(tmp_path):
 
 
 def train_cli(monkeypatch, capsys, *args) -> tuple[int, str, str]:
-    import sys
-
-    from attnscope.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["attnscope", "train", *map(str, args)])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out, err = capsys.readouterr()
-    return code, out, err
+    return invoke_cli(monkeypatch, capsys, "train", *args)
 
 
 TINY_FLAGS = ["--n-layers", "1", "--n-heads", "2", "--d-model", "16", "--d-ff", "32", "--seq-len", "16",

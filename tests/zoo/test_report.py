@@ -3,7 +3,6 @@ Markdown/LaTeX tables, the files `attnscope geometry plot` writes, bad input."""
 
 from __future__ import annotations
 
-import sys
 
 import numpy as np
 import pandas as pd
@@ -11,6 +10,7 @@ import pytest
 
 from attnscope.errors import InputError
 from attnscope.zoo.report import load_results, summary_latex, summary_markdown, survey_summary
+from tests.conftest import invoke_cli
 
 
 def _records(model, stack, n_layers, rng, family="x"):
@@ -59,16 +59,7 @@ def test_tables(table):
 
 def plot_cli(monkeypatch, capsys, *args):
     """`attnscope geometry plot ...` in-process: (exit code, stdout, stderr)."""
-    from attnscope.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["attnscope", "geometry", "plot", *map(str, args)])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return invoke_cli(monkeypatch, capsys, "geometry", "plot", *args)
 
 
 def test_geometry_plot_writes_the_report_files(table, tmp_path, monkeypatch, capsys):

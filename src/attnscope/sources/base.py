@@ -85,7 +85,9 @@ class WeightSource(ABC):
 
 
 class DictSource(WeightSource):
-    """An in-memory source: a state dict and a config (tests, live models, the trainer)."""
+    """An in-memory source: named tensors (or zero-argument getters that produce one on demand, so a
+    live model is read one tensor at a time, never copied whole) and a config. Used by tests, live
+    models (:mod:`attnscope.sources.memory`) and the trainer."""
 
     def __init__(self, tensors: dict[str, Any], config: dict[str, Any], name: str = "<memory>") -> None:
         self._tensors = dict(tensors)
@@ -98,7 +100,9 @@ class DictSource(WeightSource):
 
     @classmethod
     def open(cls, spec: str, **options: Any) -> "DictSource":
-        raise NotImplementedError("DictSource is built in memory, not opened from a path")
+        from attnscope.errors import InputError
+
+        raise InputError(f"{spec}: an in-memory source is built from an object, not opened from a path")
 
     @classmethod
     def from_module(cls, module: Any, config: dict[str, Any], name: str = "<module>") -> "DictSource":
@@ -113,10 +117,12 @@ class DictSource(WeightSource):
         return list(self._tensors)
 
     def get(self, name: str) -> "torch.Tensor":
+        import torch
+
         try:
             t = self._tensors[name]
         except KeyError:
             raise FormatError(f"{self.name}: no tensor named {name!r}") from None
-        import torch
-
+        if callable(t):  # a getter
+            t = t()
         return t if isinstance(t, torch.Tensor) else torch.as_tensor(t)

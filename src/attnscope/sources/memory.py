@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from attnscope.errors import ConfigError, FormatError, InputError
 
-from .base import WeightSource
+from .base import DictSource, WeightSource
 
 if TYPE_CHECKING:  # pragma: no cover
-    import torch
+    pass
 
 #: the internal ``model_type`` of TransformerLens-style objects (see attnscope.families.lens)
 LENS_MODEL_TYPE = "lens:transformer_lens"
@@ -37,40 +37,6 @@ ACCEPTED = (
     "a state dict / mapping of name -> tensor with config=; an attnscope Transformer; "
     "or a TransformerLens-style object with W_Q/W_K [layer, head, d_model, d_head]"
 )
-
-
-class LazySource(WeightSource):
-    """Named tensors produced on demand by getters (no copy until a family spec reads one)."""
-
-    def __init__(self, getters: dict[str, Callable[[], Any]], config: dict[str, Any], name: str) -> None:
-        self._getters = getters
-        self._config = config
-        self.name = name
-
-    @classmethod
-    def detect(cls, spec: str) -> bool:
-        return False
-
-    @classmethod
-    def open(cls, spec: str, **options: Any) -> "LazySource":
-        raise InputError(f"{spec}: an in-memory source is built from an object, not opened from a path")
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return self._config
-
-    def keys(self) -> list[str]:
-        return list(self._getters)
-
-    def get(self, name: str) -> "torch.Tensor":
-        import torch
-
-        try:
-            getter = self._getters[name]
-        except KeyError:
-            raise FormatError(f"{self.name}: no tensor named {name!r}") from None
-        t = getter()
-        return t if isinstance(t, torch.Tensor) else torch.as_tensor(t)
 
 
 def config_dict(config: Any) -> dict[str, Any]:
@@ -129,7 +95,7 @@ def _from_module(obj: Any, config: Any, name: str | None) -> WeightSource:
     params = dict(obj.named_parameters())
     params.update(dict(obj.named_buffers()))
     getters = {k: (lambda t=t: t.detach()) for k, t in params.items()}
-    return LazySource(getters, cfg, name or _module_name(obj, cfg))
+    return DictSource(getters, cfg, name or _module_name(obj, cfg))
 
 
 def _from_attnscope(model: Any, name: str | None) -> WeightSource:
@@ -140,7 +106,7 @@ def _from_attnscope(model: Any, name: str | None) -> WeightSource:
     getters: dict[str, Callable[[], Any]] = {k: (lambda t=t: t.detach()) for k, t in model.named_parameters()}
     for i, block in enumerate(model.blocks):
         getters[f"blocks.{i}.attn.q_proj.weight"] = lambda a=block.attn: a.q_weight()[0].detach()
-    return LazySource(getters, hf_config(model.config), name or "<attnscope Transformer>")
+    return DictSource(getters, hf_config(model.config), name or "<attnscope Transformer>")
 
 
 def _cfg_get(cfg: Any, key: str) -> Any:
@@ -197,7 +163,7 @@ def _from_lens(obj: Any, name: str | None) -> WeightSource:
     config = {"model_type": LENS_MODEL_TYPE, "n_layers": n_layers, "n_heads": n_heads,
               "n_key_value_heads": n_kv, "d_model": d_model, "d_head": d_head}  # fmt: skip
     label = _cfg_get(cfg, "model_name")
-    return LazySource(getters, config, name or (str(label) if label else f"<{type(obj).__name__}>"))
+    return DictSource(getters, config, name or (str(label) if label else f"<{type(obj).__name__}>"))
 
 
 def from_object(obj: Any, *, config: Any = None, name: str | None = None) -> WeightSource:
@@ -218,5 +184,5 @@ def from_object(obj: Any, *, config: Any = None, name: str | None = None) -> Wei
         cfg = config_dict(config)
         tensors = dict(obj)  # references only
         getters = {k: (lambda v=v: v) for k, v in tensors.items() if isinstance(v, torch.Tensor)}
-        return LazySource(getters, cfg, name or _module_name(obj, cfg))
+        return DictSource(getters, cfg, name or _module_name(obj, cfg))
     raise InputError(f"cannot read weights from a {type(obj).__name__}; accepted: {ACCEPTED}")
