@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pytest
 
-from attnscope.errors import InputError
 from attnscope.plots.survey import plot_encoder_decoder, plot_scores_vs_params
 
 
@@ -46,9 +44,8 @@ def test_scores_vs_params_points_and_bars_are_the_summary():
     assert not any("paper" in ln.get_label() for ax in plain.axes for ln in ax.lines)
 
 
-def test_scores_vs_params_needs_a_parameter_count():
-    with pytest.raises(InputError, match="parameter count"):
-        plot_scores_vs_params(summary_table().assign(params=None))
+def test_scores_vs_params_without_a_parameter_count_draws_nothing():
+    assert plot_scores_vs_params(summary_table().assign(params=None)) is None
 
 
 def test_encoder_decoder_is_the_encoder_decoder_models_only():

@@ -76,6 +76,7 @@ def test_geometry_plot_writes_the_report_files(table, tmp_path, monkeypatch, cap
     code, out, err = plot_cli(monkeypatch, capsys, tmp_path / "local.csv")
     assert code == 0, err
     assert sorted(p.split("/")[-1] for p in out.split()) == ["survey_summary.csv", "survey_table.md", "survey_table.tex"]
+    assert "survey_scores.png not drawn" in err
 
 
 def test_load_results_from_a_store_only_directory(table, tmp_path):

@@ -280,10 +280,12 @@ def plot_cmd(
     paths = [write_table(summary, out_dir / "survey_summary.csv"),
              atomic_write_text(out_dir / "survey_table.md", summary_markdown(summary)),
              atomic_write_text(out_dir / "survey_table.tex", summary_latex(summary))]
-    try:
-        paths.append(save_figure(plot_scores_vs_params(summary), out_dir / "survey_scores.png"))
-    except InputError:
-        pass  # no model with a parameter count: tables only
+    scores = plot_scores_vs_params(summary)
+    if scores is None:
+        stderr_console().print("note: no model has a parameter count (`params` in the zoo registry): "
+                               "survey_scores.png not drawn, tables written")
+    else:
+        paths.append(save_figure(scores, out_dir / "survey_scores.png"))
     encdec = plot_encoder_decoder(summary)
     if encdec is not None:
         paths.append(save_figure(encdec, out_dir / "survey_encdec.png"))

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attnscope.errors import InputError
 from attnscope.zoo.report import MODALITY_ORDER, STACK_ORDER
 
 from .base import figure_for, model_label
@@ -30,11 +29,11 @@ SCORE_LABELS = {"symmetry": "symmetry s", "directionality": "directionality d"}
 
 def plot_scores_vs_params(
     summary: "pd.DataFrame", annotate_max: int = 10, show_paper: bool = True, *, fig: "Figure | None" = None
-) -> "Figure":
+) -> "Figure | None":
     """s and d vs number of parameters (log x), median over layers with 25-75 % bars; a column per modality.
 
     Self-attention stacks only (encoder navy, decoder purple); models without a parameter count are left
-    out. Points are labelled with the model name in panels of at most ``annotate_max`` models; hollow
+    out (None when no model has one). Points are labelled with the model name in panels of at most ``annotate_max`` models; hollow
     markers show the paper's published medians where the registry has them (``show_paper``).
     """
     import numpy as np
@@ -43,7 +42,7 @@ def plot_scores_vs_params(
     data["params"] = data["params"].astype(float)
     data = data[np.isfinite(data["params"]) & (data["params"] > 0)]
     if data.empty:
-        raise InputError("no model with a parameter count to plot (add `params` via the zoo registry)")
+        return None
     mods = [m for m in MODALITY_ORDER if m in set(data["modality"])] + sorted(
         {m for m in data["modality"].dropna() if m not in MODALITY_ORDER})
     fig = figure_for(fig, figsize=(4.2 * len(mods), 6.4))
