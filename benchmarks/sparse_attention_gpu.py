@@ -8,7 +8,13 @@ Time = median of ``--repeats`` CUDA-event timings after warm-up (compilation exc
 
     python benchmarks/sparse_attention_gpu.py [--length 4096 --length 16384] [--md FILE]
 
-Needs a CUDA device; prints one line and exits 2 without one.
+Before timing, every pattern implementation is checked against the explicit dense masked reference at
+the first length (float32 inputs rounded from the same bf16 tensors; outputs and the three gradients to bf16
+tolerance); a mismatch exits 1 and nothing is timed.
+
+Needs a CUDA device; prints one line and exits 2 without one. ``--smoke`` runs the same code tiny on
+whatever device is there (on CPU without FlexAttention, which has no CPU backward): it checks the script,
+not the speed (the test suite runs it).
 """
 
 from __future__ import annotations
@@ -18,22 +24,40 @@ import statistics
 import sys
 
 
-def measure(fn, q, k, v, repeats: int) -> tuple[float, float]:
+def sync(device: "torch.device") -> None:
     import torch
 
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(fn, q, k, v, repeats: int) -> tuple[float, float | None]:
+    """Median fwd+bwd milliseconds over ``repeats`` after warm-up, and peak MB (CUDA only)."""
+    import time
+
+    import torch
+
+    cuda = q.device.type == "cuda"
     for _ in range(3):  # warm-up: compilation, block-mask construction, autotuning
         fn(q, k, v).sum().backward()
-    torch.cuda.synchronize()
+    sync(q.device)
     times = []
     for _ in range(repeats):
         q.grad = k.grad = v.grad = None
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(q, k, v).sum().backward()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(q, k, v).sum().backward()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn(q, k, v).sum().backward()
+            times.append(1000 * (time.perf_counter() - t0))
     q.grad = k.grad = v.grad = None
+    if not cuda:
+        return statistics.median(times), None
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     fn(q, k, v).sum().backward()
@@ -42,37 +66,85 @@ def measure(fn, q, k, v, repeats: int) -> tuple[float, float]:
     return statistics.median(times), peak
 
 
+def check_exact(variants: dict, pat, L: int, b: int, h: int, e: int, device, dtype) -> list[str]:
+    """Each pattern variant vs the dense masked reference in float32: output and gradients of q, k, v.
+
+    Returns one line per variant with its largest error; raises SystemExit(1) on a mismatch."""
+    import torch
+
+    from attnscope.sparse.attention import dense_attention
+
+    torch.manual_seed(1)
+    base = [torch.randn(b, h, L, e, device=device, dtype=dtype) for _ in range(3)]
+    g = torch.randn(b, h, L, e, device=device, dtype=dtype)
+    ref_in = [x.detach().float().clone().requires_grad_() for x in base]
+    ref, _ = dense_attention(*ref_in, torch.from_numpy(pat.mask(L, True)).to(device))
+    ref.backward(g.float())
+    ref_grads = [x.grad for x in ref_in]
+    tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-4, "rtol": 1e-4}
+    lines = []
+    for name, fn in variants.items():
+        if "pattern" in name:  # the flash baseline computes another function
+            continue
+        xs = [x.detach().clone().requires_grad_() for x in base]
+        out = fn(*xs)
+        out.backward(g)
+        worst = 0.0
+        for got, want, what in zip([out, *(x.grad for x in xs)], [ref, *ref_grads], ("out", "dq", "dk", "dv")):
+            try:
+                torch.testing.assert_close(got.float(), want, **tol)
+            except AssertionError as exc:
+                first = str(exc).strip().splitlines()[0]
+                raise SystemExit(f"sparse_attention_gpu: {name} differs from the dense reference in {what}: {first}")
+            worst = max(worst, (got.float() - want).abs().max().item())
+        lines.append(f"{name}: output and gradients equal the dense masked reference (max abs error {worst:.2e}, L {L})")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--length", type=int, action="append", default=None)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--md", default=None)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes on any device (CPU too): checks the script only")
     a = ap.parse_args()
     import torch
     import torch.nn.functional as F
 
     from attnscope.sparse import load_pattern, sparse_attention
 
-    if not torch.cuda.is_available():
-        print("sparse_attention_gpu: needs a CUDA device", file=sys.stderr)
+    cuda = torch.cuda.is_available()
+    if not cuda and not a.smoke:
+        print("sparse_attention_gpu: needs a CUDA device (--smoke runs it tiny on CPU)", file=sys.stderr)
         sys.exit(2)
-    lengths = a.length or [4096, 16384]
+    device = torch.device("cuda" if cuda else "cpu")
+    if not cuda:
+        torch.set_num_threads(1)  # a smoke run on a shared CPU: no thread oversubscription
+    dtype = torch.bfloat16 if cuda else torch.float32
+    b, h, e = (4, 8, 64) if not a.smoke else (1, 8, 16)
+    lengths = a.length or ([4096, 16384] if not a.smoke else [256])
+    repeats = a.repeats if not a.smoke else 2
     pat = load_pattern("byte-sparse-8h")
-    variants = {
-        "attnscope flex (byte-sparse-8h)": lambda q, k, v: sparse_attention(q, k, v, pat, causal=True, impl="flex"),
-        "attnscope gathered (byte-sparse-8h)": lambda q, k, v: sparse_attention(q, k, v, pat, causal=True, impl="gather"),
-        "flash causal SDPA (no pattern)": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-    }
-    rows = [f"Device: {torch.cuda.get_device_name()}, torch {torch.__version__}, bf16, b=4, h=8, e=64.", "",
-            "| L | density at L 4096 | implementation | fwd+bwd (ms) | peak memory (MB) | vs flash |", "|---|---|---|---|---|---|"]
+    variants = {}
+    if cuda:  # FlexAttention has no backward on CPU
+        variants["attnscope flex (byte-sparse-8h)"] = lambda q, k, v: sparse_attention(q, k, v, pat, causal=True, impl="flex")
+    variants["attnscope gathered (byte-sparse-8h)"] = lambda q, k, v: sparse_attention(q, k, v, pat, causal=True, impl="gather")
+    variants["flash causal SDPA (no pattern)"] = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    checks = check_exact(variants, pat, min(lengths[0], 2048), b, h, e, device, dtype)
+    print("\n".join(checks), flush=True)
+    where = torch.cuda.get_device_name() if cuda else "CPU (smoke run: not a measurement)"
+    rows = [f"Device: {where}, torch {torch.__version__}, {str(dtype).removeprefix('torch.')}, b={b}, h={h}, e={e}.",
+            "", *checks, "",
+            "| L | density | implementation | fwd+bwd (ms) | peak memory (MB) | vs flash |", "|---|---|---|---|---|---|"]
     for L in lengths:
         torch.manual_seed(0)
-        q, k, v = (torch.randn(4, 8, L, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-        res = {name: measure(fn, q, k, v, a.repeats) for name, fn in variants.items()}
+        q, k, v = (torch.randn(b, h, L, e, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+        res = {name: measure(fn, q, k, v, repeats) for name, fn in variants.items()}
         flash = res["flash causal SDPA (no pattern)"][0]
-        density = pat.density(min(L, 4096), causal=True)
+        density = pat.density(L, causal=True)
         for name, (ms, mb) in res.items():
-            rows.append(f"| {L} | {100 * density:.1f}% | {name} | {ms:.2f} | {mb:.0f} | {flash / ms:.2f}x |")
+            mem = "-" if mb is None else f"{mb:.0f}"
+            rows.append(f"| {L} | {100 * density:.1f}% | {name} | {ms:.2f} | {mem} | {flash / ms:.2f}x |")
     text = "\n".join(rows) + "\n"
     print(text)
     if a.md:

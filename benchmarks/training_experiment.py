@@ -1,13 +1,17 @@
-"""The training-lab experiment: encoder (mlm) and decoder (clm), default vs symmetric init, same budget.
+"""The training-lab experiment: does symmetric initialisation speed up encoder training, and how sure are we?
 
-Runs four ``attnscope train`` jobs on the builtin corpus (two at a time, one torch thread each,
-under ``nice``), then ``attnscope compare`` on them, writing figures and the table to
-docs/figures/training/ (or --figures). Usage::
+One grid through ``attnscope train --seeds``: objectives {mlm (encoder), clm (decoder)} x inits
+{default, symmetric} x seeds, every point an ordinary run directory, run by the local executor
+(``--workers`` processes, one torch thread each, under ``nice``; resumable: rerun the same command after
+a kill). Then ``attnscope compare`` over all runs: paired speed-up per seed, mean and 95% interval over
+seeds, curves with bands, written to ``--figures``. Usage::
 
-    python benchmarks/training_experiment.py [--steps 500] [--runs runs/experiment] [--parallel 2]
+    python benchmarks/prepare_text.py --out data/text          # Shakespeare, offline afterwards
+    python benchmarks/training_experiment.py [--steps 1500] [--seeds 0,1,2] [--runs runs/experiment]
 
-Sizes are small on purpose (a shared 2-core CPU): 4 layers, 4 heads, d_model 128, FFN 512, byte
-tokens, sequences of 64, batch 16. Everything else is the trainer's default unless set below.
+Sizes are small on purpose (a shared 2-core CPU): 4 layers, 4 heads, d_model 128, FFN 512 (0.8 M
+parameters), byte tokens, sequences of 128, batch 16. Everything else is the trainer's default.
+On a GPU, pass ``--device cuda --workers 1`` and larger ``--steps`` / ``--model`` options after ``--``.
 """
 
 from __future__ import annotations
@@ -21,47 +25,43 @@ from pathlib import Path
 MODEL = ["--n-layers", "4", "--n-heads", "4", "--d-model", "128", "--d-ff", "512"]
 
 
-def command(objective: str, init: str, out: Path, steps: int) -> list[str]:
+def train_command(args: argparse.Namespace, extra: list[str]) -> list[str]:
+    """The one ``attnscope train`` call that runs the whole grid."""
+    steps = args.steps
     return [
         "nice", "-n", "10", sys.executable, "-m", "attnscope", "train", *MODEL,
-        "--objective", objective, "--init", init, "--data", "builtin", "--tokenizer", "bytes",
-        "--steps", str(steps), "--batch-size", "16", "--seq-len", "64", "--lr", "1e-3", "--warmup", "50",
-        "--seed", "0", "--score-every", "25", "--log-every", "10", "--eval-every", "100",
-        "--checkpoint-every", str(max(steps // 2, 1)), "--eval-windows", "64", "--threads", "1",
-        "--no-progress", "--out", str(out),
+        "--data", args.data, "--tokenizer", "bytes",
+        "--steps", str(steps), "--batch-size", "16", "--seq-len", "128", "--lr", "1e-3",
+        "--warmup", str(max(steps // 15, 1)), "--score-every", "50", "--log-every", "10",
+        "--eval-every", str(max(steps // 6, 1)), "--checkpoint-every", str(max(steps // 3, 1)),
+        "--eval-windows", "64", "--no-progress",
+        "--seeds", args.seeds, "--inits", "default,symmetric", "--objectives", "mlm,clm",
+        "--executor", "local", "--workers", str(args.workers), "--device", args.device,
+        *extra, "--out", args.runs,
     ]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=500)
+    ap.add_argument("--steps", type=int, default=1500)
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--data", default="data/text/shakespeare")
     ap.add_argument("--runs", default="runs/experiment")
-    ap.add_argument("--parallel", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--at", default=None, help="report the loss at these steps (default: 1/3, 2/3 of --steps)")
     ap.add_argument("--figures", default="docs/figures/training")
-    args = ap.parse_args()
-    root = Path(args.runs)
-    jobs = [(obj, init) for obj in ("mlm", "clm") for init in ("default", "symmetric")]
-    pending = [(f"{'encoder' if o == 'mlm' else 'decoder'}-{i}", command(o, i, root / f"{'encoder' if o == 'mlm' else 'decoder'}-{i}", args.steps)) for o, i in jobs]
-    running: list[tuple[str, subprocess.Popen, float]] = []
-    t_start = time.time()
-    while pending or running:
-        while pending and len(running) < args.parallel:
-            name, cmd = pending.pop(0)
-            if (root / name / "summary.json").is_file():
-                print(f"{name}: done already", flush=True)
-                continue
-            log = open(root.parent / f"{root.name}-{name}.log", "w") if root.parent.exists() else subprocess.DEVNULL
-            running.append((name, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), time.time()))
-            print(f"{name}: started", flush=True)
-        for item in list(running):
-            name, proc, t0 = item
-            if proc.poll() is not None:
-                running.remove(item)
-                print(f"{name}: exit {proc.returncode} after {time.time() - t0:.0f} s", flush=True)
-        time.sleep(2)
-    print(f"all runs done in {time.time() - t_start:.0f} s", flush=True)
-    runs = [str(root / n) for n in ("encoder-default", "encoder-symmetric", "decoder-default", "decoder-symmetric")]
-    subprocess.run([sys.executable, "-m", "attnscope", "compare", *runs, "--out", args.figures], check=True)
+    args, extra = ap.parse_known_args()
+    extra = [x for x in extra if x != "--"]
+    if not Path(args.data).exists() and args.data != "builtin":
+        sys.exit(f"training_experiment: {args.data} not found: run python benchmarks/prepare_text.py --out data/text")
+    t0 = time.time()
+    subprocess.run(train_command(args, extra), check=True)
+    print(f"grid done in {time.time() - t0:.0f} s", flush=True)
+    at = args.at or f"{args.steps // 3},{2 * args.steps // 3}"
+    runs = sorted(str(p) for p in Path(args.runs).iterdir() if (p / "run.json").is_file())
+    subprocess.run([sys.executable, "-m", "attnscope", "compare", *runs, "--at", at, "--smooth", "5",
+                    "--out", args.figures], check=True)
 
 
 if __name__ == "__main__":

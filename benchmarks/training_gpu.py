@@ -18,7 +18,9 @@ charged the same formula: our mlm step projects only the masked 15% to the vocab
 counts work it skipped, as a speed it delivers. The peak is looked up by device name
 (:data:`PEAK_TFLOPS`) or given with ``--peak-tflops``.
 
-Exits 2 with one line without CUDA. Usage::
+Exits 2 with one line without CUDA. ``--smoke`` runs the same code at a tiny shape (2 layers, d_model 64,
+vocabulary 512, batch 2 x 32) on whatever device is there, CPU included, with a nominal peak: it checks the
+script, not the speed (the test suite runs it). Usage::
 
     python benchmarks/training_gpu.py [--steps 20] [--warmup 5] [--batch 32] [--seq 512] [--compile]
                                       [--peak-tflops 989] [--md docs/benchmarks/training_gpu.md]
@@ -30,10 +32,25 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 
-VOCAB, LAYERS, HEADS, D, FF = 30522, 12, 12, 768, 3072
+
+@dataclass(frozen=True)
+class Shape:
+    """The model shape both sides are built with."""
+
+    vocab: int = 30522
+    layers: int = 12
+    heads: int = 12
+    d: int = 768
+    ff: int = 3072
+    max_len: int = 512
+
+
+BERT_BASE = Shape()
+SMOKE = Shape(vocab=512, layers=2, heads=4, d=64, ff=128, max_len=64)
 
 #: bf16 dense tensor-core peak (TFLOP/s) by a substring of torch.cuda.get_device_name(), most specific first
 PEAK_TFLOPS = (
@@ -46,31 +63,32 @@ def peak_for(name: str) -> float | None:
     return next((tf for key, tf in PEAK_TFLOPS if key in name), None)
 
 
-def ours(objective: str, device: torch.device, compile_: bool):
+def ours(objective: str, shape: Shape, device: torch.device, compile_: bool):
     from attnscope.training.config import TrainConfig
     from attnscope.training.model import Transformer, preset_config
     from attnscope.training.trainer import _optimizer
 
-    cfg = preset_config("bert-base", vocab_size=VOCAB, causal=objective == "clm",
-                        norm="pre" if objective == "clm" else "post", max_seq_len=512)
+    cfg = preset_config("bert-base", vocab_size=shape.vocab, n_layers=shape.layers, n_heads=shape.heads,
+                        d_model=shape.d, d_ff=shape.ff, causal=objective == "clm",
+                        norm="pre" if objective == "clm" else "post", max_seq_len=shape.max_len)
     model = Transformer(cfg).to(device).train()
     opt = _optimizer(model, TrainConfig(device=str(device), lr=1e-4))
     return model, (torch.compile(model) if compile_ else model), opt
 
 
-def hf(objective: str, device: torch.device):
+def hf(objective: str, shape: Shape, device: torch.device):
     if objective == "mlm":
         from transformers import BertConfig, BertForMaskedLM
 
-        model = BertForMaskedLM(BertConfig(vocab_size=VOCAB, hidden_size=D, num_hidden_layers=LAYERS,
-                                           num_attention_heads=HEADS, intermediate_size=FF,
-                                           max_position_embeddings=512, attn_implementation="sdpa"))
+        model = BertForMaskedLM(BertConfig(vocab_size=shape.vocab, hidden_size=shape.d, num_hidden_layers=shape.layers,
+                                           num_attention_heads=shape.heads, intermediate_size=shape.ff,
+                                           max_position_embeddings=shape.max_len, attn_implementation="sdpa"))
     else:
         from transformers import GPT2Config, GPT2LMHeadModel
 
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=D, n_layer=LAYERS, n_head=HEADS, n_inner=FF,
-                                           n_positions=513, bos_token_id=0, eos_token_id=0,
-                                           attn_implementation="sdpa"))
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=shape.vocab, n_embd=shape.d, n_layer=shape.layers,
+                                           n_head=shape.heads, n_inner=shape.ff, n_positions=shape.max_len + 1,
+                                           bos_token_id=0, eos_token_id=0, attn_implementation="sdpa"))
     model = model.to(device).train()
     return model, torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
@@ -90,18 +108,23 @@ def matmul_params(model: torch.nn.Module) -> int:
     return n
 
 
-def host_batch(objective: str, b: int, t: int, gen: torch.Generator):
+def host_batch(objective: str, shape: Shape, b: int, t: int, gen: torch.Generator):
     from attnscope.training.objectives import make_batch
 
-    w = torch.randint(0, VOCAB, (b, t + (objective == "clm")), generator=gen)
-    return make_batch(objective, w, 103, VOCAB, gen)
+    w = torch.randint(0, shape.vocab, (b, t + (objective == "clm")), generator=gen)
+    return make_batch(objective, w, 103, shape.vocab, gen)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
 
 
 def step_ours(model, opt, x, y, device) -> None:
     from attnscope.training.trainer import Batch
 
     batch = Batch.on(x, y, device)
-    with torch.autocast("cuda", dtype=torch.bfloat16):
+    with torch.autocast(device.type, dtype=torch.bfloat16):
         loss = batch.loss(model)
     opt.zero_grad(set_to_none=True)
     loss.backward()
@@ -111,7 +134,7 @@ def step_ours(model, opt, x, y, device) -> None:
 def step_hf(model, opt, x, y, objective, device) -> None:
     from attnscope.training.trainer import to_device
 
-    with torch.autocast("cuda", dtype=torch.bfloat16):
+    with torch.autocast(device.type, dtype=torch.bfloat16):
         if objective == "mlm":
             loss = model(input_ids=to_device(x, device), labels=to_device(y, device)).loss
         else:  # GPT-2 shifts labels itself: give it the unshifted window
@@ -122,29 +145,29 @@ def step_hf(model, opt, x, y, objective, device) -> None:
     opt.step()
 
 
-def measure(objective: str, args, device: torch.device, peak: float) -> dict:
+def measure(objective: str, args, shape: Shape, device: torch.device, peak: float) -> dict:
     torch.manual_seed(0)
-    raw, model, opt = ours(objective, device, args.compile)
-    hmodel, hopt = hf(objective, device)
+    raw, model, opt = ours(objective, shape, device, args.compile)
+    hmodel, hopt = hf(objective, shape, device)
     gen = torch.Generator().manual_seed(0)
     times: dict[str, list[float]] = {"ours": [], "hf": []}
     for i in range(args.warmup + args.steps):
-        x, y = host_batch(objective, args.batch, args.seq, gen)
+        x, y = host_batch(objective, shape, args.batch, args.seq, gen)
         for side in ("ours", "hf"):
-            torch.cuda.synchronize()
+            sync(device)
             t0 = time.perf_counter()
             if side == "ours":
                 step_ours(model, opt, x, y, device)
             else:
                 step_hf(hmodel, hopt, x, y, objective, device)
-            torch.cuda.synchronize()
+            sync(device)
             if i >= args.warmup:
                 times[side].append(time.perf_counter() - t0)
     tokens = args.batch * args.seq
     out = {"objective": objective}
     for side, m in (("ours", raw), ("hf", hmodel)):
         n = matmul_params(m)
-        flops_per_token = 6 * n + 12 * LAYERS * D * args.seq
+        flops_per_token = 6 * n + 12 * shape.layers * shape.d * args.seq
         med = statistics.median(times[side])
         out[side] = {"params": n, "tok_s": tokens / med, "step_ms": 1000 * med,
                      "mfu": tokens / med * flops_per_token / (peak * 1e12)}
@@ -160,23 +183,35 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true", help="torch.compile our model")
     ap.add_argument("--peak-tflops", type=float, default=None, help="the GPU's bf16 dense peak (default: by name)")
     ap.add_argument("--md", default=None, help="also write the table to this Markdown file")
+    ap.add_argument("--smoke", action="store_true", help="tiny shape on any device (CPU too): checks the script only")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        print("training_gpu.py: no CUDA GPU here; this benchmark needs one", file=sys.stderr)
-        return 2
-    if not torch.cuda.is_bf16_supported():
-        print(f"training_gpu.py: {torch.cuda.get_device_name()} has no bf16 support", file=sys.stderr)
-        return 2
-    name = torch.cuda.get_device_name()
-    peak = args.peak_tflops or peak_for(name)
-    if not peak or peak <= 0:
-        print(f"training_gpu.py: unknown bf16 peak for {name!r}; give --peak-tflops", file=sys.stderr)
-        return 2
-    torch.backends.cuda.matmul.allow_tf32 = True
-    device = torch.device("cuda")
-    rows = [measure(obj, args, device, peak) for obj in ("mlm", "clm")]
+    shape = BERT_BASE
+    if args.smoke:  # the code path at a tiny shape, on whatever is here; the numbers mean nothing
+        shape, args.batch, args.seq = SMOKE, min(args.batch, 2), min(args.seq, SMOKE.max_len // 2)
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if device.type == "cpu":
+            torch.set_num_threads(1)
+        name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (smoke run)"
+        peak = args.peak_tflops or 1.0
+    else:
+        if not torch.cuda.is_available():
+            print("training_gpu.py: no CUDA GPU here; this benchmark needs one (--smoke runs it tiny on CPU)",
+                  file=sys.stderr)
+            return 2
+        if not torch.cuda.is_bf16_supported():
+            print(f"training_gpu.py: {torch.cuda.get_device_name()} has no bf16 support", file=sys.stderr)
+            return 2
+        name = torch.cuda.get_device_name()
+        peak = args.peak_tflops or peak_for(name)
+        if not peak or peak <= 0:
+            print(f"training_gpu.py: unknown bf16 peak for {name!r}; give --peak-tflops", file=sys.stderr)
+            return 2
+        torch.backends.cuda.matmul.allow_tf32 = True
+        device = torch.device("cuda")
+    rows = [measure(obj, args, shape, device, peak) for obj in ("mlm", "clm")]
     lines = [
-        "## Training speed on a GPU (attnscope vs Hugging Face, bert-base shape)",
+        "## Training speed on a GPU (attnscope vs Hugging Face, "
+        + ("bert-base shape)" if shape == BERT_BASE else "smoke shape: not a measurement)"),
         "",
         f"{name}, torch {torch.__version__}, bf16 autocast, fused AdamW, batch {args.batch} x {args.seq}, "
         f"median of {args.steps} interleaved steps after {args.warmup} warm-up steps"

@@ -47,12 +47,17 @@ def test_scores_match_the_explicit_definitions(seed, g, r, d, extra_c, e):
     assert np.isnan(got[:, 0]).tolist() == np.isnan(want[:, 0]).tolist()  # non-square: NaN symmetry
 
 
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
 @pytest.mark.parametrize("shape", [(4, 4, 64, 64, 16), (8, 2, 96, 96, 8), (2, 2, 32, 40, 24)])
-def test_same_records_as_the_numpy_kernel(shape):
-    """Both layer routes (factored for small g*e, explicit otherwise) and GQA, as score_factors gives them."""
+def test_same_records_as_the_numpy_kernel(shape, device):
+    """Both layer routes (factored for small g*e, explicit otherwise) and GQA, as score_factors gives them;
+    on a GPU the same numbers to float tolerance."""
     h, g, d, c, e = shape
     q, k = factors(1, h, g, d, c, e)
-    got = tk.qk_scores([(torch.from_numpy(q), torch.from_numpy(k))])[0].numpy()
+    got = tk.qk_scores([(torch.from_numpy(q).to(device), torch.from_numpy(k).to(device))])[0].cpu().numpy()
     recs = score_factors(AttentionFactors("encoder", 0, q, k))
     want = np.array([[r["symmetry"], r["directionality"], r["frobenius_norm"], r["n_outlier_rows"],
                       r["n_outlier_cols"]] for r in recs], dtype=np.float64)

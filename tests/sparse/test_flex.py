@@ -97,3 +97,21 @@ def test_kernel_cache_filled_in_inference_mode_still_trains():
     qg, kg, vg = (x.clone().requires_grad_() for x in (q, k, v))
     sparse_attention(qg, kg, vg, "byte-sparse-8h", impl="gather").sum().backward()
     assert torch.isfinite(qg.grad).all()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (FlexAttention has no CPU backward)")
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)])
+def test_flex_forward_and_backward_equal_dense_on_cuda(dtype, tol):
+    torch.manual_seed(0)
+    L, e = 512, 64
+    pat = load_pattern("byte-sparse-8h")
+    base = [torch.randn(2, 8, L, e, device="cuda", dtype=dtype) for _ in range(3)]
+    g = torch.randn(2, 8, L, e, device="cuda", dtype=dtype)
+    xs = [x.clone().requires_grad_() for x in base]
+    out = sparse_attention(*xs, pat, causal=True, impl="flex")
+    out.backward(g)
+    ref_in = [x.float().clone().requires_grad_() for x in base]
+    ref, _ = dense_attention(*ref_in, torch.from_numpy(pat.mask(L, True)).cuda())
+    ref.backward(g.float())
+    for got, want in zip([out, *(x.grad for x in xs)], [ref, *(x.grad for x in ref_in)]):
+        torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)

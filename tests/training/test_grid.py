@@ -170,7 +170,11 @@ def test_train_cli_grid_bad_axes_are_one_line(tmp_path, monkeypatch, capsys):
     for args in (["--seeds", ""], ["--seeds", "1,1"], ["--seeds", "0,x"], ["--seed", "0", "--seeds", "0,1"],
                  ["--seeds", "0", "--inits", "default,default"], ["--seeds", "0", "--objectives", ","],
                  ["--seeds", "0", "--init", "symmetric", "--inits", "default"], ["--seeds", "0", "--workers", "two"],
-                 ["--seeds", "0", "--executor", "cloud"]):
+                 ["--seeds", "0", "--executor", "cloud"], ["--seeds", "0", "--workers", "0"],
+                 ["--seeds", "0", "--slurm-time", "30"],  # a Slurm option without --executor slurm
+                 ["--seeds", "0", "--executor", "slurm", "--slurm-time", "-5"],
+                 ["--seeds", "0", "--executor", "slurm", "--slurm-mem", "nan"],
+                 ["--seeds", "0", "--executor", "slurm", "--slurm-gpus", "1.5"]):
         code, _, err = train_cli(monkeypatch, capsys, *TINY_FLAGS, "--out", out, *args)
         assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (args, err)
     assert not any(out.glob("mlm-*"))
@@ -189,3 +193,18 @@ def test_train_cli_grid(tmp_path, monkeypatch, capsys):
     code, _, err = train_cli(monkeypatch, capsys, *TINY_FLAGS, "--out", out, "--seeds", "0-1",
                              "--inits", "default,symmetric")
     assert code == 0 and "0 trained, 4 already done" in err
+
+
+@pytest.mark.slurm
+def test_slurm_executor_runs_the_grid_as_an_array(tmp_path, slurm_cluster):
+    """Each point is one array task on the real cluster; the runs equal the inline ones; a rerun submits nothing."""
+    slurm = {"partition": slurm_cluster["partition"], "time_min": 10}
+    inline = run_grid(TINY, seeds=[0, 1], out=tmp_path / "inline", progress=False)
+    grid = run_grid(TINY, seeds=[0, 1], out=tmp_path / "slurm", executor="slurm", slurm=slurm, progress=False)
+    assert inline.summary.ok and grid.summary.ok, grid.summary.failed
+    assert sorted(grid.summary.done) == ["mlm-default-seed0", "mlm-default-seed1"]
+    assert list((tmp_path / "slurm" / ".grid" / "slurm").glob("*_submission.sh"))  # it went through sbatch
+    for name in ("mlm-default-seed0", "mlm-default-seed1"):
+        assert losses(tmp_path / "slurm" / name) == losses(tmp_path / "inline" / name)
+    again = run_grid(TINY, seeds=[0, 1], out=tmp_path / "slurm", executor="slurm", slurm=slurm, progress=False)
+    assert not again.summary.done and len(again.summary.skipped) == 2

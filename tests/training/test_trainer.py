@@ -62,10 +62,16 @@ def test_default_init_is_not_symmetric_and_loss_falls(tmp_path):
     assert summary["eval_bits_per_byte"] == pytest.approx(summary["eval_loss"] / np.log(2))  # bytes tokenizer
 
 
-def test_checkpoint_scores_equal_logged_scores(tmp_path):
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_checkpoint_scores_equal_logged_scores(tmp_path, device):
+    """The live-weight scores (torch, on the model's device) equal attnscope geometry on the checkpoint."""
     from attnscope.geometry import score
 
-    run_dir, _ = run(tmp_path, objective="mlm", steps=6, score_every=3, checkpoint_every=3, n_kv_heads=2)
+    run_dir, _ = run(tmp_path, objective="mlm", steps=6, score_every=3, checkpoint_every=3, n_kv_heads=2,
+                     device=device)
     assert [s for s, _ in list_checkpoints(run_dir)] == [3, 6]
     for step, ckpt in list_checkpoints(run_dir):
         assert {p.name for p in ckpt.iterdir()} >= {"model.safetensors", "config.json", "trainer_state.pt"}

@@ -53,7 +53,7 @@ EXTRA = [
 ]
 #: a seed grid (attnscope.training.grid): any of these turns --out into the grid's directory
 GRID = [
-    inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
+    inspect.Parameter(name.replace("-", "_"), inspect.Parameter.KEYWORD_ONLY, annotation=Optional[str],
                       default=typer.Option(None, f"--{name}", help=text, metavar="TEXT", show_default=False))
     for name, text in (
         ("seeds", "Train one run per seed (0,1,2 or 0-4) into --out/<objective>-<init>-seed<S>; resumable."),
@@ -61,6 +61,10 @@ GRID = [
         ("objectives", "With a grid: comma-separated objectives (instead of --objective)."),
         ("executor", "With a grid: inline (one after another) | local (a process pool) | slurm. [default: inline]"),
         ("workers", "With a grid and --executor local: runs at once. [default: 2]"),
+        ("slurm-partition", "With --executor slurm: the partition (default: the cluster's)."),
+        ("slurm-time", "With --executor slurm: minutes per run's job. [default: 60]"),
+        ("slurm-mem", "With --executor slurm: GB of memory per run's job."),
+        ("slurm-gpus", "With --executor slurm: GPUs per run's job (use with --device cuda)."),
     )
 ]
 
@@ -105,6 +109,21 @@ def _names(text: str | None) -> list[str] | None:
     return None if text is None else [v.strip() for v in text.split(",") if v.strip()]
 
 
+def _number(given: dict[str, Any], name: str, kind: type) -> Any:
+    """A grid option as ``kind`` (None when not given); whole numbers and GB must be positive."""
+    text = given[name]
+    if text is None or kind is str:
+        return text
+    flag = "--" + name.replace("_", "-")
+    try:
+        value = kind(text)
+    except ValueError:
+        raise InputError(f"{flag} takes a {'whole ' if kind is int else ''}number, not {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise InputError(f"{flag} must be positive and finite, not {text}")
+    return value
+
+
 def _train_grid(cfg: TrainConfig, options: dict[str, Any], given: dict[str, Any]) -> None:
     """``--seeds/--inits/--objectives``: every point as a run directory under --out, through run_grid."""
     from attnscope.progress import stderr_console
@@ -117,12 +136,17 @@ def _train_grid(cfg: TrainConfig, options: dict[str, Any], given: dict[str, Any]
         if single in options and given[plural] is not None:
             raise InputError(f"give --{single} or --{plural}, not both")
     seeds = parse_seeds(given["seeds"]) if given["seeds"] is not None else [cfg.seed]
-    try:
-        workers = int(given["workers"]) if given["workers"] is not None else 2
-    except ValueError:
-        raise InputError(f"--workers takes a whole number, not {given['workers']!r}") from None
+    workers = _number(given, "workers", int) or 2
+    executor = given["executor"] or "inline"
+    slurm = {key: _number(given, name, kind) for key, name, kind in (
+        ("partition", "slurm_partition", str), ("time_min", "slurm_time", int), ("mem_gb", "slurm_mem", float),
+        ("gpus", "slurm_gpus", int))}
+    slurm = {k: v for k, v in slurm.items() if v is not None}
+    if slurm and executor != "slurm":
+        raise InputError(f"--slurm-* options need --executor slurm (not {executor})")
+    slurm.setdefault("cpus_per_task", cfg.threads or 1)
     grid = run_grid(cfg, seeds, inits=_names(given["inits"]), objectives=_names(given["objectives"]), out=cfg.out,
-                    executor=given["executor"] or "inline", workers=workers, progress=cfg.progress)
+                    executor=executor, workers=workers, slurm=slurm, progress=cfg.progress)
     err = stderr_console()
     for key, msg in grid.summary.failed.items():
         err.print(f"failed: {key}: {msg}", highlight=False, soft_wrap=True)

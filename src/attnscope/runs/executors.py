@@ -191,11 +191,28 @@ def _run_local(fn, todo, store: ResultsStore, workers, record, advance) -> None:
     pool.shutdown(wait=True)
 
 
+def _quiet_sacct() -> None:
+    """Clusters without accounting make submitit warn on every status poll ('Bypassing sacct error'); it then
+    reads the job's state from squeue and its result file, so those lines say nothing to a user: drop them."""
+    import logging
+
+    log = logging.getLogger("submitit")
+    if not any(getattr(f, "attnscope_sacct", False) for f in log.filters):
+        class NoSacct(logging.Filter):
+            attnscope_sacct = True
+
+            def filter(self, record: logging.LogRecord) -> bool:
+                return "Bypassing sacct error" not in record.getMessage()
+
+        log.addFilter(NoSacct())
+
+
 def _run_slurm(fn, todo, store: ResultsStore, opts: dict[str, Any], record, advance) -> None:
     """One Slurm array task per task via submitit; results land in the same store."""
     import shutil
 
     import submitit
+    _quiet_sacct()
     if shutil.which("sbatch") is None:
         raise InputError("the slurm executor needs Slurm: 'sbatch' was not found on PATH")
     folder = Path(opts.get("folder") or (store.root / "slurm"))
@@ -209,6 +226,8 @@ def _run_slurm(fn, todo, store: ResultsStore, opts: dict[str, Any], record, adva
         params["slurm_partition"] = opts["partition"]
     if opts.get("mem_gb"):
         params["mem_gb"] = float(opts["mem_gb"])
+    if opts.get("gpus"):  # per array task (one training run on one GPU, typically)
+        params["gpus_per_node"] = int(opts["gpus"])
     ex.update_parameters(**params)
     jobs = ex.map_array(_run_and_store, [fn] * len(todo), todo, [store] * len(todo))
     for t, job in zip(todo, jobs):

@@ -1,0 +1,54 @@
+"""The GPU benchmark scripts run their own code at a tiny shape on CPU (``--smoke``), so a user with a GPU
+does not find their bugs first; without ``--smoke`` and without CUDA they refuse in one line."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = str(ROOT / "src")
+
+
+def _run(script: str, *args: str) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": SRC, "PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True,
+                          text=True, env=env, timeout=600)
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| objective") and not line.startswith("| L ")]
+
+
+def test_training_gpu_smoke_times_both_sides(tmp_path):
+    md = tmp_path / "t.md"
+    r = _run("training_gpu.py", "--smoke", "--steps", "1", "--warmup", "1", "--md", str(md))
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = _table_rows(md.read_text())
+    assert [row[0] for row in rows] == ["mlm", "clm"]
+    for row in rows:
+        ours, hf, ratio = float(row[1]), float(row[2]), float(row[3].rstrip("x"))
+        assert ours > 0 and hf > 0 and ratio == pytest.approx(ours / hf, rel=0.02)
+    assert "not a measurement" in md.read_text()
+
+
+def test_sparse_gpu_smoke_checks_exactness_then_times(tmp_path):
+    md = tmp_path / "s.md"
+    r = _run("sparse_attention_gpu.py", "--smoke", "--md", str(md))
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = md.read_text()
+    assert "gathered (byte-sparse-8h): output and gradients equal the dense masked reference" in text
+    rows = _table_rows(text)
+    assert {row[2] for row in rows} == {"attnscope gathered (byte-sparse-8h)", "flash causal SDPA (no pattern)"}
+    assert all(float(row[3]) > 0 for row in rows)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+@pytest.mark.parametrize("script", ["training_gpu.py", "sparse_attention_gpu.py"])
+def test_without_cuda_the_real_run_is_one_line_exit_2(script):
+    r = _run(script)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "CUDA" in r.stderr
