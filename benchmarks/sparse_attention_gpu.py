@@ -24,7 +24,7 @@ import statistics
 import sys
 
 
-def sync(device: "torch.device") -> None:
+def sync(device) -> None:  # noqa: ANN001 - a torch.device
     import torch
 
     if device.type == "cuda":
