@@ -60,6 +60,8 @@ def test_head_heatmaps_hold_the_grid_with_integer_ticks():
     np.testing.assert_array_equal(np.asarray(im.get_array().filled(np.nan)), expected)
     ticks = fig.axes[0].get_xticks()
     assert len(ticks) and np.all(ticks == np.round(ticks)) and ticks.min() >= 0 and ticks.max() <= 5
+    bottom, top = fig.axes[0].get_ylim()
+    assert bottom < top  # layer 0 at the bottom, as in the heads figures (depth grows upwards)
 
 
 def test_wqk_block_image_is_the_block_and_draws_into_a_given_axes():

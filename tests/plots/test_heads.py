@@ -41,6 +41,7 @@ def test_metric_heatmaps_images_and_integer_ticks():
         np.testing.assert_array_equal(ax.get_images()[0].get_array(), explicit_grid(df, col))
         xt, yt = ax.get_xticks(), ax.get_yticks()
         assert np.array_equal(xt, np.arange(7)) and np.array_equal(yt, np.arange(3))  # 0, 1, 2 ... not 2.5
+        assert ax.get_ylim()[0] < ax.get_ylim()[1]  # layer 0 at the bottom, as in the geometry heatmaps
     assert fig.get_suptitle() == "t"
 
 

@@ -111,7 +111,8 @@ def plot_head_heatmaps(df: "pd.DataFrame", title: str | None = None, *, fig: "Fi
             if not grp.empty:
                 grid[grp["layer"].to_numpy(int), grp["head"].to_numpy(int)] = grp[col].to_numpy(float)
             ax = axes[row, col_i]
-            im = ax.imshow(grid, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+            im = ax.imshow(grid, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", origin="lower",
+                           interpolation="nearest")  # layer 0 at the bottom, as in the heads figures
             ax.set_xlabel("head")
             ax.set_ylabel("layer")
             ax.set_title(f"{stack}: {name}", fontsize=10)
