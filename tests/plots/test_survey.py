@@ -56,3 +56,38 @@ def test_encoder_decoder_is_the_encoder_decoder_models_only():
     assert meds == {"encoder": 0.3, "decoder": 0.1, "cross": 0.0}
     assert [t.get_text() for t in fig.axes[1].get_xticklabels()] == ["whisper-tiny"]
     assert plot_encoder_decoder(s[s.model == "gpt2"]) is None
+
+
+def test_point_names_do_not_overlap_and_stay_inside_the_axes():
+    """The text panel of the offline-real survey (docs/survey.md), where fixed offsets overlapped."""
+    models = [  # name, stack, params, s median, d median
+        ("sentence-transformers/paraphrase-MiniLM-L3-v2", "encoder", 17.4e6, 0.55, -0.07),
+        ("sentence-transformers/all-MiniLM-L6-v2", "encoder", 22.7e6, 0.49, -0.10),
+        ("HuggingFaceTB/SmolLM2-135M-Instruct", "decoder", 135e6, 0.10, -0.25),
+        ("google/gemma-3-270m", "decoder", 268e6, 0.04, 0.01),
+        ("Qwen/Qwen2.5-Coder-0.5B-Instruct-AWQ", "decoder", 494e6, 0.15, -0.07),
+    ]
+    rows = [dict(model=m, stack=st, modality="text", type=st, params=p, paper_symmetry_median=None,
+                 symmetry_median=s_, symmetry_q1=s_ - 0.05, symmetry_q3=s_ + 0.05,
+                 directionality_median=d_, directionality_q1=d_ - 0.05, directionality_q3=d_ + 0.05)
+            for m, st, p, s_, d_ in models]
+    fig = plot_scores_vs_params(pd.DataFrame(rows))
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        boxes = [t.get_window_extent(renderer) for t in ax.texts]
+        assert len(boxes) == len(models)
+        inside = ax.get_window_extent(renderer)
+        for i, a in enumerate(boxes):
+            assert a.x0 >= inside.x0 - 1 and a.x1 <= inside.x1 + 1, ax.texts[i].get_text()
+            for b in boxes[i + 1:]:  # at most a sliver (the boxes include the glyphs' padding)
+                w = max(0.0, min(a.x1, b.x1) - max(a.x0, b.x0))
+                h = max(0.0, min(a.y1, b.y1) - max(a.y0, b.y0))
+                assert w * h < 0.1 * min(a.width * a.height, b.width * b.height), ax.texts[i].get_text()
+
+
+def test_size_ticks_read_as_counts():
+    fig = plot_scores_vs_params(summary_table())
+    fig.draw_without_rendering()
+    labels = [t.get_text() for t in fig.axes[2].get_xticklabels() if t.get_text()]
+    assert labels and all(lab[-1] in "kMBT" or lab.isdigit() for lab in labels), labels

@@ -12,7 +12,7 @@ them as ``survey_scores.png`` and ``survey_encdec.png``:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from attnscope.zoo.report import MODALITY_ORDER, STACK_ORDER
 
@@ -45,8 +45,9 @@ def plot_scores_vs_params(
         return None
     mods = [m for m in MODALITY_ORDER if m in set(data["modality"])] + sorted(
         {m for m in data["modality"].dropna() if m not in MODALITY_ORDER})
-    fig = figure_for(fig, figsize=(4.2 * len(mods), 6.4))
+    fig = figure_for(fig, figsize=(max(6.4, 4.2 * len(mods)), 6.4))
     axes = np.atleast_2d(fig.subplots(2, len(mods), sharex="col", sharey="row", squeeze=False))
+    to_label: list[tuple[Any, pd.DataFrame, str]] = []
     for j, mod in enumerate(mods):
         sub = data[data["modality"] == mod]
         for i, col in enumerate(("symmetry", "directionality")):
@@ -63,15 +64,14 @@ def plot_scores_vs_params(
                 if show_paper and paper_col in s.columns and s[paper_col].notna().any():
                     ax.plot(s["params"], s[paper_col].astype(float), "o", ms=7, mfc="none", alpha=0.6,
                             color=STACK_COLORS[stack], label=f"{stack}s, paper")
-                if sub["model"].nunique() <= annotate_max:
-                    for x, y, m in zip(s["params"], med, s["model"]):
-                        ax.annotate(model_label(m).split("/")[-1], (x, y), xytext=(4, 3), textcoords="offset points",
-                                    fontsize=6.5, color=STACK_COLORS[stack])
             ax.axhline(0, color="0.6", lw=0.6, zorder=0)
             ax.set_xscale("log")
             lo, hi = float(sub["params"].min()), float(sub["params"].max())
             ax.set_xlim(lo / 2, hi * 2)  # also keeps a single-model panel from collapsing
             ax.set_ylim(-1.05, 1.05)
+            _count_ticks(ax.xaxis)
+            if sub["model"].nunique() <= annotate_max:
+                to_label.append((ax, sub, f"{col}_median"))
             if i == 0:
                 ax.set_title(mod)
             if i == 1:
@@ -81,7 +81,67 @@ def plot_scores_vs_params(
             if i == 0:
                 ax.legend(loc="lower left", fontsize=8, frameon=False)
     fig.suptitle("W_qk geometry across models (bars: 25-75 % over layers)")
+    if to_label:
+        renderer = _laid_out(fig)
+        for ax, sub, col in to_label:
+            _label_points(ax, sub, col, renderer)
     return fig
+
+
+def _count_ticks(axis: "Any") -> None:
+    """Log-axis ticks at 1, 2, 5 x 10^k labelled 20M, 500M, 1B (no overlapping minor-tick labels)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    def human(x: float, _pos: int) -> str:
+        for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+            if x >= scale:
+                return f"{x / scale:.3g}{unit}"
+        return f"{x:.3g}"
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(human))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _laid_out(fig: "Figure") -> Any:
+    """Run the figure's layout (constrained) and return a renderer, so text extents are the final ones."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
+    fig.draw_without_rendering()
+    return canvas.get_renderer()
+
+
+def _label_points(ax: "Any", sub: "pd.DataFrame", col: str, renderer: Any) -> None:
+    """Name each point at the place (right/left x above/below; left first in the right part of the panel)
+    where its name overlaps the fewest names already placed and stays inside the axes."""
+    import numpy as np
+
+    def overlap(a: Any, b: Any) -> float:
+        return max(0.0, min(a.x1, b.x1) - max(a.x0, b.x0)) * max(0.0, min(a.y1, b.y1) - max(a.y0, b.y0))
+
+    rows = sub[np.isfinite(sub[col].astype(float))]
+    inside = ax.get_window_extent(renderer)
+    placed: list[Any] = []
+    for x, y, m, stack in zip(rows["params"], rows[col].astype(float), rows["model"], rows["stack"]):
+        fx = ax.transAxes.inverted().transform(ax.transData.transform((x, y)))[0]
+        sides = (-1, 1) if fx > 0.55 else (1, -1)
+        best = None
+        for side in sides:
+            for dy in (3, -9):
+                text = ax.annotate(model_label(m).split("/")[-1], (x, y), xytext=(4 * side, dy),
+                                   textcoords="offset points", ha="left" if side > 0 else "right", fontsize=6.5,
+                                   color=STACK_COLORS[stack])
+                box = text.get_window_extent(renderer)
+                outside = box.width * box.height - overlap(box, inside)
+                cost = 10 * outside + sum(overlap(box, other) for other in placed)
+                if best is None or cost < best[0]:
+                    if best is not None:
+                        best[1].remove()
+                    best = (cost, text, box)
+                else:
+                    text.remove()
+        placed.append(best[2])
 
 
 def plot_encoder_decoder(summary: "pd.DataFrame", *, fig: "Figure | None" = None) -> "Figure | None":
