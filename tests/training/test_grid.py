@@ -174,7 +174,9 @@ def test_train_cli_grid_bad_axes_are_one_line(tmp_path, monkeypatch, capsys):
                  ["--seeds", "0", "--slurm-time", "30"],  # a Slurm option without --executor slurm
                  ["--seeds", "0", "--executor", "slurm", "--slurm-time", "-5"],
                  ["--seeds", "0", "--executor", "slurm", "--slurm-mem", "nan"],
-                 ["--seeds", "0", "--executor", "slurm", "--slurm-gpus", "1.5"]):
+                 ["--seeds", "0", "--executor", "slurm", "--slurm-gpus", "1.5"],
+                 ["--seeds", "0", "--executor", "slurm", "--slurm-time", "99999999999999999999"],
+                 ["--seeds", "0", "--executor", "slurm", "--slurm-mem", "inf"]):
         code, _, err = train_cli(monkeypatch, capsys, *TINY_FLAGS, "--out", out, *args)
         assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (args, err)
     assert not any(out.glob("mlm-*"))

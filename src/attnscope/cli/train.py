@@ -119,8 +119,8 @@ def _number(given: dict[str, Any], name: str, kind: type) -> Any:
         value = kind(text)
     except ValueError:
         raise InputError(f"{flag} takes a {'whole ' if kind is int else ''}number, not {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise InputError(f"{flag} must be positive and finite, not {text}")
+    if not value > 0 or value >= 2**31:  # also NaN and infinity; Slurm keeps these in 32 bits
+        raise InputError(f"{flag} must be positive and below 2^31, not {text}")
     return value
 
 
