@@ -137,6 +137,17 @@ def test_seeds_are_paired_and_summarised_with_t_intervals(tmp_path):
     final = stats.loc[("init=default", "final_loss")]
     assert final["mean"] == pytest.approx(2.5) and final["ci_high"] - 2.5 == pytest.approx(T_975_DF2 * 1 / np.sqrt(3))
     assert ("init=default", "speedup") not in stats.index  # a baseline has no speed-up over itself
+    # paired differences, run minus its own seed's baseline: at 15 (interpolated) -1.5, -1.0, -2.6
+    d15 = stats.loc[("init=symmetric", "dloss@15")]
+    diffs = [(4 + 2.4) / 2 - 4.5, (5 + 4) / 2 - 5.5, (1.4 + 1.3) / 2 - 3.5]
+    mean, sd = np.mean(diffs), np.std(diffs, ddof=1)
+    dhalf = T_975_DF2 * sd / np.sqrt(3)
+    assert (d15["mean"], d15["sd"]) == (pytest.approx(mean), pytest.approx(sd))
+    assert (d15["ci_low"], d15["ci_high"]) == (pytest.approx(mean - dhalf), pytest.approx(mean + dhalf))
+    # final eval losses are the final losses + 0.1 here: differences -0.6, -0.5, -0.4
+    dev = stats.loc[("init=symmetric", "dfinal_eval_loss")]
+    assert dev["mean"] == pytest.approx(-0.5) and dev["sd"] == pytest.approx(0.1)
+    assert ("init=default", "dloss@15") not in stats.index
     # curves: mean over the three seeds at every logged step, the band from the same t-interval
     curves = res.curves[(res.curves["metric"] == "loss") & (res.curves["group"] == "init=default")]
     assert list(curves["step"]) == [10, 20, 30, 40]

@@ -333,7 +333,10 @@ def group_stats(table: "pd.DataFrame", losses: "pd.DataFrame", at: Sequence[int]
     """Tidy: group, objective, init, metric, n_runs, n, mean, sd, ci_low, ci_high (95% t-interval).
 
     Metrics: ``final_loss``, ``final_eval_loss``, ``loss@S`` for each step in ``at``, ``steps_to_target``
-    and ``speedup`` (the last two for runs that have them). A metric is summarised only when every seed
+    and ``speedup`` (the last two for runs that have them), and for runs with a paired baseline the paired
+    differences run minus baseline of the same seed: ``dloss@S`` and ``dfinal_eval_loss`` (negative = the
+    run is ahead; pairing removes the seed's own noise, so these intervals are the tight ones). A metric
+    is summarised only when every seed
     of the group has a value (``n == n_runs``); otherwise ``n`` says how many did and the mean is NaN
     (a seed that never reached the target cannot be averaged away).
     """
@@ -352,6 +355,11 @@ def group_stats(table: "pd.DataFrame", losses: "pd.DataFrame", at: Sequence[int]
             metrics["steps_to_target"] = [math.nan if v is None else float(v) for v in part["step_star"]]
         if not is_base:
             metrics["speedup"] = [math.nan if v is None else float(v) for v in part["speedup"]]
+            pairs = list(zip(part["run"], part["baseline"]))
+            for s in at:
+                metrics[f"dloss@{s}"] = [loss_at(by_run[r], int(s)) - loss_at(by_run[b], int(s)) for r, b in pairs]
+            final_eval = dict(zip(table["run"], table["final_eval_loss"]))
+            metrics["dfinal_eval_loss"] = [final_eval[r] - final_eval[b] for r, b in pairs]
         for metric, vals in metrics.items():
             finite = [v for v in vals if v == v]
             if not finite and metric == "final_eval_loss":
