@@ -243,8 +243,9 @@ def test_compare_cli_json_out_and_one_line_errors(tmp_path, capsys, monkeypatch)
     assert sp["mean"] == pytest.approx(0.5) and any(r["metric"] == "loss@20" for r in doc["stats"])
     dest = tmp_path / "cmp"
     code, out, err = cli(monkeypatch, capsys, *runs, "--out", dest)
-    assert code == 0 and "| init=symmetric | 3 |" in out and "wrote 4 figures" in err
-    for f in ("loss_curves.png", "loss_bands.png", "scores_median.png", "scores_per_layer.png", "table.md",
+    assert code == 0 and "| init=symmetric | 3 |" in out and "wrote 5 figures" in err
+    for f in ("loss_curves.png", "loss_differences.png", "loss_bands.png", "scores_median.png", "scores_per_layer.png",
+              "table.md",
               "summary.csv", "stats.csv", "curves.csv", "losses.csv", "score_summary.csv"):
         assert (dest / f).stat().st_size > 100, f
     assert (dest / "table.md").read_text() == out
@@ -276,3 +277,25 @@ def test_loss_bands_figure_holds_the_curves(tmp_path):
     own = Figure()
     target = own.subplots()
     assert loss_bands(res.curves, ax=target) is own and len(target.get_lines()) == 4
+
+
+def test_paired_difference_curves_and_figure(tmp_path):
+    from attnscope.plots.training import loss_differences
+
+    res = compare(seeds_experiment(tmp_path))
+    d = res.curves[(res.curves["metric"] == "dloss") & (res.curves["group"] == "init=symmetric")].sort_values("step")
+    assert list(d["step"]) == [10, 20, 30, 40]
+    # step 20: symmetric 2.4 / 4 / 1.3 minus default 4 / 5 / 3 of the same seed
+    diffs = [2.4 - 4, 4 - 5, 1.3 - 3]
+    mean, _, lo, hi = t_interval(diffs)
+    row = d[d["step"] == 20].iloc[0]
+    assert (row["mean"], row["ci_low"], row["ci_high"]) == (pytest.approx(mean), pytest.approx(lo), pytest.approx(hi))
+    ev = res.curves[(res.curves["metric"] == "deval_loss") & (res.curves["group"] == "init=symmetric")]
+    assert list(ev["step"]) == [20, 40] and ev["mean"].iloc[-1] == pytest.approx(-0.5)  # evaluated every 2nd log
+    assert not ((res.curves["group"] == "init=default") & res.curves["metric"].str.startswith("d")).any()
+    fig = loss_differences(res.curves)
+    ax = fig.axes[0]
+    line = next(ln for ln in ax.get_lines() if ln.get_label() == "init=symmetric (train, 3 seeds)")
+    assert list(line.get_ydata()) == pytest.approx(list(d["mean"]))
+    single = compare([p for p in seeds_experiment(tmp_path / "b") if "default" in p.name])
+    assert loss_differences(single.curves) is None  # baselines only: nothing to draw

@@ -75,6 +75,9 @@ def compare(
         write_table(df, folder / name)
     atomic_write_text(folder / "table.md", result.markdown)
     figures = {"loss_curves.png": plots.loss_curves(result.losses), "loss_bands.png": plots.loss_bands(result.curves)}
+    differences = plots.loss_differences(result.curves)
+    if differences is not None:
+        figures["loss_differences.png"] = differences
     if not result.score_summary.empty:
         figures["scores_median.png"] = plots.score_medians(result.score_summary)
         figures["scores_per_layer.png"] = plots.score_layers(result.scores)

@@ -6,8 +6,10 @@ Figure (Agg, not registered with pyplot); the caller saves it (:func:`attnscope.
 * :func:`loss_curves`   training loss (and held-out loss, dashed) vs step, one panel per objective;
 * :func:`score_medians` median over layers of s and d vs step with the IQR as a band, one line per run,
                         encoders and decoders in separate rows;
-* :func:`score_layers`  s and d of each layer vs step, one curve per layer, one row per run.
-* :func:`loss_bands`    mean loss over the seeds of each group with its 95% band.
+* :func:`score_layers`  s and d of each layer vs step, one curve per layer, one row per run;
+* :func:`loss_bands`    mean loss over the seeds of each group with its 95% band;
+* :func:`loss_differences` each group's loss minus its same-seed baseline's, mean over seeds with the
+                        95% band (None when no group has a paired baseline).
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ def loss_bands(curves: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure":
     everything on ``ax`` when given."""
     groups = list(dict.fromkeys(curves["group"]))
     colors = _colors(groups)
+    curves = curves[curves["metric"].isin(["loss", "eval_loss"])]
     objectives = list(dict.fromkeys(curves["objective"])) or ["loss"]
     if ax is None:
         fig = figure_for(None, figsize=(5.5 * len(objectives), 3.8))
@@ -127,6 +130,40 @@ def loss_bands(curves: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure":
         a.set_title(f"{obj} loss: mean over seeds, 95% band")
         a.set_xlabel("step")
         a.set_ylabel("cross-entropy (nats)")
+        a.grid(alpha=0.3)
+        a.legend(fontsize=7)
+    return fig
+
+
+def loss_differences(curves: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure | None":
+    """curves (``dloss`` / ``deval_loss`` rows) -> each group's loss minus its same-seed baseline's, mean over
+    seeds with the 95% band (training solid, held-out dashed, zero = no difference); below zero the group
+    is ahead. One panel per objective, or everything on ``ax``; None when no group has a paired baseline."""
+    groups = list(dict.fromkeys(curves["group"]))
+    colors = _colors(groups)
+    curves = curves[curves["metric"].isin(["dloss", "deval_loss"])]
+    if curves.empty:
+        return None
+    objectives = list(dict.fromkeys(curves["objective"]))
+    if ax is None:
+        fig = figure_for(None, figsize=(5.5 * len(objectives), 3.4))
+        axes = dict(zip(objectives, fig.subplots(1, len(objectives), squeeze=False)[0]))
+    else:
+        fig, axes = ax.get_figure(root=True), {o: ax for o in objectives}
+    for (group, metric), df in curves.groupby(["group", "metric"], sort=False):
+        df = df.sort_values("step")
+        a = axes[df["objective"].iloc[0]]
+        held = metric == "deval_loss"
+        n = int(df["n"].iloc[0])
+        a.plot(df["step"], df["mean"], color=colors[group], ls="--" if held else "-", lw=1.3,
+               marker="o" if held else None, ms=3,
+               label=f"{group} ({'held-out' if held else 'train'}, {n} seed{'s' * (n != 1)})")
+        a.fill_between(df["step"], df["ci_low"], df["ci_high"], color=colors[group], alpha=0.15, lw=0)
+    for obj, a in axes.items():
+        a.axhline(0, color="0.3", lw=0.8)
+        a.set_title(f"{obj}: loss minus the same-seed baseline's, 95% band")
+        a.set_xlabel("step")
+        a.set_ylabel("difference (nats; < 0 = ahead)")
         a.grid(alpha=0.3)
         a.legend(fontsize=7)
     return fig

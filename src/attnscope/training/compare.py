@@ -373,18 +373,33 @@ def group_stats(table: "pd.DataFrame", losses: "pd.DataFrame", at: Sequence[int]
 
 
 def mean_curves(table: "pd.DataFrame", losses: "pd.DataFrame") -> "pd.DataFrame":
-    """Tidy: group, objective, init, metric (loss | eval_loss), step, n, mean, ci_low, ci_high.
+    """Tidy: group, objective, init, metric, step, n, mean, ci_low, ci_high.
 
-    Only steps (> 0) logged by every run of the group are kept, so each point averages all its seeds.
+    Metrics: ``loss`` and ``eval_loss`` (mean over the group's seeds), and for groups with a paired
+    baseline ``dloss`` and ``deval_loss``, the run minus its same-seed baseline at the same step. Only
+    steps (> 0) logged by every run of the group (and its baselines) are kept, so each point averages
+    all its seeds.
     """
     import pandas as pd
 
     rows = []
     group_of = dict(zip(table["run"], table["group"]))
     df = losses[losses["step"] > 0].assign(group=losses["run"].map(group_of))
-    for g, part in df.groupby("group", sort=False):
+    base_of = dict(zip(table["run"], table["baseline"]))
+    keyed = df.drop_duplicates(["run", "step"], keep="last").set_index(["run", "step"])
+    diffs = []
+    for metric in ("loss", "eval_loss"):
+        value = keyed[metric]
+        paired = df[df["run"].map(base_of) != df["run"]].dropna(subset=[metric])
+        idx = list(zip(paired["run"].map(base_of), paired["step"]))
+        base = value.reindex(idx).to_numpy()
+        diffs.append(paired.assign(**{metric: paired[metric].to_numpy() - base}).rename(
+            columns={metric: "d" + metric})[["run", "group", "objective", "init", "step", "d" + metric]])
+    for g, part in pd.concat([df, *diffs], ignore_index=True).groupby("group", sort=False):
         n_runs = part["run"].nunique()
-        for metric in ("loss", "eval_loss"):
+        for metric in ("loss", "eval_loss", "dloss", "deval_loss"):
+            if metric not in part.columns:
+                continue
             sub = part.dropna(subset=[metric])
             for step, at_step in sub.groupby("step"):
                 if at_step["run"].nunique() != n_runs:
