@@ -210,3 +210,12 @@ def test_slurm_executor_runs_the_grid_as_an_array(tmp_path, slurm_cluster):
         assert losses(tmp_path / "slurm" / name) == losses(tmp_path / "inline" / name)
     again = run_grid(TINY, seeds=[0, 1], out=tmp_path / "slurm", executor="slurm", slurm=slurm, progress=False)
     assert not again.summary.done and len(again.summary.skipped) == 2
+
+
+def test_more_seeds_later_train_only_the_new_points(tmp_path):
+    first = run_grid(TINY, seeds=[0], out=tmp_path / "g", progress=False)
+    assert first.summary.done == ["mlm-default-seed0"]
+    before = (tmp_path / "g" / "mlm-default-seed0" / "metrics.jsonl").read_bytes()
+    more = run_grid(TINY, seeds=[0, 1], out=tmp_path / "g", progress=False)
+    assert more.summary.done == ["mlm-default-seed1"] and more.summary.skipped == ["mlm-default-seed0"]
+    assert (tmp_path / "g" / "mlm-default-seed0" / "metrics.jsonl").read_bytes() == before
