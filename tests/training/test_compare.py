@@ -299,3 +299,20 @@ def test_paired_difference_curves_and_figure(tmp_path):
     assert list(line.get_ydata()) == pytest.approx(list(d["mean"]))
     single = compare([p for p in seeds_experiment(tmp_path / "b") if "default" in p.name])
     assert loss_differences(single.curves) is None  # baselines only: nothing to draw
+
+
+def test_group_labels_leave_out_what_the_objective_implies(tmp_path):
+    from attnscope.training.compare import group_labels
+
+    runs = []
+    for objective, causal, vocab in (("mlm", False, 257), ("clm", True, 256)):
+        for init in ("default", "symmetric"):
+            d = write_run(tmp_path, f"{objective}-{init}", [5, 4, 3], objective=objective, init=init, seed=0)
+            conf = json.loads((d / "run.json").read_text())
+            conf["model"].update(causal=causal, vocab_size=vocab)
+            conf["steps"] = 2000 if objective == "mlm" else 1000  # a real difference: kept
+            (d / "run.json").write_text(json.dumps(conf))
+            runs.append(load_run(d))
+    labels = group_labels(runs)
+    assert labels["mlm-symmetric"] == "init=symmetric objective=mlm steps=2000"
+    assert labels["clm-default"] == "init=default objective=clm steps=1000"

@@ -242,11 +242,17 @@ def pick_baselines(runs: Sequence[Run], baseline: str | None = None) -> dict[str
     return out
 
 
+#: model settings that follow from the objective (mlm: bidirectional + a [MASK] token; clm: causal)
+OBJECTIVE_IMPLIES = ("model.causal", "model.vocab_size")
+
+
 def group_labels(runs: Sequence[Run]) -> dict[str, str]:
     """run name -> group label: the settings that differ between groups (``init=symmetric objective=clm``)."""
     keys = {r.name: dict(r.group_key()) for r in runs}
     distinct = list(dict.fromkeys(tuple(sorted(k.items())) for k in keys.values()))
     varying = sorted({k for a in distinct for k, v in a for b in distinct if dict(b).get(k) != v})
+    if "objective" in varying:  # what the objective sets itself (causal mask, the [MASK] token) says nothing more
+        varying = [k for k in varying if k not in OBJECTIVE_IMPLIES]
     out = {}
     for r in runs:
         if varying:
