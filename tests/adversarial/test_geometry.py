@@ -180,3 +180,12 @@ def test_cli_debug_flag_adds_the_traceback_and_keeps_the_exit_code():
     assert res.returncode == 2 and "Traceback" in res.stderr
     assert res.stderr.splitlines()[-1].startswith("attnscope: error: --k")
     assert_one_line_error(cli("geometry", "nowhere", "--k", "0"), "--k")
+
+
+def test_cli_a_device_or_fifo_is_not_a_model(tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for spec in ("/dev/zero", str(fifo)):
+        assert_one_line_error(cli("geometry", spec), f"{spec}: not a regular file or a directory")

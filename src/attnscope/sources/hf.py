@@ -236,6 +236,8 @@ class HFDirectorySource(ShardedSource):
         path = Path(spec).expanduser()
         if not path.exists():
             raise InputError(f"{spec}: no such file or directory")
+        if not path.is_dir() and not path.is_file():  # a device, a FIFO, a socket
+            raise InputError(f"{spec}: not a regular file or a directory, so not a model")
         root = path if path.is_dir() else path.parent
         names = {p.name for p in root.iterdir()}
         if path.is_file():
