@@ -182,6 +182,13 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
                 return None
             return repo
 
+        def _revision(self, repo: Repo, rev: str, head: bool) -> str | None:
+            """The commit sha of a branch / tag name or sha; None (a 404 sent) when the repo has no such revision."""
+            if rev not in repo.revisions and rev not in repo.revisions.values():
+                self._error(404, "RevisionNotFound", head)
+                return None
+            return repo.revisions.get(rev, rev)
+
         def _body(self, data: bytes, headers: dict[str, str], head: bool, name: str) -> None:
             """Whole file or one byte range of it."""
             rng = self.headers.get("Range")
@@ -223,11 +230,11 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
             repo = self._repo(kind, name, head, gate=False)
             if repo is None:
                 return
-            if rev not in repo.revisions and rev not in repo.revisions.values():
-                self._error(404, "RevisionNotFound", head)
+            sha = self._revision(repo, rev, head)
+            if sha is None:
                 return
             recursive = "recursive=true" in (urlsplit(self.path).query or "").lower()
-            entries = self._entries(repo, repo.revisions.get(rev, rev), prefix, recursive)
+            entries = self._entries(repo, sha, prefix, recursive)
             if prefix and not entries:
                 self._error(404, "EntryNotFound", head)
                 return
@@ -272,10 +279,9 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
                 repo = self._repo(kind, name, head, gate=False)  # metadata of gated repos is public
                 if repo is None:
                     return
-                if rev not in repo.revisions and rev not in repo.revisions.values():
-                    self._error(404, "RevisionNotFound", head)
+                sha = self._revision(repo, rev, head)
+                if sha is None:
                     return
-                sha = repo.revisions.get(rev, rev)
                 info = {"id": name, "sha": sha, "private": False, "gated": "auto" if repo.token else False,
                         "siblings": [{"rfilename": f} for f in sorted(repo.tree(sha))]}
                 self._send(200, {"Content-Type": "application/json"}, json.dumps(info).encode(), head)
@@ -287,10 +293,9 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
                 repo = self._repo(kind, name, head)
                 if repo is None:
                     return
-                if rev not in repo.revisions and rev not in repo.revisions.values():
-                    self._error(404, "RevisionNotFound", head)
+                sha = self._revision(repo, rev, head)
+                if sha is None:
                     return
-                sha = repo.revisions.get(rev, rev)
                 if fname not in repo.tree(sha):
                     self._error(404, "EntryNotFound", head)
                     return

@@ -126,6 +126,24 @@ def positive(value: float | None, option: str, minimum: float = 1, strict: bool 
         raise InputError(f"{option} must be a finite number {bound}, not {value}")
 
 
+def slurm_options(executor: str, partition: str | None = None, time_min: int | None = None,
+                  mem_gb: float | None = None, gpus: int | None = None, cpus: int | None = None) -> dict | None:
+    """The ``--slurm-*`` options as the executors' ``slurm`` dict (None unless ``--executor slurm``), checked:
+    given without ``--executor slurm`` or not positive and finite is one line."""
+    given = {"partition": partition, "time_min": time_min, "mem_gb": mem_gb, "gpus": gpus}
+    if executor != "slurm":
+        if any(v is not None for v in given.values()):
+            raise InputError(f"--slurm-* options need --executor slurm (not {executor})")
+        return None
+    positive(time_min, "--slurm-time")
+    positive(mem_gb, "--slurm-mem", minimum=0, strict=True)
+    positive(gpus, "--slurm-gpus")
+    opts = {key: val for key, val in given.items() if val is not None}
+    if cpus is not None:
+        opts["cpus_per_task"] = cpus
+    return opts
+
+
 def distinct_sources(sources: list[str]) -> None:
     """Refuse the same SOURCE given twice (same string, or two spellings of one local path)."""
     seen: dict[str, str] = {}

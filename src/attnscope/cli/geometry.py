@@ -27,6 +27,7 @@ from ._common import (
     echo_json,
     make_default_group,
     positive,
+    slurm_options,
     stderr_console,
 )
 from ._tables import print_table
@@ -93,11 +94,8 @@ def score_cmd(
         if plot is not None:
             raise InputError("--zoo writes no figures itself; run `attnscope geometry plot DIR` after the survey")
         positive(workers, "--workers")
-        if executor != "slurm" and any(v is not None for v in (slurm_partition, slurm_time, slurm_mem)):
-            raise InputError(f"--slurm-partition/--slurm-time/--slurm-mem need --executor slurm (not {executor})")
-        positive(slurm_time, "--slurm-time")
-        positive(slurm_mem, "--slurm-mem", minimum=0, strict=True)
-        _run_zoo(zoo, out, executor, workers, k, stack, slurm_partition, slurm_time, slurm_mem, json_out)
+        slurm = slurm_options(executor, slurm_partition, slurm_time, slurm_mem)
+        _run_zoo(zoo, out, executor, workers, k, stack, slurm, json_out)
         return
     levels = _levels(level)
     distinct_sources(list(sources or []))
@@ -229,15 +227,12 @@ def print_summary(df: "pd.DataFrame", per_layer: bool = True) -> None:
 
 def _run_zoo(
     group: str, out: Optional[Path], executor: str, workers: int, k: float, stacks: Optional[List[str]],
-    partition: Optional[str], time_min: Optional[int], mem_gb: Optional[float], json_out: bool,
+    slurm: Optional[dict], json_out: bool,
 ) -> None:  # fmt: skip
     if out is None:
         raise InputError("--zoo needs --out DIR (the results store and merged table go there)")
     check_out_dir(out, "--out")
     from attnscope.zoo.survey import run_zoo  # an unknown --executor is refused by attnscope.runs
-    slurm = None
-    if executor == "slurm" or any(v is not None for v in (partition, time_min, mem_gb)):
-        slurm = {key: val for key, val in (("partition", partition), ("time_min", time_min), ("mem_gb", mem_gb)) if val is not None}
     kwargs = {"stacks": tuple(stacks)} if stacks else {}
     df = run_zoo(group, out, executor=executor, workers=workers, k=k, slurm=slurm, progress=not json_out, **kwargs)
     failures = (getattr(df, "attrs", {}).get("failures") or {}) if df is not None else {}

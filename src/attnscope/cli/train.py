@@ -110,17 +110,17 @@ def _names(text: str | None) -> list[str] | None:
 
 
 def _number(given: dict[str, Any], name: str, kind: type) -> Any:
-    """A grid option as ``kind`` (None when not given); whole numbers and GB must be positive."""
+    """A grid option given as text, read as ``kind`` (None when not given); its range is checked by the caller."""
     text = given[name]
-    if text is None or kind is str:
-        return text
+    if text is None:
+        return None
     flag = "--" + name.replace("_", "-")
     try:
         value = kind(text)
     except ValueError:
         raise InputError(f"{flag} takes a {'whole ' if kind is int else ''}number, not {text!r}") from None
-    if not value > 0 or value >= 2**31:  # also NaN and infinity; Slurm keeps these in 32 bits
-        raise InputError(f"{flag} must be positive and below 2^31, not {text}")
+    if abs(value) >= 2**31:  # Slurm and the process pool keep these in 32 bits
+        raise InputError(f"{flag} {text} is too large")
     return value
 
 
@@ -130,23 +130,19 @@ def _train_grid(cfg: TrainConfig, options: dict[str, Any], given: dict[str, Any]
     from attnscope.tables import records_to_json
     from attnscope.training.grid import parse_seeds, run_grid
 
-    from ._common import echo_json
+    from ._common import echo_json, positive, slurm_options
 
     for single, plural in (("seed", "seeds"), ("init", "inits"), ("objective", "objectives")):
         if single in options and given[plural] is not None:
             raise InputError(f"give --{single} or --{plural}, not both")
     seeds = parse_seeds(given["seeds"]) if given["seeds"] is not None else [cfg.seed]
-    workers = _number(given, "workers", int) or 2
+    workers = _number(given, "workers", int)
+    positive(workers, "--workers")
     executor = given["executor"] or "inline"
-    slurm = {key: _number(given, name, kind) for key, name, kind in (
-        ("partition", "slurm_partition", str), ("time_min", "slurm_time", int), ("mem_gb", "slurm_mem", float),
-        ("gpus", "slurm_gpus", int))}
-    slurm = {k: v for k, v in slurm.items() if v is not None}
-    if slurm and executor != "slurm":
-        raise InputError(f"--slurm-* options need --executor slurm (not {executor})")
-    slurm.setdefault("cpus_per_task", cfg.threads or 1)
+    slurm = slurm_options(executor, given["slurm_partition"], _number(given, "slurm_time", int),
+                          _number(given, "slurm_mem", float), _number(given, "slurm_gpus", int), cpus=cfg.threads or 1)
     grid = run_grid(cfg, seeds, inits=_names(given["inits"]), objectives=_names(given["objectives"]), out=cfg.out,
-                    executor=executor, workers=workers, slurm=slurm, progress=cfg.progress)
+                    executor=executor, workers=workers or 2, slurm=slurm, progress=cfg.progress)
     err = stderr_console()
     for key, msg in grid.summary.failed.items():
         err.print(f"failed: {key}: {msg}", highlight=False, soft_wrap=True)

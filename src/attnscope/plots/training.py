@@ -105,65 +105,52 @@ def score_layers(scores: "pd.DataFrame", *, fig: "Figure | None" = None) -> "Fig
     return fig
 
 
-def loss_bands(curves: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure":
-    """curves: group, metric (loss | eval_loss), step, mean, ci_low, ci_high -> the mean loss over seeds
-    of each group with its 95% band (training solid, held-out dashed). One panel per objective, or
-    everything on ``ax`` when given."""
-    groups = list(dict.fromkeys(curves["group"]))
-    colors = _colors(groups)
-    curves = curves[curves["metric"].isin(["loss", "eval_loss"])]
+def _band_panels(curves: "pd.DataFrame", metrics: tuple[str, str], ax: "Axes | None", height: float,
+                 title: str, ylabel: str, zero_line: bool = False) -> "Figure":
+    """Mean over seeds with its 95% band of the ``metrics`` (training, held-out) rows of ``curves``, a line
+    per group (held-out dashed with markers at its evaluation steps), one panel per objective or all on ``ax``."""
+    colors = _colors(list(dict.fromkeys(curves["group"])))
+    curves = curves[curves["metric"].isin(metrics)]
     objectives = list(dict.fromkeys(curves["objective"])) or ["loss"]
     if ax is None:
-        fig = figure_for(None, figsize=(5.5 * len(objectives), 3.8))
+        fig = figure_for(None, figsize=(5.5 * len(objectives), height))
         axes = dict(zip(objectives, fig.subplots(1, len(objectives), squeeze=False)[0]))
     else:
         fig, axes = ax.get_figure(root=True), {o: ax for o in objectives}
     for (group, metric), df in curves.groupby(["group", "metric"], sort=False):
         df = df.sort_values("step")
         a = axes[df["objective"].iloc[0]]
-        held = metric == "eval_loss"
-        n = int(df["n"].iloc[0])
-        a.plot(df["step"], df["mean"], color=colors[group], ls="--" if held else "-", lw=1.3,
-               label=f"{group} ({'held-out' if held else 'train'}, {n} seed{'s' * (n != 1)})")
-        a.fill_between(df["step"], df["ci_low"], df["ci_high"], color=colors[group], alpha=0.15, lw=0)
-    for obj, a in axes.items():
-        a.set_title(f"{obj} loss: mean over seeds, 95% band")
-        a.set_xlabel("step")
-        a.set_ylabel("cross-entropy (nats)")
-        a.grid(alpha=0.3)
-        a.legend(fontsize=7)
-    return fig
-
-
-def loss_differences(curves: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure | None":
-    """curves (``dloss`` / ``deval_loss`` rows) -> each group's loss minus its same-seed baseline's, mean over
-    seeds with the 95% band (training solid, held-out dashed, zero = no difference); below zero the group
-    is ahead. One panel per objective, or everything on ``ax``; None when no group has a paired baseline."""
-    groups = list(dict.fromkeys(curves["group"]))
-    colors = _colors(groups)
-    curves = curves[curves["metric"].isin(["dloss", "deval_loss"])]
-    if curves.empty:
-        return None
-    objectives = list(dict.fromkeys(curves["objective"]))
-    if ax is None:
-        fig = figure_for(None, figsize=(5.5 * len(objectives), 3.4))
-        axes = dict(zip(objectives, fig.subplots(1, len(objectives), squeeze=False)[0]))
-    else:
-        fig, axes = ax.get_figure(root=True), {o: ax for o in objectives}
-    for (group, metric), df in curves.groupby(["group", "metric"], sort=False):
-        df = df.sort_values("step")
-        a = axes[df["objective"].iloc[0]]
-        held = metric == "deval_loss"
+        held = metric == metrics[1]
         n = int(df["n"].iloc[0])
         a.plot(df["step"], df["mean"], color=colors[group], ls="--" if held else "-", lw=1.3,
                marker="o" if held else None, ms=3,
                label=f"{group} ({'held-out' if held else 'train'}, {n} seed{'s' * (n != 1)})")
         a.fill_between(df["step"], df["ci_low"], df["ci_high"], color=colors[group], alpha=0.15, lw=0)
     for obj, a in axes.items():
-        a.axhline(0, color="0.3", lw=0.8)
-        a.set_title(f"{obj}: loss minus the same-seed baseline's, 95% band")
+        if zero_line:
+            a.axhline(0, color="0.3", lw=0.8)
+        a.set_title(title.format(objective=obj))
         a.set_xlabel("step")
-        a.set_ylabel("difference (nats; < 0 = ahead)")
+        a.set_ylabel(ylabel)
         a.grid(alpha=0.3)
         a.legend(fontsize=7)
     return fig
+
+
+def loss_bands(curves: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure":
+    """curves: group, metric (loss | eval_loss), step, mean, ci_low, ci_high -> the mean loss over seeds
+    of each group with its 95% band (training solid, held-out dashed). One panel per objective, or
+    everything on ``ax`` when given."""
+    return _band_panels(curves, ("loss", "eval_loss"), ax, 3.8, "{objective} loss: mean over seeds, 95% band",
+                        "cross-entropy (nats)")
+
+
+def loss_differences(curves: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure | None":
+    """curves (``dloss`` / ``deval_loss`` rows) -> each group's loss minus its same-seed baseline's, mean over
+    seeds with the 95% band (training solid, held-out dashed, zero = no difference); below zero the group
+    is ahead. One panel per objective, or everything on ``ax``; None when no group has a paired baseline."""
+    if not curves["metric"].isin(["dloss", "deval_loss"]).any():
+        return None
+    return _band_panels(curves, ("dloss", "deval_loss"), ax, 3.4,
+                        "{objective}: loss minus the same-seed baseline's, 95% band", "difference (nats; < 0 = ahead)",
+                        zero_line=True)

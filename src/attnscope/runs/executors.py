@@ -14,6 +14,7 @@ the main process leaves no orphan computing and writing into a store that a resu
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -191,20 +192,15 @@ def _run_local(fn, todo, store: ResultsStore, workers, record, advance) -> None:
     pool.shutdown(wait=True)
 
 
-def _quiet_sacct() -> None:
+class _NoSacctWarnings(logging.Filter):
     """Clusters without accounting make submitit warn on every status poll ('Bypassing sacct error'); it then
-    reads the job's state from squeue and its result file, so those lines say nothing to a user: drop them."""
-    import logging
+    reads the job's state from squeue and its result file, so those lines say nothing to a user."""
 
-    log = logging.getLogger("submitit")
-    if not any(getattr(f, "attnscope_sacct", False) for f in log.filters):
-        class NoSacct(logging.Filter):
-            attnscope_sacct = True
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Bypassing sacct error" not in record.getMessage()
 
-            def filter(self, record: logging.LogRecord) -> bool:
-                return "Bypassing sacct error" not in record.getMessage()
 
-        log.addFilter(NoSacct())
+_NO_SACCT = _NoSacctWarnings()
 
 
 def _run_slurm(fn, todo, store: ResultsStore, opts: dict[str, Any], record, advance) -> None:
@@ -212,7 +208,7 @@ def _run_slurm(fn, todo, store: ResultsStore, opts: dict[str, Any], record, adva
     import shutil
 
     import submitit
-    _quiet_sacct()
+    logging.getLogger("submitit").addFilter(_NO_SACCT)  # adding the same filter twice is a no-op
     if shutil.which("sbatch") is None:
         raise InputError("the slurm executor needs Slurm: 'sbatch' was not found on PATH")
     folder = Path(opts.get("folder") or (store.root / "slurm"))

@@ -349,6 +349,7 @@ def group_stats(table: "pd.DataFrame", losses: "pd.DataFrame", at: Sequence[int]
     import pandas as pd
 
     by_run = {name: df for name, df in losses.groupby("run", sort=False)}
+    final_eval = dict(zip(table["run"], table["final_eval_loss"]))
     rows = []
     for g, part in table.groupby("group", sort=False):
         metrics: dict[str, list[float]] = {
@@ -364,7 +365,6 @@ def group_stats(table: "pd.DataFrame", losses: "pd.DataFrame", at: Sequence[int]
             pairs = list(zip(part["run"], part["baseline"]))
             for s in at:
                 metrics[f"dloss@{s}"] = [loss_at(by_run[r], int(s)) - loss_at(by_run[b], int(s)) for r, b in pairs]
-            final_eval = dict(zip(table["run"], table["final_eval_loss"]))
             metrics["dfinal_eval_loss"] = [final_eval[r] - final_eval[b] for r, b in pairs]
         for metric, vals in metrics.items():
             finite = [v for v in vals if v == v]
@@ -392,20 +392,16 @@ def mean_curves(table: "pd.DataFrame", losses: "pd.DataFrame") -> "pd.DataFrame"
     group_of = dict(zip(table["run"], table["group"]))
     df = losses[losses["step"] > 0].assign(group=losses["run"].map(group_of))
     base_of = dict(zip(table["run"], table["baseline"]))
-    keyed = df.drop_duplicates(["run", "step"], keep="last").set_index(["run", "step"])
-    diffs = []
-    for metric in ("loss", "eval_loss"):
-        value = keyed[metric]
-        paired = df[df["run"].map(base_of) != df["run"]].dropna(subset=[metric])
-        idx = list(zip(paired["run"].map(base_of), paired["step"]))
-        base = value.reindex(idx).to_numpy()
-        diffs.append(paired.assign(**{metric: paired[metric].to_numpy() - base}).rename(
-            columns={metric: "d" + metric})[["run", "group", "objective", "init", "step", "d" + metric]])
-    for g, part in pd.concat([df, *diffs], ignore_index=True).groupby("group", sort=False):
+    base = (df[["run", "step", "loss", "eval_loss"]].drop_duplicates(["run", "step"], keep="last")
+            .rename(columns={"run": "baseline", "loss": "base_loss", "eval_loss": "base_eval_loss"}))
+    paired = df.assign(baseline=df["run"].map(base_of))
+    paired = paired[paired["baseline"] != paired["run"]].merge(base, on=["baseline", "step"], how="left")
+    paired = paired.assign(dloss=paired["loss"] - paired["base_loss"],
+                           deval_loss=paired["eval_loss"] - paired["base_eval_loss"])
+    paired = paired[["run", "group", "objective", "init", "step", "dloss", "deval_loss"]]
+    for g, part in pd.concat([df, paired], ignore_index=True).groupby("group", sort=False):
         n_runs = part["run"].nunique()
         for metric in ("loss", "eval_loss", "dloss", "deval_loss"):
-            if metric not in part.columns:
-                continue
             sub = part.dropna(subset=[metric])
             for step, at_step in sub.groupby("step"):
                 if at_step["run"].nunique() != n_runs:
