@@ -255,9 +255,10 @@ def test_compare_cli_json_out_and_one_line_errors(tmp_path, capsys, monkeypatch)
     with open(runs[0] / "run.json", "a") as fh:
         fh.write("garbage")
     for args in ([tmp_path / "nope"], [runs[0], runs[1]], runs[1:4:2], [runs[1], "--at", "x"],
-                 [runs[2], "--out", tmp_path / "afile"]):
+                 [runs[2], "--out", tmp_path / "afile"], [runs[2], "--out", tmp_path / "afile" / "sub"]):
         code, out, err = cli(monkeypatch, capsys, *args)
         assert code == 2 and len(err.strip().splitlines()) == 1, (args, err)
+        assert out == ""  # refused before any table is printed
         assert "Traceback" not in err
 
 

@@ -7,7 +7,6 @@ A thin layer over :func:`attnscope.training.compare.compare`: prints the Markdow
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -41,13 +40,13 @@ def compare(
     import json
 
     from attnscope.progress import stderr_console
-    from attnscope.tables import atomic_write_text, records_to_json, write_table
+    from attnscope.tables import atomic_write_text, check_writable, make_out_dir, records_to_json, write_table
     from attnscope.training.compare import compare as run_compare
 
     from ._common import echo_json
 
-    if out is not None and Path(out).exists() and not Path(out).is_dir():
-        raise InputError(f"--out {out} is a file, not a directory")
+    if out is not None:  # before any work: nothing printed, then refused
+        check_writable(out, "--out", directory=True)
     result = run_compare(runs, baseline=baseline, smooth=smooth, at=_steps(at), target=target)
     err = stderr_console()
     for note in result.notes:
@@ -62,11 +61,7 @@ def compare(
     from attnscope.plots import save_figure
     from attnscope.plots import training as plots
 
-    folder = Path(out)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"--out {out}: cannot create the directory ({exc.strerror})") from None
+    folder = make_out_dir(out)
     tables = {"summary.csv": result.runs, "stats.csv": result.stats, "curves.csv": result.curves,
               "losses.csv": result.losses}
     if not result.score_summary.empty:
