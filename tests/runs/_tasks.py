@@ -10,3 +10,11 @@ def square(payload):
     if payload.get("fail"):
         raise ValueError(f"bad value {x}")
     return pd.DataFrame({"x": [x], "y": [x * x]})
+
+
+def nap(payload):
+    """Sleep ``payload["s"]`` seconds, then answer like :func:`square` (a task still running when the run stops)."""
+    import time
+
+    time.sleep(payload["s"])
+    return pd.DataFrame({"x": [payload["x"]], "y": [0]})

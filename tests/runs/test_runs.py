@@ -13,7 +13,7 @@ from attnscope.runs import ResultsStore, Task, run_tasks
 from attnscope.runs.store import key_to_name, name_to_key
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _tasks import square  # noqa: E402
+from _tasks import nap, square  # noqa: E402
 
 
 def _tasks(n, fail=()):
@@ -93,3 +93,23 @@ def test_slurm_array(tmp_path, slurm_cluster):
     )
     assert sorted(s.done) == ["org/model-0", "org/model-1"] and list(s.failed) == ["org/model-2"]
     assert sorted(store.merge()["y"].tolist()) == [0, 1]
+
+
+def test_ctrl_c_in_the_main_process_ends_the_running_workers(tmp_path):
+    """A KeyboardInterrupt (or a full disk) in the main process must not leave it waiting at exit for pool
+    workers that go on with their tasks: they are ended, and a rerun resumes."""
+    import multiprocessing as mp
+    import os
+    import signal
+    import threading
+
+    tasks = [Task(f"nap{i}", {"x": i, "s": 120}) for i in range(2)]
+    timer = threading.Timer(4.0, os.kill, (os.getpid(), signal.SIGINT))  # a real signal: it wakes the wait
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_tasks(nap, tasks, tmp_path / "store", executor="local", workers=2, progress=False)
+    finally:
+        timer.cancel()
+    assert [p for p in mp.active_children() if p.is_alive()] == []
+    assert not ResultsStore(tmp_path / "store").is_done("nap0")

@@ -186,8 +186,13 @@ def _run_local(fn, todo, store: ResultsStore, workers, record, advance) -> None:
                 store.record_failure(t.key, msg)
                 record(t.key, msg)
             advance()
-    except BaseException:  # Ctrl-C, a full disk: stop queued tasks, do not wait for the others
+    except BaseException:  # Ctrl-C, a full disk: stop queued tasks and end the running ones now
+        workers_now = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
         pool.shutdown(wait=False, cancel_futures=True)
+        for proc in workers_now:  # else the interpreter's exit waits for them to finish their tasks
+            proc.terminate()
+        for proc in workers_now:
+            proc.join(timeout=10)
         raise
     pool.shutdown(wait=True)
 
