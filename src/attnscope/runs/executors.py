@@ -171,10 +171,11 @@ def _run_local(fn, todo, store: ResultsStore, workers, record, advance) -> None:
 
     # spawn: safe with torch/numba threads; fn must be importable top-level
     ctx = mp.get_context("spawn")
+    before = set(mp.active_children())
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_die_with_parent,
                                initargs=(os.getpid(),))
-    futures = {pool.submit(_run_and_store, fn, t, store): t for t in todo}
     try:
+        futures = {pool.submit(_run_and_store, fn, t, store): t for t in todo}
         for fut in as_completed(futures):
             t = futures[fut]
             try:
@@ -187,9 +188,11 @@ def _run_local(fn, todo, store: ResultsStore, workers, record, advance) -> None:
                 record(t.key, msg)
             advance()
     except BaseException:  # Ctrl-C, a full disk: stop queued tasks and end the running ones now
-        workers_now = list((getattr(pool, "_processes", None) or {}).values())  # shutdown forgets them
         pool.shutdown(wait=False, cancel_futures=True)
-        for proc in workers_now:  # else the interpreter's exit waits for them to finish their tasks
+        # else the interpreter's exit waits for them to finish their tasks; taken from multiprocessing's own
+        # list, which also holds a worker whose start the interrupt cut short before the pool recorded it
+        workers_now = [proc for proc in mp.active_children() if proc not in before]
+        for proc in workers_now:
             proc.terminate()
         for proc in workers_now:
             proc.join(timeout=10)
