@@ -188,12 +188,15 @@ def _run_local(fn, todo, store: ResultsStore, workers, record, advance) -> None:
                 record(t.key, msg)
             advance()
     except BaseException:  # Ctrl-C, a full disk: stop queued tasks and end the running ones now
-        pool.shutdown(wait=False, cancel_futures=True)
-        # else the interpreter's exit waits for them to finish their tasks; taken from multiprocessing's own
-        # list, which also holds a worker whose start the interrupt cut short before the pool recorded it
+        # else the interpreter's exit waits for them to finish their tasks. The workers are taken from
+        # multiprocessing's own list, which also holds one whose start the interrupt cut short before the pool
+        # recorded it. They are killed first, then the pool is shut down with wait: its manager thread sees
+        # them gone, reaps them and ends, so no other thread is left reaping them while this one checks them
+        # (two threads waiting on one pid make multiprocessing report a dead worker as alive).
         workers_now = [proc for proc in mp.active_children() if proc not in before]
         for proc in workers_now:
-            proc.terminate()
+            proc.kill()
+        pool.shutdown(wait=True, cancel_futures=True)
         for proc in workers_now:
             proc.join(timeout=10)
         raise
