@@ -151,6 +151,7 @@ def _app(exc: BaseException) -> typer.Typer:
         (OSError(28, "No space left on device", "/x/y.csv"), 2, "cannot write /x/y.csv: no space left on device"),
         (PermissionError(13, "Permission denied", "/x"), 2, "/x: Permission denied"),
         (FormatError("bad file\nwith detail"), 2, "error: bad file"),
+        (KeyboardInterrupt(), 130, "attnscope: interrupted"),  # typer makes it a silent Exit(130)
     ],
 )
 def test_run_app_prints_one_line(monkeypatch, capsys, exc, code, needle):

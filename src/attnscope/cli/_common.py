@@ -40,7 +40,7 @@ def run_app(app: typer.Typer) -> None:
     * an OSError about the user's paths or machine (a full disk, permissions) -> one line naming
       the path, exit 2;
     * anything else is a bug -> ``attnscope: internal error: ...`` on one line, exit 1;
-    * Ctrl-C -> exit 130; a closed stdout pipe -> exit 0.
+    * Ctrl-C -> ``attnscope: interrupted``, exit 130; a closed stdout pipe -> exit 0.
 
     Tracebacks only with ``--debug`` / ``ATTNSCOPE_DEBUG=1`` (printed before the same line and exit
     code). Warnings print as one line each (raw Python warnings with ``--debug``).
@@ -52,9 +52,13 @@ def run_app(app: typer.Typer) -> None:
     try:
         check_option_integers(sys.argv[1:])
         app()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # raised outside typer's own handling (while parsing)
         print("attnscope: interrupted", file=sys.stderr)
         sys.exit(130)
+    except SystemExit as exc:  # typer turns Ctrl-C inside a command into a silent Exit(130)
+        if exc.code == 130:
+            print("attnscope: interrupted", file=sys.stderr)
+        raise
     except BrokenPipeError:
         sys.exit(0)
     except Exception as exc:
