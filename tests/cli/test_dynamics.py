@@ -79,6 +79,13 @@ def test_phase_and_finite_commands(tmp_path):
     (["lyapunov", "--init-state", "{tmp}/bad.npz", "--steps", "10", "--transient", "0"], "lacks key"),
     (["lyapunov", "--config", "{tmp}/m4.yaml", "--steps", "10", "--transient", "0"], "rows but M = 4"),
     (["lyapunov", "--config", "{tmp}/c8.yaml", "--steps", "10", "--transient", "0"], "context C = 8"),
+    # the sweeps' Slurm options are the --slurm-* of geometry and train; the old names are aliases
+    (["bifurcation", "--start", "1", "--stop", "2", "--num", "2", "--partition", "gpu", "--out", "{tmp}/x"],
+     "--slurm-* options need --executor slurm (not none)"),
+    (["phase", "--x-start", "1", "--x-stop", "2", "--x-num", "2", "--y-start", "0", "--y-stop", "1", "--y-num", "2",
+      "--executor", "slurm", "--time-min", "0", "--out", "{tmp}/x"], "--slurm-time must be"),
+    (["phase", "--x-start", "1", "--x-stop", "2", "--x-num", "2", "--y-start", "0", "--y-stop", "1", "--y-num", "2",
+      "--executor", "slurm", "--slurm-mem", "-1", "--out", "{tmp}/x"], "--slurm-mem must be"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, match):
     import yaml
@@ -96,6 +103,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, args, match):
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and match in lines[0], p.stderr
+    assert not (tmp_path / "x").exists()  # refused before anything is written
 
 
 def test_show_and_random_weights_config(tmp_path):

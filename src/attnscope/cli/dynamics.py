@@ -12,7 +12,7 @@ import typer
 from attnscope.errors import InputError
 from attnscope.tables import make_out_dir
 
-from ._common import check_out_file, echo_json, stderr_console
+from ._common import check_out_file, echo_json, slurm_options, stderr_console
 
 app = typer.Typer(help="Mean-field dynamics of a 1-bit self-attention network (trajectories, bifurcations, chaos).",
                   no_args_is_help=True)
@@ -41,8 +41,11 @@ def _check_feature(cfg, name: str, f: Optional[int]) -> None:
         raise InputError(f"{name} must be in 0..{cfg.M - 1} for this model (M = {cfg.M}), got {f}")
 
 
-def _slurm_opts(partition: Optional[str], time_min: int) -> dict:
-    return {"partition": partition, "time_min": time_min}
+#: the Slurm options of the sweeps, spelled as in ``geometry --zoo`` and ``train --seeds``; ``--partition`` and
+#: ``--time-min`` (their first names) still work
+SLURM_PARTITION = typer.Option(None, "--slurm-partition", "--partition", help="Slurm partition (--executor slurm).")
+SLURM_TIME = typer.Option(None, "--slurm-time", "--time-min", help="Minutes per Slurm job (one chunk; default 60).")
+SLURM_MEM = typer.Option(None, "--slurm-mem", help="GB per Slurm job.")
 
 
 @app.command()
@@ -157,8 +160,8 @@ def bifurcation(
     beta_o: Optional[float] = typer.Option(None, "--beta-o", help="Fixed beta_o when sweeping another parameter."),
     executor: str = EXECUTOR, workers: int = typer.Option(2, "--workers"),
     chunk: int = typer.Option(256, "--chunk", help="Values per chunk (one task each)."),
-    partition: Optional[str] = typer.Option(None, "--partition", help="Slurm partition."),
-    time_min: int = typer.Option(60, "--time-min", help="Slurm time limit per chunk (minutes)."),
+    slurm_partition: Optional[str] = SLURM_PARTITION, slurm_time: Optional[int] = SLURM_TIME,
+    slurm_mem: Optional[float] = SLURM_MEM,
     as_json: bool = typer.Option(False, "--json", help="Print the per-value table as JSON on stdout."),
 ) -> None:
     """Sweep one parameter: bifurcation.csv, points.parquet, bifurcation.png, lyapunov.png in OUT."""
@@ -171,13 +174,14 @@ def bifurcation(
     values = dyn.sweep_values(start, stop, num)
     _check_feature(cfg, "--feature", feature)
     _check_feature(cfg, "--section-feature", section_feature)
+    slurm = slurm_options(executor, slurm_partition, slurm_time, slurm_mem)
     make_out_dir(out)
     res = dyn.bifurcation(
         cfg, values, param=param, steps=steps, transient=transient, mode=mode, init=init_state,
         checkpoint_steps=checkpoint_steps, lyap_steps=lyap_steps, lyap_k=exponents, feature=feature,
         section_feature=section_feature, chunk=chunk, store=None if executor == "none" else out / "store",
         executor="inline" if executor == "none" else executor, workers=workers,
-        slurm=_slurm_opts(partition, time_min), progress=True)
+        slurm=slurm, progress=True)
     write_table(res.table, out / "bifurcation.csv")
     write_table(res.points, out / "points.parquet")
     if res.checkpoint is not None:
@@ -209,7 +213,8 @@ def phase(
     sets: Optional[List[str]] = SETS,
     executor: str = typer.Option("local", "--executor", help="inline, local or slurm (resumable store in OUT/store)."),
     workers: int = typer.Option(2, "--workers"), chunk: int = typer.Option(256, "--chunk"),
-    partition: Optional[str] = typer.Option(None, "--partition"), time_min: int = typer.Option(60, "--time-min"),
+    slurm_partition: Optional[str] = SLURM_PARTITION, slurm_time: Optional[int] = SLURM_TIME,
+    slurm_mem: Optional[float] = SLURM_MEM,
 ) -> None:
     """2-D sweep (e.g. beta_o x gamma) coloured by lambda_1 or regime, chunked and resumable."""
     from attnscope import dynamics as dyn
@@ -220,11 +225,12 @@ def phase(
     if color not in ("lambda_1", "regime"):
         raise InputError("--color must be lambda_1 or regime")
     cfg = _config(preset, config, weights_seed, sets)
+    slurm = slurm_options(executor, slurm_partition, slurm_time, slurm_mem)
     make_out_dir(out)
     df = dyn.phase(cfg, (x, dyn.sweep_values(x_start, x_stop, x_num)), (y, dyn.sweep_values(y_start, y_stop, y_num)),
                    transient=transient, steps=steps, k=exponents, init=init_state, chunk=chunk,
                    store=out / "store", executor="inline" if executor == "none" else executor,
-                   workers=workers, slurm=_slurm_opts(partition, time_min), progress=True)
+                   workers=workers, slurm=slurm, progress=True)
     write_table(df, out / "phase.csv")
     save_figure(plots.phase_diagram(df, x=x, y=y, color=color), out / "phase.png")
     stderr_console().print(f"{len(df)} grid points -> {out}  regimes: {df['regime'].value_counts().to_dict()}")
