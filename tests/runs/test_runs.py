@@ -114,3 +114,22 @@ def test_ctrl_c_in_the_main_process_ends_the_running_workers(tmp_path):
         timer.cancel()
     assert [p for p in mp.active_children() if p.is_alive() and p not in before] == []
     assert not ResultsStore(tmp_path / "store").is_done("nap0")
+
+
+def test_slurm_refusing_the_job_is_one_line(tmp_path, monkeypatch, capfd):
+    """sbatch installed but the job refused (no controller, a bad partition): one InputError line with sbatch's
+    reason, not submitit's FailedJobError plus sbatch's own copy of the line on stderr."""
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "sbatch"
+    fake.write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Unable to contact slurm "
+                    "controller (connect failure)' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(InputError, match="^Slurm did not accept the job: Batch job submission failed: Unable to "
+                                         "contact slurm controller"):
+        run_tasks(square, _tasks(2), tmp_path / "store", executor="slurm", progress=False)
+    assert "sbatch: error" not in capfd.readouterr().err
+    assert not ResultsStore(tmp_path / "store").is_done("org/model-0")

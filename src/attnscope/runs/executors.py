@@ -214,6 +214,26 @@ class _NoSacctWarnings(logging.Filter):
 _NO_SACCT = _NoSacctWarnings()
 
 
+def _submit_array(ex, fn, todo, store: ResultsStore) -> list:
+    """Submit one array job; sbatch refusing it (no controller, a bad partition) is one line, exit 2.
+
+    submitit prints sbatch's stderr itself before raising; that copy is swallowed, the line goes in the error.
+    """
+    import contextlib
+    import io
+
+    from submitit.core.utils import FailedJobError
+
+    sbatch_said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(sbatch_said):
+            return ex.map_array(_run_and_store, [fn] * len(todo), todo, [store] * len(todo))
+    except FailedJobError as exc:
+        said = (str(exc) or sbatch_said.getvalue()).strip().splitlines()
+        why = said[-1].removeprefix("sbatch: error: ") if said else "sbatch failed"
+        raise InputError(f"Slurm did not accept the job: {why}") from None
+
+
 def _run_slurm(fn, todo, store: ResultsStore, opts: dict[str, Any], record, advance) -> None:
     """One Slurm array task per task via submitit; results land in the same store."""
     import shutil
@@ -236,7 +256,7 @@ def _run_slurm(fn, todo, store: ResultsStore, opts: dict[str, Any], record, adva
     if opts.get("gpus"):  # per array task (one training run on one GPU, typically)
         params["gpus_per_node"] = int(opts["gpus"])
     ex.update_parameters(**params)
-    jobs = ex.map_array(_run_and_store, [fn] * len(todo), todo, [store] * len(todo))
+    jobs = _submit_array(ex, fn, todo, store)
     for t, job in zip(todo, jobs):
         try:
             record(*job.result())
