@@ -33,10 +33,30 @@ def disk_errors(path: str | os.PathLike) -> Iterator[None]:
         yield
     except StorageError:
         raise
-    except OSError as exc:
-        if exc.errno in DISK_ERRNOS:
-            raise storage_error(path, exc) from None
+    except Exception as exc:
+        code = disk_errno(exc)
+        if code in DISK_ERRNOS:
+            raise storage_error(path, OSError(code, os.strerror(code))) from None
         raise
+
+
+_OS_ERROR_IN_TEXT = re.compile(r"\(os error (\d+)\)")
+
+
+def disk_errno(exc: BaseException) -> int | None:
+    """The errno behind a failed write, also where a library wrapped it: torch.save raises a RuntimeError
+    ("unexpected pos ...") whose context is the OSError; safetensors a SafetensorError "... (os error 28)"."""
+    seen: BaseException | None = exc
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:
+        visited.add(id(seen))
+        if isinstance(seen, OSError) and seen.errno is not None:
+            return seen.errno
+        found = _OS_ERROR_IN_TEXT.search(str(seen))
+        if found:
+            return int(found.group(1))
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
