@@ -190,3 +190,17 @@ def test_cli_a_device_or_fifo_is_not_a_model(tmp_path):
     os.mkfifo(fifo)
     for spec in ("/dev/zero", str(fifo)):
         assert_one_line_error(cli("geometry", spec), f"{spec}: not a regular file or a directory")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["train", "--steps", "1", "--out", ""], "--out is given an empty value"),
+    (["train", "--steps", "1", "--seeds", "0", "--out="], "--out is given an empty value"),
+    (["train", "--steps", "1", "--seeds", "0", "--executor", "", "--out", "g"], "--executor is given an empty value"),
+    (["compare", "r", "--out", ""], "--out is given an empty value"),
+    (["dynamics", "lyapunov", "--steps", "5", "--transient", "0", "--out", ""], "--out is given an empty value"),
+    (["geometry", ""], "an argument is empty"),
+])
+def test_cli_empty_arguments_are_refused_before_anything_is_written(tmp_path, args, needle):
+    """``--out ''`` used to be Path('') = the current directory: a run, a grid or a comparison was written there."""
+    assert_one_line_error(cli(*args, cwd=tmp_path), needle)
+    assert list(tmp_path.iterdir()) == []

@@ -51,6 +51,7 @@ def run_app(app: typer.Typer) -> None:
     install_one_line_warnings()
     try:
         check_option_integers(sys.argv[1:])
+        check_no_empty_arguments(sys.argv[1:])
         app()
     except KeyboardInterrupt:  # raised outside typer's own handling (while parsing)
         print("attnscope: interrupted", file=sys.stderr)
@@ -91,6 +92,19 @@ def check_option_integers(argv: list[str]) -> None:
         if _INT_TOKEN.fullmatch(value.strip()) and (len(digits) > 19 or int(digits or 0) > MAX_OPTION_INT):
             shown = value.strip() if len(value.strip()) <= 24 else f"{value.strip()[:20]}... ({len(digits)} digits)"
             raise InputError(f"{option} {shown} is too large (whole numbers must fit in 64 bits)")
+
+
+def check_no_empty_arguments(argv: list[str]) -> None:
+    """Refuse an empty argument (``--out ''``, ``--out=``, ``''`` as a SOURCE): no option or argument of any
+    command means anything when empty, and a path read as ``Path('')`` is silently the current directory."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--") and arg.endswith("=") and arg.count("=") == 1:
+            raise InputError(f"{arg[:-1]} is given an empty value")
+        if arg.strip() == "":
+            before = argv[i - 1] if i > 0 else ""
+            if before.startswith("-") and "=" not in before:
+                raise InputError(f"{before} is given an empty value")
+            raise InputError("an argument is empty")
 
 
 def describe_error(exc: BaseException) -> tuple[int, str]:
