@@ -219,3 +219,26 @@ def test_more_seeds_later_train_only_the_new_points(tmp_path):
     more = run_grid(TINY, seeds=[0, 1], out=tmp_path / "g", progress=False)
     assert more.summary.done == ["mlm-default-seed1"] and more.summary.skipped == ["mlm-default-seed0"]
     assert (tmp_path / "g" / "mlm-default-seed0" / "metrics.jsonl").read_bytes() == before
+
+
+def test_a_point_retrained_by_hand_with_other_settings_is_not_counted_as_the_grids(tmp_path):
+    """A finished point whose directory now holds a run with another --lr was reported as 'already done', with
+    the deleted run's numbers."""
+    from attnscope.training import TrainConfig, train
+
+    run_grid(TINY, seeds=[0, 1], out=tmp_path / "g", progress=False)
+    redo = tmp_path / "g" / "mlm-default-seed1"
+    shutil.rmtree(redo)
+    train(TrainConfig(**{**TINY, "seed": 1, "lr": 1e-3, "out": str(redo), "progress": False}))
+    with pytest.raises(InputError, match=r"mlm-default-seed1 holds a run with lr = 0\.001, not the grid's 0\.0005"):
+        run_grid(TINY, seeds=[0, 1], out=tmp_path / "g", progress=False)
+
+
+def test_a_missing_corpus_is_refused_before_the_grid_starts_and_the_fixed_rerun_runs(tmp_path):
+    with pytest.raises(InputError, match="no such file"):
+        run_grid({**TINY, "data": str(tmp_path / "nope.txt")}, seeds=[0, 1], out=tmp_path / "g", progress=False)
+    assert not (tmp_path / "g" / ".grid" / "grid.json").exists()
+    # a grid record whose runs never started (e.g. they all failed at once) does not pin the settings
+    (tmp_path / "empty").mkdir()  # exists, so the grid starts; an empty directory is no corpus: every run fails
+    assert run_grid({**TINY, "data": str(tmp_path / "empty")}, seeds=[0], out=tmp_path / "h", progress=False).summary.failed
+    assert run_grid(TINY, seeds=[0], out=tmp_path / "h", progress=False).summary.done == ["mlm-default-seed0"]

@@ -218,11 +218,15 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * 0.5 * (1.0 + math.cos(math.pi * frac))
 
 
+def first_difference(cfg: TrainConfig, stored: dict[str, Any], free: tuple[str, ...] = RESUME_FREE) -> str | None:
+    """The first setting (not in ``free``) where ``cfg`` differs from a stored run.json, or None."""
+    return next((k for k in asdict(cfg) if k not in free and k in stored and stored[k] != getattr(cfg, k)), None)
+
+
 def check_same_run(cfg: TrainConfig, stored: dict[str, Any]) -> None:
     """ConfigError unless ``cfg`` has the settings of the stored run (``RESUME_FREE`` options may differ)."""
-    diff = [k for k in asdict(cfg) if k not in RESUME_FREE and k in stored and stored[k] != getattr(cfg, k)]
-    if diff:
-        k = diff[0]
+    k = first_difference(cfg, stored)
+    if k is not None:
         raise ConfigError(f"--resume with different settings: {k} was {stored[k]!r}, now {getattr(cfg, k)!r}")
 
 

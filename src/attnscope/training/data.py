@@ -136,7 +136,24 @@ def open_corpus(spec: str, *, max_bytes: int | None = None) -> Corpus:
         return _text_dir(path)
     if path.is_file():
         return Corpus(path.name, _map_file(path))
-    raise InputError(f"corpus {spec!r}: no such file or directory (or use builtin, enwik8, hf:NAME, jigsaw:PATH)")
+    raise _missing(spec)
+
+
+def check_corpus(spec: str) -> None:
+    """Refuse now a local corpus that does not exist (before a grid starts runs that would each fail on it);
+    builtin, enwik8 (downloaded when missing) and hf: corpora are checked when opened."""
+    spec = str(spec)
+    if spec == "builtin" or spec.startswith("hf:"):
+        return
+    path = Path(spec.removeprefix("jigsaw:")).expanduser()
+    if not spec.startswith("jigsaw:") and (spec == "enwik8" or path.name in ("enwik8", "enwik8.zip")):
+        return
+    if not path.exists():
+        raise _missing(spec)
+
+
+def _missing(spec: str) -> InputError:
+    return InputError(f"corpus {spec!r}: no such file or directory (or use builtin, enwik8, hf:NAME, jigsaw:PATH)")
 
 
 def _builtin() -> Corpus:

@@ -27,6 +27,8 @@ from attnscope.errors import ConfigError, InputError
 from attnscope.runs import EXECUTORS, ResultsStore, RunSummary, Task, run_tasks
 from attnscope.tables import atomic_write_json
 
+from .data import check_corpus
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
@@ -117,6 +119,8 @@ def train_point(config: dict[str, Any]) -> "pd.DataFrame":
 
 
 def _check_grid_file(root: Path, record: dict[str, Any]) -> None:
+    """A rerun must have the settings of the grid already in ``root``, unless none of its runs started yet
+    (say, every run failed on a missing corpus: the fixed rerun replaces the record)."""
     path = root / STORE / GRID_FILE
     if not path.is_file():
         return
@@ -127,9 +131,30 @@ def _check_grid_file(root: Path, record: dict[str, Any]) -> None:
     old_base = old.get("base") if isinstance(old, dict) else None
     if not isinstance(old_base, dict):
         raise InputError(f"{path} is not a grid record; move it away or choose a new output directory")
+    if not any((d / "run.json").is_file() or (d / "metrics.jsonl").is_file() for d in root.iterdir() if d.is_dir()):
+        return
     for k, v in record["base"].items():
         if k not in FREE and k in old_base and old_base[k] != v:
             raise InputError(f"{root} holds a grid with {k} = {old_base[k]!r}, not {v!r}; choose a new output directory")
+
+
+def _check_finished_point(point: "TrainConfig", store: ResultsStore) -> None:
+    """A finished entry whose run directory was removed or damaged is trained again; one whose directory now
+    holds a run with other settings (retrained by hand) is refused rather than reported as the grid's."""
+    from .config import first_difference
+    from .runlog import read_run_json
+
+    run_dir, name = Path(point.out), Path(point.out).name
+    if not store.path(name).is_file():
+        return
+    if not (run_dir / "summary.json").is_file():
+        store.path(name).unlink()
+        return
+    stored = read_run_json(run_dir) or {}
+    k = first_difference(point, stored, free=FREE)
+    if k is not None:
+        raise InputError(f"{run_dir} holds a run with {k} = {stored[k]!r}, not the grid's {getattr(point, k)!r}; "
+                         "move it away to train this point again")
 
 
 def run_grid(
@@ -158,6 +183,7 @@ def run_grid(
                        "inits": list(dict.fromkeys(p.init for p in points)),
                        "seeds": list(dict.fromkeys(p.seed for p in points))}}
     _check_grid_file(root, record)
+    check_corpus(points[0].data)  # before grid.json holds the settings and every run fails on it
     try:
         (root / STORE).mkdir(parents=True, exist_ok=True)
         atomic_write_json(root / STORE / GRID_FILE, record)
@@ -167,10 +193,8 @@ def run_grid(
         points = [p if p.threads else replace(p, threads=1) for p in points]
     tasks = [Task(Path(p.out).name, asdict(p)) for p in points]
     store = ResultsStore(root / STORE)
-    for p in points:  # a finished entry whose run directory was removed or damaged is trained again
-        name = Path(p.out).name
-        if store.path(name).is_file() and not (Path(p.out) / "summary.json").is_file():
-            store.path(name).unlink()
+    for p in points:
+        _check_finished_point(p, store)
     summary = run_tasks(train_point, tasks, store, executor=executor, workers=workers, slurm=slurm,
                         progress=progress, desc="grid")
     return Grid(store.merge([t.key for t in tasks]), summary)
