@@ -86,6 +86,10 @@ def test_phase_and_finite_commands(tmp_path):
       "--executor", "slurm", "--time-min", "0", "--out", "{tmp}/x"], "--slurm-time must be"),
     (["phase", "--x-start", "1", "--x-stop", "2", "--x-num", "2", "--y-start", "0", "--y-stop", "1", "--y-num", "2",
       "--executor", "slurm", "--slurm-mem", "-1", "--out", "{tmp}/x"], "--slurm-mem must be"),
+    (["phase", "--x-start", "1", "--x-stop", "2", "--x-num", "2", "--y-start", "0", "--y-stop", "1", "--y-num", "2",
+      "--executor", "slurm", "--slurm-time", "9999999999", "--out", "{tmp}/x"], "--slurm-time 9999999999 is too large"),
+    (["bifurcation", "--start", "1", "--stop", "2", "--num", "2", "--executor", "bogus", "--out", "{tmp}/x"],
+     "choose one of none, inline, local, slurm"),
 ])
 def test_bad_input_is_one_line_exit_2(tmp_path, args, match):
     import yaml

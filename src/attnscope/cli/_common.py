@@ -156,6 +156,9 @@ def slurm_options(executor: str, partition: str | None = None, time_min: int | N
     positive(time_min, "--slurm-time")
     positive(mem_gb, "--slurm-mem", minimum=0, strict=True)
     positive(gpus, "--slurm-gpus")
+    for value, flag in ((time_min, "--slurm-time"), (gpus, "--slurm-gpus"), (mem_gb, "--slurm-mem")):
+        if value is not None and value >= 2**31:  # sbatch keeps these in 32 bits
+            raise InputError(f"{flag} {value} is too large")
     opts = {key: val for key, val in given.items() if val is not None}
     if cpus is not None:
         opts["cpus_per_task"] = cpus

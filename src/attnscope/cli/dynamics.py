@@ -48,6 +48,15 @@ SLURM_TIME = typer.Option(None, "--slurm-time", "--time-min", help="Minutes per 
 SLURM_MEM = typer.Option(None, "--slurm-mem", help="GB per Slurm job.")
 
 
+def _slurm(executor: str, partition: Optional[str], time_min: Optional[int], mem_gb: Optional[float]) -> dict | None:
+    """The sweeps' executor checked (``none`` included) and their Slurm options, before any work."""
+    from attnscope.runs import EXECUTORS
+
+    if executor not in ("none", *EXECUTORS):
+        raise InputError(f"unknown executor {executor!r}; choose one of none, {', '.join(EXECUTORS)}")
+    return slurm_options(executor, partition, time_min, mem_gb)
+
+
 @app.command()
 def show(preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG,
          weights_seed: Optional[int] = WSEED, sets: Optional[List[str]] = SETS) -> None:
@@ -174,7 +183,7 @@ def bifurcation(
     values = dyn.sweep_values(start, stop, num)
     _check_feature(cfg, "--feature", feature)
     _check_feature(cfg, "--section-feature", section_feature)
-    slurm = slurm_options(executor, slurm_partition, slurm_time, slurm_mem)
+    slurm = _slurm(executor, slurm_partition, slurm_time, slurm_mem)
     make_out_dir(out)
     res = dyn.bifurcation(
         cfg, values, param=param, steps=steps, transient=transient, mode=mode, init=init_state,
@@ -225,7 +234,7 @@ def phase(
     if color not in ("lambda_1", "regime"):
         raise InputError("--color must be lambda_1 or regime")
     cfg = _config(preset, config, weights_seed, sets)
-    slurm = slurm_options(executor, slurm_partition, slurm_time, slurm_mem)
+    slurm = _slurm(executor, slurm_partition, slurm_time, slurm_mem)
     make_out_dir(out)
     df = dyn.phase(cfg, (x, dyn.sweep_values(x_start, x_stop, x_num)), (y, dyn.sweep_values(y_start, y_stop, y_num)),
                    transient=transient, steps=steps, k=exponents, init=init_state, chunk=chunk,
