@@ -190,6 +190,21 @@ def test_corrupt_checkpoint_on_resume_is_one_line(tmp_path, cli_inproc):
     assert code == 2 and len(err.strip().splitlines()) == 1 and "corrupt" in err
 
 
+def test_non_finite_weights_in_a_checkpoint_are_corruption_not_a_learning_rate_problem(tmp_path):
+    """Bytes overwritten inside model.safetensors (a valid header, NaN weights) were resumed from, and the run
+    then stopped with 'the training loss became nan ... try a lower --lr', calling that checkpoint the last good."""
+    from safetensors.torch import load_file, save_file
+
+    run_dir, _ = run(tmp_path, steps=2, checkpoint_every=2)
+    path = run_dir / "checkpoints" / "step-2" / "model.safetensors"
+    weights = load_file(str(path))
+    name = sorted(weights)[-1]
+    weights[name] = torch.full_like(weights[name], float("nan"))
+    save_file(weights, str(path))
+    with pytest.raises(FormatError, match=f"step-2 is corrupt \\({name} holds non-finite values\\)"):
+        run(tmp_path, steps=4, checkpoint_every=2, resume=True)
+
+
 @pytest.mark.parametrize(
     "args, msg",
     [

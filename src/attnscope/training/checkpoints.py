@@ -166,7 +166,12 @@ def load_checkpoint(ckpt: Path, model, opt, data_gen, rank: int, world: int) -> 
 
     state = read_trainer_state(ckpt)
     try:
-        import_state_dict(model, load_file(str(ckpt / "model.safetensors")))
+        weights = load_file(str(ckpt / "model.safetensors"))
+        bad = next((name for name, w in weights.items() if w.is_floating_point() and not torch.isfinite(w).all()), None)
+        if bad is not None:  # training stops before saving such weights: the file was damaged
+            raise FormatError(f"checkpoint {ckpt} is corrupt ({bad} holds non-finite values); delete it to resume "
+                              "from the previous one")
+        import_state_dict(model, weights)
         opt.load_state_dict(state["optimizer"])
         data_gen.set_state(state["rng_data"])
         rng = state["rng_torch"]
