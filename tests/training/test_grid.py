@@ -242,3 +242,16 @@ def test_a_missing_corpus_is_refused_before_the_grid_starts_and_the_fixed_rerun_
     (tmp_path / "empty").mkdir()  # exists, so the grid starts; an empty directory is no corpus: every run fails
     assert run_grid({**TINY, "data": str(tmp_path / "empty")}, seeds=[0], out=tmp_path / "h", progress=False).summary.failed
     assert run_grid(TINY, seeds=[0], out=tmp_path / "h", progress=False).summary.done == ["mlm-default-seed0"]
+
+
+def test_grids_and_runs_do_not_nest(tmp_path):
+    """A grid inside a run directory, or a run inside a grid's directory, broke 'compare DIR/*'."""
+    from attnscope.training import TrainConfig, train
+
+    train(TrainConfig(**{**TINY, "out": str(tmp_path / "run"), "progress": False}))
+    with pytest.raises(InputError, match="holds a training run; a grid needs a directory of its own"):
+        run_grid(TINY, seeds=[0], out=tmp_path / "run", progress=False)
+    run_grid(TINY, seeds=[0], out=tmp_path / "g", progress=False)
+    with pytest.raises(InputError, match="holds a seed grid"):
+        train(TrainConfig(**{**TINY, "out": str(tmp_path / "g"), "progress": False}))
+    assert sorted(p.name for p in (tmp_path / "g").iterdir()) == [".grid", "mlm-default-seed0"]

@@ -177,6 +177,8 @@ def run_grid(
     root = Path(out)
     if root.exists() and not root.is_dir():
         raise InputError(f"--out {root} is a file, not a directory")
+    if (root / "run.json").is_file() or (root / "metrics.jsonl").is_file():  # compare DIR/* would then fail
+        raise InputError(f"--out {root} holds a training run; a grid needs a directory of its own")
     base = asdict(points[0])
     record = {"base": {k: v for k, v in base.items() if k not in ("objective", "init", "seed")},
               "axes": {"objectives": list(dict.fromkeys(p.objective for p in points)),
