@@ -425,3 +425,20 @@ def test_runs_the_trainer_writes_pass_the_checks(tmp_path):
     res = compare(runs)
     assert list(res.runs["steps"]) == [4, 4] and not any("unfinished" in n for n in res.notes)
 
+
+def test_out_removes_only_the_stale_outputs_of_an_earlier_comparison(tmp_path, capsys, monkeypatch):
+    runs = seeds_experiment(tmp_path)
+    dest = tmp_path / "cmp"
+    code, _, _ = cli(monkeypatch, capsys, *runs, "--out", dest)
+    assert code == 0 and (dest / "loss_differences.png").is_file() and (dest / "score_summary.csv").is_file()
+    (dest / "notes.txt").write_text("mine")
+    (dest / "scores_old.png").write_text("not written by compare")
+    baselines = [p for p in runs if "default" in p.name]
+    for run in baselines:  # no geometry records: no score tables or figures this time
+        recs = records(run)
+        rewrite(run, [{k: v for k, v in rec.items() if k != "geometry"} for rec in recs])
+    code, _, err = cli(monkeypatch, capsys, *baselines, "--out", dest)
+    assert code == 0, err
+    left = sorted(p.name for p in dest.iterdir())
+    assert left == ["curves.csv", "loss_bands.png", "loss_curves.png", "losses.csv", "notes.txt", "scores_old.png",
+                    "stats.csv", "summary.csv", "table.md"]
