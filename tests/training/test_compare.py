@@ -26,7 +26,7 @@ def geometry(step: int, n_layers: int, sym: float, stack: str) -> list[dict]:
 
 
 def write_run(root: Path, name: str, losses: list[float], objective="mlm", init="default", every=10, n_layers=3,
-              seed=None, eval_every=2) -> Path:
+              seed=None, eval_every=2, steps=None) -> Path:
     d = root / name
     d.mkdir(parents=True)
     stack = "encoder" if objective == "mlm" else "decoder"
@@ -41,6 +41,8 @@ def write_run(root: Path, name: str, losses: list[float], objective="mlm", init=
               "model": {"n_layers": n_layers, "n_heads": 4, "d_model": 32}}
     if seed is not None:
         config["seed"] = seed
+    if steps is not None:
+        config["steps"] = steps
     (d / "run.json").write_text(json.dumps(config))
     return d
 
@@ -317,3 +319,126 @@ def test_group_labels_leave_out_what_the_objective_implies(tmp_path):
     labels = group_labels(runs)
     assert labels["mlm-symmetric"] == "init=symmetric objective=mlm steps=2000"
     assert labels["clm-default"] == "init=default objective=clm steps=1000"
+
+
+def records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def rewrite(run: Path, recs: list[dict]) -> None:
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def no_effect_experiment(root: Path) -> list[Path]:
+    """Three seeds x {default, symmetric} to step 300 (logged every 50): each symmetric run falls below its
+    baseline's final loss 2.0 at step 250 (speed-up 1/6) and ends 0.1 below it."""
+    runs = []
+    for seed in (0, 1, 2):
+        default = [9, 6, 5, 4, 3, 2.5 + 0.1 * seed, 2.0]
+        runs.append(write_run(root, f"default-s{seed}", default, seed=seed, every=50, steps=300))
+        runs.append(write_run(root, f"symmetric-s{seed}", [*default[:5], 1.95, 1.9], init="symmetric", seed=seed,
+                              every=50, steps=300))
+    return runs
+
+
+def test_unfinished_baseline_is_left_out_of_the_paired_statistics(tmp_path):
+    runs = no_effect_experiment(tmp_path)
+    rewrite(runs[0], records(runs[0])[:4])  # default-s0 has logged only up to step 150 of its 300
+    res = compare(runs, at=[100, 200])
+    r = res.runs.set_index("run")
+    # the old code paired symmetric-s0's step 300 with default-s0's step 150: target 4.0, speed-up 1/3
+    assert not r.loc["symmetric-s0", "paired"] and r.loc["symmetric-s1", "paired"]
+    assert np.isnan(r.loc["symmetric-s0", "speedup"]) and np.isnan(r.loc["symmetric-s0", "step_star"])
+    assert r.loc["symmetric-s1", "speedup"] == pytest.approx(1 / 6)
+    assert "run default-s0 is unfinished: logged 150 of its 300 steps" in res.notes
+    pair = [n for n in res.notes if n.startswith("pair symmetric-s0 / default-s0 left out")]
+    assert len(pair) == 1 and "symmetric-s0 ends at step 300, default-s0 at step 150" in pair[0]
+    stats = res.stats.set_index(["group", "metric"])
+    for metric, n_runs in (("speedup", 2), ("steps_to_target", 2), ("dfinal_eval_loss", 2), ("dloss@200", 2),
+                           ("dloss@100", 3), ("final_loss", 3), ("loss@100", 3)):
+        assert stats.loc[("init=symmetric", metric), "n_runs"] == n_runs, metric
+    sp = stats.loc[("init=symmetric", "speedup")]
+    assert sp["mean"] == pytest.approx(1 / 6) and sp["sd"] == pytest.approx(0)
+    assert stats.loc[("init=symmetric", "dfinal_eval_loss"), "mean"] == pytest.approx(-0.1)
+    assert "| default-s0 | 0 | mlm | default | 150 of 300 |" in res.markdown
+    assert "| n/a (unpaired) |" in res.markdown and "(2 of 3 pairs)" in res.markdown
+
+
+def test_runs_stopped_at_the_same_step_stay_paired(tmp_path):
+    runs = no_effect_experiment(tmp_path)[:2]
+    for run in runs:  # both mid-training at step 250: compared at equal progress, with a note each
+        rewrite(run, records(run)[:6])
+    res = compare(runs)
+    assert bool(res.runs.set_index("run").loc["symmetric-s0", "paired"])
+    assert sum("is unfinished: logged 250 of its 300 steps" in n for n in res.notes) == 2
+    assert not any(n.startswith("pair ") for n in res.notes)
+    row = res.runs.set_index("run").loc["symmetric-s0"]  # target: the baseline's loss 2.5 at step 250
+    assert row["step_star"] == 250 and row["speedup"] == pytest.approx(0)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda recs: recs[-1].update(loss=float("nan")), "line 7: loss nan is not a finite non-negative number"),
+    (lambda recs: recs[-1].update(eval_loss=float("nan")), "line 7: eval_loss nan is not a finite non-negative"),
+    (lambda recs: recs[2].update(loss=float("inf")), "line 3: loss inf is not a finite non-negative number"),
+    (lambda recs: recs[3].update(loss=-0.5), "line 4: loss -0.5 is not a finite non-negative number"),
+    (lambda recs: recs[4].update(eval_loss="2.0"), "line 5: eval_loss '2.0' is not a number"),
+    (lambda recs: recs[5].update(step=150), "line 6: step 150 appears twice"),
+    (lambda recs: recs[5].update(step=1000000), "line 6: step 1000000 is beyond the run's 300 steps"),
+    (lambda recs: recs[0].update(step=-50), "line 1: step -50 is negative"),
+    (lambda recs: recs[1]["geometry"][0].update(symmetry=float("inf")), "line 2: symmetry score inf is not a finite"),
+    (lambda recs: recs[1].update(geometry=3), "line 2: geometry is not a list"),
+])
+def test_records_the_trainer_never_writes_are_one_line_errors(tmp_path, capsys, monkeypatch, edit, message):
+    runs = no_effect_experiment(tmp_path)
+    recs = records(runs[0])
+    edit(recs)
+    rewrite(runs[0], recs)
+    with pytest.raises(FormatError, match=f"metrics.jsonl: {message}"):
+        load_run(runs[0])
+    code, out, err = cli(monkeypatch, capsys, *runs)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and message in err
+
+
+def test_records_out_of_order_are_sorted_and_steps_checked_against_run_json(tmp_path):
+    run = no_effect_experiment(tmp_path)[0]
+    recs = records(run)
+    rewrite(run, recs[3:] + recs[:3])
+    assert [r["step"] for r in load_run(run).records] == [0, 50, 100, 150, 200, 250, 300]
+    conf = json.loads((run / "run.json").read_text())
+    for bad in (0, "300", 2.5):
+        (run / "run.json").write_text(json.dumps({**conf, "steps": bad}))
+        with pytest.raises(FormatError, match="run.json: steps .* is not a positive integer"):
+            load_run(run)
+
+
+def test_runs_the_trainer_writes_pass_the_checks(tmp_path):
+    from attnscope.training.trainer import TrainConfig, train
+
+    runs = []
+    for init in ("default", "symmetric"):  # an mlm probe batch this small may select no position (null loss)
+        cfg = TrainConfig.from_sources(None, n_layers=1, n_heads=2, d_model=16, d_ff=32, batch_size=1, seq_len=4,
+                                       eval_windows=2, progress=False, threads=1, steps=4, warmup=1, log_every=1,
+                                       mask_prob=0.01, init=init, out=str(tmp_path / init))
+        train(cfg)
+        runs.append(tmp_path / init)
+    assert records(runs[0])[0]["step"] == 0 and "NaN" not in (runs[0] / "metrics.jsonl").read_text()
+    res = compare(runs)
+    assert list(res.runs["steps"]) == [4, 4] and not any("unfinished" in n for n in res.notes)
+
+
+def test_out_removes_only_the_stale_outputs_of_an_earlier_comparison(tmp_path, capsys, monkeypatch):
+    runs = seeds_experiment(tmp_path)
+    dest = tmp_path / "cmp"
+    code, _, _ = cli(monkeypatch, capsys, *runs, "--out", dest)
+    assert code == 0 and (dest / "loss_differences.png").is_file() and (dest / "score_summary.csv").is_file()
+    (dest / "notes.txt").write_text("mine")
+    (dest / "scores_old.png").write_text("not written by compare")
+    baselines = [p for p in runs if "default" in p.name]
+    for run in baselines:  # no geometry records: no score tables or figures this time
+        recs = records(run)
+        rewrite(run, [{k: v for k, v in rec.items() if k != "geometry"} for rec in recs])
+    code, _, err = cli(monkeypatch, capsys, *baselines, "--out", dest)
+    assert code == 0, err
+    left = sorted(p.name for p in dest.iterdir())
+    assert left == ["curves.csv", "loss_bands.png", "loss_curves.png", "losses.csv", "notes.txt", "scores_old.png",
+                    "stats.csv", "summary.csv", "table.md"]

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from attnscope.errors import ConfigError, FormatError, InputError
+from attnscope.training.compare import load_run
 from attnscope.training.trainer import TrainConfig, list_checkpoints, lr_at, train
 
 TINY = dict(n_layers=2, n_heads=4, d_model=32, d_ff=64, batch_size=4, seq_len=32, eval_windows=8, progress=False,
@@ -160,6 +161,7 @@ def test_resume_after_sigkill_reaches_the_same_weights(tmp_path, cli_inproc):
     assert [r["step"] for r in ma] == [r["step"] for r in mb]
     for ra, rb in zip(ma, mb):
         assert ra["loss"] == pytest.approx(rb["loss"], abs=1e-6)
+    assert load_run(killed).notes == []  # the resumed metrics pass compare's checks: no duplicate, finished
 
 
 def test_a_crash_mid_checkpoint_leaves_the_last_good_one(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ A thin layer over :func:`attnscope.training.compare.compare`: prints the Markdow
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -21,6 +22,25 @@ def _steps(text: Optional[str]) -> list[int]:
         return [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
         raise InputError(f"--at takes comma-separated steps, not {text!r}") from None
+
+
+#: every file compare may write into --out
+OUTPUTS = frozenset({
+    "summary.csv", "stats.csv", "curves.csv", "losses.csv", "score_summary.csv", "table.md",
+    "loss_curves.png", "loss_bands.png", "loss_differences.png", "scores_median.png", "scores_per_layer.png",
+})
+
+
+def _remove_stale(folder: Path, written: set[str]) -> None:
+    """Remove compare's own outputs in ``folder`` that this comparison does not rewrite (an earlier one's
+    loss_differences.png, score tables and figures); no other file is touched."""
+    from attnscope.tables import storage_error
+
+    for name in sorted(OUTPUTS - written):
+        try:
+            (folder / name).unlink(missing_ok=True)
+        except OSError as exc:
+            raise storage_error(folder / name, exc) from None
 
 
 def compare(
@@ -66,9 +86,6 @@ def compare(
               "losses.csv": result.losses}
     if not result.score_summary.empty:
         tables["score_summary.csv"] = result.score_summary
-    for name, df in tables.items():
-        write_table(df, folder / name)
-    atomic_write_text(folder / "table.md", result.markdown)
     figures = {"loss_curves.png": plots.loss_curves(result.losses), "loss_bands.png": plots.loss_bands(result.curves)}
     differences = plots.loss_differences(result.curves)
     if differences is not None:
@@ -76,6 +93,10 @@ def compare(
     if not result.score_summary.empty:
         figures["scores_median.png"] = plots.score_medians(result.score_summary)
         figures["scores_per_layer.png"] = plots.score_layers(result.scores)
+    _remove_stale(folder, {*tables, *figures, "table.md"})
+    for name, df in tables.items():
+        write_table(df, folder / name)
+    atomic_write_text(folder / "table.md", result.markdown)
     for name, fig in figures.items():
         save_figure(fig, folder / name)
     err.print(f"wrote {len(figures)} figures and {len(tables) + 1} tables to {out}", highlight=False, soft_wrap=True)

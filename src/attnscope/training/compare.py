@@ -63,6 +63,16 @@ class Run:
         return self.config.get("seed")
 
     @property
+    def total_steps(self) -> int | None:
+        """The configured ``steps`` of run.json (None where it has none)."""
+        return self.config.get("steps")
+
+    @property
+    def last_step(self) -> int:
+        """The last logged step."""
+        return max(rec["step"] for rec in self.records)
+
+    @property
     def is_default(self) -> bool:
         """A default-init run (the baseline kind): ``init: default`` and W_q, W_k not tied."""
         return self.init == "default" and not self.config.get("tie_qk") and not self.config.get("model", {}).get("tie_qk")
@@ -85,8 +95,8 @@ class Run:
 
 
 def load_run(path: str | Path) -> Run:
-    """Read a run directory; a torn last line of ``metrics.jsonl`` is ignored with a note, anything else
-    wrong is one clear error."""
+    """Read a run directory; a torn last line of ``metrics.jsonl`` is ignored with a note, an unfinished
+    run (last logged step below run.json's ``steps``) gets a note, anything else wrong is one clear error."""
     path = Path(path)
     if not path.is_dir():
         raise InputError(f"{path}: not a directory (give run directories written by attnscope train)")
@@ -102,6 +112,9 @@ def load_run(path: str | Path) -> Run:
         raise FormatError(f"{conf}: not valid JSON ({exc.__class__.__name__}); the run's configuration is lost") from None
     if not isinstance(config, dict) or not isinstance(config.get("model", {}), dict):
         raise FormatError(f"{conf}: not a run configuration (expected a JSON object with a 'model' object)")
+    total = config.get("steps")
+    if total is not None and (not _is_int(total) or total < 1):
+        raise FormatError(f"{conf}: steps {total!r} is not a positive integer")
     try:
         lines = metrics.read_text().splitlines()
     except OSError as exc:
@@ -109,7 +122,7 @@ def load_run(path: str | Path) -> Run:
     except UnicodeDecodeError:
         raise FormatError(f"{metrics}: not UTF-8 text") from None
     numbered = [(n, ln) for n, ln in enumerate(lines, 1) if ln.strip()]
-    records, notes = [], []
+    records, notes, line_of = [], [], {}
     for i, (n, line) in enumerate(numbered):
         try:
             rec = json.loads(line)
@@ -118,15 +131,70 @@ def load_run(path: str | Path) -> Run:
                 notes.append(f"{metrics}: ignored the torn last line {n}")
                 continue
             raise FormatError(f"{metrics}: line {n} is not JSON") from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int) or isinstance(rec.get("step"), bool):
+        if not isinstance(rec, dict) or not _is_int(rec.get("step")):
             raise FormatError(f"{metrics}: line {n} is not a metrics record (needs an integer 'step')")
-        loss = rec.get("loss")
-        if loss is not None and (isinstance(loss, bool) or not isinstance(loss, (int, float))):
-            raise FormatError(f"{metrics}: line {n}: loss {loss!r} is not a number")
+        problem = _record_problem(rec, total, line_of)
+        if problem:
+            raise FormatError(f"{metrics}: line {n}: {problem}")
+        line_of[rec["step"]] = n
         records.append(rec)
     if not records:
         raise InputError(f"{metrics} holds no records")
-    return Run(path.name, path, config, records, notes)
+    records.sort(key=lambda rec: rec["step"])  # steps are unique, so this order is the training order
+    run = Run(path.name, path, config, records, notes)
+    if total is not None and run.last_step < total:
+        notes.append(f"run {run.name} is unfinished: logged {run.last_step} of its {total} steps")
+    return run
+
+
+#: the losses a record may hold: cross-entropies, so finite and non-negative (null: nothing was labelled)
+LOSS_KEYS = ("loss", "eval_loss")
+SCORE_KEYS = ("symmetry", "directionality")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer too large for a float
+        return False
+
+
+def _record_problem(rec: dict[str, Any], total: int | None, line_of: dict[int, int]) -> str | None:
+    """What makes ``rec`` something the trainer never writes (None if nothing): a step that is negative,
+    beyond the run's ``total`` steps or already seen (``line_of``: step -> line), a loss that is not a
+    finite non-negative number, a score that is not a finite number."""
+    step = rec["step"]
+    if step < 0:
+        return f"step {step} is negative"
+    if total is not None and step > total:
+        return f"step {step} is beyond the run's {total} steps"
+    if step in line_of:
+        return f"step {step} appears twice (also on line {line_of[step]})"
+    for key in LOSS_KEYS:
+        value = rec.get(key)
+        if value is None:
+            continue
+        if not _is_number(value):
+            return f"{key} {value!r} is not a number"
+        if not (_finite(value) and value >= 0):
+            return f"{key} {value!r} is not a finite non-negative number"
+    geometry = rec.get("geometry", [])
+    if not isinstance(geometry, list) or not all(isinstance(g, dict) for g in geometry):
+        return "geometry is not a list of score records"
+    for g in geometry:
+        for key in SCORE_KEYS:
+            value = g.get(key)
+            if value is not None and not (_is_number(value) and _finite(value)):
+                return f"{key} score {value!r} is not a finite number"
+    return None
 
 
 # --------------------------------------------------------------------------- per-run tables
@@ -271,20 +339,24 @@ def run_table(
     runs: Sequence[Run], losses: "pd.DataFrame", baseline: str | None = None, smooth: int = 1,
     target: float | None = None, summ: "pd.DataFrame | None" = None,
 ) -> "pd.DataFrame":
-    """One row per run: group, seed, final losses, paired baseline, target, steps to it, speed-up, scores."""
+    """One row per run: group, seed, last logged and configured steps, final losses, paired baseline,
+    whether the pair is comparable (``paired``: both end at the same step), target, steps to it, speed-up,
+    scores. A pair that ends at different steps has no speed-up (and no step* for the baseline's target)."""
     import pandas as pd
 
     base_of = pick_baselines(runs, baseline)
     label = group_labels(runs)
+    end = {r.name: r.last_step for r in runs}
     by_run = {name: df for name, df in losses.groupby("run", sort=False)}
     rows = []
     for r in runs:
         mine, base = by_run[r.name], by_run[base_of[r.name]]
         is_base = base_of[r.name] == r.name
+        paired = end[r.name] == end[base_of[r.name]]
         row: dict[str, Any] = {
             "run": r.name, "group": label[r.name], "seed": r.seed, "objective": r.objective, "init": r.init,
-            "steps": int(mine["step"].max()), "final_loss": _final(mine, "loss"),
-            "final_eval_loss": _final(mine, "eval_loss"), "baseline": base_of[r.name],
+            "steps": end[r.name], "total_steps": r.total_steps, "final_loss": _final(mine, "loss"),
+            "final_eval_loss": _final(mine, "eval_loss"), "baseline": base_of[r.name], "paired": paired,
             "baseline_final_loss": _final(base, "loss"),
         }
         base_curve = _curve(base, smooth)
@@ -292,11 +364,11 @@ def run_table(
             float(base_curve["loss"].iloc[-1]) if len(base_curve) else math.nan
         )
         step_star = None
-        if target is not None or not is_base:
+        if target is not None or (paired and not is_base):
             step_star = steps_to(mine, row["target"], smooth) if row["target"] == row["target"] else None
         row["step_star"] = step_star
         sp = None
-        if not is_base and step_star is not None:
+        if paired and not is_base and step_star is not None:
             if target is None:
                 sp = 1.0 - step_star / int(_curve(mine, smooth)["step"].iloc[-1])
             else:
@@ -342,33 +414,42 @@ def group_stats(table: "pd.DataFrame", losses: "pd.DataFrame", at: Sequence[int]
     and ``speedup`` (the last two for runs that have them), and for runs with a paired baseline the paired
     differences run minus baseline of the same seed: ``dloss@S`` and ``dfinal_eval_loss`` (negative = the
     run is ahead; pairing removes the seed's own noise, so these intervals are the tight ones). A metric
-    is summarised only when every seed
-    of the group has a value (``n == n_runs``); otherwise ``n`` says how many did and the mean is NaN
-    (a seed that never reached the target cannot be averaged away).
+    is summarised only when every seed of the group has a value (``n == n_runs``); otherwise ``n`` says
+    how many did and the mean is NaN (a seed that never reached the target cannot be averaged away).
+
+    The paired metrics (``steps_to_target``, ``speedup``, the differences) leave out the pairs that end
+    at different steps (``paired`` False in ``table``; for ``dloss@S`` only where S is beyond one of
+    them): ``n_runs`` counts the pairs kept.
     """
     import pandas as pd
 
     by_run = {name: df for name, df in losses.groupby("run", sort=False)}
     final_eval = dict(zip(table["run"], table["final_eval_loss"]))
+    last = dict(zip(table["run"], table["steps"]))
     rows = []
     for g, part in table.groupby("group", sort=False):
-        metrics: dict[str, list[float]] = {
+        # a value per run; NaN = the run has none (counts against the group), None = its pair is left out
+        metrics: dict[str, list[float | None]] = {
             "final_loss": list(part["final_loss"]), "final_eval_loss": list(part["final_eval_loss"]),
         }
         for s in at:
             metrics[f"loss@{s}"] = [loss_at(by_run[r], int(s)) for r in part["run"]]
         is_base = bool((part["baseline"] == part["run"]).all())
+        paired = list(part["paired"])
         if not (is_base and part["step_star"].isna().all()):
-            metrics["steps_to_target"] = [math.nan if v is None else float(v) for v in part["step_star"]]
+            metrics["steps_to_target"] = _kept(part["step_star"], paired)
         if not is_base:
-            metrics["speedup"] = [math.nan if v is None else float(v) for v in part["speedup"]]
+            metrics["speedup"] = _kept(part["speedup"], paired)
             pairs = list(zip(part["run"], part["baseline"]))
             for s in at:
-                metrics[f"dloss@{s}"] = [loss_at(by_run[r], int(s)) - loss_at(by_run[b], int(s)) for r, b in pairs]
-            metrics["dfinal_eval_loss"] = [final_eval[r] - final_eval[b] for r, b in pairs]
-        for metric, vals in metrics.items():
+                reached = [ok or int(s) <= min(last[r], last[b]) for ok, (r, b) in zip(paired, pairs)]
+                metrics[f"dloss@{s}"] = _kept([loss_at(by_run[r], int(s)) - loss_at(by_run[b], int(s))
+                                               for r, b in pairs], reached)
+            metrics["dfinal_eval_loss"] = _kept([final_eval[r] - final_eval[b] for r, b in pairs], paired)
+        for metric, all_vals in metrics.items():
+            vals = [v for v in all_vals if v is not None]
             finite = [v for v in vals if v == v]
-            if not finite and metric == "final_eval_loss":
+            if not vals or (not finite and metric == "final_eval_loss"):
                 continue
             complete = len(finite) == len(vals)
             mean, sd, lo, hi = t_interval(finite) if complete else (math.nan,) * 4
@@ -376,6 +457,11 @@ def group_stats(table: "pd.DataFrame", losses: "pd.DataFrame", at: Sequence[int]
                          "metric": metric, "n_runs": len(vals), "n": len(finite), "mean": mean, "sd": sd,
                          "ci_low": lo, "ci_high": hi})
     return pd.DataFrame(rows)
+
+
+def _kept(values: Sequence[Any], keep: Sequence[bool]) -> list[float | None]:
+    """``values`` as floats (None, NaN: no value -> NaN) where ``keep``, else None (left out)."""
+    return [(math.nan if v is None else float(v)) if k else None for v, k in zip(values, keep)]
 
 
 def mean_curves(table: "pd.DataFrame", losses: "pd.DataFrame") -> "pd.DataFrame":
@@ -434,18 +520,23 @@ def markdown_table(summary: "pd.DataFrame") -> str:
         else:
             loss = f"{_f(r['baseline_final_loss'])} -> {_f(r['final_loss'])}"
             sp = "none" if r["speedup"] is None or r["speedup"] != r["speedup"] else f"{100 * r['speedup']:.0f}%"
+            if not r["paired"]:
+                sp = "n/a (unpaired)"
+        total = r["total_steps"]
+        steps = r["steps"] if total is None or total != total or r["steps"] == total else f"{r['steps']} of {int(total)}"
         sym = dirn = "n/a"
         if "symmetry_median" in r and r["symmetry_median"] == r["symmetry_median"]:
             sym = f"{_f(r['symmetry_median'], 2)} [{_f(r['symmetry_q1'], 2)}, {_f(r['symmetry_q3'], 2)}]"
             dirn = f"{_f(r['directionality_median'], 2)} [{_f(r['directionality_q1'], 2)}, {_f(r['directionality_q3'], 2)}]"
         seed = "-" if r["seed"] is None or r["seed"] != r["seed"] else r["seed"]
-        lines.append(f"| {r['run']} | {seed} | {r['objective']} | {r['init']} | {r['steps']} | {loss} | {sp} "
+        lines.append(f"| {r['run']} | {seed} | {r['objective']} | {r['init']} | {steps} | {loss} | {sp} "
                      f"| {_f(r['final_eval_loss'])} | {sym} | {dirn} |")
     return "\n".join(lines) + "\n"
 
 
 def markdown_stats(stats: "pd.DataFrame") -> str:
-    """Per group: one column per metric, ``mean [95% CI]`` (``mean (1 seed)``; ``k/n seeds`` if incomplete)."""
+    """Per group: one column per metric, ``mean [95% CI]`` (``mean (1 seed)``; ``k/n seeds`` if incomplete;
+    ``(k of n pairs)`` after a paired metric that left pairs out)."""
     if stats.empty:
         return ""
     metrics = list(dict.fromkeys(stats["metric"]))
@@ -453,6 +544,7 @@ def markdown_stats(stats: "pd.DataFrame") -> str:
     for g, part in stats.groupby("group", sort=False):
         cells = []
         by_metric = part.set_index("metric")
+        seeds = int(by_metric.loc["final_loss", "n_runs"])
         for m in metrics:
             if m not in by_metric.index:
                 cells.append("-")
@@ -466,7 +558,9 @@ def markdown_stats(stats: "pd.DataFrame") -> str:
                 cells.append(f"{fmt(r['mean'])} (1 seed)")
             else:
                 cells.append(f"{fmt(r['mean'])} [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]")
-        lines.append(f"| {g} | {int(part['n_runs'].iloc[0])} | " + " | ".join(cells) + " |")
+            if r["n_runs"] < seeds:
+                cells[-1] += f" ({int(r['n_runs'])} of {seeds} pairs)"
+        lines.append(f"| {g} | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -481,7 +575,7 @@ class Comparison:
     scores: "pd.DataFrame"  # run x step x layer/head (score_table)
     score_summary: "pd.DataFrame"  # run x stack x step, median/IQR over layers (score_summary)
     markdown: str
-    notes: list[str] = field(default_factory=list)  # one line each: torn lines ignored, single seeds
+    notes: list[str] = field(default_factory=list)  # one line each: torn lines, unfinished runs and pairs, single seeds
 
 
 def compare(
@@ -506,9 +600,15 @@ def compare(
         if other != r.name:
             raise InputError(f"runs {other} and {r.name} have the same settings and seed; compare one of them")
     notes = [n for r in runs for n in r.notes]
+    last_step = {r.name: r.last_step for r in runs}
     losses, scores = loss_table(runs), score_table(runs)
     summ = score_summary(scores)
     table = run_table(runs, losses, baseline, smooth, target, summ)
+    for _, row in table[~table["paired"]].iterrows():
+        base = row["baseline"]
+        notes.append(f"pair {row['run']} / {base} left out of the paired statistics (speed-up, steps to target, "
+                     f"differences after step {min(row['steps'], last_step[base])}): {row['run']} ends at step "
+                     f"{row['steps']}, {base} at step {last_step[base]}")
     stats = group_stats(table, losses, at)
     curves = mean_curves(table, losses)
     for g, n in table.groupby("group", sort=False)["run"].count().items():

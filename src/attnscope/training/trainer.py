@@ -275,7 +275,9 @@ def _train(cfg: TrainConfig) -> dict[str, Any]:
     model.train()
     try:
         if step == 0 and dist.main:  # before any update
-            rec = {"step": 0, "loss": _loss(model, *batches.probe(), cfg), "lr": 0.0}
+            inputs, labels = batches.probe()  # an mlm probe may select no position: no loss (null), not NaN
+            probe_loss = _loss(model, inputs, labels, cfg) if bool((labels != IGNORE).any()) else None
+            rec = {"step": 0, "loss": probe_loss, "lr": 0.0}
             totals.geometry_seconds += _log_geometry(rec, model, mcfg, name)
             log.log({**rec, **evaluate(model, eval_batches, cfg, bytes_per_token)})
 
