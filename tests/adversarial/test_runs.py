@@ -282,3 +282,44 @@ def test_killing_the_main_process_leaves_no_worker(tmp_path):
     assert not files_under(store.tasks_dir) and no_temporaries(tmp_path / "store")
     with store.lock():  # the dead run's lock is gone: a resumed run may start
         pass
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the worker pids")
+def test_sigterm_to_a_local_grid_ends_its_workers_in_one_line(tmp_path):
+    """SIGTERM (scancel, timeout) used to end the main process at once: exit -15, Python's two-line
+    'leaked semaphore' warning, workers left to the parent-death watch. Now the Ctrl-C cleanup runs."""
+    out = tmp_path / "g"
+    cmd = [sys.executable, "-m", "attnscope", "train", "--seeds", "0,1", "--executor", "local", "--workers", "2",
+           "--steps", "100000", "--n-layers", "1", "--n-heads", "2", "--d-model", "16", "--d-ff", "32",
+           "--seq-len", "16", "--batch-size", "2", "--eval-windows", "2", "--out", str(out)]
+    main = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_driver_env())
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 180
+        while main.poll() is None and time.monotonic() < deadline:
+            if len(list(out.glob("*/metrics.jsonl"))) == 2:  # both runs are training
+                break
+            time.sleep(0.2)
+        workers = [w for w in _children(main.pid) if "spawn_main" in Path(f"/proc/{w}/cmdline").read_text()]
+        assert main.poll() is None and len(workers) == 2, "the grid never started both runs"
+        main.send_signal(signal.SIGTERM)
+        _, err = main.communicate(timeout=60)
+    finally:
+        if main.poll() is None:
+            main.kill()
+        for w in workers:
+            try:
+                os.kill(w, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert main.returncode == 143, err
+    assert [ln for ln in err.splitlines() if ln.strip()][-1:] == ["attnscope: terminated"], err
+    assert "semaphore" not in err and "Traceback" not in err, err
+    assert not any(alive(w) for w in workers)

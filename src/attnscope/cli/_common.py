@@ -6,7 +6,9 @@ import errno
 import math
 import os
 import re
+import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,15 @@ def _first_line(text: str) -> str:
     return (str(text).strip().splitlines() or [""])[0]
 
 
+class Terminated(BaseException):
+    """SIGTERM (``scancel``, ``timeout``, a job manager) raised in the main thread, so that the same cleanup as
+    for Ctrl-C runs: pool workers are ended, temporaries removed. A BaseException: no task handler swallows it."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def run_app(app: typer.Typer) -> None:
     """Run a typer app with the CLI's error contract.
 
@@ -40,7 +51,8 @@ def run_app(app: typer.Typer) -> None:
     * an OSError about the user's paths or machine (a full disk, permissions) -> one line naming
       the path, exit 2;
     * anything else is a bug -> ``attnscope: internal error: ...`` on one line, exit 1;
-    * Ctrl-C -> ``attnscope: interrupted``, exit 130; a closed stdout pipe -> exit 0.
+    * Ctrl-C -> ``attnscope: interrupted``, exit 130; SIGTERM -> ``attnscope: terminated``, exit 143 (both
+      after the same cleanup); a closed stdout pipe -> exit 0.
 
     Tracebacks only with ``--debug`` / ``ATTNSCOPE_DEBUG=1`` (printed before the same line and exit
     code). Warnings print as one line each (raw Python warnings with ``--debug``).
@@ -49,10 +61,15 @@ def run_app(app: typer.Typer) -> None:
     if "--debug" in sys.argv[1:]:  # honoured even when the failure happens while parsing
         os.environ[DEBUG_ENV] = "1"
     install_one_line_warnings()
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         check_option_integers(sys.argv[1:])
         check_no_empty_arguments(sys.argv[1:])
         app()
+    except Terminated:
+        print("attnscope: terminated", file=sys.stderr)
+        sys.exit(143)
     except KeyboardInterrupt:  # raised outside typer's own handling (while parsing)
         print("attnscope: interrupted", file=sys.stderr)
         sys.exit(130)
