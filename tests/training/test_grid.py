@@ -171,6 +171,8 @@ def test_train_cli_grid_bad_axes_are_one_line(tmp_path, monkeypatch, capsys):
                  ["--seeds", "0", "--inits", "default,default"], ["--seeds", "0", "--objectives", ","],
                  ["--seeds", "0", "--init", "symmetric", "--inits", "default"], ["--seeds", "0", "--workers", "two"],
                  ["--seeds", "0", "--executor", "cloud"], ["--seeds", "0", "--workers", "0"],
+                 ["--seeds", "0", "--workers", "3"],  # ignored without --executor local
+                 ["--seeds", "0", "--executor", "slurm", "--workers", "2"],
                  ["--seeds", "0", "--slurm-time", "30"],  # a Slurm option without --executor slurm
                  ["--seeds", "0", "--executor", "slurm", "--slurm-time", "-5"],
                  ["--seeds", "0", "--executor", "slurm", "--slurm-mem", "nan"],

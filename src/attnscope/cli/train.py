@@ -139,6 +139,9 @@ def _train_grid(cfg: TrainConfig, options: dict[str, Any], given: dict[str, Any]
     workers = _number(given, "workers", int)
     positive(workers, "--workers")
     executor = given["executor"] or "inline"
+    if workers is not None and executor != "local":
+        raise InputError(f"--workers goes with --executor local (this grid runs {executor}: "
+                         f"{'one run after another' if executor == 'inline' else 'one Slurm array task per run'})")
     slurm = slurm_options(executor, given["slurm_partition"], _number(given, "slurm_time", int),
                           _number(given, "slurm_mem", float), _number(given, "slurm_gpus", int), cpus=cfg.threads or 1)
     grid = run_grid(cfg, seeds, inits=_names(given["inits"]), objectives=_names(given["objectives"]), out=cfg.out,
