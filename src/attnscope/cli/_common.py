@@ -161,6 +161,12 @@ def positive(value: float | None, option: str, minimum: float = 1, strict: bool 
         raise InputError(f"{option} must be a finite number {bound}, not {value}")
 
 
+def fits_32_bits(value: float | None, option: str) -> None:
+    """Refuse a count Slurm or the process pool keeps in 32 bits (``--slurm-time 9999999999``)."""
+    if value is not None and abs(value) >= 2**31:
+        raise InputError(f"{option} {value} is too large")
+
+
 def slurm_options(executor: str, partition: str | None = None, time_min: int | None = None,
                   mem_gb: float | None = None, gpus: int | None = None, cpus: int | None = None) -> dict | None:
     """The ``--slurm-*`` options as the executors' ``slurm`` dict (None unless ``--executor slurm``), checked:
@@ -174,8 +180,7 @@ def slurm_options(executor: str, partition: str | None = None, time_min: int | N
     positive(mem_gb, "--slurm-mem", minimum=0, strict=True)
     positive(gpus, "--slurm-gpus")
     for value, flag in ((time_min, "--slurm-time"), (gpus, "--slurm-gpus"), (mem_gb, "--slurm-mem")):
-        if value is not None and value >= 2**31:  # sbatch keeps these in 32 bits
-            raise InputError(f"{flag} {value} is too large")
+        fits_32_bits(value, flag)
     opts = {key: val for key, val in given.items() if val is not None}
     if cpus is not None:
         opts["cpus_per_task"] = cpus

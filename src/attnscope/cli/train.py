@@ -110,7 +110,10 @@ def _names(text: str | None) -> list[str] | None:
 
 
 def _number(given: dict[str, Any], name: str, kind: type) -> Any:
-    """A grid option given as text, read as ``kind`` (None when not given); its range is checked by the caller."""
+    """A grid option given as text, read as ``kind`` (None when not given); beyond 32 bits is one line, the
+    rest of its range is checked by the caller."""
+    from ._common import fits_32_bits
+
     text = given[name]
     if text is None:
         return None
@@ -119,8 +122,7 @@ def _number(given: dict[str, Any], name: str, kind: type) -> Any:
         value = kind(text)
     except ValueError:
         raise InputError(f"{flag} takes a {'whole ' if kind is int else ''}number, not {text!r}") from None
-    if abs(value) >= 2**31:  # Slurm and the process pool keep these in 32 bits
-        raise InputError(f"{flag} {text} is too large")
+    fits_32_bits(value, flag)
     return value
 
 

@@ -27,14 +27,16 @@ from attnscope.errors import ConfigError, InputError
 from attnscope.runs import EXECUTORS, ResultsStore, RunSummary, Task, run_tasks
 from attnscope.tables import atomic_write_json
 
+from .config import first_difference
 from .data import check_corpus
+from .runlog import GRID_STORE, holds_run, read_run_json
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from .trainer import TrainConfig
 
-STORE = ".grid"
+STORE = GRID_STORE
 GRID_FILE = "grid.json"
 # settings a rerun of a grid may change (they do not change what is trained)
 FREE = ("resume", "progress", "out", "threads", "wandb", "tensorboard", "config")
@@ -131,7 +133,7 @@ def _check_grid_file(root: Path, record: dict[str, Any]) -> None:
     old_base = old.get("base") if isinstance(old, dict) else None
     if not isinstance(old_base, dict):
         raise InputError(f"{path} is not a grid record; move it away or choose a new output directory")
-    if not any((d / "run.json").is_file() or (d / "metrics.jsonl").is_file() for d in root.iterdir() if d.is_dir()):
+    if not any(holds_run(d) for d in root.iterdir() if d.is_dir()):
         return
     for k, v in record["base"].items():
         if k not in FREE and k in old_base and old_base[k] != v:
@@ -141,9 +143,6 @@ def _check_grid_file(root: Path, record: dict[str, Any]) -> None:
 def _check_finished_point(point: "TrainConfig", store: ResultsStore) -> None:
     """A finished entry whose run directory was removed or damaged is trained again; one whose directory now
     holds a run with other settings (retrained by hand) is refused rather than reported as the grid's."""
-    from .config import first_difference
-    from .runlog import read_run_json
-
     run_dir, name = Path(point.out), Path(point.out).name
     if not store.path(name).is_file():
         return
@@ -177,7 +176,7 @@ def run_grid(
     root = Path(out)
     if root.exists() and not root.is_dir():
         raise InputError(f"--out {root} is a file, not a directory")
-    if (root / "run.json").is_file() or (root / "metrics.jsonl").is_file():  # compare DIR/* would then fail
+    if holds_run(root):  # compare DIR/* would then fail
         raise InputError(f"--out {root} holds a training run; a grid needs a directory of its own")
     base = asdict(points[0])
     record = {"base": {k: v for k, v in base.items() if k not in ("objective", "init", "seed")},

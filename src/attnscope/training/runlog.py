@@ -28,9 +28,21 @@ from .checkpoints import disk_errors
 from .config import TrainConfig
 
 
+#: the bookkeeping directory a seed grid (:mod:`attnscope.training.grid`) keeps in its --out
+GRID_STORE = ".grid"
+
+
+def holds_run(path: Path) -> bool:
+    """Whether ``path`` is (the start of) a training run directory."""
+    return (path / "run.json").is_file() or (path / "metrics.jsonl").is_file()
+
+
 def check_out_dir(out: str | os.PathLike) -> None:
-    """One line unless a run directory can be created and written at ``out`` (checked before any work)."""
+    """One line unless a run directory can be created and written at ``out`` (checked before any work);
+    a seed grid's directory is not one (``compare DIR/*`` would then fail)."""
     check_writable(out, "--out", directory=True)
+    if (Path(out) / GRID_STORE).is_dir():
+        raise InputError(f"{out} holds a seed grid; train into a new --out (or rerun the grid with --seeds)")
 
 
 def read_run_json(run_dir: Path) -> dict[str, Any] | None:

@@ -47,7 +47,6 @@ from .checkpoints import (
 )
 from .config import TrainConfig, check_same_run, lr_at
 from .data import heldout_windows, open_corpus, sample_windows, tokenize_split
-from .grid import STORE as GRID_STORE
 from .distributed import Dist, check_device, gather_rng, init_distributed, mean_across
 from .model import Transformer, init_weights
 from .objectives import IGNORE, lm_loss, make_batch, model_loss, window_length
@@ -204,8 +203,6 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     check_device(cfg.device)
     check_bf16(cfg)
     check_out_dir(cfg.out)  # all before any work
-    if (Path(cfg.out) / GRID_STORE).is_dir():
-        raise InputError(f"{cfg.out} holds a seed grid; train into a new --out (or rerun the grid with --seeds)")
     with run_lock(Path(cfg.out), main=int(os.environ.get("RANK", "0") or 0) == 0):
         return _train(cfg)
 
