@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 
 
@@ -14,7 +16,10 @@ def square(payload):
 
 def nap(payload):
     """Sleep ``payload["s"]`` seconds, then answer like :func:`square` (a task still running when the run stops)."""
+    import os
     import time
 
+    if payload.get("started"):  # tell the test this task is running
+        Path(payload["started"], f"{payload['x']}-{os.getpid()}").touch()
     time.sleep(payload["s"])
     return pd.DataFrame({"x": [payload["x"]], "y": [0]})

@@ -97,21 +97,42 @@ def test_slurm_array(tmp_path, slurm_cluster):
 
 def test_ctrl_c_in_the_main_process_ends_the_running_workers(tmp_path):
     """A KeyboardInterrupt (or a full disk) in the main process must not leave it waiting at exit for pool
-    workers that go on with their tasks: they are ended, and a rerun resumes."""
+    workers that go on with their tasks: they are ended, and a rerun resumes.
+
+    The interrupt is sent once both workers are inside their task (each nap writes a file as it starts), not
+    after a fixed delay: on a loaded machine the workers' start can take longer than any delay. It is a real
+    SIGINT sent to the main thread (it wakes the wait there, whichever threads other tests left running).
+    """
     import multiprocessing as mp
-    import os
     import signal
     import threading
+    import time
 
     before = set(mp.active_children())  # processes other tests of this worker may still be ending
-    tasks = [Task(f"nap{i}", {"x": i, "s": 120}) for i in range(2)]
-    timer = threading.Timer(4.0, os.kill, (os.getpid(), signal.SIGINT))  # a real signal: it wakes the wait
-    timer.start()
+    started = tmp_path / "started"
+    started.mkdir()
+    tasks = [Task(f"nap{i}", {"x": i, "s": 120, "started": str(started)}) for i in range(2)]
+    main, stop, sent = threading.main_thread().ident, threading.Event(), threading.Event()
+
+    def interrupt_when_both_run() -> None:
+        deadline = time.monotonic() + 90
+        while not stop.is_set() and time.monotonic() < deadline:
+            if len(list(started.iterdir())) == 2:
+                sent.set()
+                signal.pthread_kill(main, signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=interrupt_when_both_run, daemon=True)
+    watcher.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            run_tasks(nap, tasks, tmp_path / "store", executor="local", workers=2, progress=False)
+            summary = run_tasks(nap, tasks, tmp_path / "store", executor="local", workers=2, progress=False)
+            pytest.fail(f"the run ended before the interrupt (sent: {sent.is_set()}): {summary}")
     finally:
-        timer.cancel()
+        stop.set()
+        watcher.join(timeout=5)
+    assert sent.is_set()
     assert [p for p in mp.active_children() if p.is_alive() and p not in before] == []
     assert not ResultsStore(tmp_path / "store").is_done("nap0")
 
@@ -127,9 +148,27 @@ def test_slurm_refusing_the_job_is_one_line(tmp_path, monkeypatch, capfd):
     fake.write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: Unable to contact slurm "
                     "controller (connect failure)' >&2\nexit 1\n")
     fake.chmod(0o755)
+    srun = bin_dir / "srun"  # submitit looks for srun before it calls sbatch; never called here
+    srun.write_text("#!/bin/sh\nexit 1\n")
+    srun.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     with pytest.raises(InputError, match="^Slurm did not accept the job: Batch job submission failed: Unable to "
                                          "contact slurm controller"):
         run_tasks(square, _tasks(2), tmp_path / "store", executor="slurm", progress=False)
     assert "sbatch: error" not in capfd.readouterr().err
+    assert not ResultsStore(tmp_path / "store").is_done("org/model-0")
+
+
+@pytest.mark.parametrize("present", [(), ("sbatch",), ("srun",)])
+def test_slurm_executor_without_slurm_is_one_line(tmp_path, monkeypatch, present):
+    """A machine without Slurm (or with half of it): one line naming what is missing, nothing submitted."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for cmd in present:
+        (bin_dir / cmd).write_text("#!/bin/sh\nexit 1\n")
+        (bin_dir / cmd).chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))  # nothing else: no real sbatch/srun either
+    missing = [c for c in ("sbatch", "srun") if c not in present]
+    with pytest.raises(InputError, match="^the slurm executor needs Slurm: " + " and ".join(f"'{c}'" for c in missing)):
+        run_tasks(square, _tasks(1), tmp_path / "store", executor="slurm", progress=False)
     assert not ResultsStore(tmp_path / "store").is_done("org/model-0")

@@ -240,8 +240,9 @@ def _run_slurm(fn, todo, store: ResultsStore, opts: dict[str, Any], record, adva
 
     import submitit
     logging.getLogger("submitit").addFilter(_NO_SACCT)  # adding the same filter twice is a no-op
-    if shutil.which("sbatch") is None:
-        raise InputError("the slurm executor needs Slurm: 'sbatch' was not found on PATH")
+    missing = [cmd for cmd in ("sbatch", "srun") if shutil.which(cmd) is None]  # submitit runs both
+    if missing:
+        raise InputError(f"the slurm executor needs Slurm: {' and '.join(repr(c) for c in missing)} not found on PATH")
     folder = Path(opts.get("folder") or (store.root / "slurm"))
     ex = submitit.AutoExecutor(folder=str(folder), cluster="slurm")
     params: dict[str, Any] = {
