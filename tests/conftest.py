@@ -1,4 +1,9 @@
-"""Suite-wide settings: never touch the network, draw figures off-screen."""
+"""Suite-wide settings: never touch the network, draw figures off-screen, skip what the machine lacks.
+
+Tests that need something a machine may not have carry a marker (``slurm``, ``gpu``, ``browser``);
+``scripts/test.sh`` deselects a marker when its need is absent, and here each such test is skipped with a
+reason naming what is missing when it runs anyway (``pytest -m slurm`` on a laptop).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,45 @@ from hypothesis import settings  # noqa: E402
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+def _missing_slurm() -> str | None:
+    import shutil
+
+    for cmd in ("sinfo", "sbatch", "srun"):
+        if shutil.which(cmd) is None:
+            return f"needs a Slurm cluster: '{cmd}' is not on PATH (scripts/start-slurm.sh starts a one-node one)"
+    return None
+
+
+def _missing_gpu() -> str | None:
+    import torch
+
+    return None if torch.cuda.is_available() else "needs a CUDA GPU: torch.cuda.is_available() is False"
+
+
+def _missing_browser() -> str | None:
+    import shutil
+
+    if shutil.which("chromium") or shutil.which("chromium-browser"):
+        return None
+    return "needs a headless Chromium: no 'chromium' on PATH (Debian: apt-get install -y chromium)"
+
+
+#: marker -> a function giving the reason it cannot run here, or None when it can
+NEEDS = {"slurm": _missing_slurm, "gpu": _missing_gpu, "browser": _missing_browser}
+
+
+def pytest_collection_modifyitems(config, items):
+    reasons: dict[str, str | None] = {}
+    for item in items:
+        for marker, missing in NEEDS.items():
+            if item.get_closest_marker(marker) is None:
+                continue
+            if marker not in reasons:
+                reasons[marker] = missing()
+            if reasons[marker]:
+                item.add_marker(pytest.mark.skip(reason=reasons[marker]))
 
 
 @pytest.fixture(scope="session")

@@ -146,6 +146,7 @@ def _colour_share(img: np.ndarray) -> float:
     return float(((img.max(-1) - img.min(-1)) > 0.35).mean())
 
 
+@pytest.mark.browser
 def test_report_renders_in_chromium(tiny_report, tmp_path: Path) -> None:
     page = write_report(tiny_report, tmp_path / "out")
     img = screenshot(page, tmp_path / "shot.png", tmp_path)
@@ -161,6 +162,7 @@ def test_report_renders_in_chromium(tiny_report, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.browser
 def test_demo_model_report_with_heads_in_chromium(minilm_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "demo"
     r = _cli("--demo", "--out", str(out), "--data", "builtin", "--windows", "2", "--length", "64")

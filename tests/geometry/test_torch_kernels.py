@@ -47,7 +47,7 @@ def test_scores_match_the_explicit_definitions(seed, g, r, d, extra_c, e):
     assert np.isnan(got[:, 0]).tolist() == np.isnan(want[:, 0]).tolist()  # non-square: NaN symmetry
 
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+CUDA = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])

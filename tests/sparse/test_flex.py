@@ -99,7 +99,7 @@ def test_kernel_cache_filled_in_inference_mode_still_trains():
     assert torch.isfinite(qg.grad).all()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (FlexAttention has no CPU backward)")
+@pytest.mark.gpu  # FlexAttention has no CPU backward
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)])
 def test_flex_forward_and_backward_equal_dense_on_cuda(dtype, tol):
     torch.manual_seed(0)

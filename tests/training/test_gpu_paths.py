@@ -153,7 +153,7 @@ def test_compile_trains_like_eager(tmp_path):
     assert fast["eval_loss"] == pytest.approx(eager["eval_loss"], rel=1e-3)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 @pytest.mark.parametrize("pattern", [None, "byte-sparse-8h"])
 def test_cuda_bf16_training_learns_and_resumes(tmp_path, pattern):
     """On a GPU: bf16 autocast, fused AdamW, device-side losses (and FlexAttention for a pattern) train a

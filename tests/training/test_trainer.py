@@ -63,7 +63,7 @@ def test_default_init_is_not_symmetric_and_loss_falls(tmp_path):
     assert summary["eval_bits_per_byte"] == pytest.approx(summary["eval_loss"] / np.log(2))  # bytes tokenizer
 
 
-CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+CUDA = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
