@@ -60,14 +60,14 @@ def reach_step(steps: Sequence[float], values: Sequence[float], target: float) -
     there; None if it never does."""
     import numpy as np
 
-    v = np.asarray(values, dtype=float)
+    s, v = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
     hits = np.flatnonzero(v <= target)
     if hits.size == 0:
         return None
     i = int(hits[0])
     if i == 0:
-        return float(steps[0])
-    s0, s1, v0, v1 = float(steps[i - 1]), float(steps[i]), float(v[i - 1]), float(v[i])
+        return float(s[0])
+    s0, s1, v0, v1 = float(s[i - 1]), float(s[i]), float(v[i - 1]), float(v[i])
     return s0 + (v0 - target) / (v0 - v1) * (s1 - s0)  # v0 > target >= v1
 
 
