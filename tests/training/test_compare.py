@@ -92,7 +92,7 @@ def test_compare_tables_figures_and_baselines(tmp_path):
     assert s.loc["dec-symmetric", "speedup"] is None or np.isnan(s.loc["dec-symmetric", "speedup"])
     assert s.loc["enc-default", "final_eval_loss"] == pytest.approx(2.6)
     md = res.markdown
-    assert "| enc-symmetric | - | mlm | symmetric | 40 | 2.500 -> 1.900 | 50% |" in md
+    assert "| enc-symmetric | - | mlm | symmetric | 40 | 2.500 -> 1.900 | 50.0% |" in md
     assert "| dec-symmetric | - | clm | symmetric | 30 | 3.000 -> 4.000 | never reaches 3.000 |" in md
     # four groups of one run each: one note per group, no intervals
     assert sum("no interval" in n for n in res.notes) == 4

@@ -20,7 +20,7 @@ def _f(x: Any, nd: int = 3) -> str:
 
 
 def _pct(x: float) -> str:
-    return f"{100 * x:.1f}%"
+    return f"{round(100 * x, 1) + 0.0:.1f}%"  # + 0.0: a tiny negative reads 0.0%, not -0.0%
 
 
 def _steps(x: float) -> str:
@@ -50,7 +50,7 @@ def _speedup_cell(r: "pd.Series") -> str:
         if r["step_star"] is None or r["step_star"] != r["step_star"]:
             return f"never reaches {_f(r['target'])}"
         return "n/a (the baseline never reaches the target)"
-    return f"{100 * r['speedup']:.0f}%"
+    return _pct(r["speedup"])
 
 
 def speedup_caption(summary: "pd.DataFrame") -> str:

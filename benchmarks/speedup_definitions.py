@@ -1,0 +1,65 @@
+"""The experiment of docs/training.md under both speed-up definitions, recomputed from its stored losses.
+
+The run directories of the experiment are not kept; its every logged loss is (``losses.csv`` of
+``attnscope compare --out``). This rebuilds minimal run directories from it (``run.json`` with
+objective, init, seed and steps; ``metrics.jsonl`` with step, loss, eval_loss) and prints what
+``attnscope compare`` says with ``--speedup matched`` (the default) and ``--speedup paper``. Usage::
+
+    python benchmarks/speedup_definitions.py [--losses docs/figures/training/losses.csv] [--smooth 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from attnscope.training.compare import compare
+
+
+def rebuild(losses: pd.DataFrame, root: Path) -> list[Path]:
+    """One run directory per run of ``losses`` (tidy: run, seed, objective, init, step, loss, eval_loss)."""
+    dirs = []
+    for run, df in losses.groupby("run", sort=False):
+        d = root / run
+        d.mkdir()
+        first = df.iloc[0]
+        config = {"objective": first["objective"], "init": first["init"], "seed": int(first["seed"]),
+                  "steps": int(df["step"].max()), "model": {}}
+        (d / "run.json").write_text(json.dumps(config))
+        lines = []
+        for _, r in df.sort_values("step").iterrows():
+            rec = {"step": int(r["step"]), "loss": None if math.isnan(r["loss"]) else float(r["loss"])}
+            if not math.isnan(r["eval_loss"]):
+                rec["eval_loss"] = float(r["eval_loss"])
+            lines.append(json.dumps(rec))
+        (d / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+        dirs.append(d)
+    return dirs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--losses", default="docs/figures/training/losses.csv")
+    ap.add_argument("--smooth", type=int, default=5, help="smoothing of the training loss (the experiment used 5)")
+    args = ap.parse_args()
+    losses = pd.read_csv(args.losses)
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = rebuild(losses, Path(tmp))
+        for method, smooth in (("matched", args.smooth), ("paper", args.smooth), ("paper", 1)):
+            res = compare(runs, smooth=smooth, speedup=method)
+            print(f"## --speedup {method} --smooth {smooth}\n")
+            sym = res.runs[res.runs["baseline"] != res.runs["run"]]
+            for _, r in sym.iterrows():
+                sp = "never" if r["speedup"] != r["speedup"] or r["speedup"] is None else f"{100 * r['speedup']:.1f}%"
+                print(f"{r['run']}: {sp} (curve {r['curve']}, target {r['target']:.3f})")
+            print()
+            print(res.markdown.split("\n\n")[-1])
+
+
+if __name__ == "__main__":
+    main()
