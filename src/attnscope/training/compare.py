@@ -37,6 +37,7 @@ from .compare_report import markdown
 from .compare_stats import (
     CURVES,
     SPEEDUPS,
+    check_choice,
     group_stats,
     loss_at,
     mean_curves,
@@ -84,10 +85,8 @@ def _check_options(run_dirs: Sequence, smooth: int, at: Sequence[int], target: f
         raise InputError("steps given with --at must be positive")
     if target is not None and not math.isfinite(target):
         raise InputError(f"the target loss must be a finite number, not {target}")
-    if method not in SPEEDUPS:
-        raise InputError(f"speedup must be one of {', '.join(SPEEDUPS)}, not {method!r}")
-    if which not in CURVES:
-        raise InputError(f"curve must be one of {', '.join(CURVES)}, not {which!r}")
+    check_choice("speedup", method, SPEEDUPS)
+    check_choice("curve", which, CURVES)
 
 
 def _read(run_dirs: Sequence[str | Path]) -> list[Run]:

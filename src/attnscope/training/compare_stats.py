@@ -41,6 +41,12 @@ HELD_OUT_MIN = 2  # held-out points (steps > 0) both runs need for the held-out 
 # --------------------------------------------------------------------------- curves and steps to a target
 
 
+def check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    """InputError naming the parameter (and its CLI option) unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise InputError(f"{name} (--{name}) must be one of {', '.join(choices)}, not {value!r}")
+
+
 def curve(losses: "pd.DataFrame", column: str = "loss", smooth: int = 1) -> "pd.DataFrame":
     """Columns step, value: the logged steps (> 0) with a ``column`` value, sorted; the training loss is
     replaced by the mean of the last ``smooth`` logged values (the held-out loss, measured on fixed windows,
@@ -89,14 +95,13 @@ def curve_column(run: "pd.DataFrame", base: "pd.DataFrame", which: str = "auto",
                  names: tuple[str, str] = ("the run", "its baseline")) -> str:
     """The loss column the matched speed-up reads for a pair: ``eval_loss`` (held-out) when both logged it
     at :data:`HELD_OUT_MIN` or more steps (required for ``which="held-out"``), else ``loss``."""
-    if which not in CURVES:
-        raise InputError(f"curve must be one of {', '.join(CURVES)}, not {which!r}")
+    check_choice("curve", which, CURVES)
     if which == "train":
         return "loss"
     short = [n for n, df in zip(names, (run, base)) if held_out_points(df) < HELD_OUT_MIN]
     if which == "held-out" and short:
         raise InputError(f"{short[0]} has held-out losses at fewer than {HELD_OUT_MIN} steps; "
-                         "compare on the training loss (curve 'train')")
+                         "compare on the training loss (curve 'train', --curve train)")
     return "loss" if short else "eval_loss"
 
 
@@ -119,8 +124,7 @@ def measure_speedup(losses: "pd.DataFrame", baseline: "pd.DataFrame", smooth: in
                     names: tuple[str, str] = ("the run", "its baseline")) -> Speedup:
     """The speed-up of ``losses`` over ``baseline`` (tidy step/loss/eval_loss rows) by ``method``
     (:data:`SPEEDUPS`), on the curve ``which`` (:data:`CURVES`; ``paper`` always reads the training loss)."""
-    if method not in SPEEDUPS:
-        raise InputError(f"speedup must be one of {', '.join(SPEEDUPS)}, not {method!r}")
+    check_choice("speedup", method, SPEEDUPS)
     column = "loss" if method == "paper" else curve_column(losses, baseline, which, names)
     run, base = curve(losses, column, smooth), curve(baseline, column, smooth)
     label = "held-out" if column == "eval_loss" else "train" if smooth == 1 else f"train (smooth {smooth})"
