@@ -110,7 +110,9 @@ def load_run(path: str | Path) -> Run:
     except UnicodeDecodeError:
         raise FormatError(f"{metrics}: not UTF-8 text") from None
     numbered = [(n, ln) for n, ln in enumerate(lines, 1) if ln.strip()]
-    records, notes, line_of = [], [], {}
+    records: list[dict[str, Any]] = []
+    notes: list[str] = []
+    line_of: dict[int, int] = {}  # step -> line
     for i, (n, line) in enumerate(numbered):
         try:
             rec = json.loads(line)
@@ -238,10 +240,10 @@ def pick_baselines(runs: Sequence[Run], baseline: str | None = None) -> dict[str
     run (same configuration but the init, same seed). A run without one is an error."""
     names = {r.name for r in runs}
     if baseline is not None:
-        b = Path(baseline).name
-        if b not in names:
+        chosen = Path(baseline).name
+        if chosen not in names:
             raise InputError(f"baseline {baseline!r} is not one of the compared runs")
-        return {r.name: b for r in runs}
+        return {r.name: chosen for r in runs}
     defaults = {r.pair_key(): r for r in runs if r.is_default}
     out = {}
     for r in runs:

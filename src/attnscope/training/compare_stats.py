@@ -131,6 +131,7 @@ def measure_speedup(losses: "pd.DataFrame", baseline: "pd.DataFrame", smooth: in
     goal = target if target is not None else float(base["value"].iloc[-1]) if len(base) else math.nan
     if run.empty or base.empty or goal != goal:
         return Speedup(method, label, goal, None, None, None)
+    step: float | None
     if method == "paper":
         step = steps_to(losses, goal, smooth)
         reference = float(run["step"].iloc[-1]) if target is None else steps_to(baseline, goal, smooth)

@@ -222,11 +222,11 @@ class _Run:
     opt: torch.optim.AdamW
     batches: Batches
     log: RunLog
+    ddp_model: Any  # the model, wrapped for DDP when world > 1
+    run_model: Any  # what computes the loss: ddp_model, compiled with --compile
+    guard: Guard
     step: int = 0  # updates done
     totals: Totals = field(default_factory=Totals)
-    ddp_model: torch.nn.Module | None = None  # the model, wrapped for DDP when world > 1
-    run_model: torch.nn.Module | None = None  # what computes the loss: ddp_model, compiled with --compile
-    guard: Guard | None = None
 
     @property
     def name(self) -> str:
@@ -290,41 +290,42 @@ def _open_run(cfg: TrainConfig) -> _Run:
                       torch.Generator().manual_seed(cfg.seed + 1))
     torch.manual_seed(cfg.seed + 1000 * (dist.rank + 1))  # the dropout stream, per rank
 
-    run = _Run(cfg, dist, run_dir, mcfg, tokenizer, eval_batches, bytes_per_token, model, opt, batches,
-               RunLog(cfg, run_dir, dist.main))
-    if cfg.resume:
-        _resume(run, existing)
+    log = RunLog(cfg, run_dir, dist.main)
+    step, totals = _resume(cfg, existing, model, opt, batches, dist, log) if cfg.resume else (0, Totals())
     if dist.main:
         with disk_errors(run_dir / "run.json"):
             atomic_write_json(run_dir / "run.json", {**asdict(cfg), "model": mcfg.to_dict(), "world_size": dist.world})
-    run.ddp_model = model
+    ddp_model: Any = model
     if dist.world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
-        run.ddp_model = DistributedDataParallel(model)
-    run.run_model = compiled(run.ddp_model, cfg, Batch.on(*batches.probe(), torch.device(cfg.device)))
-    run.guard = Guard(torch.device(cfg.device), can_skip=_fused(opt))
-    return run
+        ddp_model = DistributedDataParallel(model)
+    run_model = compiled(ddp_model, cfg, Batch.on(*batches.probe(), torch.device(cfg.device)))
+    guard = Guard(torch.device(cfg.device), can_skip=_fused(opt))
+    return _Run(cfg, dist, run_dir, mcfg, tokenizer, eval_batches, bytes_per_token, model, opt, batches, log,
+                ddp_model, run_model, guard, step, totals)
 
 
-def _resume(run: _Run, existing: list[tuple[int, Path]]) -> None:
-    """Load the newest resumable checkpoint into ``run`` (weights, optimizer, sampler, totals) and rewind
-    metrics.jsonl to it (to nothing if there is none)."""
-    existing = _resumable(existing, run.log)
+def _resume(cfg: TrainConfig, existing: list[tuple[int, Path]], model: Transformer, opt: torch.optim.AdamW,
+            batches: Batches, dist: Dist, log: RunLog) -> tuple[int, Totals]:
+    """(step, totals) of the newest resumable checkpoint, loaded into the model, optimizer and sampler;
+    metrics.jsonl rewound to it ((0, fresh totals) and rewound to nothing if there is none)."""
+    existing = _resumable(existing, log)
+    step, totals = 0, Totals()
     if existing:
         step, ckpt = existing[-1]
-        if step > run.cfg.steps:
-            raise InputError(f"{run.run_dir} has already trained {step} steps; --steps {run.cfg.steps} would go back "
+        if step > cfg.steps:
+            raise InputError(f"{Path(cfg.out)} has already trained {step} steps; --steps {cfg.steps} would go back "
                              f"(give --steps above {step} to continue it)")
-        saved = load_checkpoint(ckpt, run.model, run.opt, run.batches.gen, run.dist.rank, run.dist.world)
-        _fuse(run.opt, run.model)  # a checkpoint's optimizer settings replace ours: keep the fused kernel
+        saved = load_checkpoint(ckpt, model, opt, batches.gen, dist.rank, dist.world)
+        _fuse(opt, model)  # a checkpoint's optimizer settings replace ours: keep the fused kernel
         try:
-            run.totals = Totals.from_state(saved)
+            totals = Totals.from_state(saved)
         except KeyError as exc:
             raise FormatError(f"checkpoint {ckpt} is corrupt (no running total {exc}); delete it to resume "
                               "from the previous one") from None
-        run.step = step
-    run.log.rewind(run.step if existing else -1)
+    log.rewind(step if existing else -1)
+    return step, totals
 
 
 def _log_start(run: _Run) -> None:
