@@ -5,8 +5,9 @@ The run directories of the experiment are not kept; its every logged loss is (``
 objective, init, seed and steps; ``metrics.jsonl`` with step, loss, eval_loss) and prints what
 ``attnscope compare`` says with ``--speedup matched`` (the default) and ``--speedup paper``. With
 ``--write DIR`` it also rewrites the comparison's tables there (``table.md``, ``summary.csv``,
-``stats.csv``, ``curves.csv``) as ``attnscope compare --out`` would today, the scores taken from
-``DIR/score_summary.csv`` (the figures do not depend on the speed-up and are left alone). Usage::
+``stats.csv``, ``curves.csv``, and the figures drawn from ``curves.csv``: ``loss_bands.png``,
+``loss_differences.png``) as ``attnscope compare --out`` would today, the scores taken from
+``DIR/score_summary.csv``. Usage::
 
     python benchmarks/speedup_definitions.py [--losses docs/figures/training/losses.csv] [--smooth 5]
         [--at 500,750,1000,1500] [--write docs/figures/training]
@@ -25,6 +26,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from attnscope.plots import save_figure
+from attnscope.plots import training as plots
 from attnscope.tables import atomic_write_text, write_table
 from attnscope.training.compare import compare, group_stats, load_run, loss_table, mean_curves, run_table, verdicts
 from attnscope.training.compare_report import markdown
@@ -59,8 +62,13 @@ def write_tables(run_dirs: list[Path], folder: Path, smooth: int, at: list[int])
     stats = group_stats(table, losses, at)
     write_table(table, folder / "summary.csv")
     write_table(stats, folder / "stats.csv")
-    write_table(mean_curves(table, losses), folder / "curves.csv")
+    curves = mean_curves(table, losses)
+    write_table(curves, folder / "curves.csv")
     atomic_write_text(folder / "table.md", markdown(table, stats, verdicts(table, stats)))
+    save_figure(plots.loss_bands(curves), folder / "loss_bands.png")
+    differences = plots.loss_differences(curves)
+    if differences is not None:
+        save_figure(differences, folder / "loss_differences.png")
 
 
 def main() -> None:
@@ -68,7 +76,7 @@ def main() -> None:
     ap.add_argument("--losses", default="docs/figures/training/losses.csv")
     ap.add_argument("--smooth", type=int, default=5, help="smoothing of the training loss (the experiment used 5)")
     ap.add_argument("--at", default="500,750,1000,1500", help="steps of loss@S (the experiment's)")
-    ap.add_argument("--write", default=None, help="rewrite table.md, summary.csv, stats.csv, curves.csv here")
+    ap.add_argument("--write", default=None, help="rewrite the tables and the curve figures here")
     args = ap.parse_args()
     losses = pd.read_csv(args.losses)
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,7 +92,8 @@ def main() -> None:
             print(res.markdown.split("\n\n")[-1])
         if args.write:
             write_tables(runs, Path(args.write), args.smooth, [int(x) for x in args.at.split(",")])
-            print(f"wrote table.md, summary.csv, stats.csv, curves.csv to {args.write}")
+            print(f"wrote table.md, summary.csv, stats.csv, curves.csv, loss_bands.png, loss_differences.png to "
+                  f"{args.write}")
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ def loss_bands(curves: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure":
     """curves: group, metric (loss | eval_loss), step, mean, ci_low, ci_high -> the mean loss over seeds
     of each group with its 95% band (training solid, held-out dashed). One panel per objective, or
     everything on ``ax`` when given."""
-    return _band_panels(curves, ("loss", "eval_loss"), ax, 3.8, "{objective} loss: mean over seeds, 95% band",
+    return _band_panels(curves, ("loss", "eval_loss"), ax, 3.8, "{objective} loss: mean over seeds, 95% t band",
                         "cross-entropy (nats)")
 
 
@@ -155,5 +155,6 @@ def loss_differences(curves: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Fi
     if not curves["metric"].isin(["dloss", "deval_loss"]).any():
         return None
     return _band_panels(curves, ("dloss", "deval_loss"), ax, 3.4,
-                        "{objective}: loss minus the same-seed baseline's, 95% band", "difference (nats; < 0 = ahead)",
+                        "{objective}: loss minus the same-seed baseline's, mean, 95% t band",
+                        "difference (nats; < 0 = ahead)",
                         zero_line=True)
