@@ -13,7 +13,7 @@ objective, init, seed and steps; ``metrics.jsonl`` with step, loss, eval_loss) a
         [--at 500,750,1000,1500] [--write docs/figures/training]
 
 Rebuilt with ``--speedup paper --smooth 5``, the tables equal those the experiment wrote (checked
-column by column when the stored ones were replaced), so the rebuild loses nothing the speed-up reads.
+column by column against those stored at commit 29c5e1c), so the rebuild loses nothing the speed-up reads.
 """
 
 from __future__ import annotations
