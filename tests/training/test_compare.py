@@ -50,17 +50,17 @@ def write_run(root: Path, name: str, losses: list[float], objective="mlm", init=
 def test_speedup_definition():
     base = pd.DataFrame({"step": [0, 10, 20, 30, 40], "loss": [9.0, 5.0, 4.0, 3.0, 2.5]})
     fast = pd.DataFrame({"step": [0, 10, 20, 30, 40], "loss": [9.0, 4.0, 2.4, 2.0, 1.9]})
-    assert speedup(fast, base) == (20, pytest.approx(0.5))
+    assert speedup(fast, base, method="paper") == (20, pytest.approx(0.5))
     slow = pd.DataFrame({"step": [0, 10, 20, 30, 40], "loss": [9.0, 6.0, 5.0, 2.6, 2.5]})
-    assert speedup(slow, base) == (None, None)  # equal to the baseline's final loss is not "below"
-    assert speedup(base, base) == (None, None)
+    assert speedup(slow, base, method="paper") == (None, None)  # equal to the baseline's final loss is not "below"
+    assert speedup(base, base, method="paper") == (None, None)
     # step 0 (before training) never counts, even if its loss happens to be low
     odd = pd.DataFrame({"step": [0, 10, 20], "loss": [1.0, 3.0, 2.0]})
-    assert speedup(odd, base) == (20, pytest.approx(0.0))
+    assert speedup(odd, base, method="paper") == (20, pytest.approx(0.0))
     # one lucky interval decides the raw rule; a 2-point mean does not fall for it
     dip = pd.DataFrame({"step": [0, 10, 20, 30, 40], "loss": [9.0, 5.0, 2.0, 3.5, 2.6]})
-    assert speedup(dip, base) == (20, pytest.approx(0.5))
-    assert speedup(dip, base, smooth=2) == (None, None)  # means 3.5, 2.75, 3.05: none below the baseline mean 2.75
+    assert speedup(dip, base, method="paper") == (20, pytest.approx(0.5))
+    assert speedup(dip, base, smooth=2, method="paper") == (None, None)  # means 3.5, 2.75, 3.05: none below the baseline mean 2.75
     with pytest.raises(InputError):
         speedup(dip, base, smooth=0)
 
@@ -92,8 +92,8 @@ def test_compare_tables_figures_and_baselines(tmp_path):
     assert s.loc["dec-symmetric", "speedup"] is None or np.isnan(s.loc["dec-symmetric", "speedup"])
     assert s.loc["enc-default", "final_eval_loss"] == pytest.approx(2.6)
     md = res.markdown
-    assert "| enc-symmetric | - | mlm | symmetric | 40 | 2.500 -> 1.900 | 50% |" in md
-    assert "| dec-symmetric | - | clm | symmetric | 30 | 3.000 -> 4.000 | none |" in md
+    assert "| enc-symmetric | - | mlm | symmetric | 40 | 2.500 -> 1.900 | 50.0% |" in md
+    assert "| dec-symmetric | - | clm | symmetric | 30 | 3.000 -> 4.000 | never reaches 3.000 |" in md
     # four groups of one run each: one note per group, no intervals
     assert sum("no interval" in n for n in res.notes) == 4
     assert res.stats["ci_low"].isna().all()
@@ -121,18 +121,24 @@ def seeds_experiment(root: Path) -> list[Path]:
 def test_seeds_are_paired_and_summarised_with_t_intervals(tmp_path):
     res = compare(seeds_experiment(tmp_path), at=[15, 40])
     runs = res.runs.set_index("run")
-    for seed, star, sp in ((0, 20, 0.5), (1, 30, 0.25), (2, 10, 0.75)):
+    # matched speed-up on the held-out curve (loss + 0.1, logged at steps 20 and 40): each baseline reaches
+    # its final held-out loss at step 40; symmetric seed 0 is at 2.5 <= 2.6 at step 20, seed 1 passes 3.6
+    # halfway between 4.1 (step 20) and 3.1 (step 40), i.e. at step 30, seed 2 is at 1.4 <= 1.6 at step 20
+    for seed, star, sp in ((0, 20, 0.5), (1, 30, 0.25), (2, 20, 0.5)):
         row = runs.loc[f"symmetric-s{seed}"]
-        assert row["baseline"] == f"default-s{seed}" and row["seed"] == seed
-        assert row["step_star"] == star and row["speedup"] == pytest.approx(sp)
+        assert row["baseline"] == f"default-s{seed}" and row["seed"] == seed and row["curve"] == "held-out"
+        assert row["step_star"] == pytest.approx(star) and row["baseline_steps"] == 40
+        assert row["speedup"] == pytest.approx(sp)
     assert set(runs["group"]) == {"init=symmetric", "init=default"}
     stats = res.stats.set_index(["group", "metric"])
     sp = stats.loc[("init=symmetric", "speedup")]
-    half = T_975_DF2 * 0.25 / np.sqrt(3)  # sd of (0.5, 0.25, 0.75) is 0.25
-    assert sp["n"] == 3 and sp["mean"] == pytest.approx(0.5) and sp["sd"] == pytest.approx(0.25)
-    assert (sp["ci_low"], sp["ci_high"]) == (pytest.approx(0.5 - half), pytest.approx(0.5 + half))
+    sd = np.std([0.5, 0.25, 0.5], ddof=1)
+    half = T_975_DF2 * sd / np.sqrt(3)
+    assert sp["n"] == 3 and sp["mean"] == pytest.approx(1.25 / 3) and sp["sd"] == pytest.approx(sd)
+    assert (sp["ci_low"], sp["ci_high"]) == (pytest.approx(1.25 / 3 - half), pytest.approx(1.25 / 3 + half))
+    assert (sp["estimator"], sp["interval"]) == ("mean", "95% t")
     steps = stats.loc[("init=symmetric", "steps_to_target")]
-    assert steps["mean"] == pytest.approx(20) and steps["sd"] == pytest.approx(10)
+    assert steps["mean"] == pytest.approx(70 / 3) and steps["sd"] == pytest.approx(np.std([20, 30, 20], ddof=1))
     # loss at step 15: halfway between the losses logged at 10 and 20
     at15 = stats.loc[("init=default", "loss@15")]
     assert at15["mean"] == pytest.approx(np.mean([4.5, 5.5, 3.5]))
@@ -158,12 +164,13 @@ def test_seeds_are_paired_and_summarised_with_t_intervals(tmp_path):
     assert c10["mean"] == pytest.approx(5) and (c10["ci_low"], c10["ci_high"]) == (pytest.approx(lo), pytest.approx(hi))
     assert hi - 5 == pytest.approx(T_975_DF2 * 1 / np.sqrt(3))
     assert not any("no interval" in n for n in res.notes)
-    assert "| init=symmetric | 3 |" in res.markdown and f"50.0% [{100 * (0.5 - half):.1f}%" in res.markdown
+    assert "| init=symmetric | 3 |" in res.markdown
+    assert f"41.7% [{100 * (1.25 / 3 - half):.1f}%, {100 * (1.25 / 3 + half):.1f}%] (mean, 95% t, n=3)" in res.markdown
 
 
 def test_explicit_target_and_a_seed_that_never_reaches_it(tmp_path):
     runs = seeds_experiment(tmp_path)
-    res = compare(runs, target=3.0)
+    res = compare(runs, target=3.0, speedup="paper")
     r = res.runs.set_index("run")
     # symmetric-s1 first logs a loss below 3.0 never (3.0 is not below 3.0): no step, no speed-up
     assert r.loc["symmetric-s1", "step_star"] is None or np.isnan(r.loc["symmetric-s1", "step_star"])
@@ -242,7 +249,11 @@ def test_compare_cli_json_out_and_one_line_errors(tmp_path, capsys, monkeypatch)
     doc = json.loads(out)
     assert [r["run"] for r in doc["runs"]] == [p.name for p in runs]
     sp = [r for r in doc["stats"] if r["group"] == "init=symmetric" and r["metric"] == "speedup"][0]
-    assert sp["mean"] == pytest.approx(0.5) and any(r["metric"] == "loss@20" for r in doc["stats"])
+    assert sp["mean"] == pytest.approx(1.25 / 3) and any(r["metric"] == "loss@20" for r in doc["stats"])
+    assert [v["group"] for v in doc["verdicts"]] == ["init=symmetric"]
+    code, out, err = cli(monkeypatch, capsys, *runs, "--json", "--speedup", "paper")
+    sp = [r for r in json.loads(out)["stats"] if r["group"] == "init=symmetric" and r["metric"] == "speedup"][0]
+    assert code == 0 and sp["mean"] == pytest.approx(0.5)  # 1 - (20, 30, 10) / 40
     dest = tmp_path / "cmp"
     code, out, err = cli(monkeypatch, capsys, *runs, "--out", dest)
     assert code == 0 and "| init=symmetric | 3 |" in out and "wrote 5 figures" in err
@@ -257,6 +268,7 @@ def test_compare_cli_json_out_and_one_line_errors(tmp_path, capsys, monkeypatch)
     with open(runs[0] / "run.json", "a") as fh:
         fh.write("garbage")
     for args in ([tmp_path / "nope"], [runs[0], runs[1]], runs[1:4:2], [runs[1], "--at", "x"],
+                 [runs[1], "--speedup", "fast"], [runs[1], "--curve", "valid"],
                  [runs[2], "--out", tmp_path / "afile"], [runs[2], "--out", tmp_path / "afile" / "sub"]):
         code, out, err = cli(monkeypatch, capsys, *args)
         assert code == 2 and len(err.strip().splitlines()) == 1, (args, err)
@@ -344,7 +356,7 @@ def no_effect_experiment(root: Path) -> list[Path]:
 def test_unfinished_baseline_is_left_out_of_the_paired_statistics(tmp_path):
     runs = no_effect_experiment(tmp_path)
     rewrite(runs[0], records(runs[0])[:4])  # default-s0 has logged only up to step 150 of its 300
-    res = compare(runs, at=[100, 200])
+    res = compare(runs, at=[100, 200], speedup="paper")  # the pairing, with the paper's simple numbers
     r = res.runs.set_index("run")
     # the old code paired symmetric-s0's step 300 with default-s0's step 150: target 4.0, speed-up 1/3
     assert not r.loc["symmetric-s0", "paired"] and r.loc["symmetric-s1", "paired"]
@@ -372,7 +384,11 @@ def test_runs_stopped_at_the_same_step_stay_paired(tmp_path):
     assert bool(res.runs.set_index("run").loc["symmetric-s0", "paired"])
     assert sum("is unfinished: logged 250 of its 300 steps" in n for n in res.notes) == 2
     assert not any(n.startswith("pair ") for n in res.notes)
-    row = res.runs.set_index("run").loc["symmetric-s0"]  # target: the baseline's loss 2.5 at step 250
+    # both identical up to step 250, so both reach the baseline's last held-out loss (3.1) at step 200:
+    # the matched speed-up is exactly 0 (the paper's rule: the baseline's last training loss 2.5 at step 250)
+    row = res.runs.set_index("run").loc["symmetric-s0"]
+    assert row["step_star"] == 200 and row["speedup"] == 0.0
+    row = compare(runs, speedup="paper").runs.set_index("run").loc["symmetric-s0"]
     assert row["step_star"] == 250 and row["speedup"] == pytest.approx(0)
 
 

@@ -53,10 +53,21 @@ def compare(
     target: Optional[float] = typer.Option(
         None, help="Target loss for steps-to-target and speed-up (default: the paired baseline's final loss)."
     ),
-    smooth: int = typer.Option(1, help="Speed-up on the mean of the last N logged losses (1 = the paper's rule)."),
-    json_out: bool = typer.Option(False, "--json", help="Print {runs, stats, notes} as JSON on stdout."),
+    smooth: int = typer.Option(
+        1, help="Smooth both training-loss curves alike: mean of the last N logged losses (default 1: as logged)."
+    ),
+    speedup: str = typer.Option(
+        "matched", help="matched (default): steps to the baseline's final loss, run / baseline, same curve; "
+        "paper: 1 - step*/total (biased, see docs/training.md)."
+    ),
+    curve: str = typer.Option(
+        "auto", help="Curve of the matched speed-up: auto (held-out where both runs logged it, else train), "
+        "held-out or train (default auto)."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="Print {runs, stats, verdicts, notes} as JSON on stdout."),
 ) -> None:
-    """Compare training runs: paired speed-up per seed, mean and 95% interval over seeds, curves, scores."""
+    """Compare training runs: paired speed-up per seed, mean and 95% t-interval over seeds, whether the inits
+    are distinguishable, curves, scores."""
     import json
 
     from attnscope.progress import stderr_console
@@ -67,13 +78,15 @@ def compare(
 
     if out is not None:  # before any work: nothing printed, then refused
         check_writable(out, "--out", directory=True)
-    result = run_compare(runs, baseline=baseline, smooth=smooth, at=_steps(at), target=target)
+    result = run_compare(runs, baseline=baseline, smooth=smooth, at=_steps(at), target=target, speedup=speedup,
+                         curve=curve)
     err = stderr_console()
     for note in result.notes:
         err.print(f"note: {note}", highlight=False, soft_wrap=True)
     if json_out:
         echo_json('{"runs": ' + records_to_json(result.runs) + ', "stats": ' + records_to_json(result.stats)
-                  + ', "notes": ' + json.dumps(result.notes) + "}\n")
+                  + ', "verdicts": ' + records_to_json(result.verdicts) + ', "notes": ' + json.dumps(result.notes)
+                  + "}\n")
     else:
         typer.echo(result.markdown, nl=False)
     if out is None:

@@ -7,7 +7,8 @@ Figure (Agg, not registered with pyplot); the caller saves it (:func:`attnscope.
 * :func:`score_medians` median over layers of s and d vs step with the IQR as a band, one line per run,
                         encoders and decoders in separate rows;
 * :func:`score_layers`  s and d of each layer vs step, one curve per layer, one row per run;
-* :func:`loss_bands`    mean loss over the seeds of each group with its 95% band;
+* :func:`loss_bands`    mean loss over the seeds of each group with its 95% band (a group with one seed:
+                        its run's own curve, no band, "1 seed: no band" in the legend);
 * :func:`loss_differences` each group's loss minus its same-seed baseline's, mean over seeds with the
                         95% band (None when no group has a paired baseline).
 """
@@ -107,8 +108,8 @@ def score_layers(scores: "pd.DataFrame", *, fig: "Figure | None" = None) -> "Fig
 
 def _band_panels(curves: "pd.DataFrame", metrics: tuple[str, str], ax: "Axes | None", height: float,
                  title: str, ylabel: str, zero_line: bool = False) -> "Figure":
-    """Mean over seeds with its 95% band of the ``metrics`` (training, held-out) rows of ``curves``, a line
-    per group (held-out dashed with markers at its evaluation steps), one panel per objective or all on ``ax``."""
+    """Mean over seeds with its 95% t band of the ``metrics`` (training, held-out) rows of ``curves``, a line
+    per group (one seed: the run's curve, no band) (held-out dashed with markers at its evaluation steps), one panel per objective or all on ``ax``."""
     colors = _colors(list(dict.fromkeys(curves["group"])))
     curves = curves[curves["metric"].isin(metrics)]
     objectives = list(dict.fromkeys(curves["objective"])) or ["loss"]
@@ -122,10 +123,12 @@ def _band_panels(curves: "pd.DataFrame", metrics: tuple[str, str], ax: "Axes | N
         a = axes[df["objective"].iloc[0]]
         held = metric == metrics[1]
         n = int(df["n"].iloc[0])
+        seeds = f"{n} seeds" if n > 1 else "1 seed: no band"
         a.plot(df["step"], df["mean"], color=colors[group], ls="--" if held else "-", lw=1.3,
-               marker="o" if held else None, ms=3,
-               label=f"{group} ({'held-out' if held else 'train'}, {n} seed{'s' * (n != 1)})")
-        a.fill_between(df["step"], df["ci_low"], df["ci_high"], color=colors[group], alpha=0.15, lw=0)
+               marker="o" if held or len(df) == 1 else None, ms=3,
+               label=f"{group} ({'held-out' if held else 'train'}, {seeds})")
+        if n > 1:  # one seed has no interval: its own curve, no (empty) band
+            a.fill_between(df["step"], df["ci_low"], df["ci_high"], color=colors[group], alpha=0.15, lw=0)
     for obj, a in axes.items():
         if zero_line:
             a.axhline(0, color="0.3", lw=0.8)
@@ -141,7 +144,7 @@ def loss_bands(curves: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure":
     """curves: group, metric (loss | eval_loss), step, mean, ci_low, ci_high -> the mean loss over seeds
     of each group with its 95% band (training solid, held-out dashed). One panel per objective, or
     everything on ``ax`` when given."""
-    return _band_panels(curves, ("loss", "eval_loss"), ax, 3.8, "{objective} loss: mean over seeds, 95% band",
+    return _band_panels(curves, ("loss", "eval_loss"), ax, 3.8, "{objective} loss: mean over seeds, 95% t band",
                         "cross-entropy (nats)")
 
 
@@ -152,5 +155,6 @@ def loss_differences(curves: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Fi
     if not curves["metric"].isin(["dloss", "deval_loss"]).any():
         return None
     return _band_panels(curves, ("dloss", "deval_loss"), ax, 3.4,
-                        "{objective}: loss minus the same-seed baseline's, 95% band", "difference (nats; < 0 = ahead)",
+                        "{objective}: loss minus the same-seed baseline's, mean, 95% t band",
+                        "difference (nats; < 0 = ahead)",
                         zero_line=True)

@@ -4,7 +4,8 @@ Modules: :mod:`.model` (the Transformer, its config, presets, inits, save/load),
 (corpora, splits, windows), :mod:`.tokenizers`, :mod:`.objectives` (mlm / clm batches and loss),
 :mod:`.config` (TrainConfig, the schedule), :mod:`.trainer` (the loop), :mod:`.checkpoints`,
 :mod:`.runlog` (metrics.jsonl, W&B / TensorBoard), :mod:`.distributed`, :mod:`.compare` (run
-comparison tables), :mod:`.grid` (several seeds as one experiment). Names load on first use, so
+comparison tables; reading in :mod:`.compare_read`, statistics in :mod:`.compare_stats`, text in
+:mod:`.compare_report`), :mod:`.grid` (several seeds as one experiment). Names load on first use, so
 importing the package does not import torch.
 """
 

@@ -28,7 +28,7 @@ import shutil
 import time
 import warnings
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -207,13 +207,54 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         return _train(cfg)
 
 
+@dataclass
+class _Run:
+    """What one run carries through its loop: built by :func:`_open_run`, advanced by :func:`_train_step`."""
+
+    cfg: TrainConfig
+    dist: Dist
+    run_dir: Path
+    mcfg: Any  # the model's ModelConfig
+    tokenizer: Any
+    eval_batches: list
+    bytes_per_token: float
+    model: Transformer
+    opt: torch.optim.AdamW
+    batches: Batches
+    log: RunLog
+    ddp_model: Any  # the model, wrapped for DDP when world > 1
+    run_model: Any  # what computes the loss: ddp_model, compiled with --compile
+    guard: Guard
+    step: int = 0  # updates done
+    totals: Totals = field(default_factory=Totals)
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    def evaluate(self) -> dict[str, float]:
+        return evaluate(self.model, self.eval_batches, self.cfg, self.bytes_per_token)
+
+
 def _train(cfg: TrainConfig) -> dict[str, Any]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    dist = init_distributed(cfg.device)
-    run_dir = Path(cfg.out)
-    existing = _checkpoints_to_resume(cfg, run_dir, dist)
-    mcfg = cfg.model_config()  # config errors before any data is read
+    run = _open_run(cfg)
+    run.model.train()
+    try:
+        if run.step == 0 and run.dist.main:  # before any update
+            _log_start(run)
+        with progress(cfg.steps, cfg.out, enabled=cfg.progress and run.dist.main, start=run.step, transient=False,
+                      fields={"loss": "-"}) as bar:
+            while run.step < cfg.steps:
+                _train_step(run, bar)
+    finally:
+        run.log.close()
+    return _finish(run)
+
+
+def _prepare_data(cfg: TrainConfig, mcfg, run_dir: Path, dist: Dist) -> tuple:
+    """(tokenizer, mask_id, window, train_ids, eval_batches, bytes_per_token); every input check of the data."""
     corpus = open_corpus(cfg.data)
     if dist.main:
         with disk_errors(run_dir):
@@ -227,7 +268,18 @@ def _train(cfg: TrainConfig) -> dict[str, Any]:
     eval_batches, bytes_per_token = _eval_set(cfg, corpus, tokenizer, window, mask_id)
     if cfg.warmup >= cfg.steps and dist.main and not cfg.resume:  # said once, after every input check
         warnings.warn(f"warmup ({cfg.warmup} steps) is not below steps ({cfg.steps}): the learning rate never "
-                      f"reaches --lr {cfg.lr:g} (set --warmup below --steps)", stacklevel=2)
+                      f"reaches --lr {cfg.lr:g} (set --warmup below --steps)", stacklevel=4)  # at train()
+    return tokenizer, mask_id, window, train_ids, eval_batches, bytes_per_token
+
+
+def _open_run(cfg: TrainConfig) -> _Run:
+    """Data, model, optimizer and batches of a run, resumed from its last checkpoint with --resume; writes
+    run.json; wraps the model for DDP and --compile."""
+    dist = init_distributed(cfg.device)
+    run_dir = Path(cfg.out)
+    existing = _checkpoints_to_resume(cfg, run_dir, dist)
+    mcfg = cfg.model_config()  # config errors before any data is read
+    tokenizer, mask_id, window, train_ids, eval_batches, bytes_per_token = _prepare_data(cfg, mcfg, run_dir, dist)
 
     torch.manual_seed(cfg.seed)  # the model, identical on every rank
     model = Transformer(mcfg)
@@ -238,118 +290,147 @@ def _train(cfg: TrainConfig) -> dict[str, Any]:
                       torch.Generator().manual_seed(cfg.seed + 1))
     torch.manual_seed(cfg.seed + 1000 * (dist.rank + 1))  # the dropout stream, per rank
 
-    step, totals = 0, Totals()
     log = RunLog(cfg, run_dir, dist.main)
-    if cfg.resume:
-        existing = _resumable(existing, log)
-        if existing:
-            step, ckpt = existing[-1]
-            if step > cfg.steps:
-                raise InputError(f"{run_dir} has already trained {step} steps; --steps {cfg.steps} would go back "
-                                 f"(give --steps above {step} to continue it)")
-            saved = load_checkpoint(ckpt, model, opt, batches.gen, dist.rank, dist.world)
-            _fuse(opt, model)  # a checkpoint's optimizer settings replace ours: keep the fused kernel
-            try:
-                totals = Totals.from_state(saved)
-            except KeyError as exc:
-                raise FormatError(f"checkpoint {ckpt} is corrupt (no running total {exc}); delete it to resume "
-                                  "from the previous one") from None
-        log.rewind(step if existing else -1)
+    step, totals = _resume(cfg, existing, model, opt, batches, dist, log) if cfg.resume else (0, Totals())
     if dist.main:
         with disk_errors(run_dir / "run.json"):
             atomic_write_json(run_dir / "run.json", {**asdict(cfg), "model": mcfg.to_dict(), "world_size": dist.world})
-
-    ddp_model = model
+    ddp_model: Any = model
     if dist.world > 1:
         from torch.nn.parallel import DistributedDataParallel
 
         ddp_model = DistributedDataParallel(model)
     run_model = compiled(ddp_model, cfg, Batch.on(*batches.probe(), torch.device(cfg.device)))
     guard = Guard(torch.device(cfg.device), can_skip=_fused(opt))
-    name = run_dir.name
-    extra = {"tokenizer": tokenizer.name, "objective": cfg.objective, "init": cfg.init, "run": name}
+    return _Run(cfg, dist, run_dir, mcfg, tokenizer, eval_batches, bytes_per_token, model, opt, batches, log,
+                ddp_model, run_model, guard, step, totals)
 
-    model.train()
-    try:
-        if step == 0 and dist.main:  # before any update
-            inputs, labels = batches.probe()  # an mlm probe may select no position: no loss (null), not NaN
-            probe_loss = _loss(model, inputs, labels, cfg) if bool((labels != IGNORE).any()) else None
-            rec = {"step": 0, "loss": probe_loss, "lr": 0.0}
-            totals.geometry_seconds += _log_geometry(rec, model, mcfg, name)
-            log.log({**rec, **evaluate(model, eval_batches, cfg, bytes_per_token)})
 
-        with progress(cfg.steps, cfg.out, enabled=cfg.progress and dist.main, start=step, transient=False,
-                      fields={"loss": "-"}) as bar:
-            while step < cfg.steps:
-                t0 = time.perf_counter()
-                nxt = step + 1
-                scored = nxt % cfg.score_every == 0 or nxt == cfg.steps
-                evaluated = nxt % (cfg.eval_every or cfg.checkpoint_every) == 0 or nxt == cfg.steps
-                logged = nxt % cfg.log_every == 0 or scored or evaluated
-                saved = nxt % cfg.checkpoint_every == 0 or nxt == cfg.steps
-                lr = lr_at(nxt, cfg)
-                for group in opt.param_groups:
-                    group["lr"] = lr
-                opt.zero_grad(set_to_none=True)
-                step_loss, labelled = torch.zeros((), device=cfg.device), 0
-                for micro in range(cfg.grad_accum):
-                    batch = batches.next()
-                    last = micro == cfg.grad_accum - 1
-                    with (nullcontext() if last or ddp_model is model else ddp_model.no_sync()), _autocast(cfg):
-                        loss = batch.loss(run_model) / cfg.grad_accum
-                        loss.backward()
-                    if batch.labelled:  # else: a nan loss with zero gradient, left out
-                        step_loss = step_loss + loss.detach().float()
-                        labelled += 1
-                if 0 < labelled < cfg.grad_accum:
-                    step_loss = step_loss * (cfg.grad_accum / labelled)
-                step_loss = mean_across(step_loss, dist)
-                counted = bool(labelled or dist.world > 1)
-                skip = guard.record(nxt, step_loss, counted)
-                if guard.every_step:
-                    totals.loss_sum += guard.read(run_dir)  # stops here, before the update
-                if cfg.clip:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-                if _fused(opt):
-                    opt.found_inf = skip  # the fused kernel skips this update when the loss was not finite
-                opt.step()
-                step = nxt
-                totals.loss_n += counted
-                if not guard.every_step and (logged or saved):
-                    totals.loss_sum += guard.read(run_dir)
-                totals.tokens += cfg.batch_size * cfg.seq_len * cfg.grad_accum * dist.world
-                totals.train_seconds += time.perf_counter() - t0
+def _resume(cfg: TrainConfig, existing: list[tuple[int, Path]], model: Transformer, opt: torch.optim.AdamW,
+            batches: Batches, dist: Dist, log: RunLog) -> tuple[int, Totals]:
+    """(step, totals) of the newest resumable checkpoint, loaded into the model, optimizer and sampler;
+    metrics.jsonl rewound to it ((0, fresh totals) and rewound to nothing if there is none)."""
+    existing = _resumable(existing, log)
+    step, totals = 0, Totals()
+    if existing:
+        step, ckpt = existing[-1]
+        if step > cfg.steps:
+            raise InputError(f"{Path(cfg.out)} has already trained {step} steps; --steps {cfg.steps} would go back "
+                             f"(give --steps above {step} to continue it)")
+        saved = load_checkpoint(ckpt, model, opt, batches.gen, dist.rank, dist.world)
+        _fuse(opt, model)  # a checkpoint's optimizer settings replace ours: keep the fused kernel
+        try:
+            totals = Totals.from_state(saved)
+        except KeyError as exc:
+            raise FormatError(f"checkpoint {ckpt} is corrupt (no running total {exc}); delete it to resume "
+                              "from the previous one") from None
+    log.rewind(step if existing else -1)
+    return step, totals
 
-                if dist.main and logged:
-                    loss = totals.loss_sum / totals.loss_n if totals.loss_n else None  # None: nothing labelled
-                    rec = {"step": step, "loss": loss, "lr": lr, "tokens": totals.tokens}
-                    totals.loss_sum, totals.loss_n = 0.0, 0
-                    if scored:
-                        totals.geometry_seconds += _log_geometry(rec, model, mcfg, name)
-                    if evaluated:
-                        rec.update(evaluate(model, eval_batches, cfg, bytes_per_token))
-                    rec.update(train_seconds=round(totals.train_seconds, 4),
-                               geometry_seconds=round(totals.geometry_seconds, 4))
-                    log.log(rec)
-                    bar.update(completed=step, loss="-" if loss is None else f"{loss:.4f}")
-                else:
-                    bar.update(completed=step)
-                if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-                    _save(run_dir, step, model, tokenizer, opt, batches.gen, totals, dist, cfg, extra)
-    finally:
-        log.close()
 
+def _log_start(run: _Run) -> None:
+    """The step-0 record: the probe batch's loss, scores and an evaluation of the untrained model."""
+    inputs, labels = run.batches.probe()  # an mlm probe may select no position: no loss (null), not NaN
+    probe_loss = _loss(run.model, inputs, labels, run.cfg) if bool((labels != IGNORE).any()) else None
+    rec = {"step": 0, "loss": probe_loss, "lr": 0.0}
+    run.totals.geometry_seconds += _log_geometry(rec, run.model, run.mcfg, run.name)
+    run.log.log({**rec, **run.evaluate()})
+
+
+def _train_step(run: _Run, bar) -> None:
+    """One update, then what falls on its step: the logged record, the progress bar, a checkpoint."""
+    cfg, t0 = run.cfg, time.perf_counter()
+    nxt = run.step + 1
+    scored = nxt % cfg.score_every == 0 or nxt == cfg.steps
+    evaluated = nxt % (cfg.eval_every or cfg.checkpoint_every) == 0 or nxt == cfg.steps
+    logged = nxt % cfg.log_every == 0 or scored or evaluated
+    saved = nxt % cfg.checkpoint_every == 0 or nxt == cfg.steps
+    lr = lr_at(nxt, cfg)
+    _update(run, nxt, lr, read=logged or saved)
+    run.totals.tokens += cfg.batch_size * cfg.seq_len * cfg.grad_accum * run.dist.world
+    run.totals.train_seconds += time.perf_counter() - t0
+    if run.dist.main and logged:
+        _log_step(run, lr, scored, evaluated, bar)
+    else:
+        bar.update(completed=run.step)
+    if saved:
+        extra = {"tokenizer": run.tokenizer.name, "objective": cfg.objective, "init": cfg.init, "run": run.name}
+        _save(run.run_dir, run.step, run.model, run.tokenizer, run.opt, run.batches.gen, run.totals, run.dist, cfg,
+              extra)
+
+
+def _accumulate(run: _Run) -> tuple[torch.Tensor, int]:
+    """Forward and backward over the micro-batches of one update -> (the update's mean loss, a 0-dim tensor
+    on the device; how many micro-batches had a labelled position)."""
+    cfg = run.cfg
+    step_loss, labelled = torch.zeros((), device=cfg.device), 0
+    for micro in range(cfg.grad_accum):
+        batch = run.batches.next()
+        last = micro == cfg.grad_accum - 1
+        with (nullcontext() if last or run.ddp_model is run.model else run.ddp_model.no_sync()), _autocast(cfg):
+            loss = batch.loss(run.run_model) / cfg.grad_accum
+            loss.backward()
+        if batch.labelled:  # else: a nan loss with zero gradient, left out
+            step_loss = step_loss + loss.detach().float()
+            labelled += 1
+    if 0 < labelled < cfg.grad_accum:
+        step_loss = step_loss * (cfg.grad_accum / labelled)
+    return step_loss, labelled
+
+
+def _update(run: _Run, nxt: int, lr: float, read: bool) -> None:
+    """Update ``nxt``: gradients, the guard's record (a non-finite loss skips the update and stops the run
+    when read), clipping, the optimizer step. ``read``: a log or checkpoint step, where the guard is read."""
+    cfg, opt, guard, totals = run.cfg, run.opt, run.guard, run.totals
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    step_loss, labelled = _accumulate(run)
+    step_loss = mean_across(step_loss, run.dist)
+    counted = bool(labelled or run.dist.world > 1)
+    skip = guard.record(nxt, step_loss, counted)
+    if guard.every_step:
+        totals.loss_sum += guard.read(run.run_dir)  # stops here, before the update
+    if cfg.clip:
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), cfg.clip)
+    if _fused(opt):
+        opt.found_inf = skip  # the fused kernel skips this update when the loss was not finite
+    opt.step()
+    run.step = nxt
+    totals.loss_n += counted
+    if not guard.every_step and read:
+        totals.loss_sum += guard.read(run.run_dir)
+
+
+def _log_step(run: _Run, lr: float, scored: bool, evaluated: bool, bar) -> None:
+    """The record of a logged step: mean training loss since the last one, scores, evaluation, timings."""
+    totals = run.totals
+    loss = totals.loss_sum / totals.loss_n if totals.loss_n else None  # None: nothing labelled
+    rec = {"step": run.step, "loss": loss, "lr": lr, "tokens": totals.tokens}
+    totals.loss_sum, totals.loss_n = 0.0, 0
+    if scored:
+        totals.geometry_seconds += _log_geometry(rec, run.model, run.mcfg, run.name)
+    if evaluated:
+        rec.update(run.evaluate())
+    rec.update(train_seconds=round(totals.train_seconds, 4), geometry_seconds=round(totals.geometry_seconds, 4))
+    run.log.log(rec)
+    bar.update(completed=run.step, loss="-" if loss is None else f"{loss:.4f}")
+
+
+def _finish(run: _Run) -> dict[str, Any]:
+    """The run's summary (final held-out numbers, tokens/s, geometry overhead), written to summary.json."""
+    totals = run.totals
     summary = {
-        "run": name, "steps": step, "objective": cfg.objective, "init": cfg.init,
-        "params": model.num_params(), "tokens": totals.tokens,
+        "run": run.name, "steps": run.step, "objective": run.cfg.objective, "init": run.cfg.init,
+        "params": run.model.num_params(), "tokens": totals.tokens,
         "train_seconds": totals.train_seconds, "geometry_seconds": totals.geometry_seconds,
         "geometry_overhead": totals.geometry_seconds / max(totals.train_seconds, 1e-9),
         "tokens_per_second": totals.tokens / max(totals.train_seconds, 1e-9),
-        "world_size": dist.world, **evaluate(model, eval_batches, cfg, bytes_per_token),
+        "world_size": run.dist.world, **run.evaluate(),
     }
-    if dist.main:
-        with disk_errors(run_dir / "summary.json"):
-            atomic_write_json(run_dir / "summary.json", summary)
+    if run.dist.main:
+        with disk_errors(run.run_dir / "summary.json"):
+            atomic_write_json(run.run_dir / "summary.json", summary)
     return summary
 
 
