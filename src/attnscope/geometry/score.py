@@ -136,7 +136,7 @@ def score(
     TransformerLens-style object; see :mod:`attnscope.sources.memory`). config: a dict or
     transformers config for a state dict (or to override a module's own).
     k: outlier threshold (mean + k std) for directionality. levels: "head" and/or "layer".
-    stacks: restrict to some of "encoder", "decoder", "cross". progress: a rich bar on stderr.
+    stacks: restrict to some of "encoder", "decoder", "cross". progress: show how far it is (a bar, a notebook line or log lines: :mod:`attnscope.progress`).
     name: the ``model`` column (default: the source's name, its path or hub id).
     fold_norms: False / "none" (the paper's convention: W_q W_k^T as stored), True / "qk" (fold the
     q/k-norm gains of QK-norm models into W_q, W_k), "all" (also the input-norm gain); the choice is
