@@ -1,6 +1,6 @@
 """Figures: matplotlib, one module per area (geometry, survey, training, heads, dynamics), one function
-per figure. Drawn on the Agg backend without pyplot, so they work without a screen and hold no global
-state.
+per figure. Drawn without pyplot and without choosing a backend, so they work without a screen, hold no
+global state, leave the user's pyplot alone, and show inline in Jupyter (:mod:`attnscope.plots.figure`).
 
 The one convention (as scikit-learn's displays and seaborn): a figure function takes data (tidy tables or
 arrays), an optional ``ax`` (single-panel figures) or ``fig`` (multi-panel figures) to draw into, and
