@@ -20,7 +20,7 @@ from attnscope.errors import FormatError, InputError
 
 from attnscope.families.base import check_fold
 
-from .kernels import head_stats, layer_stats
+from .kernels import head_stats, layer_matrix, layer_stats
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -237,3 +237,24 @@ def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
         rec["n_nan"] = int(grp["symmetry"].isna().sum())
         out.append(rec)
     return pd.DataFrame(out)
+
+
+def wqk_block(source: Any, layer: int = 0, *, stack: str | None = None, n: int = 50) -> np.ndarray:
+    """The explicit layer form M_L[:n, :n] (float32 numpy) of one layer: the paper's example heatmap."""
+    from attnscope.families import get_family
+    from attnscope.sources import open_source
+
+    src = open_source(source)
+    try:
+        fam = get_family(src.config)
+        infos = [i for i in fam.stacks(src.config, src) if stack is None or i.stack == stack]
+        if not infos:
+            raise InputError(f"{src.name}: no {stack} stack")
+        info = infos[0]
+        if not 0 <= layer < info.n_layers:
+            raise InputError(f"{src.name}: layer {layer} out of range (the {info.stack} stack has {info.n_layers})")
+        f = fam.layer_factors(src, info, layer)
+        return layer_matrix(f.q, f.k, n, n)
+    finally:
+        if src is not source:
+            src.close()
