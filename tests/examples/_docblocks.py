@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 #: a block whose first line is this comment is not executed; the comment says why (network, size)
 SKIP_MARK = "# not run by the docs test:"
-_FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
+_FENCE = re.compile(r"^([ \t]*)```python[ \t]*\n(.*?)^\1```[ \t]*$", re.S | re.M)  # also inside a list item
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ def doc_files() -> list[Path]:
 
 def python_blocks(path: Path) -> list[Block]:
     text = path.read_text()
-    return [Block(str(path.relative_to(ROOT)), text.count("\n", 0, m.start(1)) + 1, m.group(1))
+    return [Block(str(path.relative_to(ROOT)), text.count("\n", 0, m.start(2)) + 1, textwrap.dedent(m.group(2)))
             for m in _FENCE.finditer(text)]
 
 
