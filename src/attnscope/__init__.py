@@ -17,6 +17,7 @@ Heavy modules (torch, transformers) are imported lazily by the subpackages that 
 
 __version__ = "0.1.0"
 
+import sys as _sys
 from typing import TYPE_CHECKING
 
 from attnscope._exports import lazy_exports
@@ -66,3 +67,8 @@ if TYPE_CHECKING:
 else:
     __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 # <<< generated
+
+if "ipykernel" in _sys.modules:  # a notebook: no widget warning from the bars attnscope never draws
+    from attnscope.progress import quiet_widget_warning
+
+    quiet_widget_warning()

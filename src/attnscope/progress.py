@@ -37,8 +37,8 @@ from typing import Any, Literal, Protocol, TypeVar
 T = TypeVar("T")
 Mode = Literal["off", "terminal", "jupyter", "lines"]
 
-__all__ = ["Bar", "Mode", "display_mode", "enabled_by_default", "in_jupyter", "progress", "stderr_console",
-           "track", "LINE_EVERY_S", "LINE_AFTER_S"]
+__all__ = ["Bar", "Mode", "display_mode", "enabled_by_default", "in_jupyter", "progress", "quiet_widget_warning",
+           "stderr_console", "track", "LINE_EVERY_S", "LINE_AFTER_S"]
 
 #: off a terminal, a plain line at least this often (seconds) while the count moves, or at each 10%
 LINE_EVERY_S = 10.0
@@ -70,6 +70,18 @@ def in_jupyter() -> bool:
     except Exception:  # an IPython too broken to ask: not a notebook we can draw in
         return False
     return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def quiet_widget_warning() -> None:
+    """In a notebook without ipywidgets, keep tqdm's "IProgress not found" warning out of the cells.
+
+    transformers and huggingface_hub import ``tqdm.auto`` (for bars attnscope never draws: its own
+    display above needs no widgets); that import warns in every kernel without ipywidgets. Called
+    by ``import attnscope`` in a kernel; it ignores that one message and nothing else.
+    """
+    import warnings
+
+    warnings.filterwarnings("ignore", message=r"IProgress not found")
 
 
 def _stderr_is_terminal() -> bool:
