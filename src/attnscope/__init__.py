@@ -12,7 +12,9 @@ Rooms (each a subpackage, data flows one way):
   plots     matplotlib figures from tidy tables
   cli       the ``attnscope`` command, a thin layer over the above
 
-Heavy modules (torch, transformers) are imported lazily by the subpackages that need them.
+Each room is an attribute of ``attnscope``, imported on first use (``attnscope.geometry.score(...)``);
+heavy modules (torch, transformers) are imported lazily by the subpackages that need them. Type
+checkers and editors see every public name (``py.typed``; see :mod:`attnscope._exports`).
 """
 
 __version__ = "0.1.0"
