@@ -21,7 +21,8 @@ def _scores() -> pd.DataFrame:
 
 
 def test_no_backend_switch_anywhere_in_the_library():
-    offenders = [str(p) for p in SRC.rglob("*.py") if "matplotlib.use(" in p.read_text() or "switch_backend" in p.read_text()]
+    offenders = [str(p) for p in SRC.rglob("*.py")
+                 if "matplotlib.use(" in p.read_text() or "switch_backend" in p.read_text()]
     assert offenders == []
 
 

@@ -84,7 +84,8 @@ def _trained_steps(run_dir: Path) -> int:
     return 0
 
 
-def train_variant(out_dir: Path, variant: str, options: dict[str, Any], log=None, progress: bool = True) -> dict[str, Any]:
+def train_variant(out_dir: Path, variant: str, options: dict[str, Any], log=None,
+                  progress: bool = True) -> dict[str, Any]:
     """Train one variant in a subprocess (skipped if its summary exists); returns its summary.
 
     The subprocess writes its own progress lines into ``OUT/VARIANT_train.log``; here, the steps it
