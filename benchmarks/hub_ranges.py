@@ -40,7 +40,7 @@ SHAPES = {
 
 def _one(side: str, root: Path) -> tuple[int, int, float]:
     """(bytes sent, requests, seconds) for one fresh-cache scoring run."""
-    from attnscope.geometry.score import score
+    from attnscope.geometry import score
     from attnscope.sources import open_source
 
     shutil.rmtree(root, ignore_errors=True)

@@ -1,18 +1,26 @@
-"""How every attnscope subpackage exports its public API: one lazy mechanism, declared as data.
+"""How every attnscope package exports its public API: one lazy mechanism, declared once as data.
 
-Each ``attnscope/<room>/__init__.py`` lists its public names by module::
+Each ``attnscope/<room>/__init__.py`` lists its public names by module, once, in ``_EXPORTS``::
 
-    __all__, __getattr__, __dir__ = lazy_exports(__name__, {
-        ".score": ["score", "summarize"],
+    _EXPORTS = {
+        ".scoring": ["score", "summarize"],
         ".kernels": ["symmetry", "directionality"],
-    })
+    }
 
-``from attnscope.geometry import score`` then imports ``attnscope.geometry.score`` on first use only,
-so importing a package (and the CLI's ``--help``) stays cheap, and ``dir()`` / tab completion in a
-notebook shows the whole API. A name that is also the name of its module (``geometry.score`` the
-function in ``geometry/score.py``) is bound at package import, so the function, not the module, is
-what ``from attnscope.geometry import score`` gives whatever was imported first. A test imports every
-name of every ``__all__``.
+(the key ``"."`` lists subpackages: ``attnscope`` itself exports ``geometry``, ``heads``, ...). Below
+it, a block generated from that list by ``python -m attnscope._exportgen`` gives
+
+* at run time, ``lazy_exports``: ``from attnscope.geometry import score`` imports
+  ``attnscope.geometry.scoring`` on first use only, so importing a package (and the CLI's ``--help``)
+  stays cheap, and ``dir()`` / tab completion in a notebook shows the whole API;
+* to type checkers and editors (``if TYPE_CHECKING:``), the same names as plain re-exports
+  (``from .scoring import score as score``), so mypy, pyright and jedi see real signatures.
+
+``tests/core/test_exports.py`` fails when a block is out of step with its list (``python -m
+attnscope._exportgen`` rewrites the blocks) and imports every name. A name that is also the name of
+its module (``training.compare`` the function in ``training/compare.py``) is bound at package
+import, so the function, not the module, is what ``from attnscope.training import compare`` gives
+whatever was imported first.
 """
 
 from __future__ import annotations
@@ -21,6 +29,11 @@ import importlib
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+def _resolve(package: str, module: str, name: str) -> Any:
+    if module == ".":  # a subpackage or submodule of package
+        return importlib.import_module(f".{name}", package)
+    return getattr(importlib.import_module(module, package), name)
 
 
 def lazy_exports(
@@ -39,7 +52,7 @@ def lazy_exports(
         module = where.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module, package), name)
+        value = _resolve(package, module, name)
         sys.modules[package].__dict__[name] = value  # cache: later lookups skip __getattr__
         return value
 
@@ -48,6 +61,6 @@ def lazy_exports(
 
     for name, module in where.items():  # a function named like its module: bind it now (see above)
         if module.lstrip(".") == name:
-            sys.modules[package].__dict__[name] = getattr(importlib.import_module(module, package), name)
+            sys.modules[package].__dict__[name] = _resolve(package, module, name)
 
     return public, __getattr__, __dir__

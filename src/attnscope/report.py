@@ -47,7 +47,7 @@ class ModelReport:
     name: str
     source: str
     metadata: dict[str, Any]
-    scores: "pd.DataFrame"  # the rows of attnscope.geometry.score
+    scores: "pd.DataFrame"  # the rows of attnscope.geometry.score()
     summary: "pd.DataFrame"  # per stack: median [Q1, Q3] over layers, with published values if any
     figures: dict[str, bytes] = field(default_factory=dict)  # caption -> PNG
     heads: "pd.DataFrame | None" = None  # attnscope heads' per-head metrics table

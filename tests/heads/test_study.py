@@ -50,6 +50,8 @@ def test_tiny_study_returns_the_tables_and_the_cli_writes_them(tmp_path, monkeyp
     assert len(best) == 2 * len(metrics)  # every head of both models, once per method
     assert set(res["examples"]) == {"dense", "sparse"} and res["examples"]["dense"][0].shape[1:] == (32, 32)
     assert any("training dense" in line for line in lines)
+    train_log = (tmp_path / "dense_train.log").read_text()  # progress there is plain lines: no bar codes
+    assert "\x1b" not in train_log and "\r" not in train_log
     written = sorted(p.name for p in tmp_path.iterdir())
     assert written == ["dense", "dense_train.log", "dense_train_summary.json", "sparse", "sparse_train.log",
                        "sparse_train_summary.json"]  # no tables or figures: the CLI writes those
@@ -71,3 +73,11 @@ def test_tiny_study_returns_the_tables_and_the_cli_writes_them(tmp_path, monkeyp
 def test_the_study_sets_the_pattern_itself(tmp_path):
     with pytest.raises(InputError, match="--pattern"):
         run_study(tmp_path, train_overrides={"attn_pattern": "local:8"})
+
+
+def test_the_study_follows_a_training_subprocess_by_its_logged_steps(tmp_path):
+    from attnscope.heads.study import _trained_steps
+
+    assert _trained_steps(tmp_path) == 0  # nothing logged yet
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0, "loss": 5.5}\n{"step": 10, "loss": 4.1}\n{"step": 2')
+    assert _trained_steps(tmp_path) == 10  # a line being written is not read as a step

@@ -11,7 +11,7 @@ import pytest
 from online_repos import SHA_MAIN, TOKEN, llama_repo, qk_bytes, qk_shards
 
 from attnscope.errors import InputError, OfflineError
-from attnscope.geometry.score import score
+from attnscope.geometry import score
 from attnscope.sources import open_source
 from attnscope.sources.hub import HubRepo
 

@@ -114,7 +114,7 @@ def score_cmd(
     from attnscope.geometry import score
 
     frames = []
-    show_progress = not json_out and sys.stderr.isatty()
+    show_progress = not json_out  # a bar, a notebook line or log lines: attnscope.progress decides
     for spec, name in specs:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

@@ -51,7 +51,7 @@ def report(
         warnings.simplefilter("always")
         rep = build_report(
             source, name=name, k=k, data=data, windows=windows, length=length, registry=zoo_file, layer=layer,
-            device=device, progress=sys.stderr.isatty(),
+            device=device, progress=True,
         )  # fmt: skip
     for w in caught:
         print(f"attnscope: warning: {w.message}", file=sys.stderr)

@@ -19,6 +19,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -66,15 +67,48 @@ def _train_one(options: dict[str, Any], summary_path: str) -> None:
     atomic_write_json(summary_path, summary)
 
 
-def train_variant(out_dir: Path, variant: str, options: dict[str, Any], log=None) -> dict[str, Any]:
-    """Train one variant in a subprocess (skipped if its summary exists); returns its summary."""
+def _trained_steps(run_dir: Path) -> int:
+    """The last step a (running) training subprocess logged in its metrics.jsonl (0 before the first)."""
+    try:
+        with open(run_dir / "metrics.jsonl", "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 4096))
+            lines = fh.read().splitlines()
+    except OSError:
+        return 0
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):  # a line being written, or a torn one
+            continue
+    return 0
+
+
+def train_variant(out_dir: Path, variant: str, options: dict[str, Any], log=None,
+                  progress: bool = True) -> dict[str, Any]:
+    """Train one variant in a subprocess (skipped if its summary exists); returns its summary.
+
+    The subprocess writes its own progress lines into ``OUT/VARIANT_train.log``; here, the steps it
+    has logged are shown as this process's progress (``progress=False``: nothing shown).
+    """
+    from attnscope.progress import progress as progress_bar
+
     summary_path = out_dir / f"{variant}_train_summary.json"
     if summary_path.is_file():
         return json.loads(summary_path.read_text())
-    opts = dict(options, out=str(out_dir / variant), progress=False)
+    opts = dict(options, out=str(out_dir / variant), progress=True)  # its stderr is the log: plain lines
     cmd = [sys.executable, "-m", "attnscope.heads.study", json.dumps(opts), str(summary_path)]
     with open(out_dir / f"{variant}_train.log", "w") as fh:
-        proc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, env=dict(os.environ))
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=dict(os.environ))
+        try:
+            with progress_bar(options.get("steps"), f"train {variant}", enabled=progress, unit="steps") as bar:
+                while proc.poll() is None:
+                    time.sleep(1.0)
+                    bar.update(completed=_trained_steps(out_dir / variant))
+        finally:
+            if proc.poll() is None:  # interrupted here: do not leave the trainer running
+                proc.terminate()
+                proc.wait()
     if proc.returncode != 0 or not summary_path.is_file():
         raise AttnscopeError(f"training the {variant} model failed; see {out_dir / f'{variant}_train.log'}")
     return json.loads(summary_path.read_text())
@@ -86,12 +120,15 @@ def run_study(
     windows: int = 10,
     train_overrides: dict[str, Any] | None = None,
     log: Callable[[str], None] | None = None,
+    progress: bool = True,
 ) -> dict[str, Any]:
     """Train dense and sparse into ``out_dir`` (finished runs are reused), measure and cluster their heads.
 
     Returns ``{"summary", "metrics", "clusters", "examples"}``: the per-variant table, the per-head
     metrics of both models (column ``model`` = variant), the joint :class:`ClusterResult` and, per
-    variant, ``{layer: [heads, 96, 96]}`` attention maps of window 0. ``log`` receives progress lines.
+    variant, ``{layer: [heads, 96, 96]}`` attention maps of window 0. ``log`` receives a line per
+    stage; ``progress`` shows how far each training and measurement is (:mod:`attnscope.progress`;
+    each training subprocess also writes its progress lines into its log).
     """
     import pandas as pd
 
@@ -108,7 +145,7 @@ def run_study(
     rows, metrics, examples = [], [], {}
     for name, opts in variants.items():
         log(f"training {name} ...")
-        s = train_variant(out, name, opts)
+        s = train_variant(out, name, opts, progress=progress)
         bpb = s.get("eval_loss", float("nan")) / math.log(2)
         rows.append(
             {
@@ -125,7 +162,8 @@ def run_study(
         )
         log(f"measuring heads of {name} ...")
         res = extract(str(out / name), data=base["data"], windows=windows, length=base["seq_len"],
-                      batch_size=2, example_layers=tuple(range(base["n_layers"])), example_len=96)
+                      batch_size=2, example_layers=tuple(range(base["n_layers"])), example_len=96,
+                      progress=progress)
         df = res.metrics.copy()
         df["model"] = name
         metrics.append(df)

@@ -15,11 +15,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def new_figure(**kwargs: Any) -> "Figure":
-    """A Figure on the Agg backend, not registered with pyplot (no global state, nothing to close)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    from matplotlib.figure import Figure
+    """A Figure not registered with pyplot: no backend is chosen (the user's stays), no screen is needed,
+    nothing to close; a notebook shows it as an image (:mod:`attnscope.plots.figure`)."""
+    from .figure import Figure
 
     return Figure(**kwargs)
 

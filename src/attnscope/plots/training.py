@@ -1,7 +1,7 @@
 """Figures of training runs, drawn from the tidy tables of :mod:`attnscope.training.compare`.
 
 One function per figure, each taking the tables and an optional ``fig`` and returning the matplotlib
-Figure (Agg, not registered with pyplot); the caller saves it (:func:`attnscope.plots.save_figure`):
+Figure (not registered with pyplot); the caller saves it (:func:`attnscope.plots.save_figure`):
 
 * :func:`loss_curves`   training loss (and held-out loss, dashed) vs step, one panel per objective;
 * :func:`score_medians` median over layers of s and d vs step with the IQR as a band, one line per run,

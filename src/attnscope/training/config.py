@@ -77,7 +77,7 @@ class TrainConfig:
     keep_checkpoints: int | None = opt(None, "Keep only the last N checkpoints (unset: all).")
     out: str = opt("runs/run", "Run directory.", short="-o")
     resume: bool = opt(False, "Continue the run in --out from its last checkpoint.")
-    progress: bool = opt(True, "A progress bar on stderr (--no-progress: none).")
+    progress: bool = opt(True, "Show progress: a bar on a terminal, plain lines in a log (--no-progress: none).")
     device: str = opt("cpu", "cpu, cuda, cuda:N or mps.")
     threads: int | None = opt(None, "torch CPU threads (unset: torch's default; 1 is fastest on a busy machine).")
     wandb: str | None = opt(None, "Also log to this Weights & Biases project (optional package).")

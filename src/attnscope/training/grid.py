@@ -192,6 +192,8 @@ def run_grid(
         raise InputError(f"--out {root}: cannot write there ({exc.strerror})") from None
     if executor != "inline":  # several trainings at once: one thread each unless asked otherwise
         points = [p if p.threads else replace(p, threads=1) for p in points]
+    if executor == "slurm":  # each run's stderr is its own Slurm log: plain progress lines there
+        points = [replace(p, progress=progress) for p in points]
     tasks = [Task(Path(p.out).name, asdict(p)) for p in points]
     store = ResultsStore(root / STORE)
     for p in points:

@@ -70,7 +70,7 @@ def geometry_records(model, model_config, name: str) -> list[dict[str, Any]]:
     """
     import torch
 
-    from attnscope.geometry.score import RECORD_COLUMNS
+    from attnscope.geometry.scoring import RECORD_COLUMNS
     from attnscope.geometry.torch_kernels import qk_scores
 
     h, g, e, d = model_config.n_heads, model_config.n_kv_heads, model_config.d_head, model_config.d_model

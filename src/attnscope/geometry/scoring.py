@@ -20,7 +20,7 @@ from attnscope.errors import FormatError, InputError
 
 from attnscope.families.base import check_fold
 
-from .kernels import head_stats, layer_stats
+from .kernels import head_stats, layer_matrix, layer_stats
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -136,7 +136,7 @@ def score(
     TransformerLens-style object; see :mod:`attnscope.sources.memory`). config: a dict or
     transformers config for a state dict (or to override a module's own).
     k: outlier threshold (mean + k std) for directionality. levels: "head" and/or "layer".
-    stacks: restrict to some of "encoder", "decoder", "cross". progress: a rich bar on stderr.
+    stacks: restrict to some of "encoder", "decoder", "cross". progress: show how far it is (a bar, a notebook line or log lines: :mod:`attnscope.progress`).
     name: the ``model`` column (default: the source's name, its path or hub id).
     fold_norms: False / "none" (the paper's convention: W_q W_k^T as stored), True / "qk" (fold the
     q/k-norm gains of QK-norm models into W_q, W_k), "all" (also the input-norm gain); the choice is
@@ -237,3 +237,24 @@ def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
         rec["n_nan"] = int(grp["symmetry"].isna().sum())
         out.append(rec)
     return pd.DataFrame(out)
+
+
+def wqk_block(source: Any, layer: int = 0, *, stack: str | None = None, n: int = 50) -> np.ndarray:
+    """The explicit layer form M_L[:n, :n] (float32 numpy) of one layer: the paper's example heatmap."""
+    from attnscope.families import get_family
+    from attnscope.sources import open_source
+
+    src = open_source(source)
+    try:
+        fam = get_family(src.config)
+        infos = [i for i in fam.stacks(src.config, src) if stack is None or i.stack == stack]
+        if not infos:
+            raise InputError(f"{src.name}: no {stack} stack")
+        info = infos[0]
+        if not 0 <= layer < info.n_layers:
+            raise InputError(f"{src.name}: layer {layer} out of range (the {info.stack} stack has {info.n_layers})")
+        f = fam.layer_factors(src, info, layer)
+        return layer_matrix(f.q, f.k, n, n)
+    finally:
+        if src is not source:
+            src.close()
