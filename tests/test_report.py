@@ -98,7 +98,7 @@ def test_write_report_is_atomic_and_checks_out(tiny_report, tmp_path: Path) -> N
     blocker = tmp_path / "file"
     blocker.write_text("x")
     for bad in (blocker, blocker / "sub"):
-        with pytest.raises(AttnscopeError, match="--out"):  # StorageError: one line in the CLI
+        with pytest.raises(AttnscopeError, match="^out="):  # StorageError: Python's words (--out in the CLI)
             check_out_dir(bad)
 
 

@@ -58,7 +58,7 @@ class ModelReport:
 
 def check_out_dir(out: str | os.PathLike) -> Path:
     """``out`` as a writable directory (created if missing); one line otherwise, before any work."""
-    return make_out_dir(out, "--out")
+    return make_out_dir(out, "out")
 
 
 def _png(fig: "Figure") -> bytes:
@@ -136,7 +136,7 @@ def build_report(
     )
 
     if windows < 1:
-        raise InputError(f"--windows must be at least 1, not {windows}")
+        raise InputError(f"windows must be at least 1, not {windows}", params="windows")
     entry = _registry_entry(source, name, registry)
     display = name or (entry.id if entry is not None else None)
     scores = score(source, k=k, progress=progress, name=display)

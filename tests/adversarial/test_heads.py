@@ -53,7 +53,7 @@ def js_table(model: str = "m", layers: int = 3, heads: int = 4) -> pd.DataFrame:
         (["--js", "/proc/js.csv"], ["--js", "/proc"]),
         (["--plot", "{tmp}/file"], ["--plot", "not a directory"]),
         (["--out", "{tmp}/t.csv", "--js", "{tmp}/t.csv"], ["same file"]),
-        (["--device", "nonsense"], ["--device", "not a torch device"]),
+        (["--device", "nonsense"], ["--device", "not a name torch accepts"]),
         (["--device", "cuda:97"], ["--device", "cuda"]),
     ],
 )

@@ -12,7 +12,7 @@ import typer
 from attnscope.errors import InputError
 from attnscope.tables import make_out_dir
 
-from ._common import check_out_file, echo_json, slurm_options, stderr_console
+from ._common import check_out_file, echo_json, old_name, slurm_options, stderr_console
 
 app = typer.Typer(help="Mean-field dynamics of a 1-bit self-attention network (trajectories, bifurcations, chaos).",
                   no_args_is_help=True)
@@ -70,15 +70,15 @@ def show(preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG,
 @app.command()
 def trajectory(
     beta_o: Optional[List[float]] = typer.Option(None, "--beta-o", help="Output inverse temperature (repeatable)."),
-    steps: int = typer.Option(5000, "--steps", help="Steps recorded."),
-    transient: int = typer.Option(0, "--transient", help="Steps run first and not recorded."),
-    out: Path = typer.Option(..., "--out", help="Output directory."),
+    steps: int = typer.Option(5000, "--steps", help="Steps recorded, after --transient (at least 2)."),
+    transient: int = typer.Option(0, "--transient", help="Steps run first and discarded, before --steps."),
+    out: Path = typer.Option(..., "--out", help="Output directory (created if missing)."),
     init_state: Optional[Path] = INIT,
     preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
     sets: Optional[List[str]] = SETS, gamma: Optional[float] = GAMMA, eps: Optional[float] = EPS,
     feature: int = typer.Option(0, "--feature", help="Feature shown in the figures (0-based)."),
     last: int = typer.Option(400, "--last", help="Steps shown in the time-series figure."),
-    figures: bool = typer.Option(True, "--figures/--no-figures"),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="Write the PNG figures (--no-figures: only the .npz and summary.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
     """Simulate from x_0 or --init-state: trajectory.npz, final_state.npz and figures in OUT."""
@@ -119,8 +119,8 @@ def trajectory(
 @app.command()
 def lyapunov(
     beta_o: Optional[List[float]] = typer.Option(None, "--beta-o", help="Values of beta_o (repeatable)."),
-    transient: int = typer.Option(20000, "--transient", help="Steps discarded (state and tangents)."),
-    steps: int = typer.Option(20000, "--steps", help="Steps averaged."),
+    transient: int = typer.Option(20000, "--transient", help="Steps run first and discarded (state and tangents align), before --steps."),
+    steps: int = typer.Option(20000, "--steps", help="Steps averaged, after --transient."),
     exponents: Optional[int] = typer.Option(None, "--exponents", help="Number K of leading exponents (default 2)."),
     init_state: Optional[Path] = INIT,
     preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
@@ -151,14 +151,16 @@ def lyapunov(
 
 @app.command()
 def bifurcation(
-    param: str = typer.Option("beta_o", "--param", help="beta_o, gamma or eps."),
-    start: float = typer.Option(..., "--start"), stop: float = typer.Option(..., "--stop"),
-    num: int = typer.Option(..., "--num", help="Number of values."),
-    steps: int = typer.Option(120000, "--steps", help="Steps per value."),
-    transient: int = typer.Option(100000, "--transient", help="Steps discarded per value."),
-    out: Path = typer.Option(..., "--out", help="Output directory."),
+    param: str = typer.Option("beta_o", "--param", help="Parameter swept: beta_o, gamma or eps."),
+    start: float = typer.Option(..., "--start", help="First value of --param."),
+    stop: float = typer.Option(..., "--stop", help="Last value of --param (included)."),
+    num: int = typer.Option(..., "--num", help="Number of values, evenly spaced from --start to --stop."),
+    steps: int = typer.Option(120000, "--total-steps", help="Steps run per value, --transient included (the points are the last --total-steps minus --transient)."),
+    steps_alias: Optional[int] = typer.Option(None, "--steps", hidden=True, help="Old name of --total-steps."),
+    transient: int = typer.Option(100000, "--transient", help="Steps run first and discarded per value (part of --total-steps)."),
+    out: Path = typer.Option(..., "--out", help="Output directory (created if missing)."),
     mode: str = typer.Option("protocol", "--mode", help="protocol (paper), continuation (both directions) or x0."),
-    checkpoint_steps: Optional[int] = typer.Option(None, "--checkpoint-steps", help="Steps of the protocol checkpoint run (default --steps)."),
+    checkpoint_steps: Optional[int] = typer.Option(None, "--checkpoint-steps", help="Steps of the protocol checkpoint run (default: --total-steps)."),
     lyap_steps: int = typer.Option(5000, "--lyap-steps", help="Steps of the Lyapunov estimate after the run: the first tenth aligns the tangent vectors, the rest is averaged (0: skip)."),
     exponents: Optional[int] = typer.Option(None, "--exponents", help="Leading exponents (default 2)."),
     feature: int = typer.Option(0, "--feature", help="Plotted feature (0-based)."),
@@ -167,7 +169,7 @@ def bifurcation(
     preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
     sets: Optional[List[str]] = SETS, gamma: Optional[float] = GAMMA, eps: Optional[float] = EPS,
     beta_o: Optional[float] = typer.Option(None, "--beta-o", help="Fixed beta_o when sweeping another parameter."),
-    executor: str = EXECUTOR, workers: int = typer.Option(2, "--workers"),
+    executor: str = EXECUTOR, workers: int = typer.Option(2, "--workers", help="Parallel worker processes (--executor local)."),
     chunk: int = typer.Option(256, "--chunk", help="Values per chunk (one task each)."),
     slurm_partition: Optional[str] = SLURM_PARTITION, slurm_time: Optional[int] = SLURM_TIME,
     slurm_mem: Optional[float] = SLURM_MEM,
@@ -179,6 +181,7 @@ def bifurcation(
     from attnscope.plots import save_figure
     from attnscope.tables import records_to_json, write_table
 
+    steps = old_name(steps_alias, steps, 120000, "--steps", "--total-steps")
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps, beta_o=beta_o)
     values = dyn.sweep_values(start, stop, num)
     _check_feature(cfg, "--feature", feature)
@@ -208,12 +211,15 @@ def bifurcation(
 @app.command()
 def phase(
     x: str = typer.Option("beta_o", "--x", help="Parameter on the x axis."),
-    x_start: float = typer.Option(..., "--x-start"), x_stop: float = typer.Option(..., "--x-stop"),
-    x_num: int = typer.Option(..., "--x-num"),
+    x_start: float = typer.Option(..., "--x-start", help="First value on the x axis."),
+    x_stop: float = typer.Option(..., "--x-stop", help="Last value on the x axis (included)."),
+    x_num: int = typer.Option(..., "--x-num", help="Number of x values, evenly spaced."),
     y: str = typer.Option("gamma", "--y", help="Parameter on the y axis."),
-    y_start: float = typer.Option(..., "--y-start"), y_stop: float = typer.Option(..., "--y-stop"),
-    y_num: int = typer.Option(..., "--y-num"),
-    transient: int = typer.Option(20000, "--transient"), steps: int = typer.Option(5000, "--steps"),
+    y_start: float = typer.Option(..., "--y-start", help="First value on the y axis."),
+    y_stop: float = typer.Option(..., "--y-stop", help="Last value on the y axis (included)."),
+    y_num: int = typer.Option(..., "--y-num", help="Number of y values, evenly spaced."),
+    transient: int = typer.Option(20000, "--transient", help="Steps run first and discarded per grid point, before --steps."),
+    steps: int = typer.Option(5000, "--steps", help="Steps averaged for the Lyapunov exponents per grid point, after --transient."),
     exponents: Optional[int] = typer.Option(None, "--exponents", help="Leading exponents (default 2)."),
     color: str = typer.Option("lambda_1", "--color", help="lambda_1 or regime."),
     out: Path = typer.Option(..., "--out", help="Output directory (phase.csv, phase.png, store/)."),
@@ -221,7 +227,8 @@ def phase(
     preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
     sets: Optional[List[str]] = SETS,
     executor: str = typer.Option("local", "--executor", help="inline, local or slurm (resumable store in OUT/store)."),
-    workers: int = typer.Option(2, "--workers"), chunk: int = typer.Option(256, "--chunk"),
+    workers: int = typer.Option(2, "--workers", help="Parallel worker processes (--executor local)."),
+    chunk: int = typer.Option(256, "--chunk", help="Grid points per chunk (one task each)."),
     slurm_partition: Optional[str] = SLURM_PARTITION, slurm_time: Optional[int] = SLURM_TIME,
     slurm_mem: Optional[float] = SLURM_MEM,
 ) -> None:
@@ -247,14 +254,14 @@ def phase(
 
 @app.command()
 def finite(
-    beta_o: Optional[float] = typer.Option(None, "--beta-o"),
+    beta_o: Optional[float] = typer.Option(None, "--beta-o", help="Output inverse temperature (default: the config's)."),
     repeats: Optional[List[int]] = typer.Option(None, "--repeats", help="Column repetition factors (repeatable; default 1..10^4)."),
-    steps: int = typer.Option(20, "--steps", help="Horizon (steps) of the comparison."),
+    steps: int = typer.Option(20, "--steps", help="Steps simulated from x_0, compared at every step."),
     seeds: int = typer.Option(8, "--seeds", help="Independent samples per N."),
     out: Path = typer.Option(..., "--out", help="Output directory (finite.csv, finite.png)."),
     preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
     sets: Optional[List[str]] = SETS, gamma: Optional[float] = GAMMA, eps: Optional[float] = EPS,
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON records on stdout."),
 ) -> None:
     """Finite-N stochastic network vs the mean field: error of the overlaps against N."""
     from attnscope import dynamics as dyn

@@ -81,9 +81,9 @@ def score_cmd(
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Survey a zoo group of models into --out DIR."),
     executor: str = typer.Option("local", "--executor", help="Zoo survey executor: local, inline or slurm."),
     workers: int = typer.Option(2, "--workers", help="Zoo survey parallel workers."),
-    slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition"),
-    slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Minutes per Slurm job."),
-    slurm_mem: Optional[float] = typer.Option(None, "--slurm-mem", help="GB per Slurm job."),
+    slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Slurm partition (--executor slurm; default: the cluster's)."),
+    slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Minutes per Slurm job (--executor slurm)."),
+    slurm_mem: Optional[float] = typer.Option(None, "--slurm-mem", help="Memory per Slurm job, GB (--executor slurm)."),
 ) -> None:
     """Score models (SOURCE = HF directory, weights file or hub id); print a summary, write tables and figures."""
     positive(k, "--k", minimum=0, strict=True)

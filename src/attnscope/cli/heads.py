@@ -39,15 +39,15 @@ def _plot_dir(plot: Optional[Path]) -> Optional[Path]:
 def measure(
     source: str = typer.Argument(..., help="HF model dir / hub id, or an attnscope checkpoint / run dir."),
     data: str = typer.Option("builtin", "--data", help="Corpus: builtin, a text file/dir, enwik8, hf:NAME, jigsaw:PATH."),
-    windows: int = typer.Option(10, "--windows", help="Number of held-out windows."),
-    length: Optional[int] = typer.Option(None, "--length", help="Window length (default: 1024 for byte models, else the model's max)."),
+    windows: int = typer.Option(10, "--windows", help="Held-out windows measured (each --length tokens)."),
+    length: Optional[int] = typer.Option(None, "--length", help="Window length in tokens (default: 1024 for byte models, else the model's max)."),
     batch_size: int = typer.Option(1, "--batch-size", help="Windows per forward pass."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the per-head table (.csv/.parquet/.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print the table as JSON records on stdout."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write figures into this directory."),
     js: Optional[Path] = typer.Option(None, "--js", help="Also compute head-to-head JS divergences and write them here."),
     js_rows: int = typer.Option(64, "--js-rows", help="Query rows of window 0 used for the JS divergences."),
-    device: str = typer.Option("cpu", "--device", help="torch device."),
+    device: str = typer.Option("cpu", "--device", help="torch device: cpu, cuda, cuda:N or mps."),
 ) -> None:
     """Measure every head of SOURCE on held-out windows of a corpus (streamed layer by layer)."""
     from attnscope.heads.maps import extract, open_model
@@ -129,8 +129,8 @@ def _summary(df, info, out, js, plot_dir) -> None:
 def cluster(
     metrics: Path = typer.Argument(..., help="A metrics table written by `attnscope heads SOURCE --out`."),
     features: str = typer.Option("entropy,sparsity,distance", "--features", help="Comma-separated metric columns."),
-    k_min: int = typer.Option(2, "--k-min"),
-    k_max: int = typer.Option(8, "--k-max"),
+    k_min: int = typer.Option(2, "--k-min", help="Fewest clusters tried (at least 2)."),
+    k_max: int = typer.Option(8, "--k-max", help="Most clusters tried (at most the number of heads - 1)."),
     method: str = typer.Option("both", "--method", help="ward, kmeans or both."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write labels (all k; `best` marks each method's best k); silhouettes go next to it as <stem>_silhouette<ext>."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write figures into this directory."),
@@ -194,9 +194,9 @@ def derive(
     out: Optional[Path] = typer.Option(None, "--out", help="Write the pattern spec (.yaml/.json); usable as attn_pattern."),
     layer: Optional[int] = typer.Option(None, "--layer", help="Derive from this layer only (default: median over layers)."),
     model: Optional[str] = typer.Option(None, "--model", help="Which model of a multi-model table."),
-    min_window: int = typer.Option(4, "--min-window"),
-    max_window: int = typer.Option(128, "--max-window", help="Wider than this = a global head (stride + anchor instead)."),
-    sink_threshold: float = typer.Option(0.2, "--sink-threshold", help="First-token mass that earns an anchor at key 0."),
+    min_window: int = typer.Option(4, "--min-window", help="Smallest local window proposed (tokens)."),
+    max_window: int = typer.Option(128, "--max-window", help="Widest local window (tokens); a head reaching further is global (stride + anchor instead)."),
+    sink_threshold: float = typer.Option(0.2, "--sink-threshold", help="First-token attention mass (share, 0..1) that earns an anchor at key 0."),
     as_json: bool = typer.Option(False, "--json", help="Print the pattern spec as JSON on stdout."),
 ) -> None:
     """Propose a sparse attention pattern per head from its measured metrics."""
@@ -227,10 +227,10 @@ def study(
     out: Path = typer.Argument(..., help="Study directory (runs, tables, figures); finished runs are reused."),
     pattern: str = typer.Option("byte-sparse-8h", "--pattern", help="Sparse pattern of the sparse run (preset or spec file)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Optimizer updates per model (default 250)."),
-    n_layers: Optional[int] = typer.Option(None, "--n-layers"),
-    d_model: Optional[int] = typer.Option(None, "--d-model"),
+    n_layers: Optional[int] = typer.Option(None, "--n-layers", help="Transformer layers per model (default 4)."),
+    d_model: Optional[int] = typer.Option(None, "--d-model", help="Model width d_model (default 128)."),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Context length (also the measured window length)."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size"),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sequences per optimizer update (default 16)."),
     data: Optional[str] = typer.Option(None, "--data", help="Byte corpus (default builtin)."),
     windows: int = typer.Option(10, "--windows", help="Held-out windows for the head metrics."),
 ) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
-from attnscope.errors import FormatError, InputError
+from attnscope.errors import FormatError, InputError, check_type
 
 from attnscope.families.base import check_fold
 
@@ -49,7 +49,7 @@ def _check_levels(levels: Iterable[str]) -> tuple[str, ...]:
     levels = tuple(levels)
     bad = [lv for lv in levels if lv not in LEVELS]
     if bad or not levels:
-        raise InputError(f"level must be head, layer or both, not {', '.join(bad) or 'nothing'}")
+        raise InputError(f"levels must be head, layer or both, not {', '.join(map(str, bad)) or 'nothing'}", params="levels")
     return levels
 
 
@@ -145,8 +145,9 @@ def score(
     from attnscope.families import get_family
     from attnscope.sources import open_source
 
+    check_type(k, (int, float, np.integer, np.floating), "k", "a number (the outlier threshold, e.g. 2.0)")
     if not np.isfinite(k) or k < 0:
-        raise InputError(f"k must be a finite number >= 0, not {k}")
+        raise InputError(f"k must be a finite number >= 0, not {k}", params="k")
     lv = _check_levels(levels)
     fold = check_fold(fold_norms)
     src = open_source(source, config=config)
@@ -158,7 +159,7 @@ def score(
             stacks = (stacks,) if isinstance(stacks, str) else tuple(stacks)
             bad = [s for s in stacks if s not in {"encoder", "decoder", "cross"}]
             if bad:
-                raise InputError(f"stack must be encoder, decoder or cross, not {', '.join(bad)}")
+                raise InputError(f"stacks must be encoder, decoder or cross, not {', '.join(map(str, bad))}", params="stacks")
             have = {i.stack for i in infos}
             if not have & set(stacks):
                 raise InputError(f"{model}: has no {'/'.join(stacks)} stack (it has {', '.join(sorted(have))})")
@@ -211,6 +212,10 @@ def records_frame(records: list[dict]) -> "pd.DataFrame":
     return df
 
 
+#: the columns of a score table that summaries and plots read
+SCORE_COLUMNS = ("model", "family", "stack", "level", "layer", "symmetry", "directionality")
+
+
 def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
     """Per model and stack: median and IQR (25th, 75th percentile) over layers of s and d.
 
@@ -219,6 +224,9 @@ def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
     """
     import pandas as pd
 
+    from attnscope.tables import check_table
+
+    check_table(df, SCORE_COLUMNS, "df", "a score table from geometry.score()")
     if df.empty:
         raise InputError("no scores to summarise")
     rows = df[df["level"] == "layer"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -302,12 +303,25 @@ def pick_baselines(runs: Sequence[Run], baseline: str | None = None) -> dict[str
     for r in runs:
         b = defaults.get(r.pair_key())
         if b is None:
-            raise InputError(
-                f"run {r.name} (init {r.init}, seed {r.seed}) has no default-init run with the same objective, "
-                "model, data and seed among the compared runs; add it or name one with --baseline"
-            )
+            raise InputError(f"run {r.name} (init {r.init}, seed {r.seed}) has no default-init run with the same "
+                             f"settings among the compared runs{_nearest(r, defaults.values())}; add one or name "
+                             "one with baseline=RUN", params="baseline")
         out[r.name] = b.name
     return out
+
+
+def _nearest(run: Run, defaults: Any) -> str:
+    """``: the nearest, B, differs in warmup (10 vs 0)``: the settings (treatments aside) where the default-init
+    run closest to ``run`` differs from it; empty without default-init runs."""
+    mine = {k: v for k, v in run.settings().items() if k not in TREATMENTS}
+    best: tuple[int, str] | None = None
+    for d in defaults:
+        theirs = {k: v for k, v in d.settings().items() if k not in TREATMENTS}
+        diff = [f"{k} ({mine.get(k, 'unset')} vs {theirs.get(k, 'unset')})" for k in sorted(set(mine) | set(theirs))
+                if mine.get(k) != theirs.get(k)]
+        if best is None or len(diff) < best[0]:
+            best = (len(diff), f": the nearest, {d.name}, differs in {', '.join(diff)}")
+    return "" if best is None else best[1]
 
 
 #: model settings that follow from the objective (mlm: bidirectional + a [MASK] token; clm: causal)
@@ -582,13 +596,21 @@ def compare(
     run_dirs: Sequence[str | Path], baseline: str | None = None, smooth: int = 1,
     at: Sequence[int] = (), target: float | None = None,
 ) -> Comparison:
-    """Read runs and build every table (nothing is drawn or written)."""
+    """Read runs and build every table (nothing is drawn or written).
+
+    ``run_dirs``: run directories (one path alone is fine); a seed grid's bookkeeping folder (``.grid``,
+    e.g. from ``sorted(Path("runs/grid").iterdir())``) is skipped."""
+    from .runlog import GRID_STORE
+
+    if isinstance(run_dirs, (str, os.PathLike)):
+        run_dirs = [run_dirs]
+    run_dirs = [p for p in run_dirs if Path(p).name != GRID_STORE]
     if not run_dirs:
         raise InputError("give at least one run directory")
     if smooth < 1:
         raise InputError(f"smooth must be at least 1, not {smooth}")
     if any(int(s) <= 0 for s in at):
-        raise InputError("steps given with --at must be positive")
+        raise InputError("the steps in at must be positive", params="at")
     if target is not None and not math.isfinite(target):
         raise InputError(f"the target loss must be a finite number, not {target}")
     runs = [load_run(p) for p in run_dirs]
