@@ -121,7 +121,7 @@ def score_cmd(
             frames.append(score(spec, k=k, levels=levels, stacks=stack, progress=show_progress, name=name,
                                 fold_norms="all" if fold_input_norm else fold_norms))
         for w in caught:  # warnings as one line each on stderr (never on stdout)
-            print(f"attnscope: warning: {w.message}", file=sys.stderr)
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)  # one line, flags for parameters
         band = _quantisation_band(spec)
         if band and not json_out:
             print(f"attnscope: {frames[-1]['model'].iloc[0]}: {band}", file=sys.stderr)

@@ -54,6 +54,6 @@ def report(
             device=device, progress=sys.stderr.isatty(),
         )  # fmt: skip
     for w in caught:
-        print(f"attnscope: warning: {w.message}", file=sys.stderr)
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)  # one line, flags for parameters
     path = write_report(rep, out)
     stderr_console().print(f"wrote {path}")

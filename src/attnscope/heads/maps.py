@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from attnscope.errors import FormatError, InputError, OfflineError, UnsupportedError
+from attnscope.errors import FormatError, InputError, OfflineError, UnsupportedError, check_type
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -468,6 +468,8 @@ def extract(
 
     from .metrics import METRICS, pairwise_js, summarize_windows, window_metrics
 
+    for name, value in (("batch_size", batch_size), ("windows", windows), ("js_rows", js_rows)):
+        check_type(value, (int, np.integer), name, "a whole number")
     if batch_size < 1:
         raise InputError(f"batch_size must be at least 1, not {batch_size}", params="batch_size")
     if windows < 1:
