@@ -327,4 +327,22 @@ def echo_json(text: str) -> None:
     sys.stdout.flush()
 
 
-from attnscope.progress import stderr_console  # noqa: F401  (re-exported for the CLI modules)
+
+def console(stderr: bool = True) -> Any:
+    """The CLI's rich console (stderr by default: summaries never pollute ``--json`` on stdout).
+
+    Its width is the terminal's, or ``COLUMNS`` when set (80 off a terminal otherwise): tables are split
+    to fit it. Off a terminal (a log, a pipe, a notebook's captured stderr) a line of prose is never
+    wrapped: one message stays one line, whatever its length.
+    """
+    from rich.console import Console
+
+    con = Console(stderr=stderr)
+    if not con.is_terminal:
+        con.soft_wrap = True
+    return con
+
+
+def stderr_console() -> Any:
+    """:func:`console` on stderr."""
+    return console(stderr=True)

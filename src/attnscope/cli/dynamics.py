@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
+from rich.markup import escape
 
 from attnscope.errors import InputError
 from attnscope.tables import make_out_dir
 
 from ._common import check_out_file, echo_json, old_name, slurm_options, stderr_console
+from ._tables import print_frame, print_table
 
 app = typer.Typer(help="Mean-field dynamics of a 1-bit self-attention network (trajectories, bifurcations, chaos).",
                   no_args_is_help=True)
@@ -26,6 +28,13 @@ GAMMA = typer.Option(None, "--gamma", help="Attention gain gamma (g = gamma / sq
 EPS = typer.Option(None, "--eps", help="Positional weight eps.")
 INIT = typer.Option(None, "--init-state", help="Checkpoint .npz (mv_window, mk_window, mq_window, att_window).")
 EXECUTOR = typer.Option("none", "--executor", help="none (in-process), inline, local or slurm (chunks in OUT/store).")
+
+
+def _regimes(regimes: Any, what: str) -> None:
+    """How many values fell in each regime, as a table (the CLI's tables, on stderr)."""
+    counts = regimes.value_counts()
+    print_table(stderr_console(), f"regimes of the {what}", ["regime", "values"],
+                [[escape(str(k)), str(int(v))] for k, v in counts.items()], left=["regime"])
 
 
 def _config(preset, config, weights_seed, sets, **scalars):
@@ -141,12 +150,13 @@ def lyapunov(
     if as_json:
         echo_json(records_to_json(df))
         return
-    from rich.table import Table
-
-    t = Table("beta_o", *[f"lambda_{i + 1}" for i in range(len(df["lyapunov"].iloc[0]))], "regime")
-    for r in df.itertuples(index=False):
-        t.add_row(f"{r.beta_o:g}", *[f"{x:+.6f} ± {e:.1e}" for x, e in zip(r.lyapunov, r.error)], r.regime)
-    stderr_console().print(t)
+    header = ["beta_o", *[f"lambda_{i + 1}" for i in range(len(df["lyapunov"].iloc[0]))], "regime"]
+    rows = [[f"{r.beta_o:g}", *[f"{x:+.6f} ± {e:.1e}" for x, e in zip(r.lyapunov, r.error)], r.regime]
+            for r in df.itertuples(index=False)]
+    con = stderr_console()
+    print_table(con, "Lyapunov exponents per step (± standard error)", header, rows, left=["regime"])
+    if out is not None:
+        con.print(f"wrote {out}", highlight=False)
 
 
 @app.command()
@@ -204,8 +214,10 @@ def bifurcation(
     if as_json:
         echo_json(records_to_json(res.table))
     else:
-        counts = res.table["regime" if "regime" in res.table else "regime_distinct"].value_counts().to_dict()
-        stderr_console().print(f"{len(res.table)} values -> {out}  regimes: {counts}")
+        files = ["bifurcation.csv", "points.parquet", "bifurcation.png"] + (["lyapunov.png"] if lyap_steps > 0 else [])
+        files += ["checkpoint.npz"] if res.checkpoint is not None else []
+        _regimes(res.table["regime" if "regime" in res.table else "regime_distinct"], f"{len(res.table)} values of {param}")
+        stderr_console().print(f"wrote {', '.join(files)} to {out}", highlight=False)
 
 
 @app.command()
@@ -249,7 +261,8 @@ def phase(
                    workers=workers, slurm=slurm, progress=True)
     write_table(df, out / "phase.csv")
     save_figure(plots.phase_diagram(df, x=x, y=y, color=color), out / "phase.png")
-    stderr_console().print(f"{len(df)} grid points -> {out}  regimes: {df['regime'].value_counts().to_dict()}")
+    _regimes(df["regime"], f"{len(df)} grid points ({x} x {y})")
+    stderr_console().print(f"wrote phase.csv, phase.png to {out} (chunks in {out / 'store'})", highlight=False)
 
 
 @app.command()
@@ -276,5 +289,7 @@ def finite(
     save_figure(plots.finite_size(df), out / "finite.png")
     if as_json:
         echo_json(records_to_json(df))
-    else:
-        stderr_console().print(df.to_string(index=False))
+        return
+    con = stderr_console()
+    print_frame(con, f"finite N vs the mean field ({seeds} seeds per N, {steps} steps)", df, keys=2)
+    con.print(f"wrote finite.csv, finite.png to {out}", highlight=False)

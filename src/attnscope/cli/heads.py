@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from attnscope.errors import InputError
 
@@ -98,10 +99,13 @@ def measure(
 def _summary(df, info, out, js, plot_dir) -> None:
     from attnscope.heads.metrics import CAUSAL_DEFINED
 
+    from attnscope.plots import model_label
+
     con = stderr_console()
     streaming = "streamed per layer" if info["streaming"] else "output_attentions (all layers at once)"
+    name = model_label(info["model"])
     con.print(
-        f"[bold]{info['model']}[/]: {info['n_layers']} layers x {info['n_heads']} heads, "
+        f"[bold]{escape(name)}[/]: {info['n_layers']} layers x {info['n_heads']} heads, "
         f"{'causal' if info['causal'] else 'bidirectional'}, {info['windows']} windows x {info['length']} tokens, {streaming}"
     )
     cols = ["entropy", "entropy_norm", "sparsity", "distance", "confidence", "sink_first", "prev_mass"]
@@ -112,9 +116,11 @@ def _summary(df, info, out, js, plot_dir) -> None:
             f"bidirectional model: {' and '.join(CAUSAL_DEFINED)} keep their causal definition "
             "(earlier keys only; docs/heads.md)"
         )
+    if name != str(info["model"]):
+        con.print(f"note: {escape(name)} is read from {escape(str(info['model']))}", highlight=False)
     notable = []
     for col, label in (("prev_mass", "previous-token"), ("sink_first", "first-token sink"), ("induction_score", "induction"), ("dup_score", "duplicate-token")):
-        if col in df.columns and df[col].notna().any():
+        if col in df.columns and df[col].notna().any() and round(float(df[col].max()), 2) > 0:  # no 0.00 "strongest"
             r = df.loc[df[col].idxmax()]
             label += " (causal def.)" if col in CAUSAL_DEFINED and not info["causal"] else ""
             notable.append(f"{label}: L{int(r['layer'])}H{int(r['head'])} ({r[col]:.2f})")
@@ -186,6 +192,11 @@ def cluster(
     print_table(con, f"mean silhouette ({', '.join(res.features)}, z-scored; {len(df)} heads)", ["k", *methods], rows)
     for m, k in res.best_k.items():
         print_frame(con, f"{m}: best k = {k}, cluster profiles", cluster_profiles(df, res.labels, m, res.features))
+    if out is not None:
+        con.print(f"wrote labels: {out}; silhouettes: {out.with_name(f'{out.stem}_silhouette{out.suffix}')}", highlight=False)
+    if plot_dir is not None:
+        con.print(f"wrote figures: {', '.join(sorted(p.name for p in plot_dir.glob('cluster_*.png')))} in {plot_dir}",
+                  highlight=False)
 
 
 @app.command("derive")

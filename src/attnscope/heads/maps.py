@@ -510,9 +510,10 @@ def extract(
             if layer in example_layers:
                 examples[layer] = probs[0, :, :example_len, :example_len].float().cpu().numpy().copy()
 
+    from attnscope.plots.base import model_label  # the model's name, not its path, labels the bar
     from attnscope.progress import progress as progress_bar
 
-    with progress_bar(len(idx), f"heads {model.name}", enabled=progress, unit="windows") as bar:
+    with progress_bar(len(idx), f"heads {model_label(model.name)}", enabled=progress, unit="windows") as bar:
         for b0 in range(0, len(idx), batch_size):
             batch = idx[b0 : b0 + batch_size]
             state["b0"], state["tok"] = b0, batch
