@@ -108,12 +108,12 @@ class TrainConfig:
         for f in fields(self):
             setattr(self, f.name, _coerce(f, getattr(self, f.name)))
         if self.preset not in PRESETS:
-            raise ConfigError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}", params="preset")
+            raise ConfigError(f"preset={self.preset!r} is unknown; choose one of {', '.join(PRESETS)}", params="preset")
         check_objective(self.objective)
         if self.init not in INITS:
-            raise ConfigError(f"unknown init {self.init!r}; choose one of {', '.join(INITS)}", params="init")
+            raise ConfigError(f"init={self.init!r} is unknown; choose one of {', '.join(INITS)}", params="init")
         if self.schedule not in SCHEDULES:
-            raise ConfigError(f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}",
+            raise ConfigError(f"schedule={self.schedule!r} is unknown; choose one of {', '.join(SCHEDULES)}",
                               params="schedule")
         for name in POSITIVE:
             value = getattr(self, name)
