@@ -147,7 +147,7 @@ def trajectory(cfg: DynamicsConfig, *, beta_o=None, gamma=None, eps=None, steps:
     beta, g, ep = params_arrays(cfg, beta_o, gamma, eps)
     state = make_state(mf, init, beta.size)
     if transient < 0:
-        raise InputError(f"transient must be >= 0, got {transient}")
+        raise InputError(f"transient must be >= 0, got {transient}", params="transient")
     if transient:
         advance(mf, state, beta, g, ep, transient, transient=transient - 1, n_tail=0, bins=0)
     t0 = state.t

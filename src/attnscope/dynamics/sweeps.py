@@ -237,10 +237,10 @@ def bifurcation(cfg: DynamicsConfig, values: Sequence[float], *, param: str = "b
     _check_run(workers, chunk)
     mf = compile_config(cfg)
     if not 0 <= feature < cfg.M:
-        raise InputError(f"feature must be in 0..{cfg.M - 1}, got {feature}")
+        raise InputError(f"feature must be in 0..{cfg.M - 1}, got {feature}", params="feature")
     sf = min(1, cfg.M - 1) if section_feature is None else section_feature
     if not 0 <= sf < cfg.M:
-        raise InputError(f"section feature must be in 0..{cfg.M - 1}, got {sf}")
+        raise InputError(f"section_feature must be in 0..{cfg.M - 1}, got {sf}", params="section_feature")
     lyap_k = default_k(cfg, lyap_k)
     if not 1 <= lyap_k <= cfg.C * cfg.M:
         raise InputError(f"number of exponents must be in 1..{cfg.C * cfg.M} (C*M) for this model, got {lyap_k}")

@@ -246,7 +246,7 @@ def score_summary(scores: "pd.DataFrame") -> "pd.DataFrame":
 def _curve(losses: "pd.DataFrame", smooth: int) -> "pd.DataFrame":
     """Training steps (> 0) with a loss, sorted, the loss replaced by the mean of the last ``smooth``."""
     if smooth < 1:
-        raise InputError(f"smooth must be at least 1, not {smooth}")
+        raise InputError(f"smooth must be at least 1, not {smooth}", params="smooth")
     df = losses[losses["step"] > 0].dropna(subset=["loss"]).sort_values("step").copy()
     df["loss"] = df["loss"].rolling(smooth, min_periods=smooth).mean()
     return df.dropna(subset=["loss"])
@@ -608,7 +608,7 @@ def compare(
     if not run_dirs:
         raise InputError("give at least one run directory")
     if smooth < 1:
-        raise InputError(f"smooth must be at least 1, not {smooth}")
+        raise InputError(f"smooth must be at least 1, not {smooth}", params="smooth")
     if any(int(s) <= 0 for s in at):
         raise InputError("the steps in at must be positive", params="at")
     if target is not None and not math.isfinite(target):

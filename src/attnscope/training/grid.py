@@ -68,7 +68,7 @@ def _seed(v: Any) -> int:
     except (TypeError, ValueError):
         raise InputError(f"seed {v!r} is not an integer") from None
     if s < 0:
-        raise InputError(f"seeds must not be negative, not {s}")
+        raise InputError(f"seeds must not be negative, not {s}", params="seeds")
     return s
 
 

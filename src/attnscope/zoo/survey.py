@@ -121,7 +121,7 @@ def run_zoo(
     from attnscope.tables import check_writable
 
     if not math.isfinite(k) or k <= 0:
-        raise InputError(f"k must be a positive number, not {k}")
+        raise InputError(f"k must be a positive number, not {k}", params="k")
     group, zoo_file = split_group_spec(group, zoo_file)
     entries = select(group, zoo_file)
     out = check_writable(out_dir, "out_dir", directory=True)
