@@ -92,3 +92,33 @@ def test_compare_skips_a_grids_bookkeeping_folder(tmp_path):
     (tmp_path / ".grid").mkdir()
     with pytest.raises(AttnscopeError, match="give at least one run directory"):
         compare(sorted(tmp_path.iterdir()))
+
+
+def _run(root: Path, name: str, init: str, **config) -> Path:
+    """A minimal finished run directory (run.json + metrics.jsonl) as ``attnscope train`` writes it."""
+    import json
+
+    d = root / name
+    d.mkdir()
+    (d / "metrics.jsonl").write_text("\n".join(json.dumps({"step": s, "loss": 3.0 - s / 10}) for s in (0, 10)) + "\n")
+    (d / "run.json").write_text(json.dumps({"objective": "mlm", "init": init, "data": "builtin", "seed": 0,
+                                            "model": {"n_layers": 2}, **config}))
+    return d
+
+
+def test_a_missing_partner_names_the_setting_that_differs(tmp_path):
+    from attnscope.training import compare
+
+    runs = [_run(tmp_path, "default", "default", warmup=0), _run(tmp_path, "sym", "symmetric", warmup=10)]
+    with pytest.raises(AttnscopeError) as err:
+        compare(runs)
+    text = str(err.value)
+    assert "the nearest, default, differs in warmup (10 vs 0)" in text and "baseline=RUN" in text, text
+    assert "objective" not in text and err.value.params == ("baseline",)
+
+
+def test_compare_takes_one_run_as_a_plain_string(tmp_path):
+    from attnscope.training import compare
+
+    run = _run(tmp_path, "c-default", "default")
+    assert list(compare(str(run)).runs["run"]) == ["c-default"]

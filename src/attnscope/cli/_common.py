@@ -166,7 +166,7 @@ def describe_error(exc: BaseException, params: list[Any] | None = None) -> tuple
 
 #: library parameter names whose CLI option has another name (tried when the command has no option of that name)
 PARAM_OPTIONS = {"k": "exponents", "lyap_k": "exponents", "init": "init_state", "time_min": "slurm_time",
-                 "mem_gb": "slurm_mem", "partition": "slurm_partition", "runs": "run_dirs", "out_dir": "out",
+                 "mem_gb": "slurm_mem", "partition": "slurm_partition", "run_dirs": "runs", "out_dir": "out",
                  "levels": "level", "stacks": "stack", "cfg": "config"}
 
 
@@ -198,6 +198,8 @@ def flag_of(name: str, params: list[Any], value: str | None = None) -> str:
     p = by_name.get(name) or by_name.get(PARAM_OPTIONS.get(name, "")) or by_name.get(f"no_{name}")
     if p is None:
         return f"--{name.replace('_', '-')}"
+    if getattr(p, "param_type_name", "") == "argument":  # a positional argument: its name as --help shows it
+        return str(p.name).upper()
     longs = [o for o in p.opts if o.startswith("--")] or list(p.opts)
     if value == "False" and getattr(p, "secondary_opts", None):
         return p.secondary_opts[0]
