@@ -120,8 +120,9 @@ def check_table(df: Any, columns: Sequence[str], param: str = "df", what: str = 
     check_type(df, pd.DataFrame, param, f"a pandas DataFrame ({what})")
     missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise InputError(f"{param} is not {what}: it lacks the column(s) {', '.join(missing)} "
-                         f"(needs {', '.join(columns)})", params=param)
+        lacks = "none of them" if len(missing) == len(columns) else f"no {', '.join(missing)}"
+        raise InputError(f"{param} is not {what}: it needs the columns {', '.join(columns)} and has {lacks}",
+                         params=param)
 
 
 def numeric_columns(df: pd.DataFrame, columns: list[str] | tuple[str, ...], what: str = "table",

@@ -24,7 +24,7 @@ def _bad_calls(tmp: Path):
     import attnscope.geometry as geo
     from attnscope import dynamics as dyn
     from attnscope.devices import check_device
-    from attnscope.heads import extract
+    from attnscope.heads import derive_pattern, extract
     from attnscope.plots.geometry import plot_layer_curves
     from attnscope.training import compare, train
     from attnscope.training.config import TrainConfig
@@ -41,9 +41,14 @@ def _bad_calls(tmp: Path):
         ("lyapunov steps 0", lambda: dyn.lyapunov_table(cfg, [1.0], steps=0), AttnscopeError,
          ["need steps >= 1 and transient >= 0", "steps=0"]),
         ("summarize wrong table", lambda: geo.summarize(wrong_table), AttnscopeError,
-         ["df is not a score table", "lacks the column(s) family, stack, level", "needs model, family"]),
+         ["df is not a score table", "needs the columns model, family, stack, level", "has no family, stack, level"]),
         ("summarize not a table", lambda: geo.summarize([1, 2]), TypeError, ["df must be a pandas DataFrame"]),
-        ("plot wrong table", lambda: plot_layer_curves(wrong_table), AttnscopeError, ["lacks the column(s)", "level"]),
+        ("plot wrong table", lambda: plot_layer_curves(wrong_table), AttnscopeError, ["needs the columns", "has no"]),
+        ("score levels a number", lambda: geo.score("x", levels=5), TypeError, ["levels must be", "int 5"]),
+        ("trajectory steps text", lambda: dyn.trajectory(cfg, steps="10"), TypeError, ["steps must be a whole number"]),
+        ("compare a number", lambda: compare(5), TypeError, ["run_dirs must be a run directory or a list"]),
+        ("compare smooth text", lambda: compare([tmp], smooth="2"), TypeError, ["smooth must be a whole number"]),
+        ("derive a list", lambda: derive_pattern([1, 2]), TypeError, ["df must be a pandas DataFrame"]),
         ("device gpu", lambda: check_device("gpu"), AttnscopeError, ["device='gpu' is not a name torch accepts"]),
         ("extract windows 0", lambda: extract("x", windows=0), AttnscopeError, ["windows must be at least 1, not 0"]),
         ("extract windows text", lambda: extract("x", windows="10"), TypeError, ["windows must be a whole number"]),
@@ -122,3 +127,11 @@ def test_compare_takes_one_run_as_a_plain_string(tmp_path):
 
     run = _run(tmp_path, "c-default", "default")
     assert list(compare(str(run)).runs["run"]) == ["c-default"]
+
+
+def test_cluster_features_as_one_string_are_names_not_characters():
+    from attnscope.heads import cluster_heads
+
+    df = pd.DataFrame({"layer": [0] * 6, "head": range(6), "entropy": [1.0, 2, 3, 7, 8, 9],
+                       "distance": [1.0, 1, 2, 5, 6, 5]})
+    assert cluster_heads(df, features="entropy,distance", k_max=3).features == ("entropy", "distance")

@@ -44,6 +44,7 @@ class NonFiniteWeightsWarning(UserWarning):
 
 
 def _check_levels(levels: Iterable[str]) -> tuple[str, ...]:
+    check_type(levels, (str, list, tuple), "levels", '"head", "layer", "both" or a list of them')
     if isinstance(levels, str):
         levels = ("head", "layer") if levels == "both" else (levels,)
     levels = tuple(levels)

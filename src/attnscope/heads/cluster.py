@@ -83,7 +83,7 @@ def cluster_heads(
     for m in methods:
         if m not in METHODS:
             raise InputError(f"unknown clustering method {m!r}; use ward, kmeans or both")
-    features = tuple(features)
+    features = tuple(features.split(",")) if isinstance(features, str) else tuple(features)  # "a,b" as on the CLI
     if not features:
         raise InputError("choose at least one feature")
     if not {"layer", "head"} <= set(df.columns):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from attnscope.errors import InputError
+from attnscope.errors import InputError, check_type
 from attnscope.tables import numeric_columns
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,6 +51,7 @@ def derive_pattern(
 
     from attnscope.sparse.patterns import HeadPattern, Pattern
 
+    check_type(df, pd.DataFrame, "df", "a pandas DataFrame (a metrics table from heads.extract(...).metrics)")
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise InputError(f"metrics table has no column(s) {', '.join(missing)}: write it with `attnscope heads`")

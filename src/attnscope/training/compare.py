@@ -23,11 +23,13 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from numbers import Integral
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from attnscope.errors import FormatError, InputError
+from attnscope.errors import FormatError, InputError, check_type
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -604,6 +606,8 @@ def compare(
 
     if isinstance(run_dirs, (str, os.PathLike)):
         run_dirs = [run_dirs]
+    check_type(run_dirs, Iterable, "run_dirs", "a run directory or a list of them")
+    check_type(smooth, Integral, "smooth", "a whole number of logged losses")
     run_dirs = [p for p in run_dirs if Path(p).name != GRID_STORE]
     if not run_dirs:
         raise InputError("give at least one run directory")
