@@ -24,8 +24,8 @@ PRESET = typer.Option(None, "--preset", help="Named preset (default: paper).")
 CONFIG = typer.Option(None, "--config", help="YAML or TOML config file.")
 WSEED = typer.Option(None, "--weights-seed", help="Random +-1 weights from this seed (M=3, P=2, 3x33 segments).")
 SETS = typer.Option(None, "--set", help="Override a scalar, e.g. --set eps=0.05 (repeatable).")
-GAMMA = typer.Option(None, "--gamma", help="Attention gain gamma (g = gamma / sqrt(M)).")
-EPS = typer.Option(None, "--eps", help="Positional weight eps.")
+GAMMA = typer.Option(None, "--gamma", help="Attention gain gamma, g = gamma / sqrt(M) (default: the config's).")
+EPS = typer.Option(None, "--eps", help="Positional weight eps, 0..1 (default: the config's).")
 INIT = typer.Option(None, "--init-state", help="Checkpoint .npz (mv_window, mk_window, mq_window, att_window).")
 EXECUTOR = typer.Option("none", "--executor", help="none (in-process), inline, local or slurm (chunks in OUT/store).")
 
@@ -52,9 +52,9 @@ def _check_feature(cfg, name: str, f: Optional[int]) -> None:
 
 #: the Slurm options of the sweeps, spelled as in ``geometry --zoo`` and ``train --seeds``; ``--partition`` and
 #: ``--time-min`` (their first names) still work
-SLURM_PARTITION = typer.Option(None, "--slurm-partition", "--partition", help="Slurm partition (--executor slurm).")
+SLURM_PARTITION = typer.Option(None, "--slurm-partition", "--partition", help="Slurm partition (--executor slurm; default: the cluster's).")
 SLURM_TIME = typer.Option(None, "--slurm-time", "--time-min", help="Minutes per Slurm job (one chunk; default 60).")
-SLURM_MEM = typer.Option(None, "--slurm-mem", help="GB per Slurm job.")
+SLURM_MEM = typer.Option(None, "--slurm-mem", help="Memory per Slurm job, GB (default: the partition's).")
 
 
 def _slurm(executor: str, partition: Optional[str], time_min: Optional[int], mem_gb: Optional[float]) -> dict | None:
@@ -78,7 +78,7 @@ def show(preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG,
 
 @app.command()
 def trajectory(
-    beta_o: Optional[List[float]] = typer.Option(None, "--beta-o", help="Output inverse temperature (repeatable)."),
+    beta_o: Optional[List[float]] = typer.Option(None, "--beta-o", help="Output inverse temperature (repeatable; default: the config's)."),
     steps: int = typer.Option(5000, "--steps", help="Steps recorded, after --transient (at least 2)."),
     transient: int = typer.Option(0, "--transient", help="Steps run first and discarded, before --steps."),
     out: Path = typer.Option(..., "--out", help="Output directory (created if missing)."),
@@ -127,7 +127,7 @@ def trajectory(
 
 @app.command()
 def lyapunov(
-    beta_o: Optional[List[float]] = typer.Option(None, "--beta-o", help="Values of beta_o (repeatable)."),
+    beta_o: Optional[List[float]] = typer.Option(None, "--beta-o", help="Values of beta_o (repeatable; default: the config's)."),
     transient: int = typer.Option(20000, "--transient", help="Steps run first and discarded (state and tangents align), before --steps."),
     steps: int = typer.Option(20000, "--steps", help="Steps averaged, after --transient."),
     exponents: Optional[int] = typer.Option(None, "--exponents", help="Number K of leading exponents (default 2)."),
@@ -178,7 +178,7 @@ def bifurcation(
     init_state: Optional[Path] = INIT,
     preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
     sets: Optional[List[str]] = SETS, gamma: Optional[float] = GAMMA, eps: Optional[float] = EPS,
-    beta_o: Optional[float] = typer.Option(None, "--beta-o", help="Fixed beta_o when sweeping another parameter."),
+    beta_o: Optional[float] = typer.Option(None, "--beta-o", help="Fixed beta_o when sweeping another parameter (default: the config's)."),
     executor: str = EXECUTOR, workers: int = typer.Option(2, "--workers", help="Parallel worker processes (--executor local)."),
     chunk: int = typer.Option(256, "--chunk", help="Values per chunk (one task each)."),
     slurm_partition: Optional[str] = SLURM_PARTITION, slurm_time: Optional[int] = SLURM_TIME,

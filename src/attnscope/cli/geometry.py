@@ -81,7 +81,7 @@ def score_cmd(
     demo: bool = typer.Option(False, "--demo", help="Score the bundled all-MiniLM-L6-v2 (needs attnscope\\[demo])."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Survey a zoo group of models into --out DIR."),
     executor: str = typer.Option("local", "--executor", help="Zoo survey executor: local, inline or slurm."),
-    workers: int = typer.Option(2, "--workers", help="Zoo survey parallel workers."),
+    workers: int = typer.Option(2, "--workers", help="Zoo survey: parallel worker processes (--executor local)."),
     slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Slurm partition (--executor slurm; default: the cluster's)."),
     slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Minutes per Slurm job (--executor slurm)."),
     slurm_mem: Optional[float] = typer.Option(None, "--slurm-mem", help="Memory per Slurm job, GB (--executor slurm)."),

@@ -240,7 +240,7 @@ def study(
     steps: Optional[int] = typer.Option(None, "--steps", help="Optimizer updates per model (default 250)."),
     n_layers: Optional[int] = typer.Option(None, "--n-layers", help="Transformer layers per model (default 4)."),
     d_model: Optional[int] = typer.Option(None, "--d-model", help="Model width d_model (default 128)."),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Context length (also the measured window length)."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Context length in bytes, also the measured window length (default 256)."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sequences per optimizer update (default 16)."),
     data: Optional[str] = typer.Option(None, "--data", help="Byte corpus (default builtin)."),
     windows: int = typer.Option(10, "--windows", help="Held-out windows for the head metrics."),
