@@ -81,3 +81,21 @@ def test_geometry_shows_one_name_and_says_where_it_was_read(tiny_bert_dir, cli_i
     assert code == 0, err
     name = tiny_bert_dir.name
     assert f"note: {name} is read from {tiny_bert_dir}" in err and str(tiny_bert_dir) not in out
+
+
+def test_progress_is_labelled_by_the_models_name_not_its_path(tiny_bert_dir, monkeypatch):
+    from contextlib import contextmanager
+
+    import attnscope.progress
+    from attnscope.geometry import score
+
+    labels = []
+
+    @contextmanager
+    def recording(total, desc, **kwargs):
+        labels.append(desc)
+        yield attnscope.progress.Bar()
+
+    monkeypatch.setattr(attnscope.progress, "progress", recording)
+    score(str(tiny_bert_dir), progress=True)
+    assert labels == [tiny_bert_dir.name]

@@ -168,9 +168,10 @@ def score(
         total = sum(i.n_layers for i in infos)
         records: list[dict] = []
         bad_layers: list[str] = []
+        from attnscope.plots.base import model_label  # the model's name, not its path, labels the bar
         from attnscope.progress import progress as progress_bar
 
-        with progress_bar(total, str(model)[-40:], enabled=progress, unit="layers") as bar:
+        with progress_bar(total, model_label(str(model)), enabled=progress, unit="layers") as bar:
             for info in infos:
                 for layer in range(info.n_layers):
                     factors = fam.layer_factors(src, info, layer, fold)
