@@ -135,3 +135,16 @@ def test_cluster_features_as_one_string_are_names_not_characters():
     df = pd.DataFrame({"layer": [0] * 6, "head": range(6), "entropy": [1.0, 2, 3, 7, 8, 9],
                        "distance": [1.0, 1, 2, 5, 6, 5]})
     assert cluster_heads(df, features="entropy,distance", k_max=3).features == ("entropy", "distance")
+
+
+def test_the_warmup_warning_speaks_python_and_points_at_the_call(tmp_path):
+    from attnscope.training import TrainConfig, train
+
+    cfg = TrainConfig(out=str(tmp_path / "r"), steps=2, warmup=5, n_layers=1, n_heads=2, d_model=16, d_ff=32,
+                      batch_size=2, seq_len=16, eval_windows=2, threads=1, progress=False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        train(cfg)
+    [w] = [w for w in seen if isinstance(w.message, AttnscopeWarning)]
+    assert str(w.message).startswith("warmup=5 is not below steps=2") and "--" not in str(w.message)
+    assert w.filename == __file__  # the user's line, not trainer.py
