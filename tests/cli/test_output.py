@@ -41,7 +41,7 @@ def test_dynamics_commands_print_tables_and_what_they_wrote(tmp_path, cli_inproc
                               "--total-steps", "60", "--transient", "40", "--lyap-steps", "0", "--out", tmp_path / "b")
     assert code == 0, err
     assert "regimes of the 2 values of beta_o" in err and "┃ regime" in err and "{'" not in err
-    assert f"wrote bifurcation.csv, points.parquet, bifurcation.png" in err and str(tmp_path / "b") in err
+    assert "wrote bifurcation.csv, points.parquet, bifurcation.png" in err and str(tmp_path / "b") in err
 
 
 def test_old_bifurcation_steps_still_work(tmp_path, cli_inproc):
