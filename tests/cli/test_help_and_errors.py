@@ -74,6 +74,8 @@ def test_parameters_become_the_flags_of_the_command_that_ran():
     # only the named parameters change, and only as whole words: paths and other words stay
     assert in_flags("runs/out holds steps; choose a new out", ("out",), train) == "runs/out holds steps; choose a new --out"
     assert in_flags("the windows' stepsize", ("steps",), train) == "the windows' stepsize"
+    assert in_flags("wandb=True needs the optional 'wandb' package", ("wandb",), train) == (
+        "--wandb needs the optional 'wandb' package")
     assert in_flags("give at least one of run_dirs", ("run_dirs",), command_params(app, ["compare"])).endswith("RUNS")
     # a default-command group routes to its default (heads SOURCE -> heads measure)
     assert in_flags("windows must be at least 1", ("windows",), command_params(app, ["heads", "m"])).startswith("--windows")

@@ -220,7 +220,7 @@ def in_flags(message: str, names: tuple[str, ...], params: list[Any]) -> str:
                 return flag
             return f"{flag} {value}" if value else flag
 
-        message = re.sub(rf"(?<![\w\-./]){re.escape(name)}(?:=([^\s,;)]+))?(?![\w/])", repl, message)
+        message = re.sub(rf"(?<![\w\-./'`]){re.escape(name)}(?:=([^\s,;)]+))?(?![\w/'`])", repl, message)
     return message
 
 
