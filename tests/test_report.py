@@ -88,7 +88,22 @@ def test_unlisted_model_has_no_published_value(tiny_bert: Path, tmp_path: Path) 
     other.write_text("- id: someone/else\n  family: bert\n  modality: text\n  type: encoder\n  params: 1\n  groups: [x]\n")
     rep = build_report(str(tiny_bert), registry=other)
     assert rep.registry_id is None and np.isnan(rep.summary["symmetry_published"]).all()
-    assert "not in the registry" in render_html(rep)
+    page = render_html(rep)
+    assert "not in the registry" in page
+    assert "s (paper)" not in page and "d (paper)" not in page  # no column without a value in it
+
+
+def test_a_stack_the_paper_did_not_score_says_so(tiny_report) -> None:
+    """One stack published, one not: the paper's columns stay, the missing cells say why."""
+    from dataclasses import replace
+
+    import pandas as pd
+
+    two = pd.concat([tiny_report.summary, tiny_report.summary.assign(stack="decoder", symmetry_published=np.nan,
+                                                                      directionality_published=np.nan)])
+    page = render_html(replace(tiny_report, summary=two))
+    assert "s (paper)" in page and "d (paper)" in page and f"{PUBLISHED_S:.3f}" in page
+    assert page.count("not in the paper") == 2 and "&ndash;</td>" not in page.split("<h3>")[0].split("Scores")[1]
 
 
 def test_write_report_is_atomic_and_checks_out(tiny_report, tmp_path: Path) -> None:
@@ -98,7 +113,7 @@ def test_write_report_is_atomic_and_checks_out(tiny_report, tmp_path: Path) -> N
     blocker = tmp_path / "file"
     blocker.write_text("x")
     for bad in (blocker, blocker / "sub"):
-        with pytest.raises(AttnscopeError, match="--out"):  # StorageError: one line in the CLI
+        with pytest.raises(AttnscopeError, match="^out="):  # StorageError: Python's words (--out in the CLI)
             check_out_dir(bad)
 
 

@@ -3,7 +3,12 @@
 Every error a user can cause (a bad path, a corrupt file, a config that makes no sense) is raised
 as an :class:`AttnscopeError`. The CLI prints its message on one line and exits with code 2; the
 Python API lets it propagate. Messages are single sentences that say what was wrong and, where
-possible, what to do. Warnings the user sees are one line each too
+possible, what to do.
+
+Messages speak Python: they name the parameter (``windows must be at least 1, not 0``, ``add
+resume=True``), and list those names in ``params``; the CLI prints the same message with each named
+parameter replaced by its flag (``--windows``, ``--resume``), so one message serves both. A wrong type
+is an :class:`ArgumentTypeError` (also a ``TypeError``) that says what the parameter accepts. Warnings the user sees are one line each too
 (:func:`install_one_line_warnings`, used by the CLI and by pool workers).
 """
 
@@ -12,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 #: set (to anything but 0/false/no) to see tracebacks and raw Python warnings
 DEBUG_ENV = "ATTNSCOPE_DEBUG"
@@ -23,9 +28,18 @@ class AttnscopeError(Exception):
 
     exit_code = 2
 
+    def __init__(self, message: str = "", *, params: str | tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        #: the parameters (Python names) the message names; the CLI shows them as flags
+        self.params: tuple[str, ...] = (params,) if isinstance(params, str) else tuple(params)
+
 
 class InputError(AttnscopeError):
     """A path, argument or option that cannot be used (missing file, bad value)."""
+
+
+class ArgumentTypeError(InputError, TypeError):
+    """An argument of the wrong type (``k="two"``, a dict where a config goes); also a ``TypeError``."""
 
 
 class ConfigError(AttnscopeError):
@@ -51,19 +65,59 @@ class StorageError(AttnscopeError, OSError):
     """
 
 
+def check_type(value: Any, types: type | tuple[type, ...], param: str, accepts: str) -> Any:
+    """``value`` if it is an instance of ``types`` (bools never count as numbers); otherwise an
+    :class:`ArgumentTypeError` naming ``param`` and what it ``accepts`` (e.g. ``"an integer"``)."""
+    wanted = types if isinstance(types, tuple) else (types,)
+    if isinstance(value, bool) and bool not in wanted or not isinstance(value, wanted):
+        raise ArgumentTypeError(f"{param} must be {accepts}, not {type(value).__name__} {_short(value)}", params=param)
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class AttnscopeWarning(UserWarning):
+    """A warning whose message names Python parameters (``params``), shown as flags by the CLI."""
+
+    def __init__(self, message: str = "", *, params: str | tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.params: tuple[str, ...] = (params,) if isinstance(params, str) else tuple(params)
+
+
+def warn(message: str, *, params: str | tuple[str, ...] = ()) -> None:
+    """Warn as an :class:`AttnscopeWarning` pointing at the user's code: the first caller outside attnscope
+    (a notebook cell, a script line), never a line inside the library."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(AttnscopeWarning(message, params=params), stacklevel=level + 1)
+
+
+def named(param: str, value: Any) -> str:
+    """``param=value`` for a Python parameter name, ``--flag value`` when ``param`` is already a flag."""
+    return f"{param} {value}" if param.startswith("-") else f"{param}={value}"
+
+
 def debug_enabled() -> bool:
     """``ATTNSCOPE_DEBUG=1`` (the CLI's ``--debug`` sets it): show tracebacks and raw warnings."""
     return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
 
 
-def _show_warning_line(message: Any, category: type, filename: str, lineno: int, file: Any = None,
-                       line: Any = None) -> None:
-    """``attnscope: warning: <first line of the message>``: no file name, no source line."""
-    text = (str(message).strip().splitlines() or [category.__name__])[0]
-    print(f"attnscope: warning: {text}", file=sys.stderr if file is None else file)
+def install_one_line_warnings(wording: Callable[[str, tuple[str, ...]], str] | None = None) -> None:
+    """Print every warning of this process as one readable line on stderr (unless debugging):
+    ``attnscope: warning: <first line of the message>``, no file name, no source line. ``wording(text,
+    params)`` rewords an :class:`AttnscopeWarning` (the CLI shows its parameters as flags)."""
+    if debug_enabled():
+        return
 
+    def show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        text = (str(message).strip().splitlines() or [category.__name__])[0]
+        if wording is not None and isinstance(message, AttnscopeWarning):
+            text = wording(text, message.params)
+        print(f"attnscope: warning: {text}", file=sys.stderr if file is None else file)
 
-def install_one_line_warnings() -> None:
-    """Print every warning of this process as one readable line on stderr (unless debugging)."""
-    if not debug_enabled():
-        warnings.showwarning = _show_warning_line
+    warnings.showwarning = show

@@ -58,7 +58,7 @@ class ModelReport:
 
 def check_out_dir(out: str | os.PathLike) -> Path:
     """``out`` as a writable directory (created if missing); one line otherwise, before any work."""
-    return make_out_dir(out, "--out")
+    return make_out_dir(out, "out")
 
 
 def _png(fig: "Figure") -> bytes:
@@ -136,7 +136,7 @@ def build_report(
     )
 
     if windows < 1:
-        raise InputError(f"--windows must be at least 1, not {windows}")
+        raise InputError(f"windows must be at least 1, not {windows}", params="windows")
     entry = _registry_entry(source, name, registry)
     display = name or (entry.id if entry is not None else None)
     scores = score(source, k=k, progress=progress, name=display)
@@ -207,6 +207,33 @@ def _iqr(med: float, q1: float, q3: float) -> str:
     return "&ndash;" if math.isnan(med) else f"{med:+.2f} [{q1:+.2f}, {q3:+.2f}]"
 
 
+def _published(v: Any) -> Any:
+    return "not in the paper" if isinstance(v, float) and math.isnan(v) else v
+
+
+def _scores_html(rep: ModelReport) -> list[str]:
+    """The scores table: median [Q1, Q3] per stack, with the paper's values in columns of their own only
+    when the paper scored at least one of the stacks ("not in the paper" where it did not)."""
+    s = rep.summary
+    cols = ("symmetry", "directionality")
+    paper = any(s[f"{c}_published"].notna().any() for c in cols)
+    rows = []
+    for _, r in s.iterrows():
+        row = [r["stack"], r["n_layers"]]
+        for c in cols:
+            row.append(_iqr(r[f"{c}_median"], r[f"{c}_q1"], r[f"{c}_q3"]))
+            row += [_published(r[f"{c}_published"])] if paper else []
+        rows.append(row)
+    header = ["stack", "layers", "symmetry s", *(["s (paper)"] if paper else []), "directionality d",
+              *(["d (paper)"] if paper else [])]
+    where = f" (registry id <code>{html.escape(rep.registry_id)}</code>)" if rep.registry_id else ""
+    note = (f'"paper" is the published median{where}' if paper else
+            f"the paper published no values for this model{where or ' (it is not in the registry)'}")
+    return ["<h2>Scores</h2>",
+            f'<p class="note">Median [Q1, Q3] over layers of the layer form M<sub>L</sub>; {note}.</p>',
+            _table(header, rows)]
+
+
 def render_html(rep: ModelReport) -> str:
     """The report as one self-contained HTML document (figures as base64 PNG data URIs)."""
     from attnscope import __version__
@@ -223,21 +250,7 @@ def render_html(rep: ModelReport) -> str:
         "<h2>Model</h2>",
         _table(["field", "value"], left=2, rows=[[k, ", ".join(map(str, v)) if isinstance(v, list) else v] for k, v in rep.metadata.items()]),
     ]  # fmt: skip
-    s = rep.summary
-    rows = [
-        [r["stack"], r["n_layers"], _iqr(r["symmetry_median"], r["symmetry_q1"], r["symmetry_q3"]),
-         r["symmetry_published"], _iqr(r["directionality_median"], r["directionality_q1"], r["directionality_q3"]),
-         r["directionality_published"]]
-        for _, r in s.iterrows()
-    ]  # fmt: skip
-    parts += [
-        "<h2>Scores</h2>",
-        '<p class="note">Median [Q1, Q3] over layers of the layer form M<sub>L</sub>; "paper" is the published '
-        "median when the registry lists the model"
-        + (f" (registry id <code>{esc(rep.registry_id)}</code>)" if rep.registry_id else " (not in the registry: none)")
-        + ".</p>",
-        _table(["stack", "layers", "symmetry s", "s (paper)", "directionality d", "d (paper)"], rows),
-    ]
+    parts += _scores_html(rep)
     if rep.caveats:
         parts.append(f'<p class="note">Registry caveats: {esc(", ".join(rep.caveats))} (a correct re-run is expected to differ).</p>')
     lay = rep.scores[rep.scores["level"] == "layer"]

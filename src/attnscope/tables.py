@@ -16,9 +16,10 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigError, FormatError, InputError, StorageError
+from .errors import ConfigError, FormatError, InputError, StorageError, check_type, named
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -65,7 +66,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     return path
 
 
-def check_writable(path: str | os.PathLike, option: str = "--out", directory: bool = False,
+def check_writable(path: str | os.PathLike, option: str = "out", directory: bool = False,
                    suffixes: tuple[str, ...] | None = None) -> Path:
     """Refuse an output path that cannot be written, before any work starts; return it as a Path.
 
@@ -74,33 +75,34 @@ def check_writable(path: str | os.PathLike, option: str = "--out", directory: bo
     ``path`` will be (or already is) a directory. Missing parents are fine (they are created when
     writing) as long as the nearest existing one is a directory we can create files in; that is
     probed by creating and removing a temporary file, so read-only mounts and ``/proc`` are caught
-    even for root. Nothing is left behind.
+    even for root. Nothing is left behind. ``option``: the parameter (or CLI flag) the messages name.
     """
     path = Path(path).expanduser()
+    where = named(option, path)
     if suffixes and not directory and path.suffix.lower() not in suffixes:
-        raise InputError(f"{option} {path}: use a file name ending in {', '.join(suffixes)}")
+        raise InputError(f"{where}: use a file name ending in {', '.join(suffixes)}", params=option)
     if path.exists():
         if directory and not path.is_dir():
-            raise StorageError(f"{option} {path}: exists and is not a directory")
+            raise StorageError(f"{where}: exists and is not a directory", params=option)
         if not directory and path.is_dir():
-            raise StorageError(f"{option} {path}: is a directory; give a file name")
+            raise StorageError(f"{where}: is a directory; give a file name", params=option)
     probe = path if directory and path.is_dir() else path.parent
     while not probe.exists():
         if probe.is_symlink() or probe == probe.parent:  # a dangling link / no existing ancestor
-            raise StorageError(f"{option} {path}: {probe} cannot be created")
+            raise StorageError(f"{where}: {probe} cannot be created", params=option)
         probe = probe.parent
     if not probe.is_dir():
-        raise StorageError(f"{option} {path}: {probe} is a file, not a directory")
+        raise StorageError(f"{where}: {probe} is a file, not a directory", params=option)
     try:
         fd, tmp = tempfile.mkstemp(prefix=".attnscope-probe-", dir=probe)
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
-        raise StorageError(f"{option} {path}: cannot write into {probe}: {exc.strerror or exc}") from None
+        raise StorageError(f"{where}: cannot write into {probe}: {exc.strerror or exc}", params=option) from None
     return path
 
 
-def make_out_dir(path: str | os.PathLike, option: str = "--out") -> Path:
+def make_out_dir(path: str | os.PathLike, option: str = "out") -> Path:
     """Check ``path`` can be a writable directory (:func:`check_writable`), create it, and return it."""
     path = check_writable(path, option, directory=True)
     try:
@@ -108,6 +110,19 @@ def make_out_dir(path: str | os.PathLike, option: str = "--out") -> Path:
     except OSError as exc:
         raise storage_error(path, exc) from None
     return path
+
+
+def check_table(df: Any, columns: Sequence[str], param: str = "df", what: str = "table") -> None:
+    """Refuse a ``df`` that is not a DataFrame (:class:`ArgumentTypeError`) or lacks any of ``columns``
+    (InputError naming the missing columns and all the ones ``what`` needs), before any arithmetic."""
+    import pandas as pd
+
+    check_type(df, pd.DataFrame, param, f"a pandas DataFrame ({what})")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        lacks = "none of them" if len(missing) == len(columns) else f"no {', '.join(missing)}"
+        raise InputError(f"{param} is not {what}: it needs the columns {', '.join(columns)} and has {lacks}",
+                         params=param)
 
 
 def numeric_columns(df: pd.DataFrame, columns: list[str] | tuple[str, ...], what: str = "table",

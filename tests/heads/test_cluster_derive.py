@@ -113,7 +113,7 @@ def test_derive_errors():
     with pytest.raises(AttnscopeError, match="no column"):
         derive_pattern(pd.DataFrame({"head": [0], "entropy": [1.0]}))
     two = pd.concat([metrics_table([2.0], [0.0]).assign(model="a"), metrics_table([2.0], [0.0]).assign(model="b")])
-    with pytest.raises(AttnscopeError, match="--model"):
+    with pytest.raises(AttnscopeError, match="model=NAME"):
         derive_pattern(two)
     assert derive_pattern(two, model="b")[0].n_heads == 1
     with pytest.raises(AttnscopeError, match="layer 9"):

@@ -71,7 +71,7 @@ def test_tiny_study_returns_the_tables_and_the_cli_writes_them(tmp_path, monkeyp
 
 
 def test_the_study_sets_the_pattern_itself(tmp_path):
-    with pytest.raises(InputError, match="--pattern"):
+    with pytest.raises(InputError, match="pass pattern"):
         run_study(tmp_path, train_overrides={"attn_pattern": "local:8"})
 
 

@@ -58,21 +58,21 @@ def train_cli(cli_inproc, out: Path, *args: str):
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--steps", "five"], "steps must be an integer, not 'five'"),
-        (["--steps", "-3"], "steps must be positive"),
-        (["--batch-size", "0"], "batch_size must be positive"),
-        (["--checkpoint-every", "0"], "checkpoint_every must be positive"),
-        (["--eval-every", "-1"], "eval_every must be positive"),
-        (["--keep-checkpoints", "0"], "keep_checkpoints must be positive"),
-        (["--warmup", "-1"], "warmup must not be negative"),
-        (["--lr", "inf"], "lr must be a finite number"),
-        (["--lr", "0"], "lr must be positive"),
-        (["--clip", "nan"], "clip must be a finite number"),
-        (["--weight-decay", "nan"], "weight_decay must be a finite number"),
-        (["--mask-prob", "nan"], "mask_prob must be a finite number"),
-        (["--dropout", "inf"], "dropout must be a finite number"),
-        (["--lr", "fast"], "lr must be a number, not 'fast'"),
-        (["--device", "gpu"], "'gpu' is not a torch device"),
+        (["--steps", "five"], "--steps must be an integer, not 'five'"),
+        (["--steps", "-3"], "--steps must be positive"),
+        (["--batch-size", "0"], "--batch-size must be positive"),
+        (["--checkpoint-every", "0"], "--checkpoint-every must be positive"),
+        (["--eval-every", "-1"], "--eval-every must be positive"),
+        (["--keep-checkpoints", "0"], "--keep-checkpoints must be positive"),
+        (["--warmup", "-1"], "--warmup must not be negative"),
+        (["--lr", "inf"], "--lr must be a finite number"),
+        (["--lr", "0"], "--lr must be positive"),
+        (["--clip", "nan"], "--clip must be a finite number"),
+        (["--weight-decay", "nan"], "--weight-decay must be a finite number"),
+        (["--mask-prob", "nan"], "--mask-prob must be a finite number"),
+        (["--dropout", "inf"], "--dropout must be a finite number"),
+        (["--lr", "fast"], "--lr must be a number, not 'fast'"),
+        (["--device", "gpu"], "--device 'gpu' is not a name torch accepts"),
         (["--device", "cuda:7"], "cuda:7"),
     ],
 )
@@ -86,13 +86,13 @@ def test_bad_values_on_the_command_line(tmp_path, cli_inproc, args, needle):
 @pytest.mark.parametrize(
     "yaml, needle",
     [
-        ("steps: five\n", "steps must be an integer, not 'five'"),
-        ("lr: .inf\n", "lr must be a finite number"),
-        ("clip: .nan\n", "clip must be a finite number"),
+        ("steps: five\n", "c.yaml: steps must be an integer, not 'five'"),
+        ("lr: .inf\n", "c.yaml: lr must be a finite number"),
+        ("clip: .nan\n", "c.yaml: clip must be a finite number"),
         ("grad_accum: [1, 2]\n", "grad_accum must be an integer"),
         ("objective: 3\n", "objective must be a string"),
         ("resume: maybe\n", "resume must be true or false"),
-        ("steps: 2.5\n", "steps must be an integer, not 2.5"),
+        ("steps: 2.5\n", "c.yaml: steps must be an integer, not 2.5"),
     ],
 )
 def test_bad_values_in_the_yaml_config(tmp_path, cli_inproc, yaml, needle):
@@ -323,7 +323,7 @@ def test_resume_with_fewer_steps_than_done_is_refused(tmp_path, cli_inproc):
     run_dir = tmp_path / "r"
     assert train_cli(cli_inproc, run_dir, "--steps", "4", "--checkpoint-every", "2", "--warmup", "1")[0] == 0
     one_line_exit_2(train_cli(cli_inproc, run_dir, "--steps", "2", "--checkpoint-every", "2", "--warmup", "1",
-                              "--resume"), "already trained 4 steps")
+                              "--resume"), "already trained up to step 4; --steps 2 would go back")
 
 
 def test_integers_past_int64_in_a_config_file_are_one_line(tmp_path, cli_inproc):
@@ -334,7 +334,7 @@ def test_integers_past_int64_in_a_config_file_are_one_line(tmp_path, cli_inproc)
 
 def test_warmup_not_below_steps_is_said(tmp_path, cli_inproc):
     code, _, err = train_cli(cli_inproc, tmp_path / "r", "--steps", "2", "--warmup", "5")
-    assert code == 0 and "warning: warmup (5 steps) is not below steps (2)" in err
+    assert code == 0 and "warning: --warmup 5 is not below --steps 2" in err and "(set --warmup below --steps)" in err
 
 
 def test_the_library_call_holds_the_run_lock(tmp_path):

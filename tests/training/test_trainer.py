@@ -210,9 +210,9 @@ def test_non_finite_weights_in_a_checkpoint_are_corruption_not_a_learning_rate_p
 @pytest.mark.parametrize(
     "args, msg",
     [
-        (["--preset", "bert-huge"], "unknown preset"),
-        (["--objective", "prefix-lm"], "unknown objective"),
-        (["--init", "orthogonal"], "unknown init"),
+        (["--preset", "bert-huge"], "--preset 'bert-huge' is unknown"),
+        (["--objective", "prefix-lm"], "--objective 'prefix-lm' is unknown"),
+        (["--init", "orthogonal"], "--init 'orthogonal' is unknown"),
         (["--d-model", "30", "--n-heads", "4"], "not divisible"),
         (["--data", "/nonexistent/corpus.txt"], "no such file"),
         (["--preset", "byte-12l", "--tokenizer", "MINILM", "--n-layers", "1"], "vocab_size is 256"),

@@ -35,6 +35,25 @@ def _first_line(text: str) -> str:
     return (str(text).strip().splitlines() or [""])[0]
 
 
+def _flags_take_no_value() -> None:
+    """Show flags as flags in ``--help``: typer's help prints a type after every option, ``<bool>``
+    after a flag too (``--json <bool>``), which reads as if the flag took a value. Patched once, here."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "_attnscope", False):
+        return
+
+    def display_type_rich(self: Any, ctx: Any) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich._attnscope = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_take_no_value()
+
+
 class Terminated(BaseException):
     """SIGTERM (``scancel``, ``timeout``, a job manager) raised in the main thread, so that the same cleanup as
     for Ctrl-C runs: pool workers are ended, temporaries removed. A BaseException: no task handler swallows it."""
@@ -60,7 +79,7 @@ def run_app(app: typer.Typer) -> None:
     """
     if "--debug" in sys.argv[1:]:  # honoured even when the failure happens while parsing
         os.environ[DEBUG_ENV] = "1"
-    install_one_line_warnings()
+    install_one_line_warnings(lambda text, names: in_flags(text, names, command_params(app, sys.argv[1:])))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_terminated)
     try:
@@ -82,7 +101,7 @@ def run_app(app: typer.Typer) -> None:
     except Exception as exc:
         if debug_enabled():
             traceback.print_exc()
-        code, line = describe_error(exc)
+        code, line = describe_error(exc, command_params(app, sys.argv[1:]))
         print(line, file=sys.stderr)
         sys.exit(code)
 
@@ -124,10 +143,15 @@ def check_no_empty_arguments(argv: list[str]) -> None:
             raise InputError("an argument is empty")
 
 
-def describe_error(exc: BaseException) -> tuple[int, str]:
-    """(exit code, one stderr line) for an exception that reached the CLI."""
+def describe_error(exc: BaseException, params: list[Any] | None = None) -> tuple[int, str]:
+    """(exit code, one stderr line) for an exception that reached the CLI.
+
+    An :class:`AttnscopeError`'s message names Python parameters (``exc.params``); they are shown as
+    the flags of the command that ran (``params``: its click parameters, see :func:`command_params`).
+    """
     if isinstance(exc, AttnscopeError):
-        return exc.exit_code, f"attnscope: error: {_first_line(str(exc)) or type(exc).__name__}"
+        text = in_flags(_first_line(str(exc)), exc.params, params or [])
+        return exc.exit_code, f"attnscope: error: {text or type(exc).__name__}"
     if isinstance(exc, OSError) and exc.errno in USER_ERRNOS:
         where = exc.filename if exc.filename is not None else "a file"
         if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
@@ -136,6 +160,68 @@ def describe_error(exc: BaseException) -> tuple[int, str]:
     what = _first_line(str(exc))
     return 1, (f"attnscope: internal error: {type(exc).__name__}{': ' + what if what else ''} "
                f"(a bug; rerun with --debug or {DEBUG_ENV}=1 for the traceback)")
+
+
+# -- Python parameter names -> the flags of the command that ran ------------------------------------------
+
+#: library parameter names whose CLI option has another name (tried when the command has no option of that name)
+PARAM_OPTIONS = {"k": "exponents", "lyap_k": "exponents", "init": "init_state", "time_min": "slurm_time",
+                 "mem_gb": "slurm_mem", "partition": "slurm_partition", "run_dirs": "runs", "out_dir": "out",
+                 "levels": "level", "stacks": "stack", "cfg": "config"}
+
+
+def command_params(app: typer.Typer, argv: list[str]) -> list[Any]:
+    """The click parameters of the (sub)command ``argv`` invokes, the groups' own options included."""
+    try:
+        cmd = typer.main.get_command(app)
+    except Exception:  # never let the error path fail
+        return []
+    params = list(cmd.params)
+    for token in argv:
+        commands = getattr(cmd, "commands", None)
+        if not commands:
+            break
+        if token.startswith("-"):
+            continue
+        if token not in commands and isinstance(cmd, DefaultCommandGroup):
+            token = cmd.default_command
+        if token not in commands:
+            break
+        cmd = commands[token]
+        params += list(cmd.params)
+    return params
+
+
+def flag_of(name: str, params: list[Any], value: str | None = None) -> str:
+    """The flag for Python parameter ``name`` (``value``: ``True``/``False`` of a boolean picks its on/off form)."""
+    by_name = {p.name: p for p in params if getattr(p, "opts", None)}
+    p = by_name.get(name) or by_name.get(PARAM_OPTIONS.get(name, "")) or by_name.get(f"no_{name}")
+    if p is None:
+        return f"--{name.replace('_', '-')}"
+    if getattr(p, "param_type_name", "") == "argument":  # a positional argument: its name as --help shows it
+        return str(p.name).upper()
+    longs = [o for o in p.opts if o.startswith("--")] or list(p.opts)
+    if value == "False" and getattr(p, "secondary_opts", None):
+        return p.secondary_opts[0]
+    return longs[0]
+
+
+def in_flags(message: str, names: tuple[str, ...], params: list[Any]) -> str:
+    """``message`` with each parameter in ``names`` shown as its flag: ``windows`` -> ``--windows``,
+    ``resume=True`` -> ``--resume``, ``steps=5`` -> ``--steps 5``; other words are left alone."""
+    for name in names:
+        if name.startswith("-"):  # already a flag (a CLI-only check)
+            continue
+
+        def repl(m: re.Match, name: str = name) -> str:
+            value = m.group(1)
+            flag = flag_of(name, params, value)
+            if value in ("True", "False"):
+                return flag
+            return f"{flag} {value}" if value else flag
+
+        message = re.sub(rf"(?<![\w\-./'`]){re.escape(name)}(?:=([^\s,;)]+))?(?![\w/'`])", repl, message)
+    return message
 
 
 # -- option checks shared by the commands ---------------------------------------------------------
@@ -187,6 +273,15 @@ def slurm_options(executor: str, partition: str | None = None, time_min: int | N
     return opts
 
 
+def old_name(old_value: Any, value: Any, default: Any, old: str, new: str) -> Any:
+    """The value of an option given under its old (hidden) name ``old`` or its new name ``new``; both is one line."""
+    if old_value is None:
+        return value
+    if value != default:
+        raise InputError(f"{old} is the old name of {new}; give only {new}")
+    return old_value
+
+
 def distinct_sources(sources: list[str]) -> None:
     """Refuse the same SOURCE given twice (same string, or two spellings of one local path)."""
     seen: dict[str, str] = {}
@@ -234,4 +329,22 @@ def echo_json(text: str) -> None:
     sys.stdout.flush()
 
 
-from attnscope.progress import stderr_console  # noqa: F401  (re-exported for the CLI modules)
+
+def console(stderr: bool = True) -> Any:
+    """The CLI's rich console (stderr by default: summaries never pollute ``--json`` on stdout).
+
+    Its width is the terminal's, or ``COLUMNS`` when set (80 off a terminal otherwise): tables are split
+    to fit it. Off a terminal (a log, a pipe, a notebook's captured stderr) a line of prose is never
+    wrapped: one message stays one line, whatever its length.
+    """
+    from rich.console import Console
+
+    con = Console(stderr=stderr)
+    if not con.is_terminal:
+        con.soft_wrap = True
+    return con
+
+
+def stderr_console() -> Any:
+    """:func:`console` on stderr."""
+    return console(stderr=True)

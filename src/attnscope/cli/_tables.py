@@ -3,7 +3,7 @@
 A table wider than the console is split into several tables by columns; each part repeats the
 key columns (e.g. ``layer``) so it can be read on its own. Column names are never truncated: a
 column is as wide as its name or its widest cell. ``--json`` and ``--out`` still carry everything;
-this is only what a person reads (80 columns when the output is not a terminal).
+this is only what a person reads (``COLUMNS`` wide, or 80 columns when the output is not a terminal).
 """
 
 from __future__ import annotations
@@ -64,13 +64,14 @@ def print_table(
     Splits by columns when wider than ``width`` (default: the console's width), repeating the
     first ``keys`` columns in every part; columns named in ``left`` are left-justified, the rest
     right; cells of columns named in ``fold`` (long names) wrap onto more lines beyond
-    :data:`FOLD_WIDTH` cells. Header names never wrap or shorten.
+    :data:`FOLD_WIDTH` cells or a third of the width, whichever is more. Header names never wrap or shorten.
     """
     width = width or con.width
+    fold_at = max(FOLD_WIDTH, width // 3)  # a wide console (COLUMNS=200) shows long names whole
     widths = []
     for i, h in enumerate(header):
         w = max([len(h)] + [_cell_width(r[i]) for r in rows])
-        widths.append(max(len(h), min(w, FOLD_WIDTH)) if h in fold else w)
+        widths.append(max(len(h), min(w, fold_at)) if h in fold else w)
     groups = split_columns(widths, width, keys)
     for n, cols in enumerate(groups, 1):
         con.print(escape(title) + (f" ({n}/{len(groups)})" if len(groups) > 1 else ""), style="italic", highlight=False)

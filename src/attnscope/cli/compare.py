@@ -70,7 +70,7 @@ def compare(
     are distinguishable, curves, scores."""
     import json
 
-    from attnscope.progress import stderr_console
+    from ._common import stderr_console
     from attnscope.tables import atomic_write_text, check_writable, make_out_dir, records_to_json, write_table
     from attnscope.training.compare import compare as run_compare
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
+from rich.markup import escape
 
 from attnscope.errors import InputError
 from attnscope.tables import make_out_dir
 
-from ._common import check_out_file, echo_json, slurm_options, stderr_console
+from ._common import check_out_file, echo_json, old_name, slurm_options, stderr_console
+from ._tables import print_frame, print_table
 
 app = typer.Typer(help="Mean-field dynamics of a 1-bit self-attention network (trajectories, bifurcations, chaos).",
                   no_args_is_help=True)
@@ -22,10 +24,17 @@ PRESET = typer.Option(None, "--preset", help="Named preset (default: paper).")
 CONFIG = typer.Option(None, "--config", help="YAML or TOML config file.")
 WSEED = typer.Option(None, "--weights-seed", help="Random +-1 weights from this seed (M=3, P=2, 3x33 segments).")
 SETS = typer.Option(None, "--set", help="Override a scalar, e.g. --set eps=0.05 (repeatable).")
-GAMMA = typer.Option(None, "--gamma", help="Attention gain gamma (g = gamma / sqrt(M)).")
-EPS = typer.Option(None, "--eps", help="Positional weight eps.")
+GAMMA = typer.Option(None, "--gamma", help="Attention gain gamma, g = gamma / sqrt(M) (default: the config's).")
+EPS = typer.Option(None, "--eps", help="Positional weight eps, 0..1 (default: the config's).")
 INIT = typer.Option(None, "--init-state", help="Checkpoint .npz (mv_window, mk_window, mq_window, att_window).")
 EXECUTOR = typer.Option("none", "--executor", help="none (in-process), inline, local or slurm (chunks in OUT/store).")
+
+
+def _regimes(regimes: Any, what: str) -> None:
+    """How many values fell in each regime, as a table (the CLI's tables, on stderr)."""
+    counts = regimes.value_counts()
+    print_table(stderr_console(), f"regimes of the {what}", ["regime", "values"],
+                [[escape(str(k)), str(int(v))] for k, v in counts.items()], left=["regime"])
 
 
 def _config(preset, config, weights_seed, sets, **scalars):
@@ -43,9 +52,9 @@ def _check_feature(cfg, name: str, f: Optional[int]) -> None:
 
 #: the Slurm options of the sweeps, spelled as in ``geometry --zoo`` and ``train --seeds``; ``--partition`` and
 #: ``--time-min`` (their first names) still work
-SLURM_PARTITION = typer.Option(None, "--slurm-partition", "--partition", help="Slurm partition (--executor slurm).")
+SLURM_PARTITION = typer.Option(None, "--slurm-partition", "--partition", help="Slurm partition (--executor slurm; default: the cluster's).")
 SLURM_TIME = typer.Option(None, "--slurm-time", "--time-min", help="Minutes per Slurm job (one chunk; default 60).")
-SLURM_MEM = typer.Option(None, "--slurm-mem", help="GB per Slurm job.")
+SLURM_MEM = typer.Option(None, "--slurm-mem", help="Memory per Slurm job, GB (default: the partition's).")
 
 
 def _slurm(executor: str, partition: Optional[str], time_min: Optional[int], mem_gb: Optional[float]) -> dict | None:
@@ -69,16 +78,16 @@ def show(preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG,
 
 @app.command()
 def trajectory(
-    beta_o: Optional[List[float]] = typer.Option(None, "--beta-o", help="Output inverse temperature (repeatable)."),
-    steps: int = typer.Option(5000, "--steps", help="Steps recorded."),
-    transient: int = typer.Option(0, "--transient", help="Steps run first and not recorded."),
-    out: Path = typer.Option(..., "--out", help="Output directory."),
+    beta_o: Optional[List[float]] = typer.Option(None, "--beta-o", help="Output inverse temperature (repeatable; default: the config's)."),
+    steps: int = typer.Option(5000, "--steps", help="Steps recorded, after --transient (at least 2)."),
+    transient: int = typer.Option(0, "--transient", help="Steps run first and discarded, before --steps."),
+    out: Path = typer.Option(..., "--out", help="Output directory (created if missing)."),
     init_state: Optional[Path] = INIT,
     preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
     sets: Optional[List[str]] = SETS, gamma: Optional[float] = GAMMA, eps: Optional[float] = EPS,
     feature: int = typer.Option(0, "--feature", help="Feature shown in the figures (0-based)."),
     last: int = typer.Option(400, "--last", help="Steps shown in the time-series figure."),
-    figures: bool = typer.Option(True, "--figures/--no-figures"),
+    figures: bool = typer.Option(True, "--figures/--no-figures", help="Write the PNG figures (--no-figures: only the .npz and summary.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
 ) -> None:
     """Simulate from x_0 or --init-state: trajectory.npz, final_state.npz and figures in OUT."""
@@ -118,9 +127,9 @@ def trajectory(
 
 @app.command()
 def lyapunov(
-    beta_o: Optional[List[float]] = typer.Option(None, "--beta-o", help="Values of beta_o (repeatable)."),
-    transient: int = typer.Option(20000, "--transient", help="Steps discarded (state and tangents)."),
-    steps: int = typer.Option(20000, "--steps", help="Steps averaged."),
+    beta_o: Optional[List[float]] = typer.Option(None, "--beta-o", help="Values of beta_o (repeatable; default: the config's)."),
+    transient: int = typer.Option(20000, "--transient", help="Steps run first and discarded (state and tangents align), before --steps."),
+    steps: int = typer.Option(20000, "--steps", help="Steps averaged, after --transient."),
     exponents: Optional[int] = typer.Option(None, "--exponents", help="Number K of leading exponents (default 2)."),
     init_state: Optional[Path] = INIT,
     preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
@@ -141,24 +150,27 @@ def lyapunov(
     if as_json:
         echo_json(records_to_json(df))
         return
-    from rich.table import Table
-
-    t = Table("beta_o", *[f"lambda_{i + 1}" for i in range(len(df["lyapunov"].iloc[0]))], "regime")
-    for r in df.itertuples(index=False):
-        t.add_row(f"{r.beta_o:g}", *[f"{x:+.6f} ± {e:.1e}" for x, e in zip(r.lyapunov, r.error)], r.regime)
-    stderr_console().print(t)
+    header = ["beta_o", *[f"lambda_{i + 1}" for i in range(len(df["lyapunov"].iloc[0]))], "regime"]
+    rows = [[f"{r.beta_o:g}", *[f"{x:+.6f} ± {e:.1e}" for x, e in zip(r.lyapunov, r.error)], r.regime]
+            for r in df.itertuples(index=False)]
+    con = stderr_console()
+    print_table(con, "Lyapunov exponents per step (± standard error)", header, rows, left=["regime"])
+    if out is not None:
+        con.print(f"wrote {out}", highlight=False)
 
 
 @app.command()
 def bifurcation(
-    param: str = typer.Option("beta_o", "--param", help="beta_o, gamma or eps."),
-    start: float = typer.Option(..., "--start"), stop: float = typer.Option(..., "--stop"),
-    num: int = typer.Option(..., "--num", help="Number of values."),
-    steps: int = typer.Option(120000, "--steps", help="Steps per value."),
-    transient: int = typer.Option(100000, "--transient", help="Steps discarded per value."),
-    out: Path = typer.Option(..., "--out", help="Output directory."),
+    param: str = typer.Option("beta_o", "--param", help="Parameter swept: beta_o, gamma or eps."),
+    start: float = typer.Option(..., "--start", help="First value of --param."),
+    stop: float = typer.Option(..., "--stop", help="Last value of --param (included)."),
+    num: int = typer.Option(..., "--num", help="Number of values, evenly spaced from --start to --stop."),
+    steps: int = typer.Option(120000, "--total-steps", help="Steps run per value, --transient included (the points are the last --total-steps minus --transient)."),
+    steps_alias: Optional[int] = typer.Option(None, "--steps", hidden=True, help="Old name of --total-steps."),
+    transient: int = typer.Option(100000, "--transient", help="Steps run first and discarded per value (part of --total-steps)."),
+    out: Path = typer.Option(..., "--out", help="Output directory (created if missing)."),
     mode: str = typer.Option("protocol", "--mode", help="protocol (paper), continuation (both directions) or x0."),
-    checkpoint_steps: Optional[int] = typer.Option(None, "--checkpoint-steps", help="Steps of the protocol checkpoint run (default --steps)."),
+    checkpoint_steps: Optional[int] = typer.Option(None, "--checkpoint-steps", help="Steps of the protocol checkpoint run (default: --total-steps)."),
     lyap_steps: int = typer.Option(5000, "--lyap-steps", help="Steps of the Lyapunov estimate after the run: the first tenth aligns the tangent vectors, the rest is averaged (0: skip)."),
     exponents: Optional[int] = typer.Option(None, "--exponents", help="Leading exponents (default 2)."),
     feature: int = typer.Option(0, "--feature", help="Plotted feature (0-based)."),
@@ -166,8 +178,8 @@ def bifurcation(
     init_state: Optional[Path] = INIT,
     preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
     sets: Optional[List[str]] = SETS, gamma: Optional[float] = GAMMA, eps: Optional[float] = EPS,
-    beta_o: Optional[float] = typer.Option(None, "--beta-o", help="Fixed beta_o when sweeping another parameter."),
-    executor: str = EXECUTOR, workers: int = typer.Option(2, "--workers"),
+    beta_o: Optional[float] = typer.Option(None, "--beta-o", help="Fixed beta_o when sweeping another parameter (default: the config's)."),
+    executor: str = EXECUTOR, workers: int = typer.Option(2, "--workers", help="Parallel worker processes (--executor local)."),
     chunk: int = typer.Option(256, "--chunk", help="Values per chunk (one task each)."),
     slurm_partition: Optional[str] = SLURM_PARTITION, slurm_time: Optional[int] = SLURM_TIME,
     slurm_mem: Optional[float] = SLURM_MEM,
@@ -179,6 +191,7 @@ def bifurcation(
     from attnscope.plots import save_figure
     from attnscope.tables import records_to_json, write_table
 
+    steps = old_name(steps_alias, steps, 120000, "--steps", "--total-steps")
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps, beta_o=beta_o)
     values = dyn.sweep_values(start, stop, num)
     _check_feature(cfg, "--feature", feature)
@@ -201,19 +214,24 @@ def bifurcation(
     if as_json:
         echo_json(records_to_json(res.table))
     else:
-        counts = res.table["regime" if "regime" in res.table else "regime_distinct"].value_counts().to_dict()
-        stderr_console().print(f"{len(res.table)} values -> {out}  regimes: {counts}")
+        files = ["bifurcation.csv", "points.parquet", "bifurcation.png"] + (["lyapunov.png"] if lyap_steps > 0 else [])
+        files += ["checkpoint.npz"] if res.checkpoint is not None else []
+        _regimes(res.table["regime" if "regime" in res.table else "regime_distinct"], f"{len(res.table)} values of {param}")
+        stderr_console().print(f"wrote {', '.join(files)} to {out}", highlight=False)
 
 
 @app.command()
 def phase(
     x: str = typer.Option("beta_o", "--x", help="Parameter on the x axis."),
-    x_start: float = typer.Option(..., "--x-start"), x_stop: float = typer.Option(..., "--x-stop"),
-    x_num: int = typer.Option(..., "--x-num"),
+    x_start: float = typer.Option(..., "--x-start", help="First value on the x axis."),
+    x_stop: float = typer.Option(..., "--x-stop", help="Last value on the x axis (included)."),
+    x_num: int = typer.Option(..., "--x-num", help="Number of x values, evenly spaced."),
     y: str = typer.Option("gamma", "--y", help="Parameter on the y axis."),
-    y_start: float = typer.Option(..., "--y-start"), y_stop: float = typer.Option(..., "--y-stop"),
-    y_num: int = typer.Option(..., "--y-num"),
-    transient: int = typer.Option(20000, "--transient"), steps: int = typer.Option(5000, "--steps"),
+    y_start: float = typer.Option(..., "--y-start", help="First value on the y axis."),
+    y_stop: float = typer.Option(..., "--y-stop", help="Last value on the y axis (included)."),
+    y_num: int = typer.Option(..., "--y-num", help="Number of y values, evenly spaced."),
+    transient: int = typer.Option(20000, "--transient", help="Steps run first and discarded per grid point, before --steps."),
+    steps: int = typer.Option(5000, "--steps", help="Steps averaged for the Lyapunov exponents per grid point, after --transient."),
     exponents: Optional[int] = typer.Option(None, "--exponents", help="Leading exponents (default 2)."),
     color: str = typer.Option("lambda_1", "--color", help="lambda_1 or regime."),
     out: Path = typer.Option(..., "--out", help="Output directory (phase.csv, phase.png, store/)."),
@@ -221,7 +239,8 @@ def phase(
     preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
     sets: Optional[List[str]] = SETS,
     executor: str = typer.Option("local", "--executor", help="inline, local or slurm (resumable store in OUT/store)."),
-    workers: int = typer.Option(2, "--workers"), chunk: int = typer.Option(256, "--chunk"),
+    workers: int = typer.Option(2, "--workers", help="Parallel worker processes (--executor local)."),
+    chunk: int = typer.Option(256, "--chunk", help="Grid points per chunk (one task each)."),
     slurm_partition: Optional[str] = SLURM_PARTITION, slurm_time: Optional[int] = SLURM_TIME,
     slurm_mem: Optional[float] = SLURM_MEM,
 ) -> None:
@@ -242,19 +261,20 @@ def phase(
                    workers=workers, slurm=slurm, progress=True)
     write_table(df, out / "phase.csv")
     save_figure(plots.phase_diagram(df, x=x, y=y, color=color), out / "phase.png")
-    stderr_console().print(f"{len(df)} grid points -> {out}  regimes: {df['regime'].value_counts().to_dict()}")
+    _regimes(df["regime"], f"{len(df)} grid points ({x} x {y})")
+    stderr_console().print(f"wrote phase.csv, phase.png to {out} (chunks in {out / 'store'})", highlight=False)
 
 
 @app.command()
 def finite(
-    beta_o: Optional[float] = typer.Option(None, "--beta-o"),
+    beta_o: Optional[float] = typer.Option(None, "--beta-o", help="Output inverse temperature (default: the config's)."),
     repeats: Optional[List[int]] = typer.Option(None, "--repeats", help="Column repetition factors (repeatable; default 1..10^4)."),
-    steps: int = typer.Option(20, "--steps", help="Horizon (steps) of the comparison."),
+    steps: int = typer.Option(20, "--steps", help="Steps simulated from x_0, compared at every step."),
     seeds: int = typer.Option(8, "--seeds", help="Independent samples per N."),
     out: Path = typer.Option(..., "--out", help="Output directory (finite.csv, finite.png)."),
     preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
     sets: Optional[List[str]] = SETS, gamma: Optional[float] = GAMMA, eps: Optional[float] = EPS,
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the table as JSON records on stdout."),
 ) -> None:
     """Finite-N stochastic network vs the mean field: error of the overlaps against N."""
     from attnscope import dynamics as dyn
@@ -269,5 +289,7 @@ def finite(
     save_figure(plots.finite_size(df), out / "finite.png")
     if as_json:
         echo_json(records_to_json(df))
-    else:
-        stderr_console().print(df.to_string(index=False))
+        return
+    con = stderr_console()
+    print_frame(con, f"finite N vs the mean field ({seeds} seeds per N, {steps} steps)", df, keys=2)
+    con.print(f"wrote finite.csv, finite.png to {out}", highlight=False)

@@ -23,6 +23,7 @@ from attnscope.errors import InputError
 from ._common import (
     check_out_dir,
     check_out_file,
+    console,
     distinct_sources,
     echo_json,
     make_default_group,
@@ -80,10 +81,10 @@ def score_cmd(
     demo: bool = typer.Option(False, "--demo", help="Score the bundled all-MiniLM-L6-v2 (needs attnscope\\[demo])."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Survey a zoo group of models into --out DIR."),
     executor: str = typer.Option("local", "--executor", help="Zoo survey executor: local, inline or slurm."),
-    workers: int = typer.Option(2, "--workers", help="Zoo survey parallel workers."),
-    slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition"),
-    slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Minutes per Slurm job."),
-    slurm_mem: Optional[float] = typer.Option(None, "--slurm-mem", help="GB per Slurm job."),
+    workers: int = typer.Option(2, "--workers", help="Zoo survey: parallel worker processes (--executor local)."),
+    slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Slurm partition (--executor slurm; default: the cluster's)."),
+    slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Minutes per Slurm job (--executor slurm)."),
+    slurm_mem: Optional[float] = typer.Option(None, "--slurm-mem", help="Memory per Slurm job, GB (--executor slurm)."),
 ) -> None:
     """Score models (SOURCE = HF directory, weights file or hub id); print a summary, write tables and figures."""
     positive(k, "--k", minimum=0, strict=True)
@@ -121,7 +122,7 @@ def score_cmd(
             frames.append(score(spec, k=k, levels=levels, stacks=stack, progress=show_progress, name=name,
                                 fold_norms="all" if fold_input_norm else fold_norms))
         for w in caught:  # warnings as one line each on stderr (never on stdout)
-            print(f"attnscope: warning: {w.message}", file=sys.stderr)
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)  # one line, flags for parameters
         band = _quantisation_band(spec)
         if band and not json_out:
             print(f"attnscope: {frames[-1]['model'].iloc[0]}: {band}", file=sys.stderr)
@@ -136,7 +137,7 @@ def score_cmd(
 
         echo_json(records_to_json(df))
     else:
-        print_summary(df)
+        print_summary(df, sources={str(f["model"].iloc[0]): spec for f, (spec, _) in zip(frames, specs) if len(f)})
         if out is not None:
             stderr_console().print(f"wrote {out}")
     if plot is not None:
@@ -181,15 +182,15 @@ def _fmt(med: float, q1: float, q3: float) -> str:
     return f"{med:+.2f} [{q1:+.2f}, {q3:+.2f}]"
 
 
-def print_summary(df: "pd.DataFrame", per_layer: bool = True) -> None:
+def print_summary(df: "pd.DataFrame", per_layer: bool = True, sources: dict[str, str] | None = None) -> None:
     """Tables on stdout, split to fit the terminal: per model and stack (median [Q1, Q3] over
-    layers), then per layer."""
-    from rich.console import Console
-
+    layers), then per layer. A model is shown by one name (its hub or registry id, else its folder's
+    name); where that is not what was given, a note on stderr says once which source it was read from
+    (``sources``: the ``model`` column's value -> the SOURCE given)."""
     from attnscope.geometry import summarize
-    from attnscope.plots.geometry import short_name
+    from attnscope.plots import model_label as short_name
 
-    con = Console()  # the terminal's width; 80 columns when stdout is not a terminal
+    con = console(stderr=False)  # the terminal's width or COLUMNS; 80 columns when stdout is not a terminal
     summ = summarize(df)
     over = "layers" if (summ["level"] == "layer").all() else "heads"
     header = ["model", "family", "stack", "layers", "symmetry s", "directionality d"]
@@ -200,6 +201,10 @@ def print_summary(df: "pd.DataFrame", per_layer: bool = True) -> None:
         for _, r in summ.iterrows()
     ]  # fmt: skip
     print_table(con, f"W_qk geometry: median [Q1, Q3] over {over}", header, rows, left=header[:3], fold=("model",))
+    for model in dict.fromkeys(summ["model"]):
+        given = (sources or {}).get(model, model)
+        if short_name(model) != given:
+            stderr_console().print(f"note: {short_name(model)} is read from {given}", highlight=False)
     if not per_layer:
         return
     for (model, stack), grp in df.groupby(["model", "stack"], sort=False):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from attnscope.errors import InputError
 
@@ -39,15 +40,15 @@ def _plot_dir(plot: Optional[Path]) -> Optional[Path]:
 def measure(
     source: str = typer.Argument(..., help="HF model dir / hub id, or an attnscope checkpoint / run dir."),
     data: str = typer.Option("builtin", "--data", help="Corpus: builtin, a text file/dir, enwik8, hf:NAME, jigsaw:PATH."),
-    windows: int = typer.Option(10, "--windows", help="Number of held-out windows."),
-    length: Optional[int] = typer.Option(None, "--length", help="Window length (default: 1024 for byte models, else the model's max)."),
+    windows: int = typer.Option(10, "--windows", help="Held-out windows measured (each --length tokens)."),
+    length: Optional[int] = typer.Option(None, "--length", help="Window length in tokens (default: 1024 for byte models, else the model's max)."),
     batch_size: int = typer.Option(1, "--batch-size", help="Windows per forward pass."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the per-head table (.csv/.parquet/.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print the table as JSON records on stdout."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write figures into this directory."),
     js: Optional[Path] = typer.Option(None, "--js", help="Also compute head-to-head JS divergences and write them here."),
     js_rows: int = typer.Option(64, "--js-rows", help="Query rows of window 0 used for the JS divergences."),
-    device: str = typer.Option("cpu", "--device", help="torch device."),
+    device: str = typer.Option("cpu", "--device", help="torch device: cpu, cuda, cuda:N or mps."),
 ) -> None:
     """Measure every head of SOURCE on held-out windows of a corpus (streamed layer by layer)."""
     from attnscope.heads.maps import extract, open_model
@@ -98,10 +99,13 @@ def measure(
 def _summary(df, info, out, js, plot_dir) -> None:
     from attnscope.heads.metrics import CAUSAL_DEFINED
 
+    from attnscope.plots import model_label
+
     con = stderr_console()
     streaming = "streamed per layer" if info["streaming"] else "output_attentions (all layers at once)"
+    name = model_label(info["model"])
     con.print(
-        f"[bold]{info['model']}[/]: {info['n_layers']} layers x {info['n_heads']} heads, "
+        f"[bold]{escape(name)}[/]: {info['n_layers']} layers x {info['n_heads']} heads, "
         f"{'causal' if info['causal'] else 'bidirectional'}, {info['windows']} windows x {info['length']} tokens, {streaming}"
     )
     cols = ["entropy", "entropy_norm", "sparsity", "distance", "confidence", "sink_first", "prev_mass"]
@@ -112,9 +116,11 @@ def _summary(df, info, out, js, plot_dir) -> None:
             f"bidirectional model: {' and '.join(CAUSAL_DEFINED)} keep their causal definition "
             "(earlier keys only; docs/heads.md)"
         )
+    if name != str(info["model"]):
+        con.print(f"note: {escape(name)} is read from {escape(str(info['model']))}", highlight=False)
     notable = []
     for col, label in (("prev_mass", "previous-token"), ("sink_first", "first-token sink"), ("induction_score", "induction"), ("dup_score", "duplicate-token")):
-        if col in df.columns and df[col].notna().any():
+        if col in df.columns and df[col].notna().any() and round(float(df[col].max()), 2) > 0:  # no 0.00 "strongest"
             r = df.loc[df[col].idxmax()]
             label += " (causal def.)" if col in CAUSAL_DEFINED and not info["causal"] else ""
             notable.append(f"{label}: L{int(r['layer'])}H{int(r['head'])} ({r[col]:.2f})")
@@ -129,8 +135,8 @@ def _summary(df, info, out, js, plot_dir) -> None:
 def cluster(
     metrics: Path = typer.Argument(..., help="A metrics table written by `attnscope heads SOURCE --out`."),
     features: str = typer.Option("entropy,sparsity,distance", "--features", help="Comma-separated metric columns."),
-    k_min: int = typer.Option(2, "--k-min"),
-    k_max: int = typer.Option(8, "--k-max"),
+    k_min: int = typer.Option(2, "--k-min", help="Fewest clusters tried (at least 2)."),
+    k_max: int = typer.Option(8, "--k-max", help="Most clusters tried (at most the number of heads - 1)."),
     method: str = typer.Option("both", "--method", help="ward, kmeans or both."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write labels (all k; `best` marks each method's best k); silhouettes go next to it as <stem>_silhouette<ext>."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write figures into this directory."),
@@ -186,6 +192,11 @@ def cluster(
     print_table(con, f"mean silhouette ({', '.join(res.features)}, z-scored; {len(df)} heads)", ["k", *methods], rows)
     for m, k in res.best_k.items():
         print_frame(con, f"{m}: best k = {k}, cluster profiles", cluster_profiles(df, res.labels, m, res.features))
+    if out is not None:
+        con.print(f"wrote labels: {out}; silhouettes: {out.with_name(f'{out.stem}_silhouette{out.suffix}')}", highlight=False)
+    if plot_dir is not None:
+        con.print(f"wrote figures: {', '.join(sorted(p.name for p in plot_dir.glob('cluster_*.png')))} in {plot_dir}",
+                  highlight=False)
 
 
 @app.command("derive")
@@ -194,9 +205,9 @@ def derive(
     out: Optional[Path] = typer.Option(None, "--out", help="Write the pattern spec (.yaml/.json); usable as attn_pattern."),
     layer: Optional[int] = typer.Option(None, "--layer", help="Derive from this layer only (default: median over layers)."),
     model: Optional[str] = typer.Option(None, "--model", help="Which model of a multi-model table."),
-    min_window: int = typer.Option(4, "--min-window"),
-    max_window: int = typer.Option(128, "--max-window", help="Wider than this = a global head (stride + anchor instead)."),
-    sink_threshold: float = typer.Option(0.2, "--sink-threshold", help="First-token mass that earns an anchor at key 0."),
+    min_window: int = typer.Option(4, "--min-window", help="Smallest local window proposed (tokens)."),
+    max_window: int = typer.Option(128, "--max-window", help="Widest local window (tokens); a head reaching further is global (stride + anchor instead)."),
+    sink_threshold: float = typer.Option(0.2, "--sink-threshold", help="First-token attention mass (share, 0..1) that earns an anchor at key 0."),
     as_json: bool = typer.Option(False, "--json", help="Print the pattern spec as JSON on stdout."),
 ) -> None:
     """Propose a sparse attention pattern per head from its measured metrics."""
@@ -227,10 +238,10 @@ def study(
     out: Path = typer.Argument(..., help="Study directory (runs, tables, figures); finished runs are reused."),
     pattern: str = typer.Option("byte-sparse-8h", "--pattern", help="Sparse pattern of the sparse run (preset or spec file)."),
     steps: Optional[int] = typer.Option(None, "--steps", help="Optimizer updates per model (default 250)."),
-    n_layers: Optional[int] = typer.Option(None, "--n-layers"),
-    d_model: Optional[int] = typer.Option(None, "--d-model"),
-    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Context length (also the measured window length)."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size"),
+    n_layers: Optional[int] = typer.Option(None, "--n-layers", help="Transformer layers per model (default 4)."),
+    d_model: Optional[int] = typer.Option(None, "--d-model", help="Model width d_model (default 128)."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Context length in bytes, also the measured window length (default 256)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Sequences per optimizer update (default 16)."),
     data: Optional[str] = typer.Option(None, "--data", help="Byte corpus (default builtin)."),
     windows: int = typer.Option(10, "--windows", help="Held-out windows for the head metrics."),
 ) -> None:

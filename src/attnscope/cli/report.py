@@ -22,7 +22,7 @@ def report(
     source: Optional[str] = typer.Argument(None, help="HF model directory, weights file or hub id."),
     out: Path = typer.Option(..., "--out", "-o", help="Directory to write report.html into (created if missing)."),
     data: Optional[str] = typer.Option(None, "--data", help="Also measure the attention heads on this corpus (as `attnscope heads --data`)."),
-    windows: int = typer.Option(4, "--windows", help="Held-out windows for the head metrics (with --data)."),
+    windows: int = typer.Option(4, "--windows", help="Held-out windows for the head metrics, each --length tokens (with --data)."),
     length: Optional[int] = typer.Option(None, "--length", help="Window length for the head metrics (default: the model's)."),
     name: Optional[str] = typer.Option(None, "--name", help="Model name shown (default: registry id or the source's name)."),
     k: float = typer.Option(2.0, "--k", help="Outlier threshold of directionality: mean + k std."),
@@ -54,6 +54,6 @@ def report(
             device=device, progress=True,
         )  # fmt: skip
     for w in caught:
-        print(f"attnscope: warning: {w.message}", file=sys.stderr)
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno)  # one line, flags for parameters
     path = write_report(rep, out)
     stderr_console().print(f"wrote {path}")

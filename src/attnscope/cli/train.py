@@ -84,7 +84,7 @@ def config_options(given: dict[str, Any]) -> dict[str, Any]:
 
 def train(**given: Any) -> None:
     """Train a Transformer (mlm encoder or clm decoder), logging loss and W_qk geometry to RUN_DIR/metrics.jsonl."""
-    from attnscope.progress import stderr_console
+    from ._common import stderr_console
     from attnscope.training import train as run_training
 
     from ._common import echo_json
@@ -128,7 +128,7 @@ def _number(given: dict[str, Any], name: str, kind: type) -> Any:
 
 def _train_grid(cfg: TrainConfig, options: dict[str, Any], given: dict[str, Any]) -> None:
     """``--seeds/--inits/--objectives``: every point as a run directory under --out, through run_grid."""
-    from attnscope.progress import stderr_console
+    from ._common import stderr_console
     from attnscope.tables import records_to_json
     from attnscope.training.grid import parse_seeds, run_grid
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -10,7 +11,7 @@ import typer
 
 from attnscope.errors import InputError
 
-from ._common import echo_json
+from ._common import console, echo_json
 
 app = typer.Typer(help="The model zoo: the paper's models and named groups.", no_args_is_help=True)
 
@@ -30,7 +31,6 @@ def list_models(
     if as_json:
         echo_json(json.dumps([e.to_record() for e in entries]))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"attnscope zoo: {group or 'all'} ({len(entries)} models)")
@@ -40,10 +40,10 @@ def list_models(
     for e in entries:
         shown = [g for g in e.groups if g != "paper-all"]
         table.add_row(e.id, e.family, e.modality, e.type, _human(e.params), " ".join(shown), " ".join(e.caveats))
-    console = Console()
-    if not console.is_terminal:  # piped: do not squeeze the table into 80 columns
-        console = Console(width=160)
-    console.print(table)
+    con = console(stderr=False)
+    if not con.is_terminal and "COLUMNS" not in os.environ:  # piped: do not squeeze the table into 80 columns
+        con.width = 160
+    con.print(table)
 
 
 @app.command("groups")

@@ -25,7 +25,7 @@ def simulate_finite(cfg: DynamicsConfig, repeats: int, steps: int, *, seeds: Seq
                     beta_o: float | None = None) -> np.ndarray:
     """m^o_se of the sampled network [n_seeds, steps, M] from x_0 (deterministic t = 0 token)."""
     if repeats < 1:
-        raise InputError(f"repeats must be >= 1, got {repeats}")
+        raise InputError(f"repeats must be >= 1, got {repeats}", params="repeats")
     mf = compile_config(cfg)
     B = len(seeds)
     beta, g, eps = params_arrays(cfg, beta_o=[cfg.beta_o if beta_o is None else beta_o] * B)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnscope.errors import ConfigError, FormatError, InputError
+from attnscope.errors import ConfigError, FormatError, InputError, check_type
 
 from .model import MATRICES, DynamicsConfig, positional_code
 
@@ -65,6 +65,7 @@ def pattern_correlations(cfg: DynamicsConfig) -> tuple[np.ndarray, np.ndarray]:
 
 def compile_config(cfg: DynamicsConfig) -> MeanField:
     """The compiled map used by every simulation path (pattern-correlation form)."""
+    check_type(cfg, DynamicsConfig, "cfg", 'a DynamicsConfig (e.g. dynamics.load_preset("paper"))')
     U, Cf = pattern_correlations(cfg)
     C = cfg.C
     codes = positional_code(np.arange(C), cfg.P)  # [C, P]

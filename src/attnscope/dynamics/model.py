@@ -343,7 +343,7 @@ def resolve_config(preset: str | None = None, config: str | Path | None = None,
                    ) -> DynamicsConfig:
     """The config the CLI asks for: a file, a preset (default ``paper``) or random weights, then overrides."""
     if sum(x is not None for x in (preset, config, weights_seed)) > 1:
-        raise InputError("give only one of --preset, --config and --weights-seed")
+        raise InputError("give only one of preset, config and weights_seed", params=("preset", "config", "weights_seed"))
     if config is not None:
         cfg = load_config(config)
     elif weights_seed is not None:

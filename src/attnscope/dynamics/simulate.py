@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from attnscope.errors import FormatError, InputError
+from attnscope.errors import FormatError, InputError, check_type
 
 from .meanfield import MeanField, State, compile_config, initial_state, load_state, params_arrays
 from .model import DynamicsConfig
@@ -143,11 +143,13 @@ def trajectory(cfg: DynamicsConfig, *, beta_o=None, gamma=None, eps=None, steps:
     ``transient`` steps run first and are not recorded. Returns t [n], m [B, n, 4, M] (overlaps o, v,
     q, k), mo_se [B, n, M], A [B, n, M], and the parameter arrays; the final state under ``state``.
     """
+    for name, value in (("steps", steps), ("transient", transient)):
+        check_type(value, (int, np.integer), name, "a whole number of steps")
     mf = compile_config(cfg)
     beta, g, ep = params_arrays(cfg, beta_o, gamma, eps)
     state = make_state(mf, init, beta.size)
     if transient < 0:
-        raise InputError(f"transient must be >= 0, got {transient}")
+        raise InputError(f"transient must be >= 0, got {transient}", params="transient")
     if transient:
         advance(mf, state, beta, g, ep, transient, transient=transient - 1, n_tail=0, bins=0)
     t0 = state.t

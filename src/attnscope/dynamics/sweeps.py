@@ -37,7 +37,7 @@ def default_k(cfg: DynamicsConfig, k: int | None) -> int:
 def sweep_values(start: float, stop: float, num: int) -> np.ndarray:
     """``num`` evenly spaced values in [start, stop]; a sweep with no points is an error."""
     if num is None or int(num) < 1:
-        raise InputError(f"a sweep needs at least one point (--num >= 1), got {num}")
+        raise InputError(f"a sweep needs at least one point (num >= 1), got {num}", params="num")
     for name, v in (("start", start), ("stop", stop)):
         if not np.isfinite(float(v)):
             raise InputError(f"sweep {name} must be finite, got {v}")
@@ -49,9 +49,9 @@ def sweep_values(start: float, stop: float, num: int) -> np.ndarray:
 def _check_run(workers: int, chunk: int) -> None:
     """Options of a chunked sweep that must be positive."""
     if int(workers) < 1:
-        raise InputError(f"--workers must be >= 1, got {workers}")
+        raise InputError(f"workers must be >= 1, got {workers}", params="workers")
     if int(chunk) < 1:
-        raise InputError(f"--chunk must be >= 1, got {chunk}")
+        raise InputError(f"chunk must be >= 1, got {chunk}", params="chunk")
 
 
 def _check_param(param: str) -> str:
@@ -228,18 +228,19 @@ def bifurcation(cfg: DynamicsConfig, values: Sequence[float], *, param: str = "b
     if mode not in MODES:
         raise InputError(f"unknown bifurcation mode {mode!r}; choose one of {', '.join(MODES)}")
     if steps < 1 or not 0 <= transient < steps:
-        raise InputError(f"need steps >= 1 and 0 <= transient < steps (got steps {steps}, transient {transient})")
+        raise InputError(f"need steps >= 1 and 0 <= transient < steps (got steps={steps}, transient={transient})",
+                         params=("steps", "transient"))
     if lyap_steps < 0:
-        raise InputError(f"--lyap-steps must be >= 0 (0 skips the Lyapunov estimate), got {lyap_steps}")
+        raise InputError(f"lyap_steps must be >= 0 (0 skips the Lyapunov estimate), got {lyap_steps}", params="lyap_steps")
     if checkpoint_steps is not None and checkpoint_steps < 1:
-        raise InputError(f"--checkpoint-steps must be >= 1, got {checkpoint_steps}")
+        raise InputError(f"checkpoint_steps must be >= 1, got {checkpoint_steps}", params="checkpoint_steps")
     _check_run(workers, chunk)
     mf = compile_config(cfg)
     if not 0 <= feature < cfg.M:
-        raise InputError(f"feature must be in 0..{cfg.M - 1}, got {feature}")
+        raise InputError(f"feature must be in 0..{cfg.M - 1}, got {feature}", params="feature")
     sf = min(1, cfg.M - 1) if section_feature is None else section_feature
     if not 0 <= sf < cfg.M:
-        raise InputError(f"section feature must be in 0..{cfg.M - 1}, got {sf}")
+        raise InputError(f"section_feature must be in 0..{cfg.M - 1}, got {sf}", params="section_feature")
     lyap_k = default_k(cfg, lyap_k)
     if not 1 <= lyap_k <= cfg.C * cfg.M:
         raise InputError(f"number of exponents must be in 1..{cfg.C * cfg.M} (C*M) for this model, got {lyap_k}")
@@ -299,7 +300,8 @@ def lyapunov_table(cfg: DynamicsConfig, values: Sequence[float], *, param: str =
     state = make_state(mf, init, beta.size)
     k = default_k(cfg, k)
     if transient < 0 or steps < 1:
-        raise InputError("need --steps >= 1 and --transient >= 0")
+        raise InputError(f"need steps >= 1 and transient >= 0 (got steps={steps}, transient={transient})",
+                         params=("steps", "transient"))
     est = lyapunov_estimate(mf, state, beta, g, eps, n_steps=steps, k=k, transient=transient, blocks=LYAP_BLOCKS)
     return pd.DataFrame({param: values, "lyapunov": [list(map(float, r)) for r in est.exponents],
                          "error": [list(map(float, r)) for r in est.error],
@@ -320,7 +322,8 @@ def phase(cfg: DynamicsConfig, x: tuple[str, Sequence[float]], y: tuple[str, Seq
     if not (np.all(np.isfinite(vx)) and np.all(np.isfinite(vy))):
         raise InputError("phase sweep values must be finite")
     if steps < 1 or transient < 0:
-        raise InputError(f"a phase sweep needs --steps >= 1 and --transient >= 0 (got {steps}, {transient})")
+        raise InputError(f"a phase sweep needs steps >= 1 and transient >= 0 (got steps={steps}, transient={transient})",
+                         params=("steps", "transient"))
     _check_run(workers, chunk)
     mf = compile_config(cfg)
     k = default_k(cfg, k)

@@ -31,7 +31,7 @@ def check_fold(fold: "bool | str | None") -> str:
     if fold is True:
         return "qk"
     if fold not in FOLDS:
-        raise ConfigError(f"fold_norms must be one of {', '.join(FOLDS)} (or True/False), not {fold!r}")
+        raise ConfigError(f"fold_norms must be one of {', '.join(FOLDS)} (or True/False), not {fold!r}", params="fold_norms")
     return str(fold)
 
 

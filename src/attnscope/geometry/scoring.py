@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 
-from attnscope.errors import FormatError, InputError
+from attnscope.errors import FormatError, InputError, check_type
 
 from attnscope.families.base import check_fold
 
@@ -44,12 +44,13 @@ class NonFiniteWeightsWarning(UserWarning):
 
 
 def _check_levels(levels: Iterable[str]) -> tuple[str, ...]:
+    check_type(levels, (str, list, tuple), "levels", '"head", "layer", "both" or a list of them')
     if isinstance(levels, str):
         levels = ("head", "layer") if levels == "both" else (levels,)
     levels = tuple(levels)
     bad = [lv for lv in levels if lv not in LEVELS]
     if bad or not levels:
-        raise InputError(f"level must be head, layer or both, not {', '.join(bad) or 'nothing'}")
+        raise InputError(f"levels must be head, layer or both, not {', '.join(map(str, bad)) or 'nothing'}", params="levels")
     return levels
 
 
@@ -145,8 +146,9 @@ def score(
     from attnscope.families import get_family
     from attnscope.sources import open_source
 
+    check_type(k, (int, float, np.integer, np.floating), "k", "a number (the outlier threshold, e.g. 2.0)")
     if not np.isfinite(k) or k < 0:
-        raise InputError(f"k must be a finite number >= 0, not {k}")
+        raise InputError(f"k must be a finite number >= 0, not {k}", params="k")
     lv = _check_levels(levels)
     fold = check_fold(fold_norms)
     src = open_source(source, config=config)
@@ -158,7 +160,7 @@ def score(
             stacks = (stacks,) if isinstance(stacks, str) else tuple(stacks)
             bad = [s for s in stacks if s not in {"encoder", "decoder", "cross"}]
             if bad:
-                raise InputError(f"stack must be encoder, decoder or cross, not {', '.join(bad)}")
+                raise InputError(f"stacks must be encoder, decoder or cross, not {', '.join(map(str, bad))}", params="stacks")
             have = {i.stack for i in infos}
             if not have & set(stacks):
                 raise InputError(f"{model}: has no {'/'.join(stacks)} stack (it has {', '.join(sorted(have))})")
@@ -166,9 +168,10 @@ def score(
         total = sum(i.n_layers for i in infos)
         records: list[dict] = []
         bad_layers: list[str] = []
+        from attnscope.plots.base import model_label  # the model's name, not its path, labels the bar
         from attnscope.progress import progress as progress_bar
 
-        with progress_bar(total, str(model)[-40:], enabled=progress, unit="layers") as bar:
+        with progress_bar(total, model_label(str(model)), enabled=progress, unit="layers") as bar:
             for info in infos:
                 for layer in range(info.n_layers):
                     factors = fam.layer_factors(src, info, layer, fold)
@@ -211,6 +214,10 @@ def records_frame(records: list[dict]) -> "pd.DataFrame":
     return df
 
 
+#: the columns of a score table that summaries and plots read
+SCORE_COLUMNS = ("model", "family", "stack", "level", "layer", "symmetry", "directionality")
+
+
 def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
     """Per model and stack: median and IQR (25th, 75th percentile) over layers of s and d.
 
@@ -219,6 +226,9 @@ def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
     """
     import pandas as pd
 
+    from attnscope.tables import check_table
+
+    check_table(df, SCORE_COLUMNS, "df", "a score table from geometry.score()")
     if df.empty:
         raise InputError("no scores to summarise")
     rows = df[df["level"] == "layer"]

@@ -48,7 +48,7 @@ def zscore_features(df: "pd.DataFrame", features: Sequence[str]) -> "np.ndarray"
     X = numeric_columns(df, list(features), "metrics table", finite=False).to_numpy()
     bad = [f for f, col in zip(features, X.T) if not np.isfinite(col).all()]
     if bad:
-        raise InputError(f"feature(s) {', '.join(bad)} have missing/NaN values; choose others with --features")
+        raise InputError(f"feature(s) {', '.join(bad)} have missing/NaN values; choose other features", params="features")
     mu, sd = X.mean(0), X.std(0)
     return np.where(sd > 0, (X - mu) / np.where(sd > 0, sd, 1.0), 0.0)
 
@@ -83,7 +83,7 @@ def cluster_heads(
     for m in methods:
         if m not in METHODS:
             raise InputError(f"unknown clustering method {m!r}; use ward, kmeans or both")
-    features = tuple(features)
+    features = tuple(features.split(",")) if isinstance(features, str) else tuple(features)  # "a,b" as on the CLI
     if not features:
         raise InputError("choose at least one feature")
     if not {"layer", "head"} <= set(df.columns):
@@ -91,9 +91,9 @@ def cluster_heads(
     X = zscore_features(df, features)  # the table's columns are checked before its size
     n = len(df)
     if k_min < 2:
-        raise InputError(f"--k-min must be at least 2, not {k_min}")
+        raise InputError(f"k_min must be at least 2, not {k_min}", params="k_min")
     if k_max < k_min:
-        raise InputError(f"--k-max {k_max} is smaller than --k-min {k_min}")
+        raise InputError(f"k_max={k_max} is smaller than k_min={k_min}", params=("k_max", "k_min"))
     if k_max >= n:
         raise InputError(f"k = {k_max} is too large for {n} heads (silhouette needs k <= number of heads - 1)")
     ids = df[[c for c in ID_COLUMNS if c in df.columns]].reset_index(drop=True)

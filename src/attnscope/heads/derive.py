@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from attnscope.errors import InputError
+from attnscope.errors import InputError, check_type
 from attnscope.tables import numeric_columns
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,13 +51,15 @@ def derive_pattern(
 
     from attnscope.sparse.patterns import HeadPattern, Pattern
 
+    check_type(df, pd.DataFrame, "df", "a pandas DataFrame (a metrics table from heads.extract(...).metrics)")
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise InputError(f"metrics table has no column(s) {', '.join(missing)}: write it with `attnscope heads`")
     if min_window < 0 or max_window < min_window:
         raise InputError(f"need 0 <= min_window <= max_window, got {min_window} and {max_window}")
     if not (isinstance(sink_threshold, (int, float)) and math.isfinite(sink_threshold) and 0 <= sink_threshold <= 1):
-        raise InputError(f"--sink-threshold must be a number in [0, 1] (a share of attention mass), not {sink_threshold}")
+        raise InputError(f"sink_threshold must be a number in [0, 1] (a share of attention mass), not {sink_threshold}",
+                         params="sink_threshold")
     if global_stride < 1:
         raise InputError(f"global_stride must be at least 1, not {global_stride}")
     sub = df
@@ -66,7 +68,7 @@ def derive_pattern(
             raise InputError(f"model {model!r} is not in the metrics table")
         sub = sub[sub["model"] == model]
     elif "model" in df.columns and df["model"].nunique() > 1:
-        raise InputError(f"the metrics table holds {df['model'].nunique()} models; pick one with --model")
+        raise InputError(f"the metrics table holds {df['model'].nunique()} models; pick one with model=NAME", params="model")
     if layer is not None:
         if "layer" not in sub.columns or layer not in set(sub["layer"]):
             raise InputError(f"layer {layer} is not in the metrics table")

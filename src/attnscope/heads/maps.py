@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from attnscope.errors import FormatError, InputError, OfflineError, UnsupportedError
+from attnscope.errors import FormatError, InputError, OfflineError, UnsupportedError, check_type
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -78,7 +78,7 @@ class MapModel:
         if self.byte_level:
             return min(1024, self.max_len or 1024)
         if self.max_len is None:
-            raise InputError(f"{self.name}: the model does not say its maximum length; pass --length")
+            raise InputError(f"{self.name}: the model does not say its maximum length; pass length", params="length")
         return self.max_len
 
 
@@ -411,9 +411,9 @@ def make_windows(model: MapModel, corpus: str, n: int, length: int, split: str =
     from attnscope.training.data import heldout_windows, open_corpus
 
     if n < 1:
-        raise InputError(f"--windows must be at least 1, not {n}")
+        raise InputError(f"windows must be at least 1, not {n}", params="windows")
     if length < 2:
-        raise InputError(f"--length must be at least 2, not {length}")
+        raise InputError(f"length must be at least 2, not {length}", params="length")
     if model.max_len is not None and length > model.max_len:
         raise InputError(f"window length {length} is longer than the model's maximum {model.max_len}")
     corp = open_corpus(corpus)
@@ -468,14 +468,16 @@ def extract(
 
     from .metrics import METRICS, pairwise_js, summarize_windows, window_metrics
 
+    for name, value in (("batch_size", batch_size), ("windows", windows), ("js_rows", js_rows)):
+        check_type(value, (int, np.integer), name, "a whole number")
     if batch_size < 1:
-        raise InputError(f"--batch-size must be at least 1, not {batch_size}")
+        raise InputError(f"batch_size must be at least 1, not {batch_size}", params="batch_size")
     if windows < 1:
-        raise InputError(f"--windows must be at least 1, not {windows}")
+        raise InputError(f"windows must be at least 1, not {windows}", params="windows")
     if length is not None and length < 2:
-        raise InputError(f"--length must be at least 2, not {length}")
+        raise InputError(f"length must be at least 2, not {length}", params="length")
     if js_rows < 0:
-        raise InputError(f"--js-rows must be at least 0, not {js_rows}")
+        raise InputError(f"js_rows must be at least 0, not {js_rows}", params="js_rows")
     if isinstance(source, MapModel):
         model = source
     elif isinstance(source, (str, os.PathLike)):
@@ -508,9 +510,10 @@ def extract(
             if layer in example_layers:
                 examples[layer] = probs[0, :, :example_len, :example_len].float().cpu().numpy().copy()
 
+    from attnscope.plots.base import model_label  # the model's name, not its path, labels the bar
     from attnscope.progress import progress as progress_bar
 
-    with progress_bar(len(idx), f"heads {model.name}", enabled=progress, unit="windows") as bar:
+    with progress_bar(len(idx), f"heads {model_label(model.name)}", enabled=progress, unit="windows") as bar:
         for b0 in range(0, len(idx), batch_size):
             batch = idx[b0 : b0 + batch_size]
             state["b0"], state["tok"] = b0, batch

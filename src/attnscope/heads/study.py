@@ -139,7 +139,7 @@ def run_study(
     out.mkdir(parents=True, exist_ok=True)
     base = dict(DEFAULT_TRAIN, **(train_overrides or {}))
     if base.get("attn_pattern"):
-        raise InputError("the study sets attn_pattern itself; pass --pattern")
+        raise InputError("the study sets attn_pattern itself; pass pattern", params="pattern")
     variants = {"dense": dict(base), "sparse": dict(base, attn_pattern=pattern)}
     log = log or (lambda message: None)
     rows, metrics, examples = [], [], {}

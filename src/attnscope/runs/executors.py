@@ -94,7 +94,7 @@ def run_tasks(
     if executor not in EXECUTORS:
         raise InputError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise InputError(f"--workers must be a positive integer, not {workers!r}")
+        raise InputError(f"workers must be a positive integer, not {workers!r}", params="workers")
     store = store if isinstance(store, ResultsStore) else ResultsStore(store)
     with store.lock():
         return _run_locked(fn, tasks, store, executor, workers, slurm, progress, desc)

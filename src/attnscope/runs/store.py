@@ -244,7 +244,7 @@ class StoreLock:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             os.close(fd)
             raise InputError(
-                f"{self.path.parent} is in use by another run (pid {holder}); wait for it or use another --out"
+                f"{self.path.parent} is in use by another run (pid {holder}); wait for it or use another output directory"
             ) from None
         try:  # the holder's pid, for the message above; informational only (the disk may be full)
             os.ftruncate(fd, 0)

@@ -148,7 +148,9 @@ class HubRepo:
         sha = rev if _SHA.match(rev) else (ref.read_text().strip() if ref.is_file() else "")
         snap = root / "snapshots" / sha if sha else None
         if snap is None or not (snap / "config.json").is_file():
-            raise OfflineError(f"{repo_id}: not in the hub cache ({hub_cache()}) and {why}")
+            # a hub id is only tried for a name that is no local path: say so, a typo in a path looks like this
+            raise OfflineError(f"{repo_id}: no local path of that name, and as a hub id not in the hub cache "
+                               f"({hub_cache()}){' and ' + why if why else ''}")
         files = {p.relative_to(snap).as_posix() for p in snap.rglob("*") if p.is_file()}
         return cls(repo_id, None if rev == "main" else rev, token, sha, files, online=False)
 

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from numbers import Integral
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from attnscope.errors import InputError
+from attnscope.errors import InputError, check_type
 
 from .compare_read import (
     Run,
@@ -75,18 +78,29 @@ class Comparison:
     notes: list[str] = field(default_factory=list)  # one line each: torn lines, unfinished runs and pairs, single seeds
 
 
-def _check_options(run_dirs: Sequence, smooth: int, at: Sequence[int], target: float | None, method: str,
+def _check_options(run_dirs: list, smooth: int, at: Sequence[int], target: float | None, method: str,
                    which: str) -> None:
+    check_type(smooth, Integral, "smooth", "a whole number of logged losses")
     if not run_dirs:
         raise InputError("give at least one run directory")
     if smooth < 1:
-        raise InputError(f"smooth must be at least 1, not {smooth}")
+        raise InputError(f"smooth must be at least 1, not {smooth}", params="smooth")
     if any(int(s) <= 0 for s in at):
-        raise InputError("steps given with --at must be positive")
+        raise InputError("the steps in at must be positive", params="at")
     if target is not None and not math.isfinite(target):
-        raise InputError(f"the target loss must be a finite number, not {target}")
+        raise InputError(f"the target loss must be a finite number, not {target}", params="target")
     check_choice("speedup", method, SPEEDUPS)
     check_choice("curve", which, CURVES)
+
+
+def _run_dirs(run_dirs: str | os.PathLike | Iterable) -> list:
+    """One path alone or any iterable of them, a seed grid's bookkeeping folder (``.grid``) left out."""
+    from .runlog import GRID_STORE
+
+    if isinstance(run_dirs, (str, os.PathLike)):
+        run_dirs = [run_dirs]
+    check_type(run_dirs, Iterable, "run_dirs", "a run directory or a list of them")
+    return [p for p in run_dirs if Path(p).name != GRID_STORE]
 
 
 def _read(run_dirs: Sequence[str | Path]) -> list[Run]:
@@ -102,7 +116,7 @@ def _read(run_dirs: Sequence[str | Path]) -> list[Run]:
 
 
 def compare(
-    run_dirs: Sequence[str | Path], baseline: str | None = None, smooth: int = 1,
+    run_dirs: str | Path | Iterable[str | Path], baseline: str | None = None, smooth: int = 1,
     at: Sequence[int] = (), target: float | None = None, speedup: str = "matched", curve: str = "auto",
 ) -> Comparison:
     """Read runs and build every table (nothing is drawn or written).
@@ -110,7 +124,10 @@ def compare(
     ``speedup``: ``matched`` (default) or ``paper`` (:data:`SPEEDUPS`); ``curve``: what ``matched`` reads,
     ``auto`` (held-out where both runs of a pair logged it, else training), ``held-out`` or ``train``;
     ``smooth``: mean of the last N logged training losses, applied to both curves alike.
+    ``run_dirs``: run directories (one path alone is fine); a seed grid's bookkeeping folder (``.grid``,
+    e.g. from ``sorted(Path("runs/grid").iterdir())``) is skipped.
     """
+    run_dirs = _run_dirs(run_dirs)
     _check_options(run_dirs, smooth, at, target, speedup, curve)
     runs = _read(run_dirs)
     notes = [n for r in runs for n in r.notes]

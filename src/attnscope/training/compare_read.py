@@ -249,12 +249,25 @@ def pick_baselines(runs: Sequence[Run], baseline: str | None = None) -> dict[str
     for r in runs:
         b = defaults.get(r.pair_key())
         if b is None:
-            raise InputError(
-                f"run {r.name} (init {r.init}, seed {r.seed}) has no default-init run with the same objective, "
-                "model, data and seed among the compared runs; add it or name one with --baseline"
-            )
+            raise InputError(f"run {r.name} (init {r.init}, seed {r.seed}) has no default-init run with the same "
+                             f"settings among the compared runs{_nearest(r, defaults.values())}; add one or name "
+                             "one with baseline=RUN", params="baseline")
         out[r.name] = b.name
     return out
+
+
+def _nearest(run: Run, defaults: Any) -> str:
+    """``: the nearest, B, differs in warmup (10 vs 0)``: the settings (treatments aside) where the default-init
+    run closest to ``run`` differs from it; empty without default-init runs."""
+    mine = {k: v for k, v in run.settings().items() if k not in TREATMENTS}
+    best: tuple[int, str] | None = None
+    for d in defaults:
+        theirs = {k: v for k, v in d.settings().items() if k not in TREATMENTS}
+        diff = [f"{k} ({mine.get(k, 'unset')} vs {theirs.get(k, 'unset')})" for k in sorted(set(mine) | set(theirs))
+                if mine.get(k) != theirs.get(k)]
+        if best is None or len(diff) < best[0]:
+            best = (len(diff), f": the nearest, {d.name}, differs in {', '.join(diff)}")
+    return "" if best is None else best[1]
 
 
 #: model settings that follow from the objective (mlm: bidirectional + a [MASK] token; clm: causal)

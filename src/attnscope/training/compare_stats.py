@@ -44,7 +44,7 @@ HELD_OUT_MIN = 2  # held-out points (steps > 0) both runs need for the held-out 
 def check_choice(name: str, value: str, choices: Sequence[str]) -> None:
     """InputError naming the parameter (and its CLI option) unless ``value`` is one of ``choices``."""
     if value not in choices:
-        raise InputError(f"{name} (--{name}) must be one of {', '.join(choices)}, not {value!r}")
+        raise InputError(f"{name} must be one of {', '.join(choices)}, not {value!r}", params=name)
 
 
 def curve(losses: "pd.DataFrame", column: str = "loss", smooth: int = 1) -> "pd.DataFrame":
@@ -54,7 +54,7 @@ def curve(losses: "pd.DataFrame", column: str = "loss", smooth: int = 1) -> "pd.
     import pandas as pd
 
     if smooth < 1:
-        raise InputError(f"smooth must be at least 1, not {smooth}")
+        raise InputError(f"smooth must be at least 1, not {smooth}", params="smooth")
     df = losses[losses["step"] > 0].dropna(subset=[column]).sort_values("step")
     values = df[column].rolling(smooth, min_periods=smooth).mean() if column == "loss" else df[column]
     return pd.DataFrame({"step": df["step"].to_numpy(), "value": values.to_numpy(dtype=float)}).dropna()

@@ -15,6 +15,7 @@ import os
 import types
 import typing
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnscope.errors import ConfigError
@@ -107,23 +108,24 @@ class TrainConfig:
         for f in fields(self):
             setattr(self, f.name, _coerce(f, getattr(self, f.name)))
         if self.preset not in PRESETS:
-            raise ConfigError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
+            raise ConfigError(f"preset={self.preset!r} is unknown; choose one of {', '.join(PRESETS)}", params="preset")
         check_objective(self.objective)
         if self.init not in INITS:
-            raise ConfigError(f"unknown init {self.init!r}; choose one of {', '.join(INITS)}")
+            raise ConfigError(f"init={self.init!r} is unknown; choose one of {', '.join(INITS)}", params="init")
         if self.schedule not in SCHEDULES:
-            raise ConfigError(f"unknown schedule {self.schedule!r}; choose one of {', '.join(SCHEDULES)}")
+            raise ConfigError(f"schedule={self.schedule!r} is unknown; choose one of {', '.join(SCHEDULES)}",
+                              params="schedule")
         for name in POSITIVE:
             value = getattr(self, name)
             if value is not None and value <= 0:
-                raise ConfigError(f"{name} must be positive, not {value!r}")
+                raise ConfigError(f"{name} must be positive, not {value!r}", params=name)
         for name in NON_NEGATIVE:
             if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must not be negative, not {getattr(self, name)!r}")
+                raise ConfigError(f"{name} must not be negative, not {getattr(self, name)!r}", params=name)
         if self.lr <= 0:
-            raise ConfigError(f"lr must be positive, not {self.lr!r}")
+            raise ConfigError(f"lr must be positive, not {self.lr!r}", params="lr")
         if not 0.0 < self.mask_prob < 1.0:
-            raise ConfigError(f"mask_prob must be in (0, 1), not {self.mask_prob}")
+            raise ConfigError(f"mask_prob must be in (0, 1), not {self.mask_prob}", params="mask_prob")
         return self
 
     @classmethod
@@ -132,11 +134,18 @@ class TrainConfig:
         values: dict[str, Any] = {}
         if yaml_path:
             values.update(load_yaml(yaml_path))
-        values.update({k: v for k, v in options.items() if v is not None})
+        from_file = set(values)
+        given = {k: v for k, v in options.items() if v is not None}
+        values.update(given)
         unknown = sorted(set(values) - {f.name for f in fields(cls)})
         if unknown:
             raise ConfigError(f"unknown training option(s): {', '.join(unknown)}")
-        return cls(**values).validate()
+        try:
+            return cls(**values).validate()
+        except ConfigError as exc:  # a value from the file: name the file and its key, not a flag
+            if not any(p in from_file and p not in given for p in exc.params):
+                raise
+            raise ConfigError(f"{Path(str(yaml_path)).name}: {exc}") from None
 
     def model_config(self) -> "ModelConfig":
         """The ModelConfig this run trains (preset + overrides; causal iff clm; vocab set later)."""
@@ -166,7 +175,7 @@ def _coerce(f: Field, value: Any) -> Any:
     if value is None and optional:
         return None
     kind = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}[base]
-    bad = ConfigError(f"{f.name} must be {kind}, not {value!r}")
+    bad = ConfigError(f"{f.name} must be {kind}, not {value!r}", params=f.name)
     if base is bool:
         if not isinstance(value, bool):
             raise bad
@@ -188,12 +197,12 @@ def _coerce(f: Field, value: Any) -> Any:
         if not isinstance(value, int):
             raise bad
         if not -(2**63) <= value < 2**63:
-            raise ConfigError(f"{f.name} {value} is too large (whole numbers must fit in 64 bits)")
+            raise ConfigError(f"{f.name} {value} is too large (whole numbers must fit in 64 bits)", params=f.name)
         return value
     if not isinstance(value, (int, float)):
         raise bad
     if not math.isfinite(value):
-        raise ConfigError(f"{f.name} must be a finite number, not {value!r}")
+        raise ConfigError(f"{f.name} must be a finite number, not {value!r}", params=f.name)
     return float(value)
 
 
@@ -227,7 +236,8 @@ def check_same_run(cfg: TrainConfig, stored: dict[str, Any]) -> None:
     """ConfigError unless ``cfg`` has the settings of the stored run (``RESUME_FREE`` options may differ)."""
     k = first_difference(cfg, stored)
     if k is not None:
-        raise ConfigError(f"--resume with different settings: {k} was {stored[k]!r}, now {getattr(cfg, k)!r}")
+        raise ConfigError(f"resume=True with different settings: {k} was {stored[k]!r}, now {getattr(cfg, k)!r}",
+                          params=("resume", k))
 
 
 # --------------------------------------------------------------------------- the options, for CLI and docs

@@ -68,7 +68,7 @@ def _seed(v: Any) -> int:
     except (TypeError, ValueError):
         raise InputError(f"seed {v!r} is not an integer") from None
     if s < 0:
-        raise InputError(f"seeds must not be negative, not {s}")
+        raise InputError(f"seeds must not be negative, not {s}", params="seeds")
     return s
 
 
@@ -171,13 +171,13 @@ def run_grid(
     if executor not in EXECUTORS:
         raise InputError(f"unknown executor {executor!r}; choose one of {', '.join(EXECUTORS)}")
     if int(workers) < 1:
-        raise InputError(f"workers must be at least 1, not {workers}")
+        raise InputError(f"workers must be at least 1, not {workers}", params="workers")
     points = grid_points(base_config, seeds, inits, objectives, out)
     root = Path(out)
     if root.exists() and not root.is_dir():
-        raise InputError(f"--out {root} is a file, not a directory")
+        raise InputError(f"out={root} is a file, not a directory", params="out")
     if holds_run(root):  # compare DIR/* would then fail
-        raise InputError(f"--out {root} holds a training run; a grid needs a directory of its own")
+        raise InputError(f"out={root} holds a training run; a grid needs a directory of its own", params="out")
     base = asdict(points[0])
     record = {"base": {k: v for k, v in base.items() if k not in ("objective", "init", "seed")},
               "axes": {"objectives": list(dict.fromkeys(p.objective for p in points)),
@@ -189,7 +189,7 @@ def run_grid(
         (root / STORE).mkdir(parents=True, exist_ok=True)
         atomic_write_json(root / STORE / GRID_FILE, record)
     except OSError as exc:
-        raise InputError(f"--out {root}: cannot write there ({exc.strerror})") from None
+        raise InputError(f"out={root}: cannot write there ({exc.strerror})", params="out") from None
     if executor != "inline":  # several trainings at once: one thread each unless asked otherwise
         points = [p if p.threads else replace(p, threads=1) for p in points]
     if executor == "slurm":  # each run's stderr is its own Slurm log: plain progress lines there
@@ -215,14 +215,14 @@ def parse_seeds(text: str) -> list[int]:
             if sep and lo:
                 a, b = int(lo), int(hi)
                 if b < a or b - a > 10_000:
-                    raise InputError(f"--seeds range {part!r} is empty or too long")
+                    raise InputError(f"seeds range {part!r} is empty or too long", params="seeds")
                 seeds.extend(range(a, b + 1))
             else:
                 seeds.append(int(part))
         except ValueError:
-            raise InputError(f"--seeds takes integers like 0,1,2 or 0-4, not {part!r}") from None
+            raise InputError(f"seeds takes integers like 0,1,2 or 0-4, not {part!r}", params="seeds") from None
     if not seeds:
-        raise InputError("--seeds is empty; give at least one seed (e.g. 0,1,2)")
+        raise InputError("seeds is empty; give at least one seed (e.g. 0,1,2)", params="seeds")
     return _axis("seeds", [_seed(s) for s in seeds], None)
 
 

@@ -75,13 +75,13 @@ class ModelConfig:
         if self.n_heads % self.n_kv_heads:
             raise ConfigError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
         if self.norm not in NORMS:
-            raise ConfigError(f"norm must be one of {', '.join(NORMS)}, not {self.norm!r}")
+            raise ConfigError(f"norm must be one of {', '.join(NORMS)}, not {self.norm!r}", params="norm")
         if self.pos not in POSITIONS:
-            raise ConfigError(f"pos must be one of {', '.join(POSITIONS)}, not {self.pos!r}")
+            raise ConfigError(f"pos must be one of {', '.join(POSITIONS)}, not {self.pos!r}", params="pos")
         if self.pos == "rotary" and self.d_head % 2:
             raise ConfigError(f"rotary positions need an even head dim, got {self.d_head}")
         if not 0.0 <= float(self.dropout) < 1.0:
-            raise ConfigError(f"dropout must be in [0, 1), not {self.dropout!r}")
+            raise ConfigError(f"dropout must be in [0, 1), not {self.dropout!r}", params="dropout")
         if self.vocab_size is not None and (not isinstance(self.vocab_size, int) or self.vocab_size <= 0):
             raise ConfigError(f"vocab_size must be a positive integer, not {self.vocab_size!r}")
         if self.attn_pattern is not None:

@@ -20,7 +20,7 @@ IGNORE = -100
 
 def check_objective(objective: str) -> str:
     if objective not in OBJECTIVES:
-        raise ConfigError(f"unknown objective {objective!r}; choose mlm or clm")
+        raise ConfigError(f"objective={objective!r} is unknown; choose mlm or clm", params="objective")
     return objective
 
 

@@ -40,9 +40,10 @@ def holds_run(path: Path) -> bool:
 def check_out_dir(out: str | os.PathLike) -> None:
     """One line unless a run directory can be created and written at ``out`` (checked before any work);
     a seed grid's directory is not one (``compare DIR/*`` would then fail)."""
-    check_writable(out, "--out", directory=True)
+    check_writable(out, "out", directory=True)
     if (Path(out) / GRID_STORE).is_dir():
-        raise InputError(f"{out} holds a seed grid; train into a new --out (or rerun the grid with --seeds)")
+        raise InputError(f"{out} holds a seed grid; train into a new out (or rerun the grid with seeds)",
+                         params=("out", "seeds"))
 
 
 def read_run_json(run_dir: Path) -> dict[str, Any] | None:
@@ -145,13 +146,13 @@ class RunLog:
             try:
                 import wandb
             except ImportError:
-                raise InputError("--wandb needs the optional 'wandb' package (pip install wandb)") from None
+                raise InputError("wandb=True needs the optional 'wandb' package (pip install wandb)", params="wandb") from None
             self.wandb = wandb.init(project=cfg.wandb, config=asdict(cfg), dir=str(run_dir), resume="allow")
         if cfg.tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:
-                raise InputError("--tensorboard needs the optional 'tensorboard' package") from None
+                raise InputError("tensorboard=True needs the optional 'tensorboard' package", params="tensorboard") from None
             self.tb = SummaryWriter(str(run_dir / "tensorboard"))
 
     def logged_steps(self) -> set[int] | None:

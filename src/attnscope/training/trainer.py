@@ -26,7 +26,6 @@ import math
 import os
 import shutil
 import time
-import warnings
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Any
 
 import torch
 
-from attnscope.errors import ConfigError, FormatError, InputError
+from attnscope.errors import ConfigError, FormatError, InputError, check_type, warn
 from attnscope.progress import progress
 from attnscope.tables import atomic_write_json
 
@@ -169,8 +168,8 @@ def check_bf16(cfg: TrainConfig) -> None:
     """ConfigError (one line) for --bf16 on a CUDA device without bf16 support."""
     dev = torch.device(cfg.device)
     if cfg.bf16 and dev.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ConfigError(f"--bf16 asked for, but {torch.cuda.get_device_name(dev)} has no bf16 support; "
-                          "run without --bf16")
+        raise ConfigError(f"bf16=True asked for, but {torch.cuda.get_device_name(dev)} has no bf16 support; "
+                          "run without it", params="bf16")
 
 
 def compiled(model: torch.nn.Module, cfg: TrainConfig, probe: Batch) -> torch.nn.Module:
@@ -179,7 +178,7 @@ def compiled(model: torch.nn.Module, cfg: TrainConfig, probe: Batch) -> torch.nn
     if not cfg.compile:
         return model
     if not hasattr(torch, "compile"):
-        raise ConfigError(f"--compile needs torch.compile, which torch {torch.__version__} lacks")
+        raise ConfigError(f"compile=True needs torch.compile, which torch {torch.__version__} lacks", params="compile")
     dev = torch.device(cfg.device)
     try:
         fast = torch.compile(model)
@@ -187,7 +186,8 @@ def compiled(model: torch.nn.Module, cfg: TrainConfig, probe: Batch) -> torch.nn
             probe.loss(fast).backward()
     except Exception as exc:  # dynamo / inductor raise many types (no C++ compiler, unsupported op, ...)
         first = (str(exc).strip().splitlines() or [""])[0][:200]
-        raise ConfigError(f"--compile failed ({type(exc).__name__}: {first}); run without --compile") from None
+        raise ConfigError(f"compile=True failed ({type(exc).__name__}: {first}); run without it",
+                          params="compile") from None
     finally:
         model.zero_grad(set_to_none=True)
     return fast
@@ -199,6 +199,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     The run holds RUN_DIR/.lock while it trains: a second run into the same directory at once is
     refused with one line.
     """
+    check_type(cfg, TrainConfig, "cfg", "a TrainConfig (e.g. TrainConfig(steps=5, out='runs/a'))")
     cfg.validate()
     check_device(cfg.device)
     check_bf16(cfg)
@@ -267,8 +268,8 @@ def _prepare_data(cfg: TrainConfig, mcfg, run_dir: Path, dist: Dist) -> tuple:
         raise InputError(f"corpus {corpus.name!r} is too small: {len(train_ids)} training tokens for windows of {window}")
     eval_batches, bytes_per_token = _eval_set(cfg, corpus, tokenizer, window, mask_id)
     if cfg.warmup >= cfg.steps and dist.main and not cfg.resume:  # said once, after every input check
-        warnings.warn(f"warmup ({cfg.warmup} steps) is not below steps ({cfg.steps}): the learning rate never "
-                      f"reaches --lr {cfg.lr:g} (set --warmup below --steps)", stacklevel=4)  # at train()
+        warn(f"warmup={cfg.warmup} is not below steps={cfg.steps}: the learning rate never reaches "
+             f"lr={cfg.lr:g} (set warmup below steps)", params=("warmup", "steps", "lr"))
     return tokenizer, mask_id, window, train_ids, eval_batches, bytes_per_token
 
 
@@ -315,8 +316,8 @@ def _resume(cfg: TrainConfig, existing: list[tuple[int, Path]], model: Transform
     if existing:
         step, ckpt = existing[-1]
         if step > cfg.steps:
-            raise InputError(f"{Path(cfg.out)} has already trained {step} steps; --steps {cfg.steps} would go back "
-                             f"(give --steps above {step} to continue it)")
+            raise InputError(f"{Path(cfg.out)} has already trained up to step {step}; steps={cfg.steps} would go back "
+                             f"(give steps above {step} to continue it)", params="steps")
         saved = load_checkpoint(ckpt, model, opt, batches.gen, dist.rank, dist.world)
         _fuse(opt, model)  # a checkpoint's optimizer settings replace ours: keep the fused kernel
         try:
@@ -453,7 +454,8 @@ def _checkpoints_to_resume(cfg: TrainConfig, run_dir: Path, dist: Dist) -> list[
         clean_leftovers(run_dir)  # a kill mid-checkpoint
     existing = list_checkpoints(run_dir)
     if not cfg.resume and (existing or (run_dir / "metrics.jsonl").exists()):
-        raise InputError(f"{run_dir} already holds a run; add --resume to continue it or choose a new --out")
+        raise InputError(f"{run_dir} already holds a run; add resume=True to continue it or choose a new out",
+                         params=("resume", "out"))
     stored = read_run_json(run_dir) if cfg.resume else None
     if stored is not None:
         check_same_run(cfg, stored)
@@ -600,4 +602,4 @@ def _diverged(step: int, what: float | str, run_dir: Path) -> ConfigError:
     ckpts = list_checkpoints(run_dir)
     kept = f"the last good checkpoint is {ckpts[-1][1]}" if ckpts else "no checkpoint was written"
     what = f"the training loss became {what}" if isinstance(what, float) else f"the model has {what}"
-    return ConfigError(f"stopped at step {step}: {what} ({kept}); try a lower --lr")
+    return ConfigError(f"stopped at step {step}: {what} ({kept}); try a lower lr", params="lr")

@@ -76,7 +76,8 @@ def _check_settings(out: Path, settings: dict[str, Any]) -> None:
             warnings.warn(f"{path} is unreadable; rewriting it (stored results are checked one by one)", stacklevel=3)
     if isinstance(old, dict) and old != settings:
         diff = ", ".join(f"{key}={old.get(key)!r} (now {settings[key]!r})" for key in settings if old.get(key) != settings[key])
-        raise InputError(f"{out} holds results computed with {diff}; use another --out or the same settings")
+        raise InputError(f"{out} holds results computed with {diff}; use another out_dir or the same settings",
+                         params="out_dir")
     if old != settings:
         atomic_write_json(path, settings)
 
@@ -120,10 +121,10 @@ def run_zoo(
     from attnscope.tables import check_writable
 
     if not math.isfinite(k) or k <= 0:
-        raise InputError(f"k must be a positive number, not {k}")
+        raise InputError(f"k must be a positive number, not {k}", params="k")
     group, zoo_file = split_group_spec(group, zoo_file)
     entries = select(group, zoo_file)
-    out = check_writable(out_dir, "--out", directory=True)
+    out = check_writable(out_dir, "out_dir", directory=True)
     settings = {"k": float(k), "stacks": sorted(stacks) if stacks else None}
     store = ResultsStore(out, settings=settings, columns=[*RECORD_COLUMNS, *ZOO_COLUMNS], key_column="model")
     _check_settings(out, settings)
