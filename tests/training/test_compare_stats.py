@@ -95,7 +95,7 @@ def test_never_reaching_and_the_paper_rule_on_noise():
     assert paper_step == 40 and paper == pytest.approx(1 / 3)
     never = measure_speedup(frame([5.0, 4.0, 3.5, 3.2, 3.1, 3.05]), base)
     assert never.step is None and never.value is None and never.reference == 20.0
-    with pytest.raises(InputError, match=r"speedup \(--speedup\) must be one of"):
+    with pytest.raises(InputError, match=r"^speedup must be one of"):
         speedup(base, base, method="fast")
     with pytest.raises(InputError, match="fewer than 2 steps"):
         measure_speedup(base, base, which="held-out")
