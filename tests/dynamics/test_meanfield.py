@@ -210,7 +210,9 @@ def test_kernels_match_reference_on_random_models(M, P, n_seg, seed, B):
     beta, g, eps = mfm.params_arrays(cfg, beta_o=rng.uniform(0, 3, B))
     ref = mfm.simulate_reference(mf, mfm.initial_state(mf, B), beta, g, eps, 20)
     rec = advance(mf, mfm.initial_state(mf, B), beta, g, eps, 20, record=True).record
-    np.testing.assert_allclose(rec["A"], ref["A"], rtol=0, atol=1e-12)
+    # Same arithmetic in another order: rounding (1e-16) grows along a chaotic trajectory (gamma 25), and one
+    # example in many missed 1e-12 by 1.8e-12 after 20 steps. A wrong kernel is off by far more than 1e-9.
+    np.testing.assert_allclose(rec["A"], ref["A"], rtol=0, atol=1e-9)
     s = mfm.initial_state(mf, B)
     obs = advance(mf, s, beta, g, eps, 20, transient=0, n_tail=20)  # batch-inner kernel when B >= 8
-    np.testing.assert_allclose(obs.tail, ref["mo_se"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(obs.tail, ref["mo_se"], rtol=0, atol=1e-9)
