@@ -243,7 +243,7 @@ def gguf_layout(config: dict[str, Any], e: int, layer: int, source: "WeightSourc
 # ---- the entry point ---------------------------------------------------------------------------
 
 #: families whose position information is not a rotation of q and k (one line says so)
-NOT_ROTARY_NOTE = "{family}: positions are not a rotation of q and k ({how}); the form is the same at every offset"
+NOT_ROTARY_NOTE = "{stack} stack: positions are not a rotation of q and k ({how}); the form is the same at every offset"
 
 
 def rotary_layout(config: dict[str, Any], info: "StackInfo", layer: int,

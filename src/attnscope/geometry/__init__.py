@@ -15,6 +15,7 @@ from attnscope._exports import lazy_exports
 __all__, __getattr__, __dir__ = lazy_exports(__name__, {
     ".score": ["LEVELS", "RECORD_COLUMNS", "NonFiniteWeightsWarning", "records_frame", "score", "score_factors",
                "summarize"],
+    ".offsets": ["PositionNote", "check_offsets", "frequencies", "parse_offsets"],
     ".kernels": ["directionality", "directionality_ref", "head_stats", "layer_matrix", "layer_stats", "symmetry",
                  "symmetry_ref"],
 })
