@@ -1,0 +1,84 @@
+"""geo.score(offsets=...) and geo.frequencies: offset 0 is today's table, rotary records match the explicit
+form, non-rotary models say so in one line, bad offsets are refused."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnscope import geometry as geo
+from attnscope.errors import InputError, UnsupportedError
+from attnscope.families import get_family
+from attnscope.families.rope import rotary_layout
+from attnscope.geometry.kernels import directionality_ref, symmetry_ref
+from attnscope.geometry.rotary import offset_form
+from attnscope.sources import open_source
+
+OFFSETS = [0, 1, 16, 256, -7]
+
+
+def test_offset_zero_is_exactly_todays_score(tiny_llama_dirs):
+    path = str(tiny_llama_dirs["single"])
+    plain = geo.score(path)
+    df = geo.score(path, offsets=OFFSETS)
+    assert df["offset"].tolist().count(0) == len(plain)
+    assert len(df) == len(OFFSETS) * len(plain)
+    at0 = df[df["offset"] == 0].drop(columns="offset").reset_index(drop=True)
+    pd.testing.assert_frame_equal(at0, plain)
+    assert not (df[df["offset"] == 256]["symmetry"].values == at0["symmetry"].values).all()
+
+
+def test_records_are_the_rotated_form(tiny_llama_dirs):
+    path = str(tiny_llama_dirs["single"])
+    df = geo.score(path, offsets=OFFSETS)
+    with open_source(path) as src:
+        fam = get_family(src.config)
+        info = fam.stacks(src.config, src)[0]
+        f = fam.layer_factors(src, info, 1)
+        lay = rotary_layout(src.config, info, 1, src)
+    kv = f.kv_index
+    for o in OFFSETS:
+        rows = df[(df["offset"] == o) & (df["layer"] == 1)]
+        ms = [offset_form(f.q[h], f.k[kv[h]], lay, o) for h in range(f.n_heads)]
+        for h, m in enumerate(ms):
+            rec = rows[(rows["level"] == "head") & (rows["head"] == h)].iloc[0]
+            assert rec["symmetry"] == pytest.approx(symmetry_ref(m), abs=1e-5)
+            assert rec["directionality"] == pytest.approx(directionality_ref(m), abs=1e-4)
+        lay_rec = rows[rows["level"] == "layer"].iloc[0]
+        assert lay_rec["symmetry"] == pytest.approx(symmetry_ref(sum(ms)), abs=1e-5)
+
+
+def test_non_rotary_model_is_the_same_at_every_offset_and_says_so(tiny_bert_dir):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = geo.score(str(tiny_bert_dir), offsets=[0, 5, -5])
+    notes = [w for w in caught if issubclass(w.category, geo.PositionNote)]
+    assert len(notes) == 1 and "same at every offset" in str(notes[0].message)
+    by = [df[df["offset"] == o]["symmetry"].to_numpy() for o in (0, 5, -5)]
+    np.testing.assert_array_equal(by[0], by[1])
+    np.testing.assert_array_equal(by[0], by[2])
+    with pytest.raises(UnsupportedError, match="no rotary positions"):
+        geo.frequencies(str(tiny_bert_dir))
+
+
+def test_without_offsets_nothing_changes(tiny_llama_dirs):
+    assert "offset" not in geo.score(str(tiny_llama_dirs["single"])).columns
+
+
+@pytest.mark.parametrize("bad", [[], [3, 3], [0.5], [2**31]])
+def test_bad_offsets_are_refused(tiny_llama_dirs, bad):
+    with pytest.raises(InputError):
+        geo.score(str(tiny_llama_dirs["single"]), offsets=bad)
+
+
+def test_frequencies_table(tiny_llama_dirs):
+    df = geo.frequencies(str(tiny_llama_dirs["single"]))
+    assert {"layer", "head", "pair", "theta", "wavelength", "energy_share", "symmetry"} <= set(df.columns)
+    sums = df.groupby(["layer", "head"])["energy_share"].sum()
+    np.testing.assert_allclose(sums.to_numpy(), 1.0, rtol=1e-9)
+    one = df[(df["layer"] == 0) & (df["head"] == 0)]
+    assert one["theta"].is_monotonic_decreasing and one["theta"].iloc[0] == pytest.approx(1.0)
+    np.testing.assert_allclose(one["wavelength"], 2 * np.pi / one["theta"])
