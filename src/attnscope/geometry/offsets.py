@@ -92,7 +92,7 @@ def frequencies(source: Any, *, config: Any = None, name: str | None = None, fol
 
     One row per pair (``pair`` 0.., ``dims`` its two head dims) plus one ``pair = -1`` row for the
     unrotated dims of a partial-rotary head (``dims`` "unrotated"; share 0 and no row when every dim
-    rotates). UnsupportedError when the model has no rotary positions.
+    rotates), and the model's ``context_length``. UnsupportedError when the model has no rotary positions.
     """
     import pandas as pd
 
@@ -100,8 +100,6 @@ def frequencies(source: Any, *, config: Any = None, name: str | None = None, fol
     from attnscope.families.base import check_fold
     from attnscope.families.rope import rotary_layout
     from attnscope.sources import open_source
-
-    from .rotary import pair_usage
 
     fold = check_fold(fold_norms)
     src = open_source(source, config=config)
@@ -122,7 +120,19 @@ def frequencies(source: Any, *, config: Any = None, name: str | None = None, fol
     df = pd.DataFrame(rows)
     df.insert(0, "family", fam.name)
     df.insert(0, "model", model)
+    df["context_length"] = context_length(src.config)
     return df
+
+
+def context_length(config: dict[str, Any]) -> int | None:
+    """The trained context length a config or GGUF file states (None when it states none)."""
+    meta = config.get("gguf_metadata") or {}
+    arch = config.get("architecture")
+    for value in (meta.get(f"{arch}.context_length"), config.get("max_position_embeddings"),
+                  config.get("n_positions"), config.get("max_seq_len")):  # fmt: skip
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0:
+            return int(value)
+    return None
 
 
 def _frequency_rows(stack: str, layer: int, q: np.ndarray, k: np.ndarray, kv: np.ndarray, layout: Any) -> list[dict]:

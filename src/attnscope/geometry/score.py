@@ -279,7 +279,8 @@ def records_frame(records: list[dict]) -> "pd.DataFrame":
 
 
 def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
-    """Per model and stack: median and IQR (25th, 75th percentile) over layers of s and d.
+    """Per model and stack (and offset, when the table has one): median and IQR (25th, 75th percentile)
+    over layers of s and d.
 
     Uses the layer-level rows (the paper's per-layer M_L); a table holding only head rows is
     summarised over all its heads instead (``level`` says which).
@@ -293,9 +294,10 @@ def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
     if rows.empty:
         rows, level = df[df["level"] == "head"], "head"
     out = []
-    for (model, family, stack), grp in rows.groupby(["model", "family", "stack"], sort=False, dropna=False):
-        rec: dict[str, Any] = {"model": model, "family": family, "stack": stack, "level": level,
-                               "n_layers": int(grp["layer"].nunique()), "n_rows": len(grp)}  # fmt: skip
+    keys = ["model", "family", "stack"] + (["offset"] if "offset" in rows.columns else [])
+    for key, grp in rows.groupby(keys, sort=False, dropna=False):
+        rec: dict[str, Any] = dict(zip(keys, key))
+        rec.update(level=level, n_layers=int(grp["layer"].nunique()), n_rows=len(grp))
         for col in ("symmetry", "directionality"):
             vals = grp[col].astype("float64")
             rec[f"{col}_median"] = vals.median()
