@@ -20,6 +20,7 @@ from attnscope.geometry.rotary import (
     offset_form,
     offset_head_stats,
     offset_layer_stats,
+    offset_symmetry,
     pair_usage,
     rotation_matrix,
 )
@@ -58,6 +59,14 @@ def test_factored_offset_stats_match_explicit_reference(fx, offsets) -> None:
             d_fact = st_o.directionality()[0][h]
             assert abs(d_fact - directionality_ref(m)) < dir_tol(m)
             np.testing.assert_allclose(st_o.frob2[h], (m**2).sum(), rtol=1e-5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(rotary_factors(), OFFSETS)
+def test_offset_symmetry_equals_the_full_kernel(fx, offsets) -> None:
+    q, k, lay = fx
+    full = np.stack([st_o.symmetry for st_o in offset_head_stats(q, k, lay, offsets)])
+    np.testing.assert_allclose(offset_symmetry(q, k, lay, offsets), full, atol=1e-9)
 
 
 @settings(max_examples=30, deadline=None)

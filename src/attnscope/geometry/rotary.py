@@ -31,7 +31,7 @@ from attnscope.families.rope import RotaryLayout
 
 from .kernels import FormStats, _as_f32, _check_factors, _grams, explicit_stats, kernel_threads, layer_factors
 
-__all__ = ["rotation_matrix", "offset_form", "offset_head_stats", "offset_layer_stats", "pair_usage"]
+__all__ = ["rotation_matrix", "offset_form", "offset_head_stats", "offset_symmetry", "offset_layer_stats", "pair_usage"]
 
 #: float32 elements per batched product of the norm passes (bounds memory: ~64 MiB)
 _CHUNK_ELEMENTS = 1 << 24
@@ -127,6 +127,33 @@ def _offset_head_stats(q: np.ndarray, k: np.ndarray, layout: RotaryLayout, offse
     s2 = layout.scale**2
     return [FormStats(frob2[i], trace[i], np.sqrt(np.maximum(out_rows[i], 0.0)) * s2,
                       np.sqrt(np.maximum(out_cols[i], 0.0)) * s2) for i in range(len(offsets))]  # fmt: skip
+
+
+def offset_symmetry(q: np.ndarray, k: np.ndarray, layout: RotaryLayout, offsets: Iterable[int]) -> np.ndarray:
+    """Symmetry s of every head's ``M_o`` at every offset, [o, h]: O(e^2) per head and offset after the Grams.
+
+    The cheap part of :func:`offset_head_stats` alone (no row/column norms, so no directionality),
+    for dense offset sweeps. q [h, d, e], k [g, d, e].
+    """
+    q, k = _as_f32(q), _as_f32(k)
+    h, g, r = _check_factors(q, k)
+    offsets = list(offsets)
+    _, d, e = q.shape
+    qt = np.ascontiguousarray(q.swapaxes(-1, -2)).reshape(g, r, e, d)
+    kt = np.ascontiguousarray(k.swapaxes(-1, -2))
+    with kernel_threads():
+        a = _grams(qt.reshape(h, e, d)).reshape(g, r, e, e).astype(np.float64)
+        b = _grams(kt).astype(np.float64)
+        x = np.einsum("gec,grfc->gref", kt, qt, optimize=True).astype(np.float64)
+    cos, sin = _angles(layout, offsets)
+    out = np.empty((len(offsets), h))
+    for sl in _chunks(len(offsets), 2 * h * layout.e**2):
+        cs, sn = cos[sl, None, :], sin[sl, None, :]
+        frob2 = np.einsum("grij,ogji->ogr", a, _sandwich(b[None], layout, cs, sn)).reshape(-1, h)
+        gx = _rot(x[None], layout, cs[..., None, :], sn[..., None, :])
+        tr = np.einsum("ogrij,ogrji->ogr", gx, gx).reshape(-1, h)
+        out[sl] = np.clip(np.where(frob2 > 0, tr / np.where(frob2 > 0, frob2, 1.0), 0.0), -1.0, 1.0)
+    return out
 
 
 def offset_layer_stats(
