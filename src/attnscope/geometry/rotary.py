@@ -130,29 +130,51 @@ def _offset_head_stats(q: np.ndarray, k: np.ndarray, layout: RotaryLayout, offse
 
 
 def offset_symmetry(q: np.ndarray, k: np.ndarray, layout: RotaryLayout, offsets: Iterable[int]) -> np.ndarray:
-    """Symmetry s of every head's ``M_o`` at every offset, [o, h]: O(e^2) per head and offset after the Grams.
+    """Symmetry s of every head's ``M_o`` at every offset, [o, h], as quadratic forms in ``z = e^{i o w}`` [p].
 
-    The cheap part of :func:`offset_head_stats` alone (no row/column norms, so no directionality),
-    for dense offset sweeps. q [h, d, e], k [g, d, e].
+    No row/column norms (so no directionality): the cheap route for dense offset sweeps. With
+    ``U = Q_a + i Q_b``, ``V = K_a + i K_b`` (d x p, complex) and ``W = Q_u K_u^T`` (unrotated dims),
+    ``M_o = Re(U diag(z) V^H) + W``; so ``||M_o||^2`` and ``tr(M_o M_o)`` are sums of Hermitian and
+    bilinear forms in z with p x p coefficient matrices taken from the Grams (see docs/geometry.md),
+    evaluated for all offsets by [o, p] x [p, p] products. q [h, d, e], k [g, d, e].
     """
     q, k = _as_f32(q), _as_f32(k)
     h, g, r = _check_factors(q, k)
-    offsets = list(offsets)
     _, d, e = q.shape
-    qt = np.ascontiguousarray(q.swapaxes(-1, -2)).reshape(g, r, e, d)
-    kt = np.ascontiguousarray(k.swapaxes(-1, -2))
+    qt = np.ascontiguousarray(q.swapaxes(-1, -2))  # [h, e, d]
+    kt = np.ascontiguousarray(k.swapaxes(-1, -2))  # [g, e, d]
+    kv = np.arange(h) // r
     with kernel_threads():
-        a = _grams(qt.reshape(h, e, d)).reshape(g, r, e, e).astype(np.float64)
-        b = _grams(kt).astype(np.float64)
-        x = np.einsum("gec,grfc->gref", kt, qt, optimize=True).astype(np.float64)
-    cos, sin = _angles(layout, offsets)
+        a = _grams(qt).astype(np.float64)  # [h, e, e]
+        b = _grams(kt).astype(np.float64)[kv]  # [h, e, e]
+        x = np.einsum("hec,hfc->hef", kt[kv], qt, optimize=True).astype(np.float64)  # X = K^T Q
+    ia, ib, iu = layout.a, layout.b, layout.unrotated
+
+    def cplx(m: np.ndarray, sa: int, sb: int) -> np.ndarray:
+        """``L^T R`` for L = F_a + i sa F_b, R = F'_a + i sb F'_b, given m = F^T F' (per head): p x p complex."""
+        return m[:, ia][:, :, ia] - sa * sb * m[:, ib][:, :, ib] + 1j * (sb * m[:, ia][:, :, ib] + sa * m[:, ib][:, :, ia])
+
+    g_u, g_v = cplx(a, -1, 1), cplx(b, -1, 1)  # U^H U, V^H V
+    s_u, s_v = cplx(a, 1, 1), np.conj(cplx(b, 1, 1))  # U^T U, conj(V^T V)
+    c_vu, e_vu = cplx(x, -1, 1), cplx(x, -1, -1)  # V^H U, V^H conj(U)
+    frob_h, frob_b = g_u * g_v.swapaxes(-1, -2), s_u * s_v.swapaxes(-1, -2)
+    tr_b, tr_m = c_vu * c_vu.swapaxes(-1, -2), e_vu * np.conj(e_vu).swapaxes(-1, -2)
+    # unrotated dims: the cross terms are linear in z, their own block constant
+    lin_f = np.einsum("hpu,hup->hp", b[:, ia][:, :, iu] - 1j * b[:, ib][:, :, iu], a[:, iu][:, :, ia] + 1j * a[:, iu][:, :, ib])
+    lin_t = np.einsum("hpu,hup->hp", x[:, ia][:, :, iu] - 1j * x[:, ib][:, :, iu], x[:, iu][:, :, ia] + 1j * x[:, iu][:, :, ib])
+    const_f = np.einsum("hij,hji->h", a[:, iu][:, :, iu], b[:, iu][:, :, iu])
+    const_t = np.einsum("hij,hji->h", x[:, iu][:, :, iu], x[:, iu][:, :, iu])
+    offsets = list(offsets)
     out = np.empty((len(offsets), h))
-    for sl in _chunks(len(offsets), 2 * h * layout.e**2):
-        cs, sn = cos[sl, None, :], sin[sl, None, :]
-        frob2 = np.einsum("grij,ogji->ogr", a, _sandwich(b[None], layout, cs, sn)).reshape(-1, h)
-        gx = _rot(x[None], layout, cs[..., None, :], sn[..., None, :])
-        tr = np.einsum("ogrij,ogrji->ogr", gx, gx).reshape(-1, h)
-        out[sl] = np.clip(np.where(frob2 > 0, tr / np.where(frob2 > 0, frob2, 1.0), 0.0), -1.0, 1.0)
+    for sl in _chunks(len(offsets), 4 * h * layout.n_pairs):
+        z = np.exp(1j * np.asarray(offsets[sl], dtype=np.float64)[:, None] * layout.inv_freq[None, :])  # [o, p]
+        zc = np.conj(z)
+        frob = 0.5 * (np.einsum("op,hop->ho", z, zc @ frob_h).real + np.einsum("op,hop->ho", z, z @ frob_b).real)
+        frob += 2 * (lin_f @ z.T).real + const_f[:, None]
+        tr = 0.5 * (np.einsum("op,hop->ho", z, z @ tr_b).real + np.einsum("op,hop->ho", zc, z @ tr_m).real)
+        tr += 2 * (lin_t @ z.T).real + const_t[:, None]
+        # (the attention factor scales both traces alike: s does not depend on it)
+        out[sl] = np.clip(np.where(frob > 0, tr / np.where(frob > 0, frob, 1.0), 0.0), -1.0, 1.0).T
     return out
 
 
