@@ -183,12 +183,12 @@ def hf_layout(config: dict[str, Any], e: int, layer: int) -> RotaryLayout:
     rope_type = str(params.get("rope_type") or params.get("type") or "default")
     rotated = _rotated_dims(config, params, e)
     note, scale = "", 1.0
+    if rope_type == "mrope" or "mrope_section" in params or "mrope_section" in config:
+        raise UnsupportedError(f"{mt}: multimodal rotary positions (M-RoPE) are not handled by --offsets")
     if rope_type in _DEFAULT_TYPES:
         inv = default_inv_freq(float(params.get("rope_theta", 10000.0)), rotated)
         if rope_type == "linear":
             inv = inv / float(params["factor"])
-    elif rope_type == "mrope" or "mrope_section" in params:
-        raise UnsupportedError(f"{mt}: multimodal rotary positions (M-RoPE) are not handled by --offsets")
     else:
         inv, scale = _transformers_inv_freq(config, rope_type, layer_type)
         if rope_type == "dynamic":
@@ -221,7 +221,9 @@ def gguf_layout(config: dict[str, Any], e: int, layer: int, source: "WeightSourc
     base = float(meta.get(f"{arch}.rope.freq_base") or 10000.0)
     stype = str(meta.get(f"{arch}.rope.scaling.type") or "none")
     factor = float(meta.get(f"{arch}.rope.scaling.factor") or 1.0)
-    sliding = arch == "gemma3" and layer % GEMMA3_PATTERN < GEMMA3_PATTERN - 1
+    # llama.cpp: Gemma 3 files with a sliding window have 5 sliding layers then 1 full layer, repeated
+    sliding = (arch == "gemma3" and bool(meta.get(f"{arch}.attention.sliding_window"))
+               and layer % GEMMA3_PATTERN < GEMMA3_PATTERN - 1)  # fmt: skip
     note = ""
     if sliding:
         base, stype, note = GEMMA3_LOCAL_BASE, "none", "sliding layer (llama.cpp: local base 10000)"
