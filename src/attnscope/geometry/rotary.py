@@ -98,7 +98,8 @@ def _offset_head_stats(q: np.ndarray, k: np.ndarray, layout: RotaryLayout, offse
     kt = np.ascontiguousarray(k.swapaxes(-1, -2))  # [g, e, c]
     a = _grams(qt.reshape(h, e, d)).reshape(g, r, e, e).astype(np.float64)  # A_h = Q_h^T Q_h
     b = _grams(kt).astype(np.float64)  # [g, e, e]  B_g = K_g^T K_g
-    x = np.einsum("gec,grfc->gref", kt, qt, optimize=True).astype(np.float64) if d == c else None  # [g, r, e, e] X_h = K^T Q_h
+    # [g, r, e, e]  X_h = K_g^T Q_h
+    x = np.einsum("gec,grfc->gref", kt, qt, optimize=True).astype(np.float64) if d == c else None
     cos, sin = _angles(layout, offsets)  # [o, p]
     s4 = layout.scale**4
     qgroups = qt.transpose(0, 2, 1, 3).reshape(g, e, r * d)  # [g, e, (r d)] for one GEMM per group
@@ -150,9 +151,12 @@ def offset_symmetry(q: np.ndarray, k: np.ndarray, layout: RotaryLayout, offsets:
         x = np.einsum("hec,hfc->hef", kt[kv], qt, optimize=True).astype(np.float64)  # X = K^T Q
     ia, ib, iu = layout.a, layout.b, layout.unrotated
 
+    def blk(m: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        return m[:, rows][:, :, cols]
+
     def cplx(m: np.ndarray, sa: int, sb: int) -> np.ndarray:
         """``L^T R`` for L = F_a + i sa F_b, R = F'_a + i sb F'_b, given m = F^T F' (per head): p x p complex."""
-        return m[:, ia][:, :, ia] - sa * sb * m[:, ib][:, :, ib] + 1j * (sb * m[:, ia][:, :, ib] + sa * m[:, ib][:, :, ia])
+        return blk(m, ia, ia) - sa * sb * blk(m, ib, ib) + 1j * (sb * blk(m, ia, ib) + sa * blk(m, ib, ia))
 
     g_u, g_v = cplx(a, -1, 1), cplx(b, -1, 1)  # U^H U, V^H V
     s_u, s_v = cplx(a, 1, 1), np.conj(cplx(b, 1, 1))  # U^T U, conj(V^T V)
@@ -160,10 +164,10 @@ def offset_symmetry(q: np.ndarray, k: np.ndarray, layout: RotaryLayout, offsets:
     frob_h, frob_b = g_u * g_v.swapaxes(-1, -2), s_u * s_v.swapaxes(-1, -2)
     tr_b, tr_m = c_vu * c_vu.swapaxes(-1, -2), e_vu * np.conj(e_vu).swapaxes(-1, -2)
     # unrotated dims: the cross terms are linear in z, their own block constant
-    lin_f = np.einsum("hpu,hup->hp", b[:, ia][:, :, iu] - 1j * b[:, ib][:, :, iu], a[:, iu][:, :, ia] + 1j * a[:, iu][:, :, ib])
-    lin_t = np.einsum("hpu,hup->hp", x[:, ia][:, :, iu] - 1j * x[:, ib][:, :, iu], x[:, iu][:, :, ia] + 1j * x[:, iu][:, :, ib])
-    const_f = np.einsum("hij,hji->h", a[:, iu][:, :, iu], b[:, iu][:, :, iu])
-    const_t = np.einsum("hij,hji->h", x[:, iu][:, :, iu], x[:, iu][:, :, iu])
+    lin_f = np.einsum("hpu,hup->hp", blk(b, ia, iu) - 1j * blk(b, ib, iu), blk(a, iu, ia) + 1j * blk(a, iu, ib))
+    lin_t = np.einsum("hpu,hup->hp", blk(x, ia, iu) - 1j * blk(x, ib, iu), blk(x, iu, ia) + 1j * blk(x, iu, ib))
+    const_f = np.einsum("hij,hji->h", blk(a, iu, iu), blk(b, iu, iu))
+    const_t = np.einsum("hij,hji->h", blk(x, iu, iu), blk(x, iu, iu))
     offsets = list(offsets)
     out = np.empty((len(offsets), h))
     for sl in _chunks(len(offsets), 4 * h * layout.n_pairs):
