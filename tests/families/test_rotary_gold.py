@@ -74,9 +74,29 @@ CASES = [
     _case("Starcoder2Config", num_key_value_heads=2),
     _case("GraniteConfig", num_key_value_heads=2),
     _case("Phi3Config", q_in="qkv_proj", k_in="qkv_proj", num_key_value_heads=2, pad_token_id=0),
+    _case("MixtralConfig", num_key_value_heads=2, num_local_experts=2, num_experts_per_tok=1, intermediate_size=48),
+    _case("Qwen2MoeConfig", num_key_value_heads=2, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
+          shared_expert_intermediate_size=8),
+    _case("Qwen3MoeConfig", num_key_value_heads=2, head_dim=8, num_experts=2, num_experts_per_tok=1,
+          moe_intermediate_size=8, qk_norm="head"),
+    _case("Olmo2Config", num_key_value_heads=2, qk_norm="proj"),
+    dataclasses.replace(_case("FalconConfig", attn={r"h\.(\d+)\.self_attention": "decoder"}, q_in="query_key_value",
+                              k_in="query_key_value", alibi=False, multi_query=False, new_decoder_architecture=False),
+                        capture="matmul"),  # no attention interface: the first q @ k^T of its eager forward
     _case("ModernBertConfig", attn={r"layers\.(\d+)\.attn": "encoder"}, q_in="Wqkv", k_in="Wqkv", pad_token_id=0,
           bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, local_attention=4),
 ]
+
+
+#: rotary model types without a case here, and why
+NO_CASE = {"mobilellm": "remote-code config; LLaMA tensors and modeling (the llama cases)"}
+
+
+def test_every_rotary_family_has_a_case() -> None:
+    from attnscope.families.rope import HF_ADJACENT, HF_HALF_SPLIT
+
+    covered = {c.config().model_type for c in CASES}
+    assert (HF_HALF_SPLIT | HF_ADJACENT) - covered == set(NO_CASE)
 
 
 def rotated_logits(call, q: np.ndarray, k: np.ndarray, kv: np.ndarray, layouts: RotaryLayout,
