@@ -74,6 +74,11 @@ CASES = [
     _case("Starcoder2Config", num_key_value_heads=2),
     _case("GraniteConfig", num_key_value_heads=2),
     _case("Phi3Config", q_in="qkv_proj", k_in="qkv_proj", num_key_value_heads=2, pad_token_id=0),
+    _case("Phi3Config", tag="-longrope", q_in="qkv_proj", k_in="qkv_proj", num_key_value_heads=2, pad_token_id=0,
+          max_position_embeddings=2048, rope_parameters=dict(rope_type="longrope", rope_theta=10000.0,
+                                                             original_max_position_embeddings=512,
+                                                             short_factor=[1.0, 1.5, 2.0, 3.0],
+                                                             long_factor=[2.0, 4.0, 8.0, 16.0])),  # fmt: skip
     _case("MixtralConfig", num_key_value_heads=2, num_local_experts=2, num_experts_per_tok=1, intermediate_size=48),
     _case("Qwen2MoeConfig", num_key_value_heads=2, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=8,
           shared_expert_intermediate_size=8),

@@ -193,6 +193,9 @@ def hf_layout(config: dict[str, Any], e: int, layer: int) -> RotaryLayout:
         inv, scale = _transformers_inv_freq(config, rope_type, layer_type)
         if rope_type == "dynamic":
             note = "dynamic NTK scaling: scored at the trained length (the unscaled frequencies)"
+        elif rope_type == "longrope":
+            note = ("longrope: scored with its short factors (sequences up to original_max_position_embeddings; "
+                    "longer sequences use the long factors)")
         if inv.size != rotated // 2:
             raise UnsupportedError(f"{mt}: rope type {rope_type!r} gave {inv.size} frequencies for {rotated // 2} pairs")
     if layer_type is not None and not note:

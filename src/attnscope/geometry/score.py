@@ -256,7 +256,7 @@ def _layout(src: Any, info: Any, layer: int, notes: dict[str, None]) -> "RotaryL
     layout = rotary_layout(src.config, info, layer, src)
     if layout is None:
         notes[NOT_ROTARY_NOTE.format(stack=info.stack, how=position_kind(src.config))] = None
-    elif layout.note.startswith("dynamic"):
+    elif layout.note.startswith(("dynamic", "longrope")):
         notes[layout.note] = None
     return layout
 
