@@ -82,3 +82,21 @@ def test_frequencies_table(tiny_llama_dirs):
     one = df[(df["layer"] == 0) & (df["head"] == 0)]
     assert one["theta"].is_monotonic_decreasing and one["theta"].iloc[0] == pytest.approx(1.0)
     np.testing.assert_allclose(one["wavelength"], 2 * np.pi / one["theta"])
+
+
+@pytest.mark.parametrize("params,needle", [
+    (dict(rope_type="dynamic", factor=2.0, rope_theta=1e4), "trained length"),
+    (dict(rope_type="longrope", rope_theta=1e4, original_max_position_embeddings=64, short_factor=[1.0] * 4,
+          long_factor=[2.0] * 4), "short factors"),
+])
+def test_scaled_rope_types_say_how_they_are_scored(params, needle):
+    transformers = pytest.importorskip("transformers")
+    cls = transformers.LlamaConfig if params["rope_type"] == "dynamic" else transformers.Phi3Config
+    cfg = cls(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
+              vocab_size=99, max_position_embeddings=256, pad_token_id=0, rope_parameters=params)
+    model = getattr(transformers, cls.__name__.replace("Config", "Model"))(cfg)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        geo.score(model, offsets=[0, 3])
+    notes = [str(w.message) for w in caught if issubclass(w.category, geo.PositionNote)]
+    assert len(notes) == 1 and needle in notes[0]
