@@ -59,3 +59,16 @@ def test_attnscope_rotary_and_hf_partial() -> None:
     assert lay.pairing == HALF_SPLIT and lay.n_pairs == 8
     neox = rotary_layout({"model_type": "gpt_neox", "rotary_pct": 0.25, "rotary_emb_base": 500.0}, INFO, 0)  # 4.x keys
     assert neox.n_pairs == 2 and neox.inv_freq[1] == pytest.approx(500.0 ** -0.5)
+
+
+def test_sliding_windows() -> None:
+    cfg = {"model_type": "gemma3_text", "head_dim": 16, "sliding_window": 64,
+           "layer_types": ["sliding_attention", "full_attention"],
+           "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                               "full_attention": {"rope_type": "default", "rope_theta": 1e6}}}
+    assert [rotary_layout(cfg, INFO, i).window for i in (0, 1)] == [64, None]
+    mistral = {"model_type": "mistral", "sliding_window": 32, "rope_theta": 1e4}
+    assert rotary_layout(mistral, INFO, 3).window == 32
+    assert rotary_layout({**mistral, "sliding_window": None}, INFO, 3).window is None
+    g = gguf("gemma3", **{"attention.sliding_window": 512})
+    assert [rotary_layout(g, INFO, i).window for i in (0, 5)] == [512, None]

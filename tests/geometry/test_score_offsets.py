@@ -100,3 +100,17 @@ def test_scaled_rope_types_say_how_they_are_scored(params, needle):
         geo.score(model, offsets=[0, 3])
     notes = [str(w.message) for w in caught if issubclass(w.category, geo.PositionNote)]
     assert len(notes) == 1 and needle in notes[0]
+
+
+def test_sliding_window_layers_flag_offsets_beyond_the_window():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.Gemma3TextConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                                        head_dim=8, intermediate_size=37, vocab_size=99, sliding_window=8,
+                                        layer_types=["sliding_attention", "full_attention"])  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        df = geo.score(transformers.Gemma3TextModel(cfg), offsets=[0, 7, 8, 100], levels=("layer",))
+    beyond = df.set_index(["layer", "offset"])["beyond_window"]
+    assert [beyond[(0, o)] for o in (0, 7, 8, 100)] == [False, False, True, True]
+    assert beyond.loc[1].isna().all()  # the full-attention layer has no window
+    assert any("beyond_window" in str(w.message) for w in caught)

@@ -27,6 +27,7 @@ same at every offset. Anything rotary that is not handled raises one Unsupported
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,8 @@ HF_HALF_SPLIT = frozenset({
 })  # fmt: skip
 #: Hugging Face model types whose rotary pairs are adjacent (rotate_every_two / interleaved)
 HF_ADJACENT = frozenset({"gptj", "cohere"})
+#: model types whose transformers code applies ``sliding_window`` (when set) to every layer (no ``layer_types``)
+HF_SLIDING_EVERY_LAYER = frozenset({"mistral", "mixtral", "phi3", "qwen3_moe"})
 #: llama.cpp rope types (llama_model_rope_type) of the GGUF architectures attnscope reads
 GGUF_ROPE = {
     **{a: ADJACENT for a in ("llama", "mistral3", "granite", "olmo", "internlm2", "command-r", "cohere2", "smollm3")},
@@ -74,6 +77,8 @@ class RotaryLayout:
     #: transformers' attention factor (yarn, longrope): cos and sin are multiplied by it, so logits by its square
     scale: float = 1.0
     note: str = ""  # one line, e.g. "dynamic scaling: scored at the trained length"
+    #: a causal sliding-window layer's window W: offsets >= W are masked, the form is never applied there
+    window: int | None = None
 
     def __post_init__(self) -> None:
         used = np.concatenate([self.a, self.b])
@@ -95,7 +100,8 @@ class RotaryLayout:
         """The same pairs in each of ``n`` stacked heads (inner dim n*e): a layer's concatenated factors."""
         shift = (np.arange(n) * self.e)[:, None]
         return RotaryLayout(self.e * n, (self.a[None] + shift).ravel(), (self.b[None] + shift).ravel(),
-                            np.tile(self.inv_freq, n), self.pairing, self.rope_type, self.scale, self.note)  # fmt: skip
+                            np.tile(self.inv_freq, n), self.pairing, self.rope_type, self.scale, self.note,
+                            self.window)  # fmt: skip
 
 
 def make_layout(e: int, rotated: int, inv_freq: np.ndarray, pairing: str, **kw: Any) -> RotaryLayout:
@@ -242,7 +248,8 @@ def gguf_layout(config: dict[str, Any], e: int, layer: int, source: "WeightSourc
         if ff.size != inv.size or not np.all(np.isfinite(ff)) or np.any(ff <= 0):
             raise FormatError(f"{source.name}: rope_freqs.weight has {ff.size} factors for {inv.size} pairs")
         inv, rope_type = inv / ff, "llama3"  # llama.cpp divides each pair's frequency by its factor
-    return make_layout(e, rotated, inv, pairing, rope_type=rope_type, note=note)
+    window = int(meta.get(f"{arch}.attention.sliding_window") or 0) if sliding else 0
+    return make_layout(e, rotated, inv, pairing, rope_type=rope_type, note=note, window=window or None)
 
 
 # ---- the entry point ---------------------------------------------------------------------------
@@ -265,7 +272,13 @@ def rotary_layout(config: dict[str, Any], info: "StackInfo", layer: int,
     if mt == "falcon" and config.get("alibi"):
         return None
     if mt in HF_HALF_SPLIT or mt in HF_ADJACENT:
-        return hf_layout(config, e, layer)
+        layout = hf_layout(config, e, layer)
+        window = config.get("sliding_window")
+        sliding = _layer_type(config, layer) == "sliding_attention" or (
+            mt in HF_SLIDING_EVERY_LAYER and config.get("layer_types") is None)
+        if info.stack == "decoder" and sliding and window:
+            layout = dataclasses.replace(layout, window=int(window))  # transformers masks keys >= W tokens back
+        return layout
     if mt.startswith(("ct2:", "onnx:", "lens:")):
         raise UnsupportedError(f"{mt}: the rotary positions of this format are not read by attnscope; --offsets "
                                "is not available")

@@ -110,6 +110,8 @@ def _score_layer(
             per_offset = list(_level_stats(q, kk, level, offsets, layout))
         for off, stats in zip(offs, per_offset):
             at = {**base, "offset": off} if off is not None else base
+            if off is not None and layout is not None and layout.window is not None:
+                at["beyond_window"] = off >= layout.window  # masked by the layer's sliding window
             records.extend(_records(at, level, stats, k, kv, bad))
     return records, int(bad.sum())
 
@@ -258,6 +260,9 @@ def _layout(src: Any, info: Any, layer: int, notes: dict[str, None]) -> "RotaryL
         notes[NOT_ROTARY_NOTE.format(stack=info.stack, how=position_kind(src.config))] = None
     elif layout.note.startswith(("dynamic", "longrope")):
         notes[layout.note] = None
+    if layout is not None and layout.window is not None:
+        notes["sliding-window layers mask keys W or more tokens back: their records at offset >= W have "
+              "beyond_window = True (a form the layer never applies)"] = None
     return layout
 
 
