@@ -55,6 +55,12 @@ def test_bad_offsets_one_line(monkeypatch, capsys, tiny_llama_dirs, args, needle
     assert code == 2 and len(lines) == 1 and lines[0].startswith("attnscope: error:") and needle in lines[0], err
 
 
+@pytest.mark.parametrize("flag", [["--offsets", "0,1"], ["--frequencies"]])
+def test_zoo_refuses_offsets(monkeypatch, capsys, tmp_path, flag):
+    code, _, err = run(monkeypatch, capsys, "--zoo", "offline-demo", "--out", tmp_path / "z", *flag)
+    assert code == 2 and "--zoo scores offset 0 only" in err
+
+
 def test_frequencies_on_non_rotary_is_one_line(monkeypatch, capsys, tiny_bert_dir):
     code, _, err = run(monkeypatch, capsys, tiny_bert_dir, "--frequencies")
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]

@@ -99,6 +99,8 @@ def score_cmd(
             raise InputError(f"--zoo surveys its group's models; do not also give {given}")
         if plot is not None:
             raise InputError("--zoo writes no figures itself; run `attnscope geometry plot DIR` after the survey")
+        if offsets is not None or frequencies:
+            raise InputError("--zoo scores offset 0 only: run --offsets / --frequencies on a model SOURCE")
         positive(workers, "--workers")
         slurm = slurm_options(executor, slurm_partition, slurm_time, slurm_mem)
         _run_zoo(zoo, out, executor, workers, k, stack, slurm, json_out)
