@@ -151,7 +151,11 @@ def score_cmd(
         if out is not None:
             stderr_console().print(f"wrote {out}")
     if plot is not None:
-        paths = _plots(frames, specs, plot, layer) if offset_list is None else _offset_plots(df, plot)
+        if offset_list is None:
+            paths = _plots(frames, specs, plot, layer)
+        else:  # the offset-0 figures (if 0 was asked for), then the per-offset ones
+            at0 = [f[f["offset"] == 0].drop(columns="offset") for f in frames]
+            paths = (_plots(at0, specs, plot, layer) if 0 in offset_list else []) + _offset_plots(df, plot)
         if not json_out:
             stderr_console().print(f"wrote {len(paths)} figures to {plot}/")
 
