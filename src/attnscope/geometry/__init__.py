@@ -4,6 +4,9 @@
 records (per head and per layer); ``score_factors`` scores one layer's factors (used by the
 trainer); ``summarize`` gives the paper's per-model medians and IQRs. The math lives in
 :mod:`attnscope.geometry.kernels` (factored statistics plus explicit slow references).
+Position-aware geometry of rotary models: ``score(source, offsets=[...])`` scores the form applied
+between a query and a key ``offset`` positions apart (:mod:`attnscope.geometry.rotary`), and
+``frequencies(source)`` the W_qk energy per rotary pair (:mod:`attnscope.geometry.offsets`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 ``score(source)`` streams one layer at a time (a family spec reads that layer's q and k tensors,
 then they are dropped), so peak memory is about one layer's factors whatever the model size.
 Records follow the shared score-record schema (:data:`RECORD_COLUMNS`); ``summarize`` reduces them
-to the paper's per-model numbers (median and IQR over layers).
+to the paper's per-model numbers (median and IQR over layers). With ``offsets`` every record is
+repeated per relative offset (an ``offset`` column), scoring a rotary model's form at that distance.
 
 Non-finite weights never abort a run: the affected heads (and their layer) get NaN scores and one
 warning per call names them; every other head is scored as usual.
