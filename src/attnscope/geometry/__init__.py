@@ -5,6 +5,9 @@ records (per head and per layer); ``score_factors`` scores one layer's factors (
 trainer); ``summarize`` gives the paper's per-model medians and IQRs; ``wqk_block`` is one layer's
 explicit form for the paper's heatmap (all in :mod:`.scoring`). The math lives in
 :mod:`attnscope.geometry.kernels` (factored statistics plus explicit slow references).
+Position-aware geometry of rotary models: ``score(source, offsets=[...])`` scores the form applied
+between a query and a key ``offset`` positions apart (:mod:`attnscope.geometry.rotary`), and
+``frequencies(source)`` the W_qk energy per rotary pair (:mod:`attnscope.geometry.offsets`).
 """
 
 from typing import TYPE_CHECKING
@@ -14,6 +17,7 @@ from attnscope._exports import lazy_exports
 _EXPORTS = {
     ".scoring": ["LEVELS", "RECORD_COLUMNS", "NonFiniteWeightsWarning", "records_frame", "score", "score_factors",
                  "summarize", "wqk_block"],
+    ".offsets": ["PositionNote", "check_offsets", "frequencies", "parse_offsets"],
     ".kernels": ["directionality", "directionality_ref", "head_stats", "layer_matrix", "layer_stats", "symmetry",
                  "symmetry_ref"],
 }
@@ -30,6 +34,12 @@ if TYPE_CHECKING:
         summarize as summarize,
         wqk_block as wqk_block,
     )
+    from .offsets import (
+        PositionNote as PositionNote,
+        check_offsets as check_offsets,
+        frequencies as frequencies,
+        parse_offsets as parse_offsets,
+    )
     from .kernels import (
         directionality as directionality,
         directionality_ref as directionality_ref,
@@ -42,12 +52,16 @@ if TYPE_CHECKING:
     __all__ = [
         "LEVELS",
         "NonFiniteWeightsWarning",
+        "PositionNote",
         "RECORD_COLUMNS",
+        "check_offsets",
         "directionality",
         "directionality_ref",
+        "frequencies",
         "head_stats",
         "layer_matrix",
         "layer_stats",
+        "parse_offsets",
         "records_frame",
         "score",
         "score_factors",

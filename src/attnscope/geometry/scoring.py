@@ -3,7 +3,8 @@
 ``score(source)`` streams one layer at a time (a family spec reads that layer's q and k tensors,
 then they are dropped), so peak memory is about one layer's factors whatever the model size.
 Records follow the shared score-record schema (:data:`RECORD_COLUMNS`); ``summarize`` reduces them
-to the paper's per-model numbers (median and IQR over layers).
+to the paper's per-model numbers (median and IQR over layers). With ``offsets`` every record is
+repeated per relative offset (an ``offset`` column), scoring a rotary model's form at that distance.
 
 Non-finite weights never abort a run: the affected heads (and their layer) get NaN scores and one
 warning per call names them; every other head is scored as usual.
@@ -26,6 +27,9 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
     from attnscope.families.base import AttentionFactors
+    from attnscope.families.rope import RotaryLayout
+
+    from .kernels import FormStats
 
 LEVELS = ("head", "layer")
 
@@ -59,8 +63,29 @@ def _nan_record() -> dict[str, Any]:
             "n_outlier_rows": None, "n_outlier_cols": None}  # fmt: skip
 
 
-def _score_layer(factors: "AttentionFactors", k: float, levels: tuple[str, ...]) -> tuple[list[dict], int]:
-    """Records of one layer, and how many of its query heads had non-finite weights."""
+def _level_stats(q: np.ndarray, kk: np.ndarray, level: str, offsets: list[int] | None,
+                 layout: "RotaryLayout | None") -> list["FormStats"]:  # fmt: skip
+    """Stats of one level (head or layer) per offset ([one] without offsets). Offset 0, and every
+    offset of a model without rotary positions, is today's unrotated form, by the same kernel."""
+    base = head_stats(q, kk) if level == "head" else layer_stats(q, kk)
+    if offsets is None:
+        return [base]
+    rotated = [o for o in offsets if o != 0] if layout is not None else []
+    by_offset: dict[int, FormStats] = {}
+    if rotated:
+        from .rotary import offset_head_stats, offset_layer_stats
+
+        fn = offset_head_stats if level == "head" else offset_layer_stats
+        by_offset = dict(zip(rotated, fn(q, kk, layout, rotated)))
+    return [by_offset.get(o, base) for o in offsets]
+
+
+def _score_layer(
+    factors: "AttentionFactors", k: float, levels: tuple[str, ...], offsets: list[int] | None = None,
+    layout: "RotaryLayout | None" = None,
+) -> tuple[list[dict], int]:
+    """Records of one layer (per offset, with an ``offset`` column, when ``offsets`` is given), and how many
+    of its query heads had non-finite weights."""
     q = np.asarray(factors.q, dtype=np.float32)
     kk = np.asarray(factors.k, dtype=np.float32)
     if q.ndim != 3 or kk.ndim != 3 or q.shape[2] != kk.shape[2]:
@@ -78,38 +103,56 @@ def _score_layer(factors: "AttentionFactors", k: float, levels: tuple[str, ...])
         kk = np.where(bad_k[:, None, None], np.float32(0), np.nan_to_num(kk))
     base = {"stack": factors.stack, "layer": int(factors.layer), "n_heads": int(n_h),
             "n_kv_heads": int(kk.shape[0]), "d_model": int(d), "d_head": int(e)}  # fmt: skip
+    offs: list[int | None] = list(offsets) if offsets is not None else [None]
     records: list[dict] = []
-    if "head" in levels:
-        stats = head_stats(q, kk)
-        dirs, n_r, n_c = stats.directionality(k)
-        sym, frob = stats.symmetry, np.sqrt(stats.frob2)
-        for h in range(n_h):
-            rec = {**base, "level": "head", "head": h, "kv_head": int(kv[h])}
-            if bad[h]:
-                rec.update(_nan_record())
-            else:
-                rec.update(symmetry=float(sym[h]), directionality=float(dirs[h]), frobenius_norm=float(frob[h]),
-                           n_outlier_rows=int(n_r[h]), n_outlier_cols=int(n_c[h]))  # fmt: skip
-            records.append(rec)
-    if "layer" in levels:
-        rec = {**base, "level": "layer", "head": None, "kv_head": None}
-        if bad.any():
-            rec.update(_nan_record())
+    for level in levels:
+        if level == "layer" and bad.any():
+            per_offset: list[FormStats | None] = [None] * len(offs)
         else:
-            stats = layer_stats(q, kk)
-            dirs, n_r, n_c = stats.directionality(k)
-            rec.update(symmetry=float(stats.symmetry[0]), directionality=float(dirs[0]),
-                       frobenius_norm=float(np.sqrt(stats.frob2[0])),
-                       n_outlier_rows=int(n_r[0]), n_outlier_cols=int(n_c[0]))  # fmt: skip
-        records.append(rec)
+            per_offset = list(_level_stats(q, kk, level, offsets, layout))
+        for off, stats in zip(offs, per_offset):
+            at = {**base, "offset": off} if off is not None else base
+            if off is not None and layout is not None and layout.window is not None:
+                at["beyond_window"] = off >= layout.window  # masked by the layer's sliding window
+            records.extend(_records(at, level, stats, k, kv, bad))
     return records, int(bad.sum())
 
 
+def _records(base: dict, level: str, stats: "FormStats | None", k: float, kv: np.ndarray, bad: np.ndarray) -> list[dict]:
+    """Score records of one level at one offset (``stats`` None: the layer has non-finite weights)."""
+    if stats is None:
+        return [{**base, "level": "layer", "head": None, "kv_head": None, **_nan_record()}]
+    dirs, n_r, n_c = stats.directionality(k)
+    sym, frob = stats.symmetry, np.sqrt(stats.frob2)
+    if level == "layer":
+        return [{**base, "level": "layer", "head": None, "kv_head": None, "symmetry": float(sym[0]),
+                 "directionality": float(dirs[0]), "frobenius_norm": float(frob[0]),
+                 "n_outlier_rows": int(n_r[0]), "n_outlier_cols": int(n_c[0])}]  # fmt: skip
+    out = []
+    for h in range(len(kv)):
+        rec = {**base, "level": "head", "head": h, "kv_head": int(kv[h])}
+        if bad[h]:
+            rec.update(_nan_record())
+        else:
+            rec.update(symmetry=float(sym[h]), directionality=float(dirs[h]), frobenius_norm=float(frob[h]),
+                       n_outlier_rows=int(n_r[h]), n_outlier_cols=int(n_c[h]))  # fmt: skip
+        out.append(rec)
+    return out
+
+
 def score_factors(
-    factors: "AttentionFactors", *, k: float = 2.0, levels: Sequence[str] = LEVELS
+    factors: "AttentionFactors", *, k: float = 2.0, levels: Sequence[str] = LEVELS,
+    offsets: Sequence[int] | None = None, layout: "RotaryLayout | None" = None,
 ) -> list[dict]:
-    """Score records (without model/family) of one layer's factors; warns once on non-finite weights."""
-    records, n_bad = _score_layer(factors, float(k), _check_levels(levels))
+    """Score records (without model/family) of one layer's factors; warns once on non-finite weights.
+
+    offsets (with the layer's rotary ``layout``, None for no rotary positions): one record set per offset.
+    """
+    if offsets is not None:
+        from .offsets import check_offsets
+
+        offsets = check_offsets(offsets)
+    records, n_bad = _score_layer(factors, float(k), _check_levels(levels), offsets, layout)
     if n_bad:
         warnings.warn(
             f"{factors.stack} layer {factors.layer}: {n_bad} head(s) have non-finite q/k weights; scored NaN",
@@ -129,6 +172,7 @@ def score(
     progress: bool = False,
     name: str | None = None,
     fold_norms: bool | str = False,
+    offsets: Sequence[int] | None = None,
 ) -> "pd.DataFrame":
     """Score every layer (and head) of a model: a tidy DataFrame of score records.
 
@@ -142,6 +186,10 @@ def score(
     fold_norms: False / "none" (the paper's convention: W_q W_k^T as stored), True / "qk" (fold the
     q/k-norm gains of QK-norm models into W_q, W_k), "all" (also the input-norm gain); the choice is
     the ``fold_norms`` column of every record.
+    offsets: relative offsets (query position - key position); every record gains an ``offset`` column
+    and scores the form ``M_offset = W_q G(offset) W_k^T`` that a rotary model applies at that distance
+    (:mod:`attnscope.geometry.rotary`); offset 0 is exactly the score without offsets. A model without
+    rotary positions gets the same scores at every offset and one :class:`PositionNote` saying so.
     """
     from attnscope.families import get_family
     from attnscope.sources import open_source
@@ -151,6 +199,10 @@ def score(
         raise InputError(f"k must be a finite number >= 0, not {k}", params="k")
     lv = _check_levels(levels)
     fold = check_fold(fold_norms)
+    if offsets is not None:
+        from .offsets import check_offsets
+
+        offsets = check_offsets(offsets)
     src = open_source(source, config=config)
     model = name or src.name
     try:
@@ -169,13 +221,15 @@ def score(
         records: list[dict] = []
         bad_layers: list[str] = []
         from attnscope.plots.base import model_label  # the model's name, not its path, labels the bar
+        notes: dict[str, None] = {}  # one line each, in order
         from attnscope.progress import progress as progress_bar
 
         with progress_bar(total, model_label(str(model)), enabled=progress, unit="layers") as bar:
             for info in infos:
                 for layer in range(info.n_layers):
+                    layout = _layout(src, info, layer, notes) if offsets is not None else None
                     factors = fam.layer_factors(src, info, layer, fold)
-                    recs, n_bad = _score_layer(factors, float(k), lv)
+                    recs, n_bad = _score_layer(factors, float(k), lv, offsets, layout)
                     if n_bad:
                         bad_layers.append(f"{info.stack} {layer} ({n_bad} heads)")
                     records.extend(recs)
@@ -184,6 +238,10 @@ def score(
     finally:
         if src is not source:  # we opened it, we close it
             src.close()
+    for line in notes:
+        from .offsets import PositionNote
+
+        warnings.warn(f"{model}: {line}", PositionNote, stacklevel=2)
     if bad_layers:
         warnings.warn(
             f"{model}: non-finite q/k weights in layer(s) {', '.join(bad_layers)}; those scores are NaN",
@@ -195,6 +253,21 @@ def score(
         rec["family"] = fam.name
         rec["fold_norms"] = fold
     return records_frame(records)
+
+
+def _layout(src: Any, info: Any, layer: int, notes: dict[str, None]) -> "RotaryLayout | None":
+    """The rotary layout of one layer (None: no rotary positions); its one-line notes collected in ``notes``."""
+    from attnscope.families.rope import NOT_ROTARY_NOTE, position_kind, rotary_layout
+
+    layout = rotary_layout(src.config, info, layer, src)
+    if layout is None:
+        notes[NOT_ROTARY_NOTE.format(stack=info.stack, how=position_kind(src.config))] = None
+    elif layout.note.startswith(("dynamic", "longrope")):
+        notes[layout.note] = None
+    if layout is not None and layout.window is not None:
+        notes["sliding-window layers mask keys W or more tokens back: their records at offset >= W have "
+              "beyond_window = True (a form the layer never applies)"] = None
+    return layout
 
 
 def records_frame(records: list[dict]) -> "pd.DataFrame":
@@ -219,7 +292,8 @@ SCORE_COLUMNS = ("model", "family", "stack", "level", "layer", "symmetry", "dire
 
 
 def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
-    """Per model and stack: median and IQR (25th, 75th percentile) over layers of s and d.
+    """Per model and stack (and offset, when the table has one): median and IQR (25th, 75th percentile)
+    over layers of s and d.
 
     Uses the layer-level rows (the paper's per-layer M_L); a table holding only head rows is
     summarised over all its heads instead (``level`` says which).
@@ -236,9 +310,10 @@ def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
     if rows.empty:
         rows, level = df[df["level"] == "head"], "head"
     out = []
-    for (model, family, stack), grp in rows.groupby(["model", "family", "stack"], sort=False, dropna=False):
-        rec: dict[str, Any] = {"model": model, "family": family, "stack": stack, "level": level,
-                               "n_layers": int(grp["layer"].nunique()), "n_rows": len(grp)}  # fmt: skip
+    keys = ["model", "family", "stack"] + (["offset"] if "offset" in rows.columns else [])
+    for key, grp in rows.groupby(keys, sort=False, dropna=False):
+        rec: dict[str, Any] = dict(zip(keys, key))
+        rec.update(level=level, n_layers=int(grp["layer"].nunique()), n_rows=len(grp))
         for col in ("symmetry", "directionality"):
             vals = grp[col].astype("float64")
             rec[f"{col}_median"] = vals.median()

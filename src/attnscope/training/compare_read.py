@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 # configuration fields that do not change what is trained (left out when grouping and pairing)
 NOT_COMPARED = frozenset({
     "out", "resume", "progress", "threads", "wandb", "tensorboard", "config", "device", "world_size",
-    "keep_checkpoints", "checkpoint_every", "score_every", "log_every", "eval_every",
+    "keep_checkpoints", "checkpoint_every", "score_every", "score_offsets", "log_every", "eval_every",
 })
 TREATMENTS = ("init", "tie_qk", "model.tie_qk")  # what a baseline differs in
 

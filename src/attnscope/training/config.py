@@ -71,6 +71,8 @@ class TrainConfig:
     seed: int = opt(0, "Random seed (init, data order, masks, dropout).")
     mask_prob: float = opt(0.15, "mlm: fraction of positions selected (80% mask, 10% random, 10% kept).")
     score_every: int = opt(100, "Log geometry scores every K steps (and at step 0).")
+    score_offsets: str | None = opt(None, "With --pos rotary: also log s and d at these offsets (tokens; 0,1,16 or "
+                                    "log:0:512:8) as geometry_offsets (unset: none).")
     checkpoint_every: int = opt(500, "Write a checkpoint every K steps (and at the end).")
     eval_every: int | None = opt(None, "Evaluate on the held-out split every K steps (unset: --checkpoint-every).")
     eval_windows: int = opt(64, "Held-out windows per evaluation.")
@@ -126,7 +128,26 @@ class TrainConfig:
             raise ConfigError(f"lr must be positive, not {self.lr!r}", params="lr")
         if not 0.0 < self.mask_prob < 1.0:
             raise ConfigError(f"mask_prob must be in (0, 1), not {self.mask_prob}", params="mask_prob")
+        self.offsets()
         return self
+
+    def offsets(self) -> list[int] | None:
+        """``score_offsets`` parsed (None when unset); ConfigError when the model's positions are not rotary."""
+        if self.score_offsets is None:
+            return None
+        from attnscope.errors import InputError
+        from attnscope.geometry.offsets import parse_offsets
+
+        try:
+            offsets = parse_offsets(self.score_offsets)
+        except InputError as err:
+            raise ConfigError(str(err).replace("--offsets", "score_offsets")) from None
+        from .model import PRESETS
+
+        pos = self.pos or PRESETS[self.preset].get("pos", "learned")
+        if pos != "rotary":
+            raise ConfigError(f"score_offsets needs rotary positions (--pos rotary); this model's are {pos}")
+        return offsets
 
     @classmethod
     def from_sources(cls, yaml_path: str | None = None, **options: Any) -> "TrainConfig":

@@ -95,6 +95,32 @@ def geometry_records(model, model_config, name: str) -> list[dict[str, Any]]:
     return out
 
 
+def geometry_offset_records(model, model_config, name: str, offsets: list[int]) -> list[dict[str, Any]]:
+    """Score records (with ``offset``) of the live weights' rotary forms at ``offsets``: the numbers of
+    ``attnscope geometry --offsets`` on a checkpoint of the same weights (same factors, same kernels, on the host)."""
+    import numpy as np
+
+    from attnscope.families.base import AttentionFactors, StackInfo
+    from attnscope.families.rope import rotary_layout
+    from attnscope.geometry.scoring import RECORD_COLUMNS, score_factors
+
+    h, g, e, d = model_config.n_heads, model_config.n_kv_heads, model_config.d_head, model_config.d_model
+    stack = "decoder" if model_config.causal else "encoder"
+    info = StackInfo(stack, len(model.blocks), h, g, d, e)
+    config = {"model_type": "attnscope", "pos": model_config.pos}
+    base = {"model": name, "family": "attnscope"}
+    out = []
+    for layer, block in enumerate(model.blocks):
+        wq = block.attn.q_weight()[0].detach().float().cpu().numpy()  # [h e, d]
+        wk = block.attn.k_proj.weight.detach().float().cpu().numpy()  # [g e, d]
+        factors = AttentionFactors(stack, layer, np.ascontiguousarray(wq.reshape(h, e, d).transpose(0, 2, 1)),
+                                   np.ascontiguousarray(wk.reshape(g, e, d).transpose(0, 2, 1)))  # fmt: skip
+        for rec in score_factors(factors, offsets=offsets, layout=rotary_layout(config, info, layer)):
+            rec = {**base, **rec}
+            out.append({c: _jsonable(rec.get(c)) for c in [*RECORD_COLUMNS, "offset"]})
+    return out
+
+
 def _jsonable(v: Any) -> Any:
     if hasattr(v, "item"):
         v = v.item()

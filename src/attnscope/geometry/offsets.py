@@ -1,0 +1,163 @@
+"""Relative offsets for position-aware geometry: checking and parsing them, and the per-pair frequency table.
+
+An offset is query position - key position (>= 0: the key lies behind the query, as in causal
+attention; negative offsets are keys ahead, for encoders). ``check_offsets`` validates a list given
+in Python, ``parse_offsets`` reads the CLI's ``0,1,16,256`` or ``log:START:STOP:N`` forms, and
+``frequencies(source)`` tabulates, per head and rotary pair, the pair's share of the head's W_qk
+energy (:func:`attnscope.geometry.rotary.pair_usage`) with its frequency and wavelength.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from typing import TYPE_CHECKING, Any, Iterable
+
+import numpy as np
+
+from attnscope.errors import InputError, UnsupportedError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+#: |offset| must stay below this (positions are 32-bit in every framework attnscope reads)
+MAX_OFFSET = 2**31
+
+
+class PositionNote(UserWarning):
+    """A one-line fact about how offsets apply to a model (no rotary positions, dynamic scaling, ...)."""
+
+
+def check_offsets(offsets: Iterable[Any]) -> list[int]:
+    """Offsets as a list of ints; InputError (one line) when empty, non-integer, beyond 2^31 or repeated."""
+    if isinstance(offsets, (str, bytes)):
+        raise InputError("offsets must be a list of integers (use parse_offsets for the '0,1,16' form)")
+    out: list[int] = []
+    for o in offsets:
+        if isinstance(o, bool) or not isinstance(o, numbers.Integral):
+            if isinstance(o, numbers.Real) and not isinstance(o, bool) and float(o).is_integer():
+                o = int(o)
+            else:
+                raise InputError(f"offsets must be integers, not {o!r}")
+        o = int(o)
+        if abs(o) >= MAX_OFFSET:
+            raise InputError(f"offset {o} is beyond 2^31 (positions are 32-bit)")
+        out.append(o)
+    if not out:
+        raise InputError("offsets is empty: give at least one offset")
+    dup = sorted({o for o in out if out.count(o) > 1})
+    if dup:
+        raise InputError(f"offsets repeats {', '.join(map(str, dup))}")
+    return out
+
+
+def _int(text: str, what: str) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise InputError(f"--offsets: {what} {text.strip()!r} is not an integer") from None
+
+
+def parse_offsets(spec: str) -> list[int]:
+    """``"0,1,16,256"`` or ``"log:START:STOP:N"`` (START, up to N log-spaced integers to STOP; 0 allowed as START).
+
+    The log form spaces N points geometrically between max(START, 1) and STOP, rounds them to
+    integers and drops the repeats rounding makes (so it may give fewer than N); START = 0 adds 0.
+    """
+    spec = spec.strip()
+    if not spec:
+        raise InputError("--offsets is empty: give e.g. 0,1,16,256 or log:0:8192:32")
+    if spec.startswith("log:"):
+        parts = spec[4:].split(":")
+        if len(parts) != 3:
+            raise InputError(f"--offsets {spec!r}: the log form is log:START:STOP:N")
+        start, stop, n = (_int(p, w) for p, w in zip(parts, ("START", "STOP", "N")))
+        if not 0 <= start < stop or n < 2:
+            raise InputError(f"--offsets {spec!r}: needs 0 <= START < STOP and N >= 2")
+        check_offsets([stop])
+        lo = max(start, 1)
+        pts = np.unique(np.rint(np.geomspace(lo, stop, n - (1 if start == 0 else 0))).astype(np.int64))
+        return ([0] if start == 0 else []) + [int(p) for p in pts]
+    return check_offsets([_int(p, "offset") for p in spec.split(",")])
+
+
+def note(message: str) -> None:
+    """Emit one :class:`PositionNote` (the CLI prints it as one line)."""
+    warnings.warn(message, PositionNote, stacklevel=3)
+
+
+def frequencies(source: Any, *, config: Any = None, name: str | None = None, fold_norms: bool | str = False) -> "pd.DataFrame":
+    """Per layer, head and rotary pair: frequency, wavelength (positions), energy share and block symmetry.
+
+    One row per pair (``pair`` 0.., ``dims`` its two head dims) plus one ``pair = -1`` row for the
+    unrotated dims of a partial-rotary head (``dims`` "unrotated"; share 0 and no row when every dim
+    rotates), and the model's ``context_length``. UnsupportedError when the model has no rotary positions.
+    """
+    import pandas as pd
+
+    from attnscope.families import get_family
+    from attnscope.families.base import check_fold
+    from attnscope.families.rope import rotary_layout
+    from attnscope.sources import open_source
+
+    fold = check_fold(fold_norms)
+    src = open_source(source, config=config)
+    model = name or src.name
+    rows: list[dict] = []
+    try:
+        fam = get_family(src.config)
+        for info in fam.stacks(src.config, src):
+            for layer in range(info.n_layers):
+                layout = rotary_layout(src.config, info, layer, src)
+                if layout is None:
+                    raise UnsupportedError(f"{model}: has no rotary positions, so it has no per-pair frequency usage")
+                f = fam.layer_factors(src, info, layer, fold)
+                rows.extend(_frequency_rows(info.stack, layer, f.q, f.k, f.kv_index, layout))
+    finally:
+        if src is not source:
+            src.close()
+    df = pd.DataFrame(rows)
+    df.insert(0, "family", fam.name)
+    df.insert(0, "model", model)
+    df["context_length"] = context_length(src.config)
+    return df
+
+
+def context_length(config: dict[str, Any]) -> int | None:
+    """The trained context length a config or GGUF file states (None when it states none)."""
+    meta = config.get("gguf_metadata") or {}
+    arch = config.get("architecture")
+    for value in (meta.get(f"{arch}.context_length"), config.get("max_position_embeddings"),
+                  config.get("n_positions"), config.get("max_seq_len")):  # fmt: skip
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0:
+            return int(value)
+    return None
+
+
+def _frequency_rows(stack: str, layer: int, q: np.ndarray, k: np.ndarray, kv: np.ndarray, layout: Any) -> list[dict]:
+    use = pair_usage_checked(q, k, layout)
+    n_p = layout.n_pairs
+    has_unrot = layout.unrotated.size > 0
+    out = []
+    for h in range(q.shape[0]):
+        for j in range(n_p + (1 if has_unrot else 0)):
+            rot = j < n_p
+            w = float(layout.inv_freq[j]) if rot else 0.0
+            out.append({"stack": stack, "layer": layer, "head": h, "kv_head": int(kv[h]), "pair": j if rot else -1,
+                        "dims": f"{layout.a[j]},{layout.b[j]}" if rot else "unrotated",
+                        "theta": w, "wavelength": 2 * math.pi / w if w > 0 else math.inf,
+                        "energy_share": float(use["share"][h, j]), "symmetry": float(use["symmetry"][h, j]),
+                        "rope_type": layout.rope_type})  # fmt: skip
+    return out
+
+
+def pair_usage_checked(q: np.ndarray, k: np.ndarray, layout: Any) -> dict[str, np.ndarray]:
+    """:func:`pair_usage` on finite factors (non-finite weights give NaN rows rather than an error)."""
+    from .rotary import pair_usage
+
+    q, k = np.asarray(q, np.float32), np.asarray(k, np.float32)
+    if np.isfinite(q).all() and np.isfinite(k).all():
+        return pair_usage(q, k, layout)
+    use = pair_usage(np.nan_to_num(q), np.nan_to_num(k), layout)
+    return {key: np.full_like(v, np.nan) for key, v in use.items()}
