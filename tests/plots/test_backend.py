@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "attnscope"
 
 
 def _scores() -> pd.DataFrame:
-    rows = [{"model": "m", "stack": "encoder", "level": lvl, "layer": layer, "head": head, "symmetry": 0.1 * layer,
+    rows = [{"model": "m", "family": "bert", "stack": "encoder", "level": lvl, "layer": layer, "head": head, "symmetry": 0.1 * layer,
              "directionality": 0.2, "n_heads": 2}
             for layer in range(3) for lvl, head in (("layer", -1), ("head", 0), ("head", 1))]
     return pd.DataFrame(rows)
