@@ -18,6 +18,8 @@ from typing import Any
 
 from attnscope.errors import ConfigError, InputError
 
+from attnscope.sources.base import path_inside
+
 from .packages import JOIN_PREFIX, PYPI_PREFIX, join_parts, pypi_path
 
 DEFAULT_REGISTRY = Path(__file__).with_name("models.yaml")
@@ -52,7 +54,8 @@ def resolve_source(
         spec = None
     if spec is None or not spec.submodule_search_locations:
         raise InputError(f"{source}: the optional package providing Python module '{module}' is not installed")
-    return str(Path(list(spec.submodule_search_locations)[0]) / rest)
+    package_dir = Path(list(spec.submodule_search_locations)[0])
+    return str(path_inside(package_dir, rest, f"{source}: the path inside package {module}", "the package") if rest else package_dir)
 
 
 @dataclass(frozen=True)
