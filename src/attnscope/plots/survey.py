@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from attnscope.zoo.report import MODALITY_ORDER, STACK_ORDER
+from attnscope.zoo.registry import MODALITY_ORDER, STACK_ORDER
 
 from .base import figure_for, model_label
 from .geometry import STACK_COLORS

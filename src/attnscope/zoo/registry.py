@@ -23,9 +23,12 @@ from attnscope.sources.base import path_inside
 from .packages import JOIN_PREFIX, PYPI_PREFIX, join_parts, pypi_path
 
 DEFAULT_REGISTRY = Path(__file__).with_name("models.yaml")
+#: modalities and stacks, in the order every table and figure of the survey shows them
 MODALITIES = ("text", "vision", "audio")
 TYPES = ("encoder", "decoder", "encoder-decoder")
 STACK_NAMES = ("encoder", "decoder", "cross")
+MODALITY_ORDER = MODALITIES
+STACK_ORDER = STACK_NAMES
 ENTRY_FIELDS = ("id", "family", "modality", "type", "params", "groups", "caveats", "published", "source", "parts",
                 "with", "sha256")
 #: ``source: pkg:<module>/<path>`` = a path inside an installed Python package (offline demo weights)
