@@ -38,9 +38,63 @@ def figure_for(fig: "Figure | None", **figure_kwargs: Any) -> "Figure":
 
 
 def integer_ticks(axis: Any, n: int, max_ticks: int = 12) -> None:
-    """Integer ticks 0, s, 2s, ... (< n) on ``axis`` (``ax.xaxis`` / ``ax.yaxis``) of an index grid."""
-    step = max(1, -(-n // max_ticks))
-    axis.set_ticks(range(0, max(n, 1), step))
+    """Integer ticks (at most ``max_ticks``) on ``axis`` (``ax.xaxis`` / ``ax.yaxis``) of an index grid of
+    ``n`` rows or columns. How many fit is decided when the figure is drawn, from the axis' length
+    and the tick font (matplotlib's ``nbins="auto"``), so ``10`` and ``11`` never run together into
+    ``1011`` on a narrow panel; every tick is an index inside the grid."""
+    from matplotlib.ticker import MaxNLocator
+
+    class _Inside(MaxNLocator):
+        def tick_values(self, vmin: float, vmax: float) -> Any:
+            ticks = super().tick_values(vmin, vmax)
+            return ticks[(ticks >= 0) & (ticks <= max(n - 1, 0))][:max_ticks]
+
+    axis.set_major_locator(_Inside(nbins="auto", integer=True, steps=[1, 2, 4, 5, 10], min_n_ticks=1))
+
+
+#: the colormap of a quantity with a sign (diverging, white at 0) and of one without
+DIVERGING_CMAP = "RdBu_r"
+SEQUENTIAL_CMAP = "viridis"
+
+
+def color_scale(values: Any, signed: bool | None = None) -> dict[str, Any]:
+    """``imshow`` / ``scatter`` colour arguments for ``values``: a signed quantity (``signed=True``, or
+    ``None`` and values on both sides of 0) gets the diverging map centred at 0 (symmetric limits, so
+    white is 0), anything else the sequential one."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if signed is None:
+        signed = bool(v.size) and v.min() < 0 < v.max()
+    if not signed:
+        return {"cmap": SEQUENTIAL_CMAP}
+    m = float(np.abs(v).max()) if v.size else 1.0
+    m = m if m > 0 else 1.0
+    return {"cmap": DIVERGING_CMAP, "vmin": -m, "vmax": m}
+
+
+def drop_overlapping(texts: list[Any], renderer: Any, pad: float = 1.0) -> list[Any]:
+    """Remove every text whose box overlaps one kept before it (give the important ones first);
+    return the kept texts. ``renderer``: from :func:`laid_out`."""
+    kept, boxes = [], []
+    for t in texts:
+        box = t.get_window_extent(renderer).expanded(1.0 + pad / 100, 1.0 + pad / 100)
+        if any(box.overlaps(b) for b in boxes):
+            t.remove()
+        else:
+            kept.append(t)
+            boxes.append(box)
+    return kept
+
+
+def laid_out(fig: "Figure") -> Any:
+    """Run the figure's layout and return a renderer, so text extents are the final ones."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
+    fig.draw_without_rendering()
+    return canvas.get_renderer()
 
 
 #: directory names that say nothing about the model (the name is the parent's)
