@@ -86,7 +86,7 @@ def metric_heatmaps(
 
 def metric_scatter(
     df: "pd.DataFrame", pairs: Sequence[tuple[str, str]] = (("distance", "entropy"), ("sparsity", "entropy"), ("sink_first", "confidence")),
-    hue: str = "model", *, fig: "Figure | None" = None,
+    hue: str = "model", title: str = "", *, fig: "Figure | None" = None,
 ) -> "Figure":
     """Scatter plots of metric pairs, one point per head; colour = ``hue`` column (model or layer)."""
     pairs = [(x, y) for x, y in pairs if x in df.columns and y in df.columns]
@@ -101,6 +101,7 @@ def metric_scatter(
         ax.set_ylabel(y)
     if len(groups) > 1:
         axes.flat[0].legend(fontsize=7, ncol=1 + len(groups) // 9)
+    fig.suptitle(title or "metric pairs, one point per head (mean over windows)", fontsize=10)
     return fig
 
 
@@ -139,7 +140,7 @@ def example_maps(
     return fig
 
 
-def silhouette_curve(sil: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure":
+def silhouette_curve(sil: "pd.DataFrame", title: str = "", *, ax: "Axes | None" = None) -> "Figure":
     """Mean silhouette per k for each method; the best k of each method (from the data) is marked."""
     fig, ax = axes_for(ax, figsize=(5, 3.5))
     for method, sub in sil.groupby("method"):
@@ -152,6 +153,7 @@ def silhouette_curve(sil: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figur
     ax.set_xlabel("k")
     ax.set_ylabel("mean silhouette")
     ax.legend()
+    ax.set_title(title or "mean silhouette per k (higher: better separated clusters)", fontsize=9)
     return fig
 
 
