@@ -34,3 +34,13 @@ def test_example_maps_crop_the_docs_state():
     from attnscope.cli import heads as cli_heads
 
     assert "top-left 96 x 96" in DOC.read_text() and "example_len=96" in inspect.getsource(cli_heads).replace(" ", "")
+
+
+def test_byte_sparse_8h_share_at_the_study_length():
+    from attnscope.sparse.patterns import load_pattern
+
+    L = 256
+    mask = load_pattern("byte-sparse-8h").mask(L, True)
+    share = mask.sum() / (mask.shape[0] * L * (L + 1) / 2)
+    stated = re.search(r"at this length the pattern keeps (\d+)% of the causal", " ".join(DOC.read_text().split()))
+    assert stated and round(100 * share) == int(stated.group(1))
