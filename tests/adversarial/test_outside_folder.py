@@ -127,3 +127,21 @@ def test_zoo_package_paths_stay_inside_the_package():
     with pytest.raises(FormatError, match="join: target"):
         join_parts("x", "../escape.bin", ("pypi:numpy/numpy/__init__.py",))
     assert Path(resolve_source("pkg:attnscope/zoo")).is_dir()
+
+
+def test_sharded_weights_refuse_before_resolving_any_shard(tmp_path):
+    """The index is checked where the hub's source reads it too: no shard name is ever resolved
+    (downloaded, for the hub) before every entry has been checked."""
+    from attnscope.sources.hf import ShardedWeights
+
+    idx = tmp_path / "model.safetensors.index.json"
+    idx.write_text(json.dumps({"weight_map": {"a.weight": "model-1.safetensors", "b.weight": "../../secret"}}))
+    asked = []
+
+    def resolve(name):
+        asked.append(name)
+        return tmp_path / name
+
+    with pytest.raises(FormatError, match=r"entry 'b\.weight': '\.\./\.\./secret' is outside"):
+        ShardedWeights("org/repo", "index", "model.safetensors.index.json", resolve)
+    assert asked == ["model.safetensors.index.json"]
