@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnscope.architecture import MODEL_TYPE, NORMS, POSITIONS, PRESETS, ModelConfig, hf_config, preset_config
+from attnscope.architecture import MODEL_TYPE, PRESETS, ModelConfig, hf_config, preset_config  # re-exported
 from attnscope.errors import ConfigError, FormatError, InputError
 
 INITS = ("default", "symmetric", "symmetric-paper")
