@@ -145,3 +145,18 @@ def test_sharded_weights_refuse_before_resolving_any_shard(tmp_path):
     with pytest.raises(FormatError, match=r"entry 'b\.weight': '\.\./\.\./secret' is outside"):
         ShardedWeights("org/repo", "index", "model.safetensors.index.json", resolve)
     assert asked == ["model.safetensors.index.json"]
+
+
+def test_heads_refuses_a_model_whose_index_leaves_the_folder(tmp_path):
+    """``heads`` loads through transformers, which would follow the index: attnscope checks it first."""
+    from attnscope.heads.maps import open_model
+
+    hf = tmp_path / "bert"
+    models.write_model(models.bert_model(seed=1), hf, "sharded")
+    idx = hf / "model.safetensors.index.json"
+    data = json.loads(idx.read_text())
+    first = next(iter(data["weight_map"]))
+    data["weight_map"][first] = "../../../../etc/passwd"
+    idx.write_text(json.dumps(data))
+    with pytest.raises(FormatError, match=r"'\.\./\.\./\.\./\.\./etc/passwd' is outside the model's folder"):
+        open_model(hf)

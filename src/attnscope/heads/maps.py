@@ -211,6 +211,9 @@ def _open_hf(name: str, local: Path, device: str) -> MapModel:
         transformers.utils.logging.disable_progress_bar()
     except AttributeError:  # pragma: no cover - older transformers
         pass
+    from attnscope.sources.hf import check_indexes
+
+    check_indexes(local)  # transformers would follow a shard name out of the folder
     try:
         config = AutoConfig.from_pretrained(str(local), trust_remote_code=False)
     except Exception as exc:

@@ -162,6 +162,16 @@ class ShardedWeights:
         self._bin_cache.clear()
 
 
+def check_indexes(root: Path) -> None:
+    """Check every weights index in ``root`` (see :func:`~attnscope.sources.base.relative_name`) before
+    another loader (transformers, for ``heads``) follows its names: one FormatError naming the entry."""
+    for filename in INDEX_FILES:
+        if (root / filename).is_file():
+            wmap = read_json(root / filename, "the weights index").get("weight_map")
+            for k, v in (wmap.items() if isinstance(wmap, dict) else ()):
+                relative_name(v, f"{root}: {filename} entry {str(k)!r}")
+
+
 def _short(exc: BaseException) -> str:
     """One line of an exception message."""
     text = str(exc).strip().splitlines()
