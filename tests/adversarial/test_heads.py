@@ -161,3 +161,13 @@ def test_cluster_on_a_table_that_is_not_a_heads_table_says_so(tmp_path):
     bad.write_text("a,b\n1,2\n")
     r = cli("heads", "cluster", str(bad))
     assert_one_line_error(r, "not a heads metrics table")
+
+
+def test_cluster_on_a_header_without_rows_is_one_line_before_any_arithmetic(tmp_path):
+    empty = tmp_path / "empty.csv"
+    metrics_table().iloc[:0].to_csv(empty, index=False)
+    r = cli("heads", "cluster", str(empty), "--out", str(tmp_path / "c.csv"))
+    assert_one_line_error(r, "no rows")
+    assert "warning" not in r.stderr  # no numpy 'Mean of empty slice' before the error
+    with pytest.raises(InputError, match="no rows"):
+        cluster_heads(metrics_table().iloc[:0])

@@ -109,6 +109,27 @@ def test_derive_rules(tmp_path):
     assert load_pattern(str(path), n_heads=4).heads == pat.heads
 
 
+def test_derive_text_says_what_it_did():
+    df = metrics_table([2.0, 7.5, 102.0], [0.0, 0.5, 0.0])
+    pat, why = derive_pattern(df)
+    assert list(why["summary"]) == ["median of 2 layers"] * 3  # the lines say they are a median over layers
+    assert why["reason"][2].startswith("global (2 x lookback 102.0 = 204.0 -> window 256, over --max-window 128)")
+    assert why["pattern"][1] == "local(16) | key 0" and "positions" not in " ".join(why["pattern"])
+    assert "1 positions" not in why.to_string()
+    assert list(derive_pattern(df, layer=1)[1]["summary"]) == ["layer 1"] * 3
+
+
+def test_derive_window_covering_the_whole_sequence_is_global_not_local():
+    df = metrics_table([2.0, 40.0], [0.0, 0.0]).assign(length=128)  # 2 x 40 -> window 128 >= 127: every key
+    pat, why = derive_pattern(df, max_window=256)
+    assert pat.heads[0] == HeadPattern(window=4)
+    assert pat.heads[1] == HeadPattern(stride=16, positions=(0,))
+    assert "the whole 128-token sequence" in why["reason"][1] and why["reason"][1].startswith("global")
+    # one token shorter than needed to see everything: still local
+    assert derive_pattern(metrics_table([2.0, 40.0], [0.0, 0.0]).assign(length=130), max_window=256)[0].heads[1] == \
+        HeadPattern(window=128)
+
+
 def test_derive_errors():
     with pytest.raises(AttnscopeError, match="no column"):
         derive_pattern(pd.DataFrame({"head": [0], "entropy": [1.0]}))

@@ -203,3 +203,13 @@ def test_js_divergence():
     D = pairwise_js(rows)
     assert torch.allclose(D, D.T) and torch.allclose(torch.diagonal(D), torch.zeros(3, dtype=torch.float64))
     assert D[0, 1].item() == pytest.approx(math.log(2) / 2) and D[0, 2].item() == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("budget", [1, 7, 10_000_000])
+def test_pairwise_js_blocks_do_not_change_the_result(budget):
+    g = torch.Generator().manual_seed(0)
+    rows = torch.rand(5, 3, 6, generator=g, dtype=torch.float64)
+    rows = rows / rows.sum(-1, keepdim=True)  # [5 heads, 3 rows, 6 keys]
+    ref = torch.tensor([[js_divergence_rows(rows[a], rows[b]).mean().item() for b in range(5)] for a in range(5)],
+                       dtype=torch.float64)  # one pair at a time
+    assert torch.allclose(pairwise_js(rows, budget=budget), ref, atol=1e-12)

@@ -40,7 +40,8 @@ def test_metric_heatmaps_images_and_integer_ticks():
     for ax, col in zip(images, ("entropy", "distance")):
         np.testing.assert_array_equal(ax.get_images()[0].get_array(), explicit_grid(df, col))
         xt, yt = ax.get_xticks(), ax.get_yticks()
-        assert np.array_equal(xt, np.arange(7)) and np.array_equal(yt, np.arange(3))  # 0, 1, 2 ... not 2.5
+        for t, n in ((xt, 7), (yt, 3)):  # integer indices inside the grid, evenly spaced from 0 (not 2.5)
+            assert t[0] == 0 and t[-1] <= n - 1 and np.all(t == np.round(t)) and len(set(np.diff(t))) <= 1
         assert ax.get_ylim()[0] < ax.get_ylim()[1]  # layer 0 at the bottom, as in the geometry heatmaps
     assert fig.get_suptitle() == "t"
 
@@ -95,7 +96,7 @@ def test_js_mds_points():
     emb = pd.DataFrame({"layer": [0, 0, 1], "head": [0, 1, 0], "x": [0.1, 0.2, 0.3], "y": [1.0, 2.0, 3.0]})
     fig = hp.js_mds(emb)
     np.testing.assert_array_equal(fig.axes[0].collections[0].get_offsets(), emb[["x", "y"]].to_numpy())
-    assert [t.get_text() for t in fig.axes[0].texts] == ["L0H0", "L0H1", "L1H0"]
+    assert sorted(t.get_text() for t in fig.axes[0].texts) == ["L0H0", "L0H1", "L1H0"]  # far apart: all named
 
 
 @pytest.mark.parametrize("n", [1, 12, 13, 40])

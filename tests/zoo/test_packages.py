@@ -61,8 +61,10 @@ def test_nameless_parts_are_joined_under_the_target_name(tmp_path):
     out = join_parts("org/m", "model.gguf", tuple(map(str, parts)), root=tmp_path / "cache")
     assert out == tmp_path / "cache" / "org_m" / "model.gguf" and out.read_bytes() == data
     assert not (tmp_path / "cache" / "org_m" / "part01.bin").exists()
-    for target in ("..", "sub/model.gguf"):  # not a plain file name: joined under the first part's name
-        join_parts("org/m2", target, tuple(map(str, parts)), root=tmp_path / "cache")
+    join_parts("org/m2", "sub/model.gguf", tuple(map(str, parts)), root=tmp_path / "cache")  # not a plain name:
+    # joined under the first part's name; a target leaving the folder is refused before anything is written
+    with pytest.raises(FormatError, match="'..' is outside the folder the parts are joined into"):
+        join_parts("org/m3", "..", tuple(map(str, parts)), root=tmp_path / "cache")
     assert (tmp_path / "cache" / "org_m2" / "part01.bin").read_bytes() == data
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["org_m", "org_m2"]  # nothing written outside
 

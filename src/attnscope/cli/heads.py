@@ -224,7 +224,7 @@ def derive(
         return
     con = stderr_console()
     for r in why.itertuples():
-        con.print(f"head {r.head}: {r.pattern}   [dim]{r.reason}[/]")
+        con.print(f"head {r.head} ({r.summary}): {r.pattern}   [dim]{r.reason}[/]")
     if out is not None:
         con.print(f"wrote pattern: {out}  (train with --attn-pattern {out})")
     else:

@@ -220,7 +220,7 @@ def score(
         total = sum(i.n_layers for i in infos)
         records: list[dict] = []
         bad_layers: list[str] = []
-        from attnscope.plots.base import model_label  # the model's name, not its path, labels the bar
+        from attnscope.naming import model_label  # the model's name, not its path, labels the bar
         notes: dict[str, None] = {}  # one line each, in order
         from attnscope.progress import progress as progress_bar
 

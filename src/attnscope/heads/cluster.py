@@ -45,7 +45,9 @@ def zscore_features(df: "pd.DataFrame", features: Sequence[str]) -> "np.ndarray"
         raise InputError(
             f"metrics table has no column(s) {', '.join(missing)} (it has: {', '.join(map(str, df.columns[:20]))})"
         )
-    X = numeric_columns(df, list(features), "metrics table", finite=False).to_numpy()
+    X = numeric_columns(df, list(features), "metrics table", finite=False).to_numpy()  # [n, f]
+    if len(X) == 0:  # before any arithmetic: means of nothing would only print numpy warnings
+        raise InputError("the metrics table has a header but no rows: no heads to cluster")
     bad = [f for f, col in zip(features, X.T) if not np.isfinite(col).all()]
     if bad:
         raise InputError(f"feature(s) {', '.join(bad)} have missing/NaN values; choose other features", params="features")

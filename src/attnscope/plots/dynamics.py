@@ -26,6 +26,21 @@ REGIME_COLORS = {"periodic": "tab:blue", "quasi-periodic": "tab:green", "chaotic
                  "hyperchaotic": "tab:purple", "uncertain": "tab:orange", "unknown": "tab:gray"}
 #: axis labels of the swept parameters
 PARAM_LABELS = {"beta_o": r"$\beta_o$", "gamma": r"$\gamma$", "eps": r"$\varepsilon$"}
+#: labels of the quantities a figure is coloured by (mathtext, never ``lambda_1`` as plain text)
+COLOR_LABELS = {"lambda_1": r"largest Lyapunov exponent $\lambda_1$ (per step)", "regime": "regime"}
+
+
+def _param(name: str) -> str:
+    return PARAM_LABELS.get(name, name)
+
+
+def _lambda_label(column: str) -> str:
+    """``lambda_3`` -> ``$\lambda_3$``; anything else unchanged."""
+    m = re.fullmatch(r"lambda_(\d+)", column)
+    if not m:
+        return column
+    k = m.group(1)
+    return rf"$\lambda_{k}$" if len(k) == 1 else rf"$\lambda_{{{k}}}$"
 
 
 def trajectory_frame(traj: dict) -> "pd.DataFrame":
@@ -56,6 +71,7 @@ def timeseries(df: "pd.DataFrame", *, feature: int = 0, last: int | None = 400, 
         ax.set_ylabel(f"$m^o_{{se,{feature + 1}}}$")
         ax.set_title(f"{PARAM_LABELS['beta_o']} = {b:g}", fontsize=9)
     axes[-1, 0].set_xlabel("t")
+    fig.suptitle(f"time series of $m^o_{{se,{feature + 1}}}$" + (f" (last {last} steps)" if last else ""), fontsize=10)
     return fig
 
 
@@ -82,6 +98,7 @@ def power_spectrum(df: "pd.DataFrame", *, feature: int = 0, fig: "Figure | None"
         ax.set_title(f"{PARAM_LABELS['beta_o']} = {b:g}", fontsize=9)
         ax.set_xlabel("frequency (1/step)")
         ax.set_ylabel("power")
+    fig.suptitle(f"power spectrum of $m^o_{{se,{feature + 1}}}$ (mean removed)", fontsize=10)
     return fig
 
 
@@ -99,6 +116,8 @@ def autocorrelation(df: "pd.DataFrame", *, feature: int = 0, max_lag: int = 200,
         ax.axhline(0, color="k", lw=0.4)
         ax.set_title(f"{PARAM_LABELS['beta_o']} = {b:g}", fontsize=9)
         ax.set_xlabel("lag (steps)")
+        ax.set_ylabel("autocorrelation")
+    fig.suptitle(f"autocorrelation of $m^o_{{se,{feature + 1}}}$", fontsize=10)
     return fig
 
 
@@ -117,6 +136,8 @@ def phase_plane(
         ax.set_title(f"{PARAM_LABELS['beta_o']} = {b:g}", fontsize=9)
         ax.set_xlabel(f"$m^o_{{se,{f1 + 1}}}$")
         ax.set_ylabel(f"$m^o_{{se,{f2 + 1}}}$")
+    fig.suptitle(f"phase plane: $m^o_{{se,{f2 + 1}}}$ against $m^o_{{se,{f1 + 1}}}$, one panel per {_param('beta_o')}",
+                 fontsize=10)
     return fig
 
 
@@ -130,7 +151,7 @@ def point_regimes(values: "pd.DataFrame", points: "pd.DataFrame", keys: list[str
 
 def bifurcation(
     values: "pd.DataFrame", points: "pd.DataFrame", *, param: str = "beta_o", feature: int = 0,
-    regime_column: str | None = None, ax: "Axes | None" = None,
+    regime_column: str | None = None, title: str | None = None, ax: "Axes | None" = None,
 ) -> "Figure":
     """The paper-like diagram: saved points for periodic values, Poincare section otherwise,
     coloured by regime (Lyapunov regime when present, else the distinct-value one)."""
@@ -148,15 +169,21 @@ def bifurcation(
     order = {name: i for i, name in enumerate(REGIME_COLORS)}
     groups = sorted(pts[show].groupby("_regime"), key=lambda kv: order.get(kv[0], len(order)))
     for name, g in groups:
-        ax.plot(g[param], g[y], ",", color=REGIME_COLORS.get(name, "k"), alpha=0.8)
+        # 1-point dots (a few pixels at print resolution; "," would be one pixel, invisible on paper)
+        ax.plot(g[param], g[y], ".", ms=1.0, mew=0, color=REGIME_COLORS.get(name, "k"), alpha=0.8, rasterized=True)
         ax.plot([], [], "o", ms=4, color=REGIME_COLORS.get(name, "k"), label=name)
-    ax.set_xlabel(PARAM_LABELS.get(param, param))
+    ax.set_xlabel(_param(param))
     ax.set_ylabel(f"$m^o_{{se,{feature + 1}}}$")
-    ax.legend(fontsize=8, markerscale=1.5)
+    ax.legend(fontsize=8, markerscale=1.5, title="regime", title_fontsize=8)
+    ax.set_title(title if title is not None else
+                 f"bifurcation diagram: $m^o_{{se,{feature + 1}}}$ against {_param(param)} "
+                 "(periodic: saved points; otherwise: Poincare section)", fontsize=10)
     return fig
 
 
-def lyapunov_curve(values: "pd.DataFrame", *, param: str = "beta_o", ax: "Axes | None" = None) -> "Figure":
+def lyapunov_curve(
+    values: "pd.DataFrame", *, param: str = "beta_o", title: str | None = None, ax: "Axes | None" = None
+) -> "Figure":
     """lambda_1, lambda_2, ... against the swept parameter (clipped below at -1), with the zero line."""
     fig, ax = axes_for(ax, figsize=(9, 3.5))
     v = values.sort_values(param)
@@ -164,16 +191,19 @@ def lyapunov_curve(values: "pd.DataFrame", *, param: str = "beta_o", ax: "Axes |
     several = "direction" in v.columns and v["direction"].nunique() > 1  # name the direction only then
     for c in lams:
         for d, g in v.groupby("direction") if several else [("", v)]:
-            ax.plot(g[param], g[c].clip(lower=-1.0), lw=0.8, label=f"$\\lambda_{c.split('_')[1]}$ {d}".strip())
+            ax.plot(g[param], g[c].clip(lower=-1.0), lw=0.8, label=f"{_lambda_label(c)} {d}".strip())
     ax.axhline(0.0, color="k", lw=0.5)
-    ax.set_xlabel(PARAM_LABELS.get(param, param))
+    ax.set_xlabel(_param(param))
     ax.set_ylabel("Lyapunov exponent (per step)")
     ax.legend(fontsize=7)
+    ax.set_title(title if title is not None else
+                 f"Lyapunov spectrum against {_param(param)} (clipped below at -1; > 0: chaotic)", fontsize=10)
     return fig
 
 
 def phase_diagram(
-    df: "pd.DataFrame", *, x: str, y: str, color: str = "lambda_1", ax: "Axes | None" = None
+    df: "pd.DataFrame", *, x: str, y: str, color: str = "lambda_1", title: str | None = None,
+    ax: "Axes | None" = None,
 ) -> "Figure":
     """A 2-D sweep coloured by lambda_1 (diverging map around 0) or by regime."""
     from matplotlib.colors import ListedColormap, TwoSlopeNorm
@@ -190,14 +220,18 @@ def phase_diagram(
                        cmap=ListedColormap([REGIME_COLORS[n] for n in names]), vmin=-0.5, vmax=len(names) - 0.5)
         cb = fig.colorbar(im, ax=ax, ticks=range(len(names)))
         cb.ax.set_yticklabels(names)
+        cb.set_label("regime")
     else:
         z = np.clip(grid.to_numpy(), -0.5, None)
         lo, hi = float(np.nanmin(z)), float(np.nanmax(z))
         norm = TwoSlopeNorm(0.0, min(lo, -1e-6), max(hi, 1e-6))
         im = ax.imshow(z, origin="lower", aspect="auto", extent=ext, interpolation="nearest", cmap="RdBu_r", norm=norm)
-        fig.colorbar(im, ax=ax, label=color)
-    ax.set_xlabel(PARAM_LABELS.get(x, x))
-    ax.set_ylabel(PARAM_LABELS.get(y, y))
+        cb = fig.colorbar(im, ax=ax)
+        cb.set_label(COLOR_LABELS.get(color, _lambda_label(color)) + (" (clipped below at -0.5)" if lo <= -0.5 else ""))
+    ax.set_xlabel(_param(x))
+    ax.set_ylabel(_param(y))
+    what = "regime" if color == "regime" else _lambda_label(color)
+    ax.set_title(title if title is not None else f"phase diagram over {_param(x)} and {_param(y)}: {what}", fontsize=10)
     return fig
 
 
@@ -212,6 +246,7 @@ def finite_size(df: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure":
     ref = d["rmse"].iloc[0] * np.sqrt(d["N"].iloc[0] / d["N"])
     ax.loglog(d["N"], ref, color="gray", lw=0.8, label="$\\propto N^{-1/2}$")
     ax.set_xlabel("N (bits per token)")
-    ax.set_ylabel("|m_finite - m_mean-field|")
+    ax.set_ylabel(r"$|m_{\mathrm{finite}\ N} - m_{\mathrm{mean\ field}}|$")
+    ax.set_title("finite-N overlaps against the mean field", fontsize=10)
     ax.legend(fontsize=8)
     return fig

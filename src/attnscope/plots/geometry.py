@@ -122,7 +122,7 @@ def plot_head_heatmaps(df: "pd.DataFrame", title: str | None = None, *, fig: "Fi
             ax.set_title(f"{stack}: {name}", fontsize=10)
             integer_ticks(ax.xaxis, n_heads)
             integer_ticks(ax.yaxis, n_layers)
-            fig.colorbar(im, ax=ax, shrink=0.9)
+            fig.colorbar(im, ax=ax, shrink=0.9, label=name)
     if title or not heads.empty:
         fig.suptitle(title or model_label(str(heads["model"].iloc[0])), fontsize=11)
     return fig
@@ -139,7 +139,7 @@ def plot_wqk_block(block: "np.ndarray", title: str = "", *, ax: "Axes | None" = 
     ax.set_xlabel("key dimension j (column)")
     ax.set_ylabel("query dimension i (row)")
     ax.set_title(title or f"W_qk[:{block.shape[0]}, :{block.shape[1]}]", fontsize=10)
-    fig.colorbar(im, ax=ax, shrink=0.85)
+    fig.colorbar(im, ax=ax, shrink=0.85, label="entry of W_qk (signed; white = 0)")
     return fig
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .base import axes_for, figure_for, integer_ticks, model_label
+from .base import axes_for, color_scale, drop_overlapping, figure_for, integer_ticks, laid_out, model_label
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -25,6 +25,20 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
 DEFAULT_HEATMAP_METRICS = ("entropy", "sparsity", "distance", "entropy_norm", "confidence", "sink_first", "prev_mass", "lookback")
+#: metrics with a sign (drawn with a diverging colormap centred at 0)
+SIGNED_METRICS = ("lookback",)
+#: colour-bar labels: what a metric's value is, in which unit
+METRIC_UNITS = {
+    "entropy": "nats", "entropy_norm": "fraction of ln(#keys)", "distance": "positions",
+    "lookback": "positions (< 0: looks ahead)", "sparsity": "share of entries < 1e-4",
+    "sparsity_visible": "share of visible entries < 1e-4", "period": "keys", "period_enrichment": "x uniform",
+}
+
+
+def metric_label(metric: str) -> str:
+    """A metric's colour-bar / axis label with its unit (mass metrics: share of a row's attention)."""
+    unit = METRIC_UNITS.get(metric, "share of attention mass")
+    return f"{metric} ({unit})"
 
 
 def layer_head_grid(df: "pd.DataFrame", value: str) -> "np.ndarray":
@@ -57,10 +71,13 @@ def metric_heatmaps(
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax, m in zip(axes.flat, metrics):
         grid = layer_head_grid(df, m)
-        im = ax.imshow(grid, aspect="auto", cmap="viridis", origin="lower", interpolation="nearest")
+        scale = color_scale(grid, signed=True if m in SIGNED_METRICS else None)
+        im = ax.imshow(grid, aspect="auto", origin="lower", interpolation="nearest", **scale)
         ax.set_title(m, fontsize=9)
         _grid_axes(ax, grid)
-        fig.colorbar(im, ax=ax, fraction=0.046)
+        cb = fig.colorbar(im, ax=ax, fraction=0.046)
+        cb.set_label(metric_label(m), fontsize=7)
+        cb.ax.tick_params(labelsize=7)
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.suptitle(title or "per-head metrics (mean over windows)")
@@ -69,7 +86,7 @@ def metric_heatmaps(
 
 def metric_scatter(
     df: "pd.DataFrame", pairs: Sequence[tuple[str, str]] = (("distance", "entropy"), ("sparsity", "entropy"), ("sink_first", "confidence")),
-    hue: str = "model", *, fig: "Figure | None" = None,
+    hue: str = "model", title: str = "", *, fig: "Figure | None" = None,
 ) -> "Figure":
     """Scatter plots of metric pairs, one point per head; colour = ``hue`` column (model or layer)."""
     pairs = [(x, y) for x, y in pairs if x in df.columns and y in df.columns]
@@ -84,6 +101,7 @@ def metric_scatter(
         ax.set_ylabel(y)
     if len(groups) > 1:
         axes.flat[0].legend(fontsize=7, ncol=1 + len(groups) // 9)
+    fig.suptitle(title or "metric pairs, one point per head (mean over windows)", fontsize=10)
     return fig
 
 
@@ -91,28 +109,38 @@ def example_maps(
     examples: dict[int, Any], heads: Sequence[int] | None = None, title: str = "", *, fig: "Figure | None" = None
 ) -> "Figure":
     """Attention maps {layer: [h, l, l]} as images (rows = queries), one panel per (layer, head)."""
+    import matplotlib
+    from matplotlib.colors import Normalize
+
     layers = sorted(examples)
     n_h = max(a.shape[0] for a in examples.values()) if examples else 1
+    size = max(a.shape[-1] for a in examples.values()) if examples else 1
     heads = list(heads) if heads is not None else list(range(n_h))
-    fig = figure_for(fig, figsize=(1.7 * len(heads), 1.8 * max(1, len(layers)) + 0.4))
-    axes = fig.subplots(len(layers) or 1, len(heads), squeeze=False)
+    fig = figure_for(fig, figsize=(1.7 * len(heads) + 0.8, 1.8 * max(1, len(layers)) + 0.6))
+    axes = fig.subplots(len(layers) or 1, len(heads), squeeze=False, sharex=True, sharey=True)
+    norm = Normalize(0.0, 1.0)
+    ticks = sorted({0, size // 2, size - 1})
     for r, layer in enumerate(layers):
         for c, h in enumerate(heads):
             ax = axes[r, c]
             if h < examples[layer].shape[0]:
-                ax.imshow(examples[layer][h] ** 0.5, cmap="magma", interpolation="nearest")
-            ax.set_xticks([])
-            ax.set_yticks([])
+                ax.imshow(examples[layer][h] ** 0.5, cmap="magma", norm=norm, interpolation="nearest")
+            ax.set_xticks(ticks)
+            ax.set_yticks(ticks)
+            ax.tick_params(labelsize=6, length=2, pad=1)
             if r == 0:
                 ax.set_title(f"head {h}", fontsize=8)
             if c == 0:
-                ax.set_ylabel(f"layer {layer}", fontsize=8)
+                ax.set_ylabel(f"layer {layer}\nquery", fontsize=8)
+    sm = matplotlib.cm.ScalarMappable(norm=norm, cmap="magma")
+    cb = fig.colorbar(sm, ax=list(axes.flat), fraction=0.02, pad=0.01)
+    cb.set_label("sqrt(attention probability)", fontsize=8)
     fig.suptitle(title or "attention maps (sqrt scale, window 0)", fontsize=10)
-    fig.supxlabel("rows: query positions, columns: key positions", fontsize=8)
+    fig.supxlabel(f"key position (top-left {size} x {size} of window 0; rows: queries)", fontsize=8)
     return fig
 
 
-def silhouette_curve(sil: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure":
+def silhouette_curve(sil: "pd.DataFrame", title: str = "", *, ax: "Axes | None" = None) -> "Figure":
     """Mean silhouette per k for each method; the best k of each method (from the data) is marked."""
     fig, ax = axes_for(ax, figsize=(5, 3.5))
     for method, sub in sil.groupby("method"):
@@ -125,6 +153,7 @@ def silhouette_curve(sil: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figur
     ax.set_xlabel("k")
     ax.set_ylabel("mean silhouette")
     ax.legend()
+    ax.set_title(title or "mean silhouette per k (higher: better separated clusters)", fontsize=9)
     return fig
 
 
@@ -151,13 +180,20 @@ def cluster_map(labels: "pd.DataFrame", title: str = "", *, fig: "Figure | None"
 
 def js_mds(emb: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure":
     """Heads placed by MDS of their Jensen-Shannon distances, coloured by layer."""
+    import numpy as np
+
     fig, ax = axes_for(ax, figsize=(5, 4.2))
     sc = ax.scatter(emb["x"], emb["y"], c=emb["layer"], cmap="viridis", s=28)
-    for r in emb.itertuples():
-        ax.annotate(f"L{r.layer}H{r.head}", (r.x, r.y), fontsize=6, alpha=0.7)
     cb = fig.colorbar(sc, ax=ax, label="layer")
     cb.ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("MDS 1")
     ax.set_ylabel("MDS 2")
     ax.set_title("heads by attention behaviour (MDS of JS distances)", fontsize=9)
+    # name the heads farthest from the centre first (the outliers are the interesting ones), and
+    # leave out every name that would overlap one already placed
+    xy = emb[["x", "y"]].to_numpy(dtype=float)
+    order = np.argsort(-np.hypot(*(xy - np.nanmedian(xy, axis=0)).T), kind="stable")
+    texts = [ax.annotate(f"L{emb['layer'].iloc[i]}H{emb['head'].iloc[i]}", tuple(xy[i]), xytext=(3, 3),
+                         textcoords="offset points", fontsize=6, alpha=0.8) for i in order]
+    drop_overlapping(texts, laid_out(fig))
     return fig

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from attnscope.zoo.report import MODALITY_ORDER, STACK_ORDER
+from attnscope.zoo.registry import MODALITY_ORDER, STACK_ORDER
 
-from .base import figure_for, model_label
+from .base import figure_for, laid_out, model_label
 from .geometry import STACK_COLORS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -82,7 +82,7 @@ def plot_scores_vs_params(
                 ax.legend(loc="lower left", fontsize=8, frameon=False)
     fig.suptitle("W_qk geometry across models (bars: 25-75 % over layers)")
     if to_label:
-        renderer = _laid_out(fig)
+        renderer = laid_out(fig)
         for ax, sub, col in to_label:
             _label_points(ax, sub, col, renderer)
     return fig
@@ -101,15 +101,6 @@ def _count_ticks(axis: "Any") -> None:
     axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(human))
     axis.set_minor_formatter(NullFormatter())
-
-
-def _laid_out(fig: "Figure") -> Any:
-    """Run the figure's layout (constrained) and return a renderer, so text extents are the final ones."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
-    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
-    fig.draw_without_rendering()
-    return canvas.get_renderer()
 
 
 def _label_points(ax: "Any", sub: "pd.DataFrame", col: str, renderer: Any) -> None:

@@ -13,7 +13,9 @@ Adding a source is one small class: subclass :class:`WeightSource`, implement ``
 from __future__ import annotations
 
 import numbers
+import re
 from abc import ABC, abstractmethod
+from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any, Iterable
 
 from attnscope.errors import FormatError
@@ -34,6 +36,31 @@ def metadata_count(value: Any, what: str, label: str, minimum: int = 1) -> int:
     if not ok or int(value) < minimum:
         raise FormatError(f"{label}: {what} is {value!r}; expected an integer >= {minimum}")
     return int(value)
+
+
+def relative_name(name: Any, where: str, folder: str = "the model's folder") -> str:
+    """``name`` if it is a relative path that stays inside the folder it is read from, else one FormatError.
+
+    For every file name that a file names (a shard in a safetensors / torch index, an ONNX external
+    data location, a path inside a package in the zoo registry): ``where`` says which file and entry
+    named it. Refused: a non-string or empty name, an absolute path (``/x``, ``C:\\x``, ``\\\\server``),
+    and any ``..`` component, so a model folder (a downloaded hub snapshot included) can never make
+    attnscope read outside it, not even a valid file one folder up. Symlinks are not resolved: the
+    hub cache's snapshot files are symlinks into its blobs folder.
+    """
+    if not isinstance(name, str) or not name.strip() or "\0" in name:
+        raise FormatError(f"{where}: {name!r} is not a file name")
+    parts = re.split(r"[\\/]+", name)
+    if PurePosixPath(name).is_absolute() or PureWindowsPath(name).drive or PureWindowsPath(name).root or ".." in parts:
+        raise FormatError(
+            f"{where}: {name!r} is outside {folder} (only relative paths inside it are followed)"
+        )
+    return name
+
+
+def path_inside(root: Path, name: Any, where: str, folder: str = "the model's folder") -> Path:
+    """``root / name`` for a file named by a file in ``root`` (see :func:`relative_name`)."""
+    return Path(root) / relative_name(name, where, folder)
 
 
 class WeightSource(ABC):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from attnscope.errors import FormatError, InputError
 
-from .base import WeightSource
+from .base import WeightSource, path_inside, relative_name
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -75,7 +75,9 @@ class ShardedWeights:
             wmap = index.get("weight_map")
             if not isinstance(wmap, dict) or not wmap:
                 raise FormatError(f"{label}: {filename} has no weight_map")
-            self.weight_map: dict[str, str] = {str(k): str(v) for k, v in wmap.items()}
+            self.weight_map: dict[str, str] = {
+                str(k): relative_name(v, f"{label}: {filename} entry {str(k)!r}") for k, v in wmap.items()
+            }
         elif layout == "single":
             self.weight_map = {name: filename for name in self._file_keys(filename)}
         else:  # pragma: no cover - internal misuse
@@ -158,6 +160,16 @@ class ShardedWeights:
 
     def close(self) -> None:
         self._bin_cache.clear()
+
+
+def check_indexes(root: Path) -> None:
+    """Check every weights index in ``root`` (see :func:`~attnscope.sources.base.relative_name`) before
+    another loader (transformers, for ``heads``) follows its names: one FormatError naming the entry."""
+    for filename in INDEX_FILES:
+        if (root / filename).is_file():
+            wmap = read_json(root / filename, "the weights index").get("weight_map")
+            for k, v in (wmap.items() if isinstance(wmap, dict) else ()):
+                relative_name(v, f"{root}: {filename} entry {str(k)!r}")
 
 
 def _short(exc: BaseException) -> str:
@@ -255,7 +267,7 @@ class HFDirectorySource(ShardedSource):
         config = read_config(root / "config.json")
 
         def resolve(filename: str) -> Path:
-            return root / filename
+            return path_inside(root, filename, f"{root}: weights file")
 
         weights = ShardedWeights(str(root), layout[0], layout[1], resolve)
         return cls(root, config, weights, name=options.get("name"))

@@ -42,7 +42,7 @@ ACCEPTED = (
 def config_dict(config: Any) -> dict[str, Any]:
     """A config as a plain dict with ``model_type``: a dict, a transformers config (``to_dict``), or
     an attnscope ``ModelConfig``; anything else is one InputError."""
-    from attnscope.training.model import ModelConfig, hf_config
+    from attnscope.architecture import ModelConfig, hf_config
 
     if isinstance(config, ModelConfig):
         return hf_config(config)
@@ -83,9 +83,7 @@ def _module_name(obj: Any, config: dict[str, Any]) -> str:
 
 def _from_module(obj: Any, config: Any, name: str | None) -> WeightSource:
     """A module's parameters and buffers by name (references, no copy)."""
-    from attnscope.training.model import Transformer
-
-    if isinstance(obj, Transformer):
+    if _is_attnscope_model(obj):
         return _from_attnscope(obj, name)
     if config is None:
         config = getattr(obj, "config", None)
@@ -98,9 +96,21 @@ def _from_module(obj: Any, config: Any, name: str | None) -> WeightSource:
     return DictSource(getters, cfg, name or _module_name(obj, cfg))
 
 
+def _is_attnscope_model(obj: Any) -> bool:
+    """attnscope's own Transformer (or one wrapped by DDP): a module whose ``.config`` is a ModelConfig
+    and that has ``blocks`` (read by shape, so this source never imports the trainer)."""
+    import torch
+
+    from attnscope.architecture import ModelConfig
+
+    model = getattr(obj, "module", obj)
+    return (isinstance(model, torch.nn.Module) and isinstance(getattr(model, "config", None), ModelConfig)
+            and hasattr(model, "blocks"))
+
+
 def _from_attnscope(model: Any, name: str | None) -> WeightSource:
     """attnscope's own Transformer: its parameters, with W_q read through ``q_weight`` (tied q/k models)."""
-    from attnscope.training.model import hf_config
+    from attnscope.architecture import hf_config
 
     model = getattr(model, "module", model)  # DDP
     getters: dict[str, Callable[[], Any]] = {k: (lambda t=t: t.detach()) for k, t in model.named_parameters()}
@@ -170,9 +180,7 @@ def from_object(obj: Any, *, config: Any = None, name: str | None = None) -> Wei
     """A live object as a WeightSource (see the module docstring), or one InputError naming what is accepted."""
     import torch
 
-    from attnscope.training.model import Transformer
-
-    if isinstance(obj, Transformer) or isinstance(getattr(obj, "module", None), Transformer):
+    if _is_attnscope_model(obj):
         return _from_attnscope(obj, name)
     if _looks_like_lens(obj):
         return _from_lens(obj, name)

@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
 from attnscope.errors import AttnscopeError, FormatError, InputError
 
-from .base import WeightSource
+from .base import WeightSource, relative_name
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -205,6 +205,44 @@ def _model_file(path: Path) -> Path | None:
     return None
 
 
+def _load_onnx(onnx: Any, path: Path) -> Any:
+    """The ModelProto of ``path`` with its external data loaded, each location checked to be a
+    relative path inside the file's folder first (:func:`~attnscope.sources.base.relative_name`)."""
+    from onnx.external_data_helper import load_external_data_for_model
+
+    def short(exc: BaseException) -> str:
+        return (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf decode errors are plain Exceptions
+        raise FormatError(f"{path}: not a readable ONNX file ({short(exc)})") from None
+    external = [t for t in _graph_tensors(model.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
+    for t in external:
+        location = next((e.value for e in t.external_data if e.key == "location"), None)
+        relative_name(location, f"{path}: external data of tensor {t.name!r}")
+    if external:
+        try:
+            load_external_data_for_model(model, str(path.parent))
+        except Exception as exc:  # a missing or short external data file
+            raise FormatError(f"{path}: cannot read its external data ({short(exc)})") from None
+    return model
+
+
+def _graph_tensors(graph: Any) -> Iterator[Any]:
+    """Every TensorProto of a graph: initializers and node attributes, subgraphs included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _graph_tensors(attr.g)
+            for sub in attr.graphs:
+                yield from _graph_tensors(sub)
+
+
 class ONNXSource(WeightSource):
     """The q/k projection weights of an ONNX graph, one block (layer) per Softmax."""
 
@@ -212,10 +250,7 @@ class ONNXSource(WeightSource):
         onnx = _import_onnx()
         self.path = path
         self.name = str(path)
-        try:
-            model = onnx.load(str(path))
-        except Exception as exc:  # protobuf decode errors are plain Exceptions
-            raise FormatError(f"{path}: not a readable ONNX file ({str(exc).splitlines()[0][:120]})") from None
+        model = _load_onnx(onnx, path)
         g = _Graph(model.graph)
         softmaxes = [n for n in g.nodes if n.op_type == "Softmax"]
         if not softmaxes:

@@ -130,9 +130,12 @@ class HeadPattern:
         if self.stride:
             parts.append(f"stride({self.stride})")
         if self.anchors:
-            parts.append(f"{len(self.anchors)} anchors")
+            n = len(self.anchors)
+            parts.append(f"{n} anchor{'s' if n != 1 else ''}")
         if self.positions:
-            parts.append(f"{len(self.positions)} positions")
+            n = len(self.positions)
+            keys = ", ".join(map(str, self.positions)) if n <= 4 else f"{n} positions"
+            parts.append(f"key{'s' if n != 1 else ''} {keys}")
         return " | ".join(parts)
 
 

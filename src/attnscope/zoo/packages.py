@@ -21,6 +21,7 @@ import shutil
 from pathlib import Path
 
 from attnscope.errors import FormatError, InputError
+from attnscope.sources.base import path_inside, relative_name
 
 PYPI_PREFIX = "pypi:"
 JOIN_PREFIX = "join:"
@@ -42,7 +43,8 @@ def pypi_path(spec: str) -> Path:
         dist = importlib.metadata.distribution(dist_name)
     except importlib.metadata.PackageNotFoundError:
         raise InputError(f"{spec}: package {dist_name} is not installed (pip install {dist_name})") from None
-    path = Path(str(dist.locate_file(rel or "")))
+    site = Path(str(dist.locate_file("")))
+    path = path_inside(site, rel, f"{spec}: the path inside distribution {dist_name}", "its site-packages folder") if rel else site
     if not path.exists():
         raise InputError(f"{spec}: {dist_name} is installed but has no {rel!r} (pip install --force-reinstall {dist_name})")
     return path
@@ -86,6 +88,8 @@ def join_parts(
     """
     if not parts:
         raise InputError(f"{entry_id}: a join: source needs parts")
+    if target not in ("", "."):
+        relative_name(target, f"{entry_id}: join: target", "the folder the parts are joined into")
     paths = [pypi_path(p) if p.startswith(PYPI_PREFIX) else Path(p) for p in parts]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:

@@ -18,12 +18,17 @@ from typing import Any
 
 from attnscope.errors import ConfigError, InputError
 
+from attnscope.sources.base import path_inside
+
 from .packages import JOIN_PREFIX, PYPI_PREFIX, join_parts, pypi_path
 
 DEFAULT_REGISTRY = Path(__file__).with_name("models.yaml")
+#: modalities and stacks, in the order every table and figure of the survey shows them
 MODALITIES = ("text", "vision", "audio")
 TYPES = ("encoder", "decoder", "encoder-decoder")
 STACK_NAMES = ("encoder", "decoder", "cross")
+MODALITY_ORDER = MODALITIES
+STACK_ORDER = STACK_NAMES
 ENTRY_FIELDS = ("id", "family", "modality", "type", "params", "groups", "caveats", "published", "source", "parts",
                 "with", "sha256")
 #: ``source: pkg:<module>/<path>`` = a path inside an installed Python package (offline demo weights)
@@ -52,7 +57,8 @@ def resolve_source(
         spec = None
     if spec is None or not spec.submodule_search_locations:
         raise InputError(f"{source}: the optional package providing Python module '{module}' is not installed")
-    return str(Path(list(spec.submodule_search_locations)[0]) / rest)
+    package_dir = Path(list(spec.submodule_search_locations)[0])
+    return str(path_inside(package_dir, rest, f"{source}: the path inside package {module}", "the package") if rest else package_dir)
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,11 @@ from attnscope.errors import InputError
 from attnscope.runs import ResultsStore
 from attnscope.tables import read_table
 
-from .registry import load_registry, published_table
+from .registry import MODALITY_ORDER, STACK_ORDER, load_registry, published_table
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-MODALITY_ORDER = ("text", "vision", "audio")
-STACK_ORDER = ("encoder", "decoder", "cross")
 
 
 def load_results(results: str | Path) -> "pd.DataFrame":
