@@ -112,6 +112,10 @@ def make_out_dir(path: str | os.PathLike, option: str = "out") -> Path:
     return path
 
 
+#: the columns every score table (geometry.score, the trainer's logged scores, the zoo store) has
+SCORE_COLUMNS = ("model", "family", "stack", "level", "layer", "symmetry", "directionality")
+
+
 def check_table(df: Any, columns: Sequence[str], param: str = "df", what: str = "table") -> None:
     """Refuse a ``df`` that is not a DataFrame (:class:`ArgumentTypeError`) or lacks any of ``columns``
     (InputError naming the missing columns and all the ones ``what`` needs), before any arithmetic."""

@@ -46,7 +46,8 @@ def _crossings(room: str, allowed: tuple[str, ...], root: Path = SRC) -> list[st
 
 
 def test_plots_only_draw():
-    allowed = ("attnscope.plots", "attnscope.tables", "attnscope.errors", "attnscope._exports", "attnscope.zoo.registry")
+    allowed = ("attnscope.plots", "attnscope.tables", "attnscope.errors", "attnscope._exports", "attnscope.zoo.registry",
+               "attnscope.naming")
     assert _crossings("plots", allowed) == []
 
 
@@ -60,6 +61,13 @@ def test_sources_never_reach_up():
 def test_the_library_never_imports_the_cli(room):
     assert [c for c in _crossings(room, ("attnscope",)) if "attnscope.cli" in c] == []
     assert not any(m.startswith("attnscope.cli") for p in _modules(room) for m in _imports(p))
+
+
+@pytest.mark.parametrize("room", ["geometry", "heads", "training", "dynamics", "sources", "families", "sparse",
+                                  "runs"])
+def test_compute_never_imports_plots(room):
+    """Compute returns tables; only the CLI, the report and the atlas page draw (a model's name: attnscope.naming)."""
+    assert [c for c in _crossings(room, ("attnscope",)) if "attnscope.plots" in c] == []
 
 
 def test_the_checker_sees_a_crossing(tmp_path):

@@ -35,9 +35,9 @@ def _scores(n_layers=6, n_heads=12, seed=0):
     rng = np.random.default_rng(seed)
     rows = []
     for layer in range(n_layers):
-        rows += [dict(model="org/m", stack="encoder", level="head", layer=layer, head=h,
+        rows += [dict(model="org/m", family="bert", stack="encoder", level="head", layer=layer, head=h,
                       symmetry=rng.uniform(-1, 1), directionality=rng.uniform(-1, 1)) for h in range(n_heads)]
-        rows.append(dict(model="org/m", stack="encoder", level="layer", layer=layer, head=np.nan,
+        rows.append(dict(model="org/m", family="bert", stack="encoder", level="layer", layer=layer, head=np.nan,
                          symmetry=rng.uniform(-1, 1), directionality=rng.uniform(-1, 1)))
     return pd.DataFrame(rows)
 

@@ -288,7 +288,6 @@ def records_frame(records: list[dict]) -> "pd.DataFrame":
 
 
 #: the columns of a score table that summaries and plots read
-SCORE_COLUMNS = ("model", "family", "stack", "level", "layer", "symmetry", "directionality")
 
 
 def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
@@ -300,7 +299,7 @@ def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
     """
     import pandas as pd
 
-    from attnscope.tables import check_table
+    from attnscope.tables import SCORE_COLUMNS, check_table
 
     check_table(df, SCORE_COLUMNS, "df", "a score table from geometry.score()")
     if df.empty:

@@ -44,8 +44,7 @@ def plot_layer_curves(df: "pd.DataFrame", title: str | None = None, *, fig: "Fig
     import numpy as np
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    from attnscope.geometry.scoring import SCORE_COLUMNS
-    from attnscope.tables import check_table
+    from attnscope.tables import SCORE_COLUMNS, check_table
 
     check_table(df, SCORE_COLUMNS, "df", "a score table from geometry.score()")
 
