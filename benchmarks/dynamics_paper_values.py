@@ -14,7 +14,7 @@ script builds that checkpoint once and prints:
   same for the exact decimal values, as tests/dynamics/test_regimes.py runs them (1.26405 is not on
   the grid: its grid value is 1.2640500000000001, and a torus's distinct count and error feel that).
 
-    PYTHONPATH=src python benchmarks/dynamics_paper_values.py      # about 10 s of CPU after numba's compile
+    PYTHONPATH=src python benchmarks/dynamics_paper_values.py      # seconds with a warm numba cache (2026-11-25)
 """
 
 from __future__ import annotations
