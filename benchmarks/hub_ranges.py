@@ -120,8 +120,8 @@ def main() -> None:
     lines += [
         "",
         f"Ranges send **{med('shards', 0) / med('ranges', 0):.1f}x fewer bytes** "
-        f"and are {med('shards', 2) / med('ranges', 2):.2f}x faster end to end even on loopback, where bandwidth "
-        "is nearly free and the extra round trips cost most; on a real link the byte ratio dominates.",
+        f"and take {med('ranges', 2) / med('shards', 2):.2f}x the shards' wall time end to end on loopback, where "
+        "bandwidth is nearly free and the extra round trips cost most; on a real link the byte ratio dominates.",
         "",
         "Projected for the registry's largest entries (bf16; shards from the registry's parameter count):",
         "",

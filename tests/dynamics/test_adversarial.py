@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -78,3 +79,10 @@ def test_hostile_input_is_one_line_exit_2(tmp_path, args, match):
     assert "Traceback" not in p.stderr
     out = tmp_path / "o"
     assert not out.exists() or not any(out.iterdir()), "a rejected run left files behind"
+
+
+def test_docs_count_these_cases() -> None:
+    doc = Path(__file__).resolve().parents[2] / "docs" / "dynamics.md"
+    if not doc.exists():
+        pytest.skip("docs not shipped with this checkout")
+    assert f"(tests/dynamics/test_adversarial.py): {len(CASES)} cases" in " ".join(doc.read_text().split())
