@@ -439,10 +439,26 @@ def _query_key(case: Case, frame: _Frame, subs: dict, name: str) -> tuple[torch.
     q, k = frame.qk
     if case.q_in != case.k_in and not case.qk_norm and subs["q"] is not frame.module:
         ratio = float(q.double().norm() / frame.q_out.double().norm())
+        rope = _rope_attention_factor(getattr(frame.module, "config", None))
+        if rope is not None and np.isclose(ratio, rope, rtol=1e-4):
+            return q, k  # yarn / longrope scale cos and sin: part of the logits, and of attnscope's rotated form
         assert np.isclose(ratio, 1.0, rtol=1e-4) or np.isclose(ratio, q.shape[-1] ** -0.5, rtol=1e-4), (
             f"{case.id}: {name}'s query is {ratio:g} x its q projection: neither 1 nor e**-0.5")
         q = q / ratio
     return q, k
+
+
+def _rope_attention_factor(config) -> float | None:
+    """The factor a scaled rotary embedding (yarn, longrope) multiplies cos and sin by, from transformers' own
+    rope functions; None for plain rotary positions or none at all."""
+    scaling = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None)
+    kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else None
+    if kind in (None, "default", "linear", "dynamic", "llama3"):
+        return None
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    _, factor = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
+    return float(factor)
 
 
 def model_logits(call: Call, prescaled: bool = False) -> np.ndarray:
