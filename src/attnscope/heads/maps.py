@@ -258,6 +258,8 @@ def _hf_map_model(name: str, model: Any, tok: Any, device: "str | torch.device")
         with torch.inference_mode():
             model(probe.to(device), output_attentions=False)
     except Exception as exc:
+        if isinstance(exc, TypeError) and "output_attentions" in str(exc):  # transformers 4.x mamba: no such argument
+            raise UnsupportedError(f"{name}: model cannot return attention maps (no output_attentions)") from None
         raise UnsupportedError(f"{name}: probe forward failed ({exc.__class__.__name__}: {str(exc)[:160]})") from None
     finally:
         for hd in handles:
