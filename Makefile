@@ -1,11 +1,17 @@
 # The two commands of the README. Both set up .venv from the project's own files first.
-.PHONY: demo test setup slow real lock
+.PHONY: demo test setup slow real lock test-lowest test-latest
 
 demo: setup  ## score the embedded default (all-MiniLM-L6-v2, offline) and write figures to out/demo
 	.venv/bin/attnscope geometry --demo --plot out/demo
 
 test:  ## the test suite (what CI runs)
 	bash scripts/test.sh
+
+test-lowest:  ## the suite with every direct dependency at its lower bound (own venv .venv-lowest)
+	bash scripts/test-env.sh lowest
+
+test-latest:  ## the suite with the newest versions the ranges allow (own venv .venv-latest)
+	bash scripts/test-env.sh latest
 
 setup:
 	bash scripts/setup.sh

@@ -34,7 +34,19 @@ def online_env(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # read at import time: the suite set it to 1
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True, raising=False)
-    return tmp_path
+    _reset_hub_sessions()
+    yield tmp_path
+    _reset_hub_sessions()
+
+
+def _reset_hub_sessions() -> None:
+    """huggingface_hub<1.0 keeps one requests session per thread, built with an offline adapter while the
+    suite's HF_HUB_OFFLINE=1 was read: drop it so the next request sees the flags of this test."""
+    import huggingface_hub.utils as hub_utils
+
+    reset = getattr(hub_utils, "reset_sessions", None)  # absent from huggingface_hub>=1.0 (httpx)
+    if reset is not None:
+        reset()
 
 
 @pytest.fixture

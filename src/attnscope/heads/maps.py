@@ -297,6 +297,8 @@ def _probe_map_modules(name: str, model: Any, first_id: int, device: Any) -> tup
         with torch.inference_mode():
             model(_probe_ids(first_id, model.config.vocab_size).to(device), output_attentions=False)
     except Exception as exc:
+        if isinstance(exc, TypeError) and "output_attentions" in str(exc):  # transformers 4.x mamba: no such argument
+            raise UnsupportedError(f"{name}: model cannot return attention maps (no output_attentions)") from None
         raise UnsupportedError(f"{name}: probe forward failed ({exc.__class__.__name__}: {str(exc)[:160]})") from None
     finally:
         for hd in handles:

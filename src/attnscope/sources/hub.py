@@ -172,10 +172,10 @@ class HubRepo:
         from huggingface_hub import hf_hub_download
 
         try:
-            with _quiet_client():
+            with _quiet_client(), _no_bars(hf_hub_download) as quiet:
                 return Path(hf_hub_download(
                     self.repo_id, filename, revision=self.sha, token=self.token, endpoint=self.endpoint,
-                    cache_dir=self.cache, etag_timeout=_timeout(), tqdm_class=_silent_tqdm(),
+                    cache_dir=self.cache, etag_timeout=_timeout(), **quiet,
                 ))
         except Exception as exc:  # one line below
             raise _hub_error(self.repo_id, filename, exc) from None
@@ -197,6 +197,26 @@ def _quiet_client() -> Iterator[None]:
         yield
     finally:
         log.setLevel(level)
+
+
+@contextmanager
+def _no_bars(download: Any) -> Iterator[dict[str, Any]]:
+    """Keyword arguments that keep ``download``'s progress bars off: its ``tqdm_class`` where it takes one
+    (huggingface_hub>=1.1); older clients have only a global switch, turned off here and back on after."""
+    import inspect
+
+    if "tqdm_class" in inspect.signature(download).parameters:
+        yield {"tqdm_class": _silent_tqdm()}
+        return
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    was_on = not are_progress_bars_disabled()
+    disable_progress_bars()
+    try:
+        yield {}
+    finally:
+        if was_on:
+            enable_progress_bars()
 
 
 def _silent_tqdm() -> type:
