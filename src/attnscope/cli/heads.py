@@ -37,7 +37,7 @@ def _plot_dir(plot: Optional[Path]) -> Optional[Path]:
 
 @app.command("measure")
 def measure(
-    source: str = typer.Argument(..., help="HF model dir / hub id, or an attnscope checkpoint / run dir."),
+    source: str = typer.Argument(..., help="HF model dir / hub id, a GGUF file (extra attnscope[gguf]), or an attnscope checkpoint / run dir."),
     data: str = typer.Option("builtin", "--data", help="Corpus: builtin, a text file/dir, enwik8, hf:NAME, jigsaw:PATH."),
     windows: int = typer.Option(10, "--windows", help="Number of held-out windows."),
     length: Optional[int] = typer.Option(None, "--length", help="Window length (default: 1024 for byte models, else the model's max)."),
