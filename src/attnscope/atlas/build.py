@@ -101,9 +101,9 @@ def atlas(
     probes: str | Sequence[str] = "both",
     data: str = "builtin",
     windows: int = 8,
-    length: int = 256,
+    length: int | None = None,
     random_windows: int = 8,
-    random_length: int = 127,
+    random_length: int | None = None,
     seed: int = 0,
     n_boot: int = 2000,
     batch_size: int = 1,
@@ -115,7 +115,8 @@ def atlas(
     a loaded transformers model with ``tokenizer=``).
 
     Text probe: ``windows`` x ``length`` tokens of ``data``; random probe: ``random_windows`` sequences
-    of ``random_length`` tokens, repeated. Correlations: Spearman across heads, percentile bootstrap 95%
+    of ``random_length`` tokens, repeated (defaults: 256 and 127, shortened for short models; see
+    :func:`attnscope.heads.probes.run_probes`). Correlations: Spearman across heads, percentile bootstrap 95%
     CI with ``n_boot`` resamples (seeded by ``seed``).
     """
     from attnscope.geometry import score

@@ -44,7 +44,23 @@ PROBES = ("random", "text")
 BEHAVIOUR = {"induction": "induction_score", "previous_token": "prev_mass", "sink": "sink_first"}
 #: metrics shown for the text probe beside the three behaviours (all are kept in the table)
 TEXT_EXTRA = ("entropy_norm", "distance", "confidence", "dup_score")
+#: default text window (tokens) and random-sequence length T (the random window is 2T + 1 = 255 tokens)
+DEFAULT_LENGTH = 256
+DEFAULT_RANDOM_LENGTH = 127
 BOS_NAMES = ("<|begin_of_text|>", "<bos>", "<s>", "[CLS]", "<|endoftext|>")
+
+
+def default_length(model: "MapModel") -> int:
+    """The text probe's window length: :data:`DEFAULT_LENGTH`, or the model's maximum if shorter."""
+    return min(DEFAULT_LENGTH, model.max_len or DEFAULT_LENGTH)
+
+
+def default_random_length(model: "MapModel") -> int:
+    """T of the random probe: :data:`DEFAULT_RANDOM_LENGTH`, or what the maximum length / vocabulary allows."""
+    half = DEFAULT_RANDOM_LENGTH
+    if model.max_len is not None:
+        half = min(half, (model.max_len - 1) // 2)
+    return max(2, min(half, len(ordinary_ids(model)) - (bos_id(model) is None)))
 
 
 def check_probes(probes: str | Sequence[str]) -> tuple[str, ...]:
@@ -173,9 +189,9 @@ def run_probes(
     probes: str | Sequence[str] = "both",
     data: str = "builtin",
     windows: int = 8,
-    length: int = 256,
+    length: int | None = None,
     random_windows_n: int = 8,
-    random_length: int = 127,
+    random_length: int | None = None,
     seed: int = 0,
     batch_size: int = 1,
     progress: bool = False,
@@ -186,6 +202,8 @@ def run_probes(
 
     ``windows`` x ``length`` tokens of ``data`` for the text probe; ``random_windows_n`` sequences of
     ``random_length`` random tokens (each repeated once after a start token) for the random probe.
+    Defaults (None): :data:`DEFAULT_LENGTH` and :data:`DEFAULT_RANDOM_LENGTH`, shortened to what the
+    model's maximum length (and, for the random probe, its vocabulary) allows.
     ``source``: a MapModel, a path / hub id (see :func:`attnscope.heads.maps.open_model`), or a loaded
     transformers model with ``tokenizer=``.
     """
@@ -198,9 +216,10 @@ def run_probes(
     frames = []
     for probe in chosen:
         if probe == "random":
-            idx = random_windows(model, random_windows_n, random_length, seed=seed)
+            half = default_random_length(model) if random_length is None else random_length
+            idx = random_windows(model, random_windows_n, half, seed=seed)
         else:
-            idx = make_windows(model, data, windows, length)
+            idx = make_windows(model, data, windows, default_length(model) if length is None else length)
         df = measure_windows(model, idx, batch_size=batch_size, progress=progress, desc=f"{probe} probe")
         df.insert(0, "probe", probe)
         df["length"] = int(idx.shape[1])
