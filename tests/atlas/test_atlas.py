@@ -114,3 +114,15 @@ def test_zoo_atlas_is_resumable_and_pooled(tiny_gguf, tmp_path, monkeypatch):
     with pytest.warns(QuarantineWarning, match="other settings"):  # new settings: recomputed, never reused
         run_zoo_atlas("t", tmp_path / "z", log=lines.append, n_boot=100, **dict(opts, windows=3))
     assert "tiny-a: reused from the store" not in lines
+
+
+def test_model_report_gains_the_atlas_section(tiny_gguf, tmp_path):
+    import attnscope
+    from attnscope.report import build_report, render_html
+
+    rep = build_report(str(tiny_gguf))
+    assert "Geometry meets behaviour" not in render_html(rep)
+    rep.atlas = attnscope.atlas(str(tiny_gguf), **SMALL)
+    page = render_html(rep)
+    assert "Geometry meets behaviour (atlas)" in page and page.count('id="atlas-data"') == 1
+    assert " src=\"http" not in page

@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-_CSS = """
+_PAGE_CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#1a1a2e;max-width:1150px}
 table{border-collapse:collapse;font-size:13px}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}
 td.l,th.l{text-align:left}.note{color:#555;font-size:13px}
+"""
+_SECTION_CSS = """
 #atlas-plot{border:1px solid #ccc;background:#fff}#atlas-tip{position:absolute;display:none;background:#fffbe6;
 border:1px solid #aa8;padding:4px 6px;font-size:12px;pointer-events:none;white-space:pre}
 """
@@ -121,7 +123,7 @@ def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dic
             f"({esc(str(lengths.get('random', '?')))} tokens), <code>text</code> = corpus windows "
             f"({esc(str(lengths.get('text', '?')))} tokens). Hover a point for its layer, head and every metric.")
     return "\n".join([
-        "<h2>Geometry meets behaviour (atlas)</h2>", f'<p class="note">{note}</p>',
+        f"<style>{_SECTION_CSS}</style>", "<h2>Geometry meets behaviour (atlas)</h2>", f'<p class="note">{note}</p>',
         f'<p>x <select id="atlas-x">{xs}</select> y <select id="atlas-y">{ys}</select></p>',
         '<svg id="atlas-plot" width="760" height="440" viewBox="0 0 760 440"></svg>',
         '<p class="note" id="atlas-rho"></p><div id="atlas-tip"></div>',
@@ -135,5 +137,5 @@ def atlas_page(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[s
     """A whole self-contained HTML document holding :func:`atlas_section`."""
     name = html.escape(str(info.get("model", "atlas")))
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>attnscope atlas: {name}</title>'
-            f"<style>{_CSS}</style></head><body><h1>{name}</h1>\n{atlas_section(table, correlations, info)}\n"
+            f"<style>{_PAGE_CSS}</style></head><body><h1>{name}</h1>\n{atlas_section(table, correlations, info)}\n"
             "</body></html>\n")
