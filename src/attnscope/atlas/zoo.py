@@ -10,6 +10,7 @@ are given per model and pooled over all heads (``model`` = ``all``).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,6 +19,12 @@ from attnscope.errors import AttnscopeError, InputError
 from .build import GEOMETRY, AtlasResult, behaviour_columns
 
 POOLED = "all"
+
+
+def _peak_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _source(entry: Any) -> str:
@@ -63,6 +70,7 @@ def run_zoo_atlas(
                 skipped[e.id] = "encoder-decoder model: maps of self-attention stacks only"
                 continue
             log(f"{e.id}: running the probes ...")
+            wall, cpu = time.perf_counter(), time.process_time()
             try:
                 res = atlas(_source(e), name=e.id, n_boot=10, seed=seed, progress=progress, **options)
             except AttnscopeError as exc:
@@ -71,6 +79,8 @@ def run_zoo_atlas(
                 log(f"{e.id}: skipped ({exc})")
                 continue
             store.write(e.id, res.table)
+            log(f"{e.id}: {len(res.table)} heads in {time.perf_counter() - wall:.0f} s wall, "
+                f"{time.process_time() - cpu:.0f} s CPU; peak RSS of this process so far {_peak_mb():.0f} MB")
     table = store.merge([e.id for e in entries])
     if table.empty:
         raise InputError(f"zoo group {group!r}: no model could be run for maps ({'; '.join(skipped.values())})")

@@ -244,3 +244,16 @@ def as_map_model(source: Any, device: str = "cpu", tokenizer: Any = None) -> "Ma
     if tokenizer is None:
         raise InputError(f"a loaded {type(source).__name__} needs tokenizer= (its transformers tokenizer)")
     return MapModel.from_hf(source, tokenizer)
+
+
+def with_random_probe(
+    model: "MapModel", table: "pd.DataFrame", windows: int = 8, random_length: int | None = None, seed: int = 0,
+    batch_size: int = 1, progress: bool = False,
+) -> "pd.DataFrame":
+    """``table`` (one row per layer, head: the text windows of ``attnscope heads``) with the random probe's
+    ``induction_random``, ``previous_token_random`` and ``sink_random`` columns added."""
+    half = default_random_length(model) if random_length is None else random_length
+    idx = random_windows(model, windows, half, seed=seed)
+    rnd = measure_windows(model, idx, batch_size=batch_size, progress=progress, desc="random probe")
+    cols = rnd[["layer", "head", *BEHAVIOUR]].rename(columns={b: f"{b}_random" for b in BEHAVIOUR})
+    return table.merge(cols, on=["layer", "head"], how="left", validate="one_to_one")
