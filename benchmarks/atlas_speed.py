@@ -44,13 +44,14 @@ def measure(source: str, windows: int, length: int) -> dict:
     from attnscope.heads.maps import extract, open_model
     from attnscope.heads.probes import run_probes
 
-    stages: dict[str, tuple[float, float]] = {}
+    stages: dict[str, tuple[float, float, float]] = {}  # wall s, CPU s, peak RSS MB after the stage
     out: dict = {}
 
     def timed(name, fn):
         w, c = time.perf_counter(), time.process_time()
         out[name] = fn()
-        stages[name] = (time.perf_counter() - w, time.process_time() - c)
+        stages[name] = (time.perf_counter() - w, time.process_time() - c,
+                        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
     timed("load", lambda: open_model(source))
     model = out["load"]
@@ -74,19 +75,19 @@ def measure(source: str, windows: int, length: int) -> dict:
 def _markdown(results: list[dict]) -> str:
     lines = [f"## atlas speed ({time.strftime('%Y-%m-%d')}, {platform.node()}, {os.cpu_count()} CPUs, "
              f"load average {os.getloadavg()[0]:.1f} at the end)", "",
-             "| model | stage | wall s | CPU s |", "|---|---|---|---|"]
+             "| model | stage | wall s | CPU s | peak RSS after (MB) |", "|---|---|---|---|---|"]
     for r in results:
         name = os.path.basename(r["source"])
         total_w = total_c = 0.0
-        for stage, (w, c) in r["stages"].items():
-            lines.append(f"| {name} | {stage} | {w:.1f} | {c:.1f} |")
+        for stage, (w, c, rss) in r["stages"].items():
+            lines.append(f"| {name} | {stage} | {w:.1f} | {c:.1f} | {rss:.0f} |")
             if not stage.startswith("baseline"):
                 total_w, total_c = total_w + w, total_c + c
         base = r["stages"]["baseline: heads extract (text)"]
-        lines.append(f"| {name} | **atlas total** | **{total_w:.1f}** | **{total_c:.1f}** |")
+        lines.append(f"| {name} | **atlas total** | **{total_w:.1f}** | **{total_c:.1f}** | |")
         lines.append(f"| {name} | text probe / heads extract (same windows) | {r['stages']['text probe'][0] / base[0]:.2f}x | "
-                     f"{r['stages']['text probe'][1] / base[1]:.2f}x |")
-        lines.append(f"| {name} | peak RSS | {r['peak_rss_mb']:.0f} MB | |")
+                     f"{r['stages']['text probe'][1] / base[1]:.2f}x | |")
+        lines.append(f"| {name} | peak RSS | {r['peak_rss_mb']:.0f} MB | | |")
     return "\n".join(lines) + "\n"
 
 

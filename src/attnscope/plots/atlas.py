@@ -97,7 +97,8 @@ def correlation_forest(correlations: "pd.DataFrame", title: str = "", *, ax: "Ax
     import numpy as np
 
     fig, ax = axes_for(ax, figsize=(6.0, 0.28 * len(correlations) + 1.2))
-    labels = [f"{r.x[:3]}. vs {r.y}" for r in correlations.itertuples()]
+    pooled = "model" in correlations.columns and correlations["model"].nunique() > 1
+    labels = [(f"{model_label(str(r.model))}: " if pooled else "") + f"{r.x[:3]}. vs {r.y}" for r in correlations.itertuples()]
     ypos = np.arange(len(correlations))[::-1]
     rho = correlations["rho"].to_numpy(float)
     lo = rho - correlations["ci_low"].to_numpy(float)
