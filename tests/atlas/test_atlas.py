@@ -126,3 +126,13 @@ def test_model_report_gains_the_atlas_section(tiny_gguf, tmp_path):
     page = render_html(rep)
     assert "Geometry meets behaviour (atlas)" in page and page.count('id="atlas-data"') == 1
     assert " src=\"http" not in page
+
+
+def test_a_loaded_model_with_its_tokenizer_gives_the_same_table_as_its_file(tiny_gguf):
+    import attnscope
+    from attnscope.heads.load import _load_gguf
+
+    model, tok = _load_gguf(tiny_gguf)
+    live = attnscope.atlas(model, tokenizer=tok, name="tiny", **SMALL).table
+    disk = attnscope.atlas(str(tiny_gguf), name="tiny", **SMALL).table
+    pd.testing.assert_frame_equal(live, disk, rtol=1e-4, atol=1e-6)
