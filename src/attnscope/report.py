@@ -57,6 +57,7 @@ class ModelReport:
     caveats: tuple[str, ...] = ()
     #: rotary models: median [Q1, Q3] over layers of s and d of the form at each offset (None: not rotary)
     offsets: "pd.DataFrame | None" = None
+    atlas: Any = None  # an attnscope.atlas.AtlasResult: geometry beside behaviour, per head
 
 
 def check_out_dir(out: str | os.PathLike) -> Path:
@@ -124,12 +125,15 @@ def build_report(
     layer: int = 0,
     device: str = "cpu",
     progress: bool = False,
+    atlas: bool = False,
 ) -> ModelReport:
     """Score ``source`` (and measure its heads on ``data`` when given) into a :class:`ModelReport`.
 
     name: the model's display name (default: its registry id, else the source's name).
     registry: a zoo YAML (default: the packaged one) to look up published values in.
     layer: the layer of the explicit W_qk[:50, :50] figure.
+    atlas: also run both behaviour probes (text windows of ``data``, default builtin) and add the atlas
+    section (:mod:`attnscope.atlas`): every head's s and d beside what it does, interactive.
     """
     from attnscope.geometry import score, wqk_block
     from attnscope.plots.geometry import (
@@ -165,11 +169,17 @@ def build_report(
         res = extract(source, data=data, windows=windows, length=length, progress=progress, device=device)
         heads, info = res.metrics, res.info
         figures["attention-head metrics (mean over windows)"] = _png(metric_heatmaps(heads, title=f"{display}: per-head metrics"))
+    at = None
+    if atlas:
+        from attnscope.atlas import atlas as run_atlas
+
+        at = run_atlas(source, data=data or "builtin", name=display, device=device, progress=progress)
     return ModelReport(
         name=display, source=str(source), metadata=meta, scores=scores,
         summary=_summary_with_published(scores, entry), figures=figures, heads=heads, heads_info=info,
         registry_id=entry.id if entry is not None else None, caveats=tuple(entry.caveats) if entry is not None else (),
         offsets=offsets,
+        atlas=at,
     )  # fmt: skip
 
 
@@ -318,6 +328,10 @@ def render_html(rep: ModelReport) -> str:
         parts.append(f'<figure><img alt="{esc(caption)}" src="data:image/png;base64,{b64}"><figcaption>{esc(caption)}</figcaption></figure>')
     if rep.heads is not None:
         parts.append(_heads_html(rep.heads, rep.heads_info or {}))
+    if rep.atlas is not None:
+        from attnscope.atlas.html import atlas_section
+
+        parts.append(atlas_section(rep.atlas.table, rep.atlas.correlations, rep.atlas.info))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 

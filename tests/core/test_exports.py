@@ -9,7 +9,7 @@ import pytest
 
 from attnscope import _exportgen
 
-PACKAGES = ["sources", "families", "geometry", "training", "sparse", "heads", "dynamics", "zoo", "runs", "plots"]
+PACKAGES = ["sources", "families", "geometry", "training", "sparse", "heads", "dynamics", "zoo", "runs", "plots", "atlas"]
 SRC = Path(__file__).resolve().parents[2] / "src" / "attnscope"
 
 
@@ -85,3 +85,11 @@ def test_unknown_name_is_an_attribute_error():
         attnscope.heads.not_a_thing  # noqa: B018
     with pytest.raises(AttributeError, match="no attribute"):
         attnscope.not_a_room  # noqa: B018
+
+
+def test_attnscope_atlas_is_callable_lazily():
+    code = ("import sys, attnscope; from attnscope.atlas import atlas, spearman; import attnscope.atlas.build as b;"
+            "print(callable(attnscope.atlas), atlas is b.atlas, callable(spearman),"
+            " sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "True True True []", r.stdout + r.stderr

@@ -152,6 +152,9 @@ def test_measure_cli_writes_table_and_figures(tmp_path, capsys, monkeypatch):
 
     df = pd.read_parquet(tmp_path / "h.parquet")
     assert len(df) == 16 and {"entropy", "entropy_std", "induction_score"} <= set(df.columns)
+    # both probes by default: the random probe's columns say where they came from
+    assert {"induction_random", "previous_token_random", "sink_random"} <= set(df.columns)
+    assert df["induction_random"].between(0, 1).all() and df["sink_random"].notna().all()
     assert len(pd.read_csv(tmp_path / "js.csv")) == 16 * 15 // 2
     for name in ("heads_heatmaps.png", "heads_scatter.png", "heads_maps.png"):
         assert (tmp_path / "figs" / name).stat().st_size > 1000

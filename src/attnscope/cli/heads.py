@@ -38,7 +38,7 @@ def _plot_dir(plot: Optional[Path]) -> Optional[Path]:
 
 @app.command("measure")
 def measure(
-    source: str = typer.Argument(..., help="HF model dir / hub id, or an attnscope checkpoint / run dir."),
+    source: str = typer.Argument(..., help="HF model dir / hub id, a GGUF file (extra attnscope[gguf]), or an attnscope checkpoint / run dir."),
     data: str = typer.Option("builtin", "--data", help="Corpus: builtin, a text file/dir, enwik8, hf:NAME, jigsaw:PATH."),
     windows: int = typer.Option(10, "--windows", help="Held-out windows measured (each --length tokens)."),
     length: Optional[int] = typer.Option(None, "--length", help="Window length in tokens (default: 1024 for byte models, else the model's max)."),
@@ -49,8 +49,13 @@ def measure(
     js: Optional[Path] = typer.Option(None, "--js", help="Also compute head-to-head JS divergences and write them here."),
     js_rows: int = typer.Option(64, "--js-rows", help="Query rows of window 0 used for the JS divergences."),
     device: str = typer.Option("cpu", "--device", help="torch device: cpu, cuda, cuda:N or mps."),
+    random_probe: bool = typer.Option(True, "--random-probe/--no-random-probe", help="Also run the repeated-random-tokens probe (8 sequences, T = 127 or what the model allows): columns induction_random, previous_token_random, sink_random."),
 ) -> None:
-    """Measure every head of SOURCE on held-out windows of a corpus (streamed layer by layer)."""
+    """Measure every head of SOURCE on held-out windows of a corpus (streamed layer by layer).
+
+    All metric columns come from the corpus windows (the text probe) except the ``*_random`` columns,
+    which come from the repeated-random-tokens probe (BOS, T random tokens, the same T again).
+    """
     from attnscope.heads.maps import extract, open_model
     from attnscope.tables import write_table
 
@@ -73,6 +78,10 @@ def measure(
         example_layers=ex_layers, example_len=96, progress=True, device=device,
     )
     df = res.metrics
+    if random_probe:
+        from attnscope.heads.probes import with_random_probe
+
+        df = with_random_probe(model, df, batch_size=batch_size, progress=True)
     if out is not None:
         write_table(df, out)
     if js is not None:
@@ -119,7 +128,9 @@ def _summary(df, info, out, js, plot_dir) -> None:
     if name != str(info["model"]):
         con.print(f"note: {escape(name)} is read from {escape(str(info['model']))}", highlight=False)
     notable = []
-    for col, label in (("prev_mass", "previous-token"), ("sink_first", "first-token sink"), ("induction_score", "induction"), ("dup_score", "duplicate-token")):
+    for col, label in (("prev_mass", "previous-token"), ("sink_first", "first-token sink"), ("induction_score", "induction"),
+                       ("dup_score", "duplicate-token"), ("induction_random", "induction (random probe)"),
+                       ("previous_token_random", "previous-token (random probe)")):
         if col in df.columns and df[col].notna().any() and round(float(df[col].max()), 2) > 0:  # no 0.00 "strongest"
             r = df.loc[df[col].idxmax()]
             label += " (causal def.)" if col in CAUSAL_DEFINED and not info["causal"] else ""

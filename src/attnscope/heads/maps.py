@@ -108,8 +108,13 @@ def _is_attnscope_dir(path: Path) -> Path | None:
 
 
 def open_model(source: str | os.PathLike, device: str = "cpu") -> MapModel:
-    """Open an attnscope checkpoint / run directory, or a Hugging Face model directory / hub id."""
+    """Open an attnscope checkpoint / run directory, a Hugging Face model directory / hub id, or a GGUF file."""
+    from .load import open_runnable
+
     path = Path(str(source)).expanduser()
+    runnable = open_runnable(path, device)  # GGUF files; CTranslate2 / ONNX refused in one line
+    if runnable is not None:
+        return runnable
     if path.is_dir():
         ckpt = _is_attnscope_dir(path)
         if ckpt is not None:
@@ -118,7 +123,7 @@ def open_model(source: str | os.PathLike, device: str = "cpu") -> MapModel:
             raise InputError(f"{source}: neither a model directory (no config.json) nor an attnscope run")
         return _open_hf(str(path), path, device)
     if path.exists():
-        raise InputError(f"{source}: a model is a directory (or a hub id), not a file")
+        raise InputError(f"{source}: not a file attnscope can run (a model is a directory, a hub id or a GGUF file)")
     if str(source).startswith((".", "/", "~")) or str(source).count("/") > 1:
         raise InputError(f"{source}: no such model directory")
     return _open_hf(str(source), _hub_dir(str(source)), device)

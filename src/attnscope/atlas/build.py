@@ -1,0 +1,151 @@
+"""The atlas of one model: per head, the geometry of its W_qk beside what it does on the probes.
+
+:func:`atlas` joins :func:`attnscope.geometry.score` (per-head symmetry s and directionality d, the
+offset-0 scores) with :func:`attnscope.heads.probes.run_probes` (behaviour per probe) and the heads'
+cluster (Ward on the z-scored behaviour columns, k chosen by silhouette), then correlates every
+geometry score with every behaviour across heads (:mod:`attnscope.atlas.stats`).
+
+The table has one row per (model, stack, layer, head); each behaviour column is named
+``<metric>_<probe>`` (``induction_random``, ``sink_text``, ...): the suffix is the probe it came from.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+from attnscope.errors import InputError, UnsupportedError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+GEOMETRY = ("symmetry", "directionality")
+#: behaviour metrics kept per probe (columns ``<metric>_<probe>``)
+BEHAVIOUR_METRICS = ("induction", "previous_token", "sink", "entropy_norm", "distance")
+ID_COLUMNS = ("model", "stack", "layer", "head", "kv_head")
+
+
+@dataclass
+class AtlasResult:
+    """What :func:`atlas` returns: the per-head table, the correlations across heads, and how it was made."""
+
+    table: "pd.DataFrame"  # one row per (model, stack, layer, head)
+    correlations: "pd.DataFrame"  # x, y, n, rho, ci_low, ci_high, interval, relation
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def behaviours(self) -> list[str]:
+        return behaviour_columns(self.table)
+
+
+def behaviour_columns(table: "pd.DataFrame") -> list[str]:
+    """The ``<metric>_<probe>`` columns of an atlas table, probe by probe."""
+    from attnscope.heads.probes import PROBES
+
+    return [f"{m}_{p}" for p in PROBES for m in BEHAVIOUR_METRICS if f"{m}_{p}" in table.columns]
+
+
+def behaviour_wide(probes: "pd.DataFrame") -> "pd.DataFrame":
+    """run_probes' long table (one row per probe, layer, head) -> one row per (layer, head), ``<metric>_<probe>``."""
+    import pandas as pd
+
+    parts = []
+    for probe, sub in probes.groupby("probe", sort=False):
+        cols = sub.set_index(["layer", "head"])[list(BEHAVIOUR_METRICS)]
+        parts.append(cols.rename(columns={m: f"{m}_{probe}" for m in BEHAVIOUR_METRICS}))
+    return pd.concat(parts, axis=1).reset_index()
+
+
+def geometry_rows(scores: "pd.DataFrame", stack: str) -> "pd.DataFrame":
+    """The per-head geometry rows of the stack the probes ran on (layer, head, kv_head, s, d)."""
+    heads = scores[scores["level"] == "head"]
+    stacks = list(heads["stack"].unique())
+    if stack not in stacks:
+        if len(stacks) != 1:
+            raise UnsupportedError(f"the model has stacks {', '.join(stacks)}; the maps come from one {stack} stack")
+        stack = stacks[0]
+    sub = heads[heads["stack"] == stack]
+    out = sub[["layer", "head", "kv_head", *GEOMETRY]].copy()
+    for col in ("layer", "head", "kv_head"):
+        out[col] = out[col].astype(int)
+    return out
+
+
+def add_clusters(table: "pd.DataFrame", features: Sequence[str], seed: int = 0) -> tuple["pd.DataFrame", int | None]:
+    """``cluster`` column: Ward clusters of the z-scored ``features`` at the best-silhouette k (2..8)."""
+    import warnings
+
+    from attnscope.heads.cluster import cluster_heads
+
+    feats = [f for f in features if table[f].notna().all() and table[f].nunique() > 1]
+    n = len(table)
+    out = table.copy()
+    out["cluster"] = -1
+    if n < 4 or not feats:
+        return out, None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = cluster_heads(table[["layer", "head", *feats]].reset_index(drop=True), feats,
+                            k_min=2, k_max=min(8, n - 1), method="ward", seed=seed)
+    k = res.best_k["ward"]
+    best = res.labels[(res.labels["k"] == k)]
+    out["cluster"] = best["cluster"].to_numpy()
+    return out, k
+
+
+def atlas(
+    source: Any,
+    *,
+    tokenizer: Any = None,
+    probes: str | Sequence[str] = "both",
+    data: str = "builtin",
+    windows: int = 8,
+    length: int | None = None,
+    random_windows: int = 8,
+    random_length: int | None = None,
+    seed: int = 0,
+    n_boot: int = 2000,
+    batch_size: int = 1,
+    device: str = "cpu",
+    name: str | None = None,
+    progress: bool = False,
+) -> AtlasResult:
+    """Geometry beside behaviour for every head of ``source`` (a GGUF file, an HF directory / hub id, or
+    a loaded transformers model with ``tokenizer=``).
+
+    Text probe: ``windows`` x ``length`` tokens of ``data``; random probe: ``random_windows`` sequences
+    of ``random_length`` tokens, repeated (defaults: 256 and 127, shortened for short models; see
+    :func:`attnscope.heads.probes.run_probes`). Correlations: Spearman across heads, percentile bootstrap 95%
+    CI with ``n_boot`` resamples (seeded by ``seed``).
+    """
+    from attnscope.geometry import score
+    from attnscope.heads.probes import as_map_model, run_probes
+
+    from .stats import correlation_table
+
+    if isinstance(source, (str, os.PathLike)) and tokenizer is not None:
+        raise InputError(f"{source}: tokenizer= is for a model loaded in memory; a directory or file brings its own")
+    model = as_map_model(source, device=device, tokenizer=tokenizer)
+    label = name or model.name
+    beh = run_probes(model, probes, data=data, windows=windows, length=length, random_windows_n=random_windows,
+                     random_length=random_length, seed=seed, batch_size=batch_size, progress=progress)
+    stack = str(beh["stack"].iloc[0])
+    geo = geometry_rows(score(str(source) if isinstance(source, os.PathLike) else source, levels="head"), stack)
+    wide = behaviour_wide(beh)
+    table = geo.merge(wide, on=["layer", "head"], how="inner", validate="one_to_one")
+    if len(table) != len(wide):
+        raise UnsupportedError(f"{label}: the weights have {len(geo)} heads but the maps {len(wide)}; cannot pair them")
+    table.insert(0, "model", label)
+    table.insert(1, "stack", stack)
+    table = table.sort_values(["layer", "head"]).reset_index(drop=True)
+    behaviours = behaviour_columns(table)
+    table, k = add_clusters(table, behaviours, seed=seed)
+    corr = correlation_table(table, GEOMETRY, behaviours, n_boot=n_boot, seed=seed)
+    corr.insert(0, "model", label)
+    lengths = beh.groupby("probe")["length"].first().to_dict()
+    info = {"model": label, "stack": stack, "causal": bool(model.causal), "n_layers": model.n_layers,
+            "n_heads": model.n_heads, "probes": list(beh["probe"].unique()), "data": data,
+            "windows": {"text": windows, "random": random_windows}, "lengths": lengths,
+            "cluster_k": k, "n_boot": n_boot, "seed": seed}
+    return AtlasResult(table=table, correlations=corr, info=info)

@@ -1,0 +1,141 @@
+"""The atlas as HTML: an interactive geometry-vs-behaviour scatter and the correlation table.
+
+:func:`atlas_section` is a fragment (for the model report, :mod:`attnscope.report`);
+:func:`atlas_page` wraps it as a whole document (``attnscope atlas`` writes it as ``atlas.html``).
+Self-contained: the per-head table travels as JSON inside the page and a few lines of inline
+JavaScript draw an SVG scatter (choose x = s or d, y = any behaviour column); hovering a point shows
+its model, layer, head and every metric. No network, no external script, font or style at view time.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+_PAGE_CSS = """
+body{font-family:system-ui,sans-serif;margin:24px;color:#1a1a2e;max-width:1150px}
+table{border-collapse:collapse;font-size:13px}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}
+td.l,th.l{text-align:left}.note{color:#555;font-size:13px}
+"""
+_SECTION_CSS = """
+#atlas-plot{border:1px solid #ccc;background:#fff}#atlas-tip{position:absolute;display:none;background:#fffbe6;
+border:1px solid #aa8;padding:4px 6px;font-size:12px;pointer-events:none;white-space:pre}
+"""
+
+_JS = r"""
+(function(){
+const D = JSON.parse(document.getElementById('atlas-data').textContent);
+const sx = document.getElementById('atlas-x'), sy = document.getElementById('atlas-y');
+const svg = document.getElementById('atlas-plot'), tip = document.getElementById('atlas-tip');
+const W = 760, H = 440, M = {l: 60, r: 20, t: 20, b: 50};
+const NS = 'http://www.w3.org/2000/svg';
+function el(name, attrs, text){const e = document.createElementNS(NS, name);
+  for (const k in attrs) e.setAttribute(k, attrs[k]); if (text !== undefined) e.textContent = text; return e;}
+function colour(i){const r = D.rows[i]; if (D.hue === 'model') {const k = D.models.indexOf(r.model);
+    return 'hsl(' + Math.round(360 * k / Math.max(1, D.models.length)) + ',70%,45%)';}
+  const t = D.maxLayer > 0 ? r.layer / D.maxLayer : 0; return 'hsl(' + Math.round(260 - 200 * t) + ',75%,' + Math.round(30 + 25 * t) + '%)';}
+function fmt(v){return (v === null || v === undefined) ? 'n/a' : (Math.abs(v) >= 100 ? v.toFixed(1) : v.toFixed(3));}
+function draw(){
+  const x = sx.value, y = sy.value; while (svg.firstChild) svg.removeChild(svg.firstChild);
+  const pts = D.rows.map((r, i) => [r[x], r[y], i]).filter(p => p[0] !== null && p[1] !== null);
+  if (!pts.length) return;
+  let x0 = Math.min(...pts.map(p => p[0])), x1 = Math.max(...pts.map(p => p[0]));
+  let y0 = Math.min(...pts.map(p => p[1])), y1 = Math.max(...pts.map(p => p[1]));
+  if (x1 === x0) {x0 -= 1; x1 += 1;} if (y1 === y0) {y0 -= 1; y1 += 1;}
+  const X = v => M.l + (v - x0) / (x1 - x0) * (W - M.l - M.r), Y = v => H - M.b - (v - y0) / (y1 - y0) * (H - M.t - M.b);
+  svg.appendChild(el('rect', {x: M.l, y: M.t, width: W - M.l - M.r, height: H - M.t - M.b, fill: 'none', stroke: '#888'}));
+  for (let k = 0; k <= 4; k++) {const vx = x0 + k * (x1 - x0) / 4, vy = y0 + k * (y1 - y0) / 4;
+    svg.appendChild(el('text', {x: X(vx), y: H - M.b + 16, 'text-anchor': 'middle', 'font-size': 11}, vx.toFixed(2)));
+    svg.appendChild(el('text', {x: M.l - 6, y: Y(vy) + 4, 'text-anchor': 'end', 'font-size': 11}, vy.toFixed(2)));}
+  svg.appendChild(el('text', {x: (W + M.l) / 2, y: H - 10, 'text-anchor': 'middle', 'font-size': 13}, x));
+  svg.appendChild(el('text', {x: 14, y: H / 2, 'text-anchor': 'middle', 'font-size': 13, transform: 'rotate(-90 14 ' + H / 2 + ')'}, y));
+  for (const p of pts) {
+    const c = el('circle', {cx: X(p[0]), cy: Y(p[1]), r: 4.5, fill: colour(p[2]), 'fill-opacity': 0.8, class: 'pt'});
+    c.addEventListener('mouseenter', ev => {const r = D.rows[p[2]];
+      tip.textContent = r.model + '\nlayer ' + r.layer + ', head ' + r.head + '\n' +
+        D.columns.map(k => k + ': ' + fmt(r[k])).join('\n');
+      tip.style.display = 'block'; tip.style.left = (ev.pageX + 12) + 'px'; tip.style.top = (ev.pageY + 12) + 'px';});
+    c.addEventListener('mouseleave', () => {tip.style.display = 'none';});
+    svg.appendChild(c);}
+  const rho = D.corr[x + '|' + y]; document.getElementById('atlas-rho').textContent = rho || '';
+}
+sx.addEventListener('change', draw); sy.addEventListener('change', draw); draw();
+})();
+"""
+
+
+def _num(v: Any) -> Any:
+    """JSON-safe value: NaN / inf -> null, numpy scalars -> Python."""
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str) -> str:
+    from .build import GEOMETRY, behaviour_columns
+
+    cols = [*GEOMETRY, *behaviour_columns(table), *(["cluster"] if "cluster" in table.columns else [])]
+    keep = ["model", "layer", "head", *cols]
+    rows = [{k: _num(v) for k, v in zip(keep, r)} for r in table[keep].itertuples(index=False, name=None)]
+    corr = {}
+    if "model" not in correlations.columns or correlations["model"].nunique() <= 1:
+        for r in correlations.itertuples():
+            corr[f"{r.x}|{r.y}"] = f"Spearman rho = {r.rho:+.2f}, {r.interval}: [{r.ci_low:+.2f}, {r.ci_high:+.2f}], n = {r.n} ({r.relation})"
+    data = {"rows": rows, "columns": cols, "hue": hue, "models": list(dict.fromkeys(table["model"])),
+            "maxLayer": int(table["layer"].max()) if len(table) else 0, "corr": corr}
+    return json.dumps(data).replace("</", "<\\/")  # never closes the script element early
+
+
+def _corr_table(correlations: "pd.DataFrame") -> str:
+    esc = html.escape
+    lead = ["model"] if "model" in correlations.columns and correlations["model"].nunique() > 1 else []
+    head = "".join(f'<th class="l">{h}</th>' for h in [*lead, "geometry", "behaviour"])
+    head += "".join(f"<th>{h}</th>" for h in ("n", "rho", "95% CI")) + '<th class="l">relation</th>'
+    body = []
+    for r in correlations.itertuples():
+        cells = [f'<td class="l">{esc(str(getattr(r, c)))}</td>' for c in [*lead, "x", "y"]]
+        ci = "&ndash;" if not math.isfinite(r.ci_low) else f"[{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
+        rho = "&ndash;" if not math.isfinite(r.rho) else f"{r.rho:+.2f}"
+        cells += [f"<td>{r.n}</td>", f"<td>{rho}</td>", f"<td>{ci}</td>", f'<td class="l">{esc(str(r.relation))}</td>']
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any]) -> str:
+    """The HTML fragment: probe note, interactive scatter, correlation table."""
+    from .build import GEOMETRY, behaviour_columns
+
+    esc = html.escape
+    hue = "model" if table["model"].nunique() > 1 else "layer"
+    xs = "".join(f'<option value="{c}">{c}</option>' for c in GEOMETRY)
+    ys = "".join(f'<option value="{c}">{c}</option>' for c in behaviour_columns(table))
+    interval = str(correlations["interval"].iloc[0]) if len(correlations) else ""
+    lengths = info.get("lengths", {})
+    note = (f"One point per head ({len(table)} heads), coloured by {hue}. Behaviour columns are "
+            f"<code>&lt;metric&gt;_&lt;probe&gt;</code>: <code>random</code> = BOS + random tokens + their repeat "
+            f"({esc(str(lengths.get('random', '?')))} tokens), <code>text</code> = corpus windows "
+            f"({esc(str(lengths.get('text', '?')))} tokens). Hover a point for its layer, head and every metric.")
+    return "\n".join([
+        f"<style>{_SECTION_CSS}</style>", "<h2>Geometry meets behaviour (atlas)</h2>", f'<p class="note">{note}</p>',
+        f'<p>x <select id="atlas-x">{xs}</select> y <select id="atlas-y">{ys}</select></p>',
+        '<svg id="atlas-plot" width="760" height="440" viewBox="0 0 760 440"></svg>',
+        '<p class="note" id="atlas-rho"></p><div id="atlas-tip"></div>',
+        f"<h3>Spearman rho across heads ({esc(interval)})</h3>", _corr_table(correlations),
+        f'<script type="application/json" id="atlas-data">{_payload(table, correlations, hue)}</script>',
+        f"<script>{_JS}</script>",
+    ])  # fmt: skip
+
+
+def atlas_page(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any]) -> str:
+    """A whole self-contained HTML document holding :func:`atlas_section`."""
+    name = html.escape(str(info.get("model", "atlas")))
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>attnscope atlas: {name}</title>'
+            f"<style>{_PAGE_CSS}</style></head><body><h1>{name}</h1>\n{atlas_section(table, correlations, info)}\n"
+            "</body></html>\n")

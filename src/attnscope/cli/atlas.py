@@ -1,0 +1,108 @@
+"""``attnscope atlas``: every head's W_qk geometry beside its behaviour, for one model or a zoo group.
+
+    attnscope atlas SOURCE --out DIR [--probe both|random|text] [--data CORPUS] [--windows N] [--length L] ...
+    attnscope atlas --zoo offline-real --out DIR
+
+Thin layer over :mod:`attnscope.atlas`: checks the options and DIR before any work, calls the API,
+writes the tables (Parquet and CSV), the figures and a self-contained atlas.html, prints a summary.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from attnscope.errors import InputError
+
+from ._common import check_device, check_out_dir, echo_json, stderr_console
+from ._tables import print_table
+
+
+def atlas(
+    source: Optional[str] = typer.Argument(None, help="GGUF file, HF model directory / hub id (or give --zoo)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Directory for atlas.parquet/.csv, correlations.csv, figures, atlas.html."),
+    zoo: Optional[str] = typer.Option(None, "--zoo", help="Run every runnable model of this zoo group (e.g. offline-real), resumable."),
+    probe: str = typer.Option("both", "--probe", help="Behaviour probes: both, random (repeated random tokens) or text."),
+    data: str = typer.Option("builtin", "--data", help="Corpus of the text probe: builtin, a text file/dir, enwik8, hf:NAME."),
+    windows: int = typer.Option(8, "--windows", help="Text-probe windows."),
+    length: Optional[int] = typer.Option(None, "--length", help="Text-probe window length in tokens (default 256, or the model's max if shorter)."),
+    random_windows: int = typer.Option(8, "--random-windows", help="Random-probe sequences."),
+    random_length: Optional[int] = typer.Option(None, "--random-length", help="Random tokens per copy T (window 2T+1; default 127, shortened for short models)."),
+    n_boot: int = typer.Option(2000, "--n-boot", help="Bootstrap resamples of the 95% interval of Spearman's rho."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random probe, the bootstrap and the clustering."),
+    batch_size: int = typer.Option(1, "--batch-size", help="Windows per forward pass."),
+    device: str = typer.Option("cpu", "--device", help="torch device."),
+    as_json: bool = typer.Option(False, "--json", help="Print the correlations as JSON records on stdout."),
+) -> None:
+    """Geometry meets behaviour: s and d of every head's W_qk against what the head does on the probes."""
+    from attnscope.heads.probes import check_probes
+
+    check_out_dir(out, "--out")
+    check_device(device)
+    check_probes(probe)
+    for value, option in ((windows, "--windows"), (random_windows, "--random-windows"), (n_boot, "--n-boot"),
+                          (batch_size, "--batch-size")):
+        if value < 1:
+            raise InputError(f"{option} must be at least 1, not {value}")
+    if (source is None) == (zoo is None):
+        raise InputError("give a SOURCE or --zoo GROUP (one of them)")
+    opts = dict(probes=probe, data=data, windows=windows, length=length, random_windows=random_windows,
+                random_length=random_length, seed=seed, n_boot=n_boot, batch_size=batch_size, device=device)
+    out.mkdir(parents=True, exist_ok=True)
+    if zoo is not None:
+        _run_zoo(zoo, out, opts, as_json)
+        return
+    from attnscope.atlas import atlas as run_atlas
+
+    res = run_atlas(source, progress=sys.stderr.isatty(), **opts)
+    written = write_atlas(res.table, res.correlations, res.info, out, hue="layer")
+    _finish(res.correlations, res.info["model"], written, as_json)
+
+
+def write_atlas(table, correlations, info, out: Path, hue: str) -> list[Path]:
+    """Tables, figures and the HTML page of an atlas (one model or pooled) into ``out``."""
+    from attnscope.atlas.build import GEOMETRY, behaviour_columns
+    from attnscope.atlas.html import atlas_page
+    from attnscope.plots import atlas as ap
+    from attnscope.plots import model_label, save_figure
+    from attnscope.tables import atomic_write_json, atomic_write_text, write_table
+
+    paths = [write_table(table, out / "atlas.parquet"), write_table(table, out / "atlas.csv"),
+             write_table(correlations, out / "correlations.csv"), atomic_write_json(out / "atlas.json", info)]
+    metrics = behaviour_columns(table)
+    name = model_label(str(info.get("model", "")))
+    pooled = hue == "model"
+    for x in GEOMETRY:
+        corr = None if pooled else correlations
+        fig = ap.geometry_vs_behaviour(table, x, metrics, corr, hue=hue, title=f"{name}: {x} of W_qk vs behaviour")
+        paths.append(save_figure(fig, out / f"atlas_{x}.png", dpi=110))
+    paths.append(save_figure(ap.correlation_forest(correlations, title=f"{name}: Spearman rho across heads"),
+                             out / "atlas_correlations.png", dpi=110))
+    paths.append(atomic_write_text(out / "atlas.html", atlas_page(table, correlations, info)))
+    return paths
+
+
+def _finish(correlations, model: str, written: list[Path], as_json: bool) -> None:
+    if as_json:
+        from attnscope.tables import records_to_json
+
+        echo_json(records_to_json(correlations))
+        return
+    con = stderr_console()
+    rows = [[str(r.x), str(r.y), str(r.n), f"{r.rho:+.2f}", f"[{r.ci_low:+.2f}, {r.ci_high:+.2f}]", str(r.relation)]
+            for r in correlations.itertuples()]
+    interval = str(correlations["interval"].iloc[0]) if len(correlations) else ""
+    print_table(con, f"{model}: Spearman rho across heads ({interval})", ["geometry", "behaviour", "n", "rho", "95% CI", "relation"], rows)
+    con.print(f"wrote {len(written)} files into {written[0].parent}")
+
+
+def _run_zoo(group: str, out: Path, opts: dict, as_json: bool) -> None:
+    from attnscope.atlas.zoo import run_zoo_atlas
+
+    con = stderr_console()
+    res = run_zoo_atlas(group, out, log=lambda m: con.print(m), progress=sys.stderr.isatty(), **opts)
+    written = write_atlas(res.table, res.correlations, res.info, out, hue="model")
+    _finish(res.correlations, res.info["model"], written, as_json)

@@ -1,0 +1,138 @@
+"""The atlas end to end on a tiny llama written as GGUF: table = geometry + probes, CLI files, zoo store."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "heads"))
+from _tiny_gguf import tiny_llama_model, write_llama_gguf_model  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(n) is None for n in ("transformers", "accelerate", "gguf")),
+    reason="needs transformers and the gguf extra (accelerate, gguf)",
+)
+SMALL = dict(windows=2, length=48, random_windows=2, random_length=12, n_boot=200)
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    root = tmp_path_factory.mktemp("atlas")
+    return write_llama_gguf_model(root / "tiny.gguf", tiny_llama_model(n_layers=2, d=32, n_heads=4, n_kv=2))
+
+
+def test_table_is_geometry_beside_the_probes(tiny_gguf):
+    import attnscope
+    from attnscope.geometry import score
+    from attnscope.heads.probes import run_probes
+
+    res = attnscope.atlas(str(tiny_gguf), **SMALL)
+    t = res.table
+    assert len(t) == 8 and list(t[["layer", "head"]].drop_duplicates().itertuples(index=False)) == [
+        (layer, head) for layer in range(2) for head in range(4)]
+    for col in ("induction_random", "previous_token_random", "sink_random", "induction_text", "sink_text", "cluster"):
+        assert col in t.columns
+    geo = score(str(tiny_gguf), levels="head").sort_values(["layer", "head"])
+    np.testing.assert_allclose(t["symmetry"], geo["symmetry"].astype(float))
+    np.testing.assert_allclose(t["directionality"], geo["directionality"].astype(float))
+    assert t["kv_head"].tolist() == [0, 0, 1, 1] * 2  # GQA: 2 query heads per key head
+    beh = run_probes(str(tiny_gguf), windows=2, length=48, random_windows_n=2, random_length=12)
+    rnd = beh[beh["probe"] == "random"].sort_values(["layer", "head"])
+    np.testing.assert_allclose(t["induction_random"], rnd["induction"])
+    corr = res.correlations
+    assert len(corr) == 2 * len(res.behaviours) and corr["interval"].str.contains("bootstrap").all()
+    assert res.info["lengths"] == {"random": 25, "text": 48}
+
+
+def test_cli_writes_tables_figures_and_a_self_contained_page(tiny_gguf, tmp_path, cli_inproc):
+    out = tmp_path / "out"
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in SMALL.items()]
+    code, stdout, err = cli_inproc("atlas", str(tiny_gguf), "--out", str(out), *args, "--json")
+    assert code == 0, err
+    corr = json.loads(stdout)
+    assert {r["x"] for r in corr} == {"symmetry", "directionality"}
+    for name in ("atlas.parquet", "atlas.csv", "correlations.csv", "atlas.json", "atlas_symmetry.png",
+                 "atlas_directionality.png", "atlas_correlations.png", "atlas.html"):
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "atlas.parquet").drop(columns="cluster"),
+                                  pd.read_csv(out / "atlas.csv").drop(columns="cluster"), check_dtype=False)
+    page = (out / "atlas.html").read_text()
+    assert "<script" in page and 'id="atlas-data"' in page
+    assert " src=" not in page and "href=" not in page and "@import" not in page  # nothing fetched at view time
+    data = json.loads(page.split('id="atlas-data">')[1].split("</script>")[0])
+    assert len(data["rows"]) == 8 and "induction_random" in data["columns"]
+
+
+def test_bad_input_is_one_line(tiny_gguf, tmp_path, cli_inproc):
+    short = tmp_path / "short.txt"
+    short.write_text("abc " * 10)
+    cases = [
+        ("atlas", "--out", str(tmp_path / "a")),  # neither SOURCE nor --zoo
+        ("atlas", str(tiny_gguf), "--zoo", "offline-real", "--out", str(tmp_path / "b")),
+        ("atlas", str(tiny_gguf), "--out", str(tmp_path / "c"), "--probe", "wiki"),
+        ("atlas", str(tiny_gguf), "--out", str(tmp_path / "d"), "--data", str(short), "--windows", "8"),
+        ("atlas", str(tmp_path / "nothing.gguf"), "--out", str(tmp_path / "e")),
+    ]
+    for args in cases:
+        code, _, err = cli_inproc(*args)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("attnscope: error:"), (args, err)
+
+
+def test_zoo_atlas_is_resumable_and_pooled(tiny_gguf, tmp_path, monkeypatch):
+    from attnscope.atlas.zoo import run_zoo_atlas
+    from attnscope.zoo.registry import ZooEntry
+
+    ct2 = tmp_path / "ct2"
+    ct2.mkdir()
+    (ct2 / "model.bin").write_bytes(b"\0" * 16)
+    entries = [
+        ZooEntry(id="tiny-a", family="llama", modality="text", type="decoder", params=None, groups=("t",),
+                 source=str(tiny_gguf)),
+        ZooEntry(id="tiny-ct2", family="whisper", modality="text", type="decoder", params=None, groups=("t",),
+                 source=str(ct2)),
+    ]
+    monkeypatch.setattr("attnscope.zoo.registry.select", lambda group, path=None: entries)
+    opts = dict(windows=2, length=48, random_windows=2, random_length=12)
+    lines: list[str] = []
+    res = run_zoo_atlas("t", tmp_path / "z", log=lines.append, n_boot=100, **opts)
+    assert res.table["model"].unique().tolist() == ["tiny-a"] and len(res.table) == 8
+    assert "CTranslate2" in res.info["skipped"]["tiny-ct2"]
+    assert set(res.correlations["model"]) == {"tiny-a", "all"}
+    lines.clear()
+    again = run_zoo_atlas("t", tmp_path / "z", log=lines.append, n_boot=100, **opts)
+    assert "tiny-a: reused from the store" in lines
+    pd.testing.assert_frame_equal(again.table, res.table)
+    lines.clear()
+    from attnscope.runs.store import QuarantineWarning
+
+    with pytest.warns(QuarantineWarning, match="other settings"):  # new settings: recomputed, never reused
+        run_zoo_atlas("t", tmp_path / "z", log=lines.append, n_boot=100, **dict(opts, windows=3))
+    assert "tiny-a: reused from the store" not in lines
+
+
+def test_model_report_gains_the_atlas_section(tiny_gguf, tmp_path):
+    import attnscope
+    from attnscope.report import build_report, render_html
+
+    rep = build_report(str(tiny_gguf))
+    assert "Geometry meets behaviour" not in render_html(rep)
+    rep.atlas = attnscope.atlas(str(tiny_gguf), **SMALL)
+    page = render_html(rep)
+    assert "Geometry meets behaviour (atlas)" in page and page.count('id="atlas-data"') == 1
+    assert " src=\"http" not in page
+
+
+def test_a_loaded_model_with_its_tokenizer_gives_the_same_table_as_its_file(tiny_gguf):
+    import attnscope
+    from attnscope.heads.load import _load_gguf
+
+    model, tok = _load_gguf(tiny_gguf)
+    live = attnscope.atlas(model, tokenizer=tok, name="tiny", **SMALL).table
+    disk = attnscope.atlas(str(tiny_gguf), name="tiny", **SMALL).table
+    pd.testing.assert_frame_equal(live, disk, rtol=1e-4, atol=1e-6)
