@@ -57,6 +57,7 @@ def _chromium() -> str:
     return exe
 
 
+@pytest.mark.browser
 def test_scatter_is_drawn_in_chromium(tmp_path):
     t, corr = _synthetic()
     page = tmp_path / "atlas.html"
