@@ -285,3 +285,15 @@ def test_bifurcation_points_are_visible_at_print_size():
     fig = dp.bifurcation(*_sweep())
     dots = [ln for ln in _panels(fig)[0].lines if ln.get_xdata().size]
     assert dots and all(ln.get_marker() != "," and ln.get_markersize() * 300 / 72 >= 2 for ln in dots)  # >= 2 px at 300 dpi
+
+
+def test_phase_plane_ticks_of_a_small_orbit_do_not_run_together():
+    """A torus of amplitude 0.065 (beta_o = 1.255 of the paper): six-character tick labels on a 3-column grid."""
+    t = np.arange(2000)
+    traj = pd.DataFrame([dict(t=i, beta_o=b, feature=f, mo_se=0.065 * np.sin(0.39 * i + f)) for b in (1.255, 1.27, 1.4)
+                         for f in (0, 1) for i in t])
+    fig = dp.phase_plane(pd.concat([traj, traj.assign(beta_o=traj["beta_o"] + 1)]))
+    renderer = base.laid_out(fig)
+    for ax in _panels(fig):
+        boxes = [t.get_window_extent(renderer) for t in ax.xaxis.get_ticklabels() if t.get_visible() and t.get_text()]
+        assert len(boxes) >= 2 and not _overlaps(boxes, pad=0.0), [t.get_text() for t in ax.xaxis.get_ticklabels()]
