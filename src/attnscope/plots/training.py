@@ -119,7 +119,10 @@ def _band_axes(objectives: list[str], fig: "Figure | None", ax: "Axes | None", h
     if len(objectives) > 1:
         raise ValueError(f"ax= holds one panel, but the curves have {len(objectives)} objectives "
                          f"({', '.join(objectives)}): pass fig= for a panel each, or one objective's rows")
-    return ax.get_figure(root=True), {objectives[0]: ax}
+    owner = ax.get_figure(root=True)
+    if owner is None:
+        raise ValueError("ax= belongs to no figure: draw on an axes made by fig.subplots() or fig.add_subplot()")
+    return owner, {objectives[0]: ax}
 
 
 def _band_panels(curves: "pd.DataFrame", metrics: tuple[str, str], fig: "Figure | None", ax: "Axes | None",
