@@ -66,3 +66,18 @@ def test_frequencies_on_non_rotary_is_one_line(monkeypatch, capsys, tiny_bert_di
     code, _, err = run(monkeypatch, capsys, tiny_bert_dir, "--frequencies")
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     assert code == 2 and len(lines) == 1 and "no rotary positions" in lines[0], err
+
+
+@pytest.mark.parametrize("args,named", [
+    (["--level", "layer"], "--level"),
+    (["--k", "3"], "--k"),
+    (["--k", "2.0", "--level", "both"], "--level, --k"),  # the defaults' values, typed: still refused
+    (["--layer", "1"], "--layer"),
+    (["--stack", "decoder"], "--stack"),
+])
+def test_frequencies_refuses_meaningless_options(monkeypatch, capsys, tiny_llama_dirs, tmp_path, args, named):
+    out = tmp_path / "f.csv"
+    code, stdout, err = run(monkeypatch, capsys, tiny_llama_dirs["single"], "--frequencies", "--out", out, *args)
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("attnscope: error: --frequencies"), err
+    assert lines[0].endswith(named) and not out.exists() and stdout == ""

@@ -78,11 +78,11 @@ def _summary():
     return pd.DataFrame(recs)
 
 
-def _curves(metrics):
+def _curves(metrics, objectives=("clm", "mlm")):
     steps = np.arange(0, 50, 10)
-    return pd.DataFrame([dict(group=g, objective="clm", metric=m, step=s, mean=5 - s / 20 + k, ci_low=4.8 - s / 20 + k,
-                              ci_high=5.2 - s / 20 + k, n=2) for k, g in enumerate(("default", "symmetric"))
-                         for m in metrics for s in steps])
+    return pd.DataFrame([dict(group=g, objective=o, metric=m, step=s, mean=5 - s / 20 + k, ci_low=4.8 - s / 20 + k,
+                              ci_high=5.2 - s / 20 + k, n=2) for o in objectives
+                         for k, g in enumerate(("default", "symmetric")) for m in metrics for s in steps])
 
 
 def _cluster_labels():
@@ -178,6 +178,31 @@ def test_one_panel_takes_ax_several_take_fig(name):
         assert SAMPLES[name](fig=own) is own
 
 
+def test_several_panels_refuse_ax():
+    """A multi-panel figure that also takes ``ax=`` (for the one-panel case) refuses it in one line naming it."""
+    both = [n for n, sig in _figure_functions().items() if {"ax", "fig"} <= set(sig.parameters)]
+    assert {"training.loss_bands", "training.loss_differences"} <= set(both)
+    for name in both:
+        assert len(_panels(SAMPLES[name]())) > 1, f"{name}: its sample should draw several panels"
+        with pytest.raises(ValueError, match="ax="):
+            SAMPLES[name](ax=new_figure().add_subplot())
+
+
+@pytest.mark.parametrize("fn, metrics", [(tp.loss_bands, ("loss", "eval_loss")),
+                                         (tp.loss_differences, ("dloss", "deval_loss"))])
+def test_band_figures_one_objective_on_ax_several_on_fig(fn, metrics):
+    own = new_figure()
+    ax = own.add_subplot()
+    assert fn(_curves(metrics, ("clm",)), ax=ax) is own and _panels(own) == [ax]
+    assert len([ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]) == 4  # 2 groups x train, held-out
+    two = new_figure()
+    assert fn(_curves(metrics), fig=two) is two and [a.get_title()[:3] for a in _panels(two)] == ["clm", "mlm"]
+    for a in _panels(two):  # the same group names under both objectives: each drawn on its own objective's panel
+        assert len([ln for ln in a.get_lines() if not ln.get_label().startswith("_")]) == 4
+    with pytest.raises(ValueError, match="both"):
+        fn(_curves(metrics, ("clm",)), fig=new_figure(), ax=new_figure().add_subplot())
+
+
 def _overlaps(boxes, pad=0.5):
     return [(a, b) for a, b in combinations(boxes, 2)
             if min(a.x1, b.x1) - max(a.x0, b.x0) > pad and min(a.y1, b.y1) - max(a.y0, b.y0) > pad]
@@ -260,3 +285,15 @@ def test_bifurcation_points_are_visible_at_print_size():
     fig = dp.bifurcation(*_sweep())
     dots = [ln for ln in _panels(fig)[0].lines if ln.get_xdata().size]
     assert dots and all(ln.get_marker() != "," and ln.get_markersize() * 300 / 72 >= 2 for ln in dots)  # >= 2 px at 300 dpi
+
+
+def test_phase_plane_ticks_of_a_small_orbit_do_not_run_together():
+    """A torus of amplitude 0.065 (beta_o = 1.255 of the paper): six-character tick labels on a 3-column grid."""
+    t = np.arange(2000)
+    traj = pd.DataFrame([dict(t=i, beta_o=b, feature=f, mo_se=0.065 * np.sin(0.39 * i + f)) for b in (1.255, 1.27, 1.4)
+                         for f in (0, 1) for i in t])
+    fig = dp.phase_plane(pd.concat([traj, traj.assign(beta_o=traj["beta_o"] + 1)]))
+    renderer = base.laid_out(fig)
+    for ax in _panels(fig):
+        boxes = [t.get_window_extent(renderer) for t in ax.xaxis.get_ticklabels() if t.get_visible() and t.get_text()]
+        assert len(boxes) >= 2 and not _overlaps(boxes, pad=0.0), [t.get_text() for t in ax.xaxis.get_ticklabels()]

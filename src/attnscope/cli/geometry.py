@@ -68,6 +68,7 @@ def _levels(level: str) -> tuple[str, ...]:
 
 @app.command("score")
 def score_cmd(
+    ctx: typer.Context,
     sources: Optional[List[str]] = typer.Argument(None, help="Model directories, weight files or hub ids."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Write the table (.csv/.parquet/.json); a directory with --zoo."),
     json_out: bool = typer.Option(False, "--json", help="Print the records as JSON on stdout and nothing else."),
@@ -83,7 +84,8 @@ def score_cmd(
         "0,1,16,256 or log:START:STOP:N; default: offset 0 only, no offset column."),
     frequencies: bool = typer.Option(
         False, "--frequencies", help="Instead: per head and rotary pair, its share of the W_qk energy "
-        "(frequency, wavelength in tokens, block symmetry); rotary models only."),
+        "(frequency, wavelength in tokens, block symmetry); rotary models only; "
+        "refuses --level/--k/--layer/--stack."),
     demo: bool = typer.Option(False, "--demo", help="Score the bundled all-MiniLM-L6-v2 (needs attnscope\\[demo])."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Survey a zoo group of models into --out DIR."),
     executor: str = typer.Option("local", "--executor", help="Zoo survey executor: local, inline or slurm."),
@@ -119,6 +121,8 @@ def score_cmd(
     check_out_file(out, "--out")
     check_out_dir(plot, "--plot")
     if frequencies:
+        _refuse_given(ctx, ("level", "k", "layer", "stack"), "--frequencies scores every head and stack of the "
+                      "rotary layers and draws no W_qk heatmap; run it without")
         _run_frequencies(specs, out, json_out, plot, fold_input_norm, fold_norms)
         return
 
@@ -160,6 +164,14 @@ def score_cmd(
             paths = (_plots(at0, specs, plot, layer) if 0 in offset_list else []) + _offset_plots(df, plot)
         if not json_out:
             stderr_console().print(f"wrote {len(paths)} figures to {plot}/")
+
+
+def _refuse_given(ctx: typer.Context, params: tuple[str, ...], why: str) -> None:
+    """Refuse options the user typed (not their defaults) that have no meaning in this mode: one line naming them."""
+    flags = {p.name: p.opts[0] for p in ctx.command.params}  # typer vendors click: its enum, compared by name
+    given = [flags[n] for n in params if getattr(ctx.get_parameter_source(n), "name", None) == "COMMANDLINE"]
+    if given:
+        raise InputError(f"{why} {', '.join(given)}")
 
 
 def _offsets(spec: Optional[str], frequencies: bool) -> list[int] | None:

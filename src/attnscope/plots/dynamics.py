@@ -133,6 +133,7 @@ def phase_plane(
         x = g[g["feature"] == f1].sort_values("t")["mo_se"].to_numpy()
         y = g[g["feature"] == f2].sort_values("t")["mo_se"].to_numpy()
         ax.plot(x, y, ".", ms=0.8, alpha=0.6)
+        ax.locator_params(axis="x", nbins=4)  # a small orbit's labels (-0.050) run together at the default count
         ax.set_title(f"{PARAM_LABELS['beta_o']} = {b:g}", fontsize=9)
         ax.set_xlabel(f"$m^o_{{se,{f1 + 1}}}$")
         ax.set_ylabel(f"$m^o_{{se,{f2 + 1}}}$")

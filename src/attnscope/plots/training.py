@@ -1,7 +1,8 @@
 """Figures of training runs, drawn from the tidy tables of :mod:`attnscope.training.compare`.
 
-One function per figure, each taking the tables and an optional ``fig`` and returning the matplotlib
-Figure (not registered with pyplot); the caller saves it (:func:`attnscope.plots.save_figure`):
+One function per figure, each taking the tables and an optional ``fig`` (the band figures also ``ax``, for
+curves of one objective: one panel) and returning the matplotlib Figure (not registered with pyplot); the
+caller saves it (:func:`attnscope.plots.save_figure`):
 
 * :func:`loss_curves`   training loss (and held-out loss, dashed) vs step, one panel per objective;
 * :func:`score_medians` median over layers of s and d vs step with the IQR as a band, one line per run,
@@ -106,21 +107,36 @@ def score_layers(scores: "pd.DataFrame", *, fig: "Figure | None" = None) -> "Fig
     return fig
 
 
-def _band_panels(curves: "pd.DataFrame", metrics: tuple[str, str], ax: "Axes | None", height: float,
-                 title: str, ylabel: str, zero_line: bool = False) -> "Figure":
+def _band_axes(objectives: list[str], fig: "Figure | None", ax: "Axes | None", height: float,
+               ) -> "tuple[Figure, dict[str, Axes]]":  # fmt: skip
+    """objective -> the panel it is drawn on: one per objective on ``fig`` (or a new figure), or ``ax`` when
+    there is one objective; ValueError naming the parameter otherwise."""
+    if ax is None:
+        fig = figure_for(fig, figsize=(5.5 * len(objectives), height))
+        return fig, dict(zip(objectives, fig.subplots(1, len(objectives), squeeze=False)[0]))
+    if fig is not None:
+        raise ValueError("ax= and fig= were both given: pass ax= (one objective) or fig= (a panel per objective)")
+    if len(objectives) > 1:
+        raise ValueError(f"ax= holds one panel, but the curves have {len(objectives)} objectives "
+                         f"({', '.join(objectives)}): pass fig= for a panel each, or one objective's rows")
+    owner = ax.get_figure(root=True)
+    if owner is None:
+        raise ValueError("ax= belongs to no figure: draw on an axes made by fig.subplots() or fig.add_subplot()")
+    return owner, {objectives[0]: ax}
+
+
+def _band_panels(curves: "pd.DataFrame", metrics: tuple[str, str], fig: "Figure | None", ax: "Axes | None",
+                 height: float, title: str, ylabel: str, zero_line: bool = False) -> "Figure":
     """Mean over seeds with its 95% t band of the ``metrics`` (training, held-out) rows of ``curves``, a line
-    per group (one seed: the run's curve, no band) (held-out dashed with markers at its evaluation steps), one panel per objective or all on ``ax``."""
+    per group (one seed: the run's curve, no band; held-out dashed with markers at its evaluation steps),
+    one panel per objective (:func:`_band_axes`)."""
     colors = _colors(list(dict.fromkeys(curves["group"])))
     curves = curves[curves["metric"].isin(metrics)]
     objectives = list(dict.fromkeys(curves["objective"])) or ["loss"]
-    if ax is None:
-        fig = figure_for(None, figsize=(5.5 * len(objectives), height))
-        axes = dict(zip(objectives, fig.subplots(1, len(objectives), squeeze=False)[0]))
-    else:
-        fig, axes = ax.get_figure(root=True), {o: ax for o in objectives}
-    for (group, metric), df in curves.groupby(["group", "metric"], sort=False):
+    fig, axes = _band_axes(objectives, fig, ax, height)
+    for (obj, group, metric), df in curves.groupby(["objective", "group", "metric"], sort=False):
         df = df.sort_values("step")
-        a = axes[df["objective"].iloc[0]]
+        a = axes[obj]
         held = metric == metrics[1]
         n = int(df["n"].iloc[0])
         seeds = f"{n} seeds" if n > 1 else "1 seed: no band"
@@ -140,21 +156,23 @@ def _band_panels(curves: "pd.DataFrame", metrics: tuple[str, str], ax: "Axes | N
     return fig
 
 
-def loss_bands(curves: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure":
-    """curves: group, metric (loss | eval_loss), step, mean, ci_low, ci_high -> the mean loss over seeds
-    of each group with its 95% band (training solid, held-out dashed). One panel per objective, or
-    everything on ``ax`` when given."""
-    return _band_panels(curves, ("loss", "eval_loss"), ax, 3.8, "{objective} loss: mean over seeds, 95% t band",
+def loss_bands(curves: "pd.DataFrame", *, fig: "Figure | None" = None, ax: "Axes | None" = None) -> "Figure":
+    """curves: group, objective, metric (loss | eval_loss), step, mean, ci_low, ci_high, n -> the mean loss
+    over seeds of each group with its 95% band (training solid, held-out dashed). One panel per objective
+    on ``fig``; ``ax`` only for curves of one objective."""
+    return _band_panels(curves, ("loss", "eval_loss"), fig, ax, 3.8, "{objective} loss: mean over seeds, 95% t band",
                         "cross-entropy (nats)")
 
 
-def loss_differences(curves: "pd.DataFrame", *, ax: "Axes | None" = None) -> "Figure | None":
+def loss_differences(curves: "pd.DataFrame", *, fig: "Figure | None" = None,
+                     ax: "Axes | None" = None) -> "Figure | None":
     """curves (``dloss`` / ``deval_loss`` rows) -> each group's loss minus its same-seed baseline's, mean over
     seeds with the 95% band (training solid, held-out dashed, zero = no difference); below zero the group
-    is ahead. One panel per objective, or everything on ``ax``; None when no group has a paired baseline."""
+    is ahead. One panel per objective on ``fig`` (``ax`` only for curves of one objective); None when no group
+    has a paired baseline."""
     if not curves["metric"].isin(["dloss", "deval_loss"]).any():
         return None
-    return _band_panels(curves, ("dloss", "deval_loss"), ax, 3.4,
+    return _band_panels(curves, ("dloss", "deval_loss"), fig, ax, 3.4,
                         "{objective}: loss minus the same-seed baseline's, mean, 95% t band",
                         "difference (nats; < 0 = ahead)",
                         zero_line=True)
