@@ -9,10 +9,11 @@ cd "$(dirname "$0")/.."
 MODE=${1:?usage: scripts/test-env.sh lowest|latest [PYTEST ARGS]}
 shift
 case "$MODE" in lowest|latest) ;; *) echo "test-env: MODE is lowest or latest, not '$MODE'" >&2; exit 2 ;; esac
+. scripts/cpu-torch.sh
 PY=${PYTHON:-python3}
 VENV=.venv-$MODE
 EXTRAS=${ATTNSCOPE_EXTRAS:-test,demo}
-export TORCH=${TORCH:-2.13.0}
+export TORCH=${TORCH:-$(grep -v '^#' requirements/torch.txt | head -n 1 | sed 's/^torch==//')}
 
 [ "${FRESH:-}" = 1 ] && rm -rf "$VENV"
 if [ ! -x "$VENV/bin/python" ]; then
@@ -20,10 +21,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
   "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
 fi
-if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-  echo "test-env: installing torch==$TORCH (CPU build)" >&2
-  "$VENV/bin/python" -m pip install -q "torch==$TORCH"
-fi
+install_cpu_torch "$VENV/bin/python"
 "$VENV/bin/python" scripts/dep_bounds.py "$MODE" "$EXTRAS" > "$VENV/constraints.txt"
 echo "test-env: installing attnscope[$EXTRAS] ($MODE)" >&2
 if [ "$MODE" = lowest ]; then
@@ -34,4 +32,4 @@ fi
 "$VENV/bin/python" -m pip check
 echo "test-env: $MODE versions on $("$VENV/bin/python" --version), $(date -u +%F)" >&2
 "$VENV/bin/python" scripts/dep_bounds.py versions "$EXTRAS" | tee "$VENV/versions.txt" >&2
-exec "$VENV/bin/python" -m pytest -m "not slow and not slurm" -n "${PYTEST_WORKERS:-2}" "$@"
+SKIP_SETUP=1 VENV="$VENV" exec bash scripts/test.sh "$@"  # the same selection as make test

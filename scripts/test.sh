@@ -7,7 +7,7 @@
 # Extra arguments go to pytest (a later -m replaces the selection: `bash scripts/test.sh -m slurm`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+[ "${SKIP_SETUP:-}" = 1 ] || bash scripts/setup.sh  # scripts/test-env.sh sets up its own venv
 PY=${VENV:-.venv}/bin/python
 marks="not slow"
 lacking=()
