@@ -51,7 +51,7 @@ def test_the_readme_example_type_checks_clean(tmp_path):
 
 
 MISUSES = {  # each line a misuse, and what mypy says about it
-    "n: int = geo.score": 'Incompatible types in assignment (expression has type "def score(',
+    "n: int = geo.score": 'Incompatible types in assignment (expression has type "',  # "def score(..." or "Callable[...]" by mypy version
     "geo.score(minilm, k='two')": 'Argument "k" to "score" has incompatible type "str"',
     "from attnscope.heads import extrakt": 'Module "attnscope.heads" has no attribute "extrakt"',
     "attnscope.geometri": 'Module has no attribute "geometri"',

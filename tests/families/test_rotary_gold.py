@@ -38,9 +38,30 @@ def positioned(cfg) -> dict[str, torch.Tensor]:
     return inputs
 
 
+def _v4_rope(kw: dict) -> dict:
+    """transformers 4.x spells transformers 5's ``rope_parameters`` as ``rope_theta`` + ``rope_scaling``."""
+    rp = kw.get("rope_parameters")
+    if int(transformers.__version__.split(".")[0]) >= 5 or not isinstance(rp, dict):
+        return kw
+    out = {k: v for k, v in kw.items() if k != "rope_parameters"}
+    out["rope_theta"] = rp.get("rope_theta", 10000.0)
+    scaling = {k: v for k, v in rp.items() if k != "rope_theta"}
+    if scaling.get("rope_type") == "longrope":  # 4.x's Phi-3: exactly type, short_factor, long_factor
+        out["original_max_position_embeddings"] = scaling.pop("original_max_position_embeddings", None)
+        out["rope_scaling"] = {"type": "longrope", "short_factor": scaling["short_factor"],
+                               "long_factor": scaling["long_factor"]}
+    elif scaling.get("rope_type", "default") != "default":
+        out["rope_scaling"] = {**scaling, "type": scaling["rope_type"]}  # 4.x validators read either key
+    return out
+
+
+def _config(cls: str, **kw):
+    return getattr(transformers, cls)(**_v4_rope({**TINY, **kw}))
+
+
 def _case(cls: str, model: str | None = None, attn=LLAMA_ATTN, q_in="q_proj", k_in="k_proj", qk_norm="",
           tag: str = "", **kw) -> Case:  # fmt: skip
-    config = lambda: getattr(transformers, cls)(**{**TINY, **kw})  # noqa: E731
+    config = lambda: _config(cls, **kw)  # noqa: E731
     return Case(f"{cls}{tag}", config, model or cls.replace("Config", "Model"), attn, q_in, k_in,
                 inputs=positioned, qk_norm=qk_norm)
 
@@ -167,8 +188,8 @@ def test_gold_test_catches_ignored_scaling(tmp_path) -> None:
     """The linear case read as unscaled frequencies does not match: the frequencies are really checked."""
     case = next(c for c in CASES if c.id == "LlamaConfig-linear")
     model, cfg = build(case)
-    plain = dataclasses.replace(case, config=lambda: transformers.LlamaConfig(**TINY, num_key_value_heads=2,
-                                                                               rope_parameters=dict(rope_type="default", rope_theta=500.0)))  # fmt: skip
+    plain = dataclasses.replace(case, config=lambda: _config("LlamaConfig", num_key_value_heads=2,
+                                                             rope_parameters=dict(rope_type="default", rope_theta=500.0)))
     assert _check(case, tmp_path / "a") < 2e-5
     assert _check(plain, tmp_path / "b") < 2e-5
     from attnscope.families.base import StackInfo

@@ -40,8 +40,8 @@ def _flags_take_no_value() -> None:
     after a flag too (``--json <bool>``), which reads as if the flag took a value. Patched once, here."""
     from typer.core import TyperOption
 
-    shown = TyperOption.display_type_rich
-    if getattr(shown, "_attnscope", False):
+    shown = getattr(TyperOption, "display_type_rich", None)  # typer before 0.2x prints no type column at all
+    if shown is None or getattr(shown, "_attnscope", False):
         return
 
     def display_type_rich(self: Any, ctx: Any) -> str | None:

@@ -171,6 +171,16 @@ def _transformers_inv_freq(config: dict[str, Any], rope_type: str, layer_type: s
     if rope_type not in ROPE_INIT_FUNCTIONS:
         raise UnsupportedError(f"rope type {rope_type!r} is not known to the installed transformers")
     cfg = {k: v for k, v in config.items() if k not in ("model_type", "gguf_metadata")}
+    if int(transformers.__version__.split(".")[0]) < 5 and not cfg.get("rope_scaling"):
+        # transformers 4.x reads rope_scaling and rope_theta; a 5.x-style config holds rope_parameters
+        params = _rope_params(config, layer_type)
+        cfg["rope_theta"] = params.get("rope_theta", cfg.get("rope_theta"))
+        scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+        if rope_type == "longrope":  # 4.x validates exactly these three keys; the length is a config key there
+            cfg.setdefault("original_max_position_embeddings", scaling.get("original_max_position_embeddings"))
+            scaling = {"type": "longrope", "short_factor": scaling.get("short_factor"),
+                       "long_factor": scaling.get("long_factor")}
+        cfg["rope_scaling"] = {**scaling, "rope_type": rope_type} if rope_type != "longrope" else scaling
     hf = transformers.AutoConfig.for_model(config["model_type"], **cfg)
     fn = ROPE_INIT_FUNCTIONS[rope_type]
     try:
