@@ -16,13 +16,15 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
-from hypothesis import settings  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
-# CI runs the same examples every time (a red CI is then a real, reproducible failure); locally,
+# No test may depend on the machine's speed: hypothesis' deadline and its "data generation is slow"
+# health check are timing assertions (one failed a run on a loaded 2-core machine), so both are off.
+# CI also runs the same examples every time (a red CI is then a real, reproducible failure); locally,
 # hypothesis keeps exploring new examples.
-settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
-if os.environ.get("CI"):
-    settings.load_profile("ci")
+settings.register_profile("attnscope", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", parent=settings.get_profile("attnscope"), derandomize=True, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "attnscope")
 
 
 def _missing_slurm() -> str | None:
