@@ -3,6 +3,9 @@ CLI names its flag, and an atlas that stops half-way never leaves a mix of old a
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -41,3 +44,44 @@ def test_cli_repeated_offsets_names_the_flag(tmp_path):
     res = cli("geometry", "score", "--demo", "--offsets", "1,1", "--out", tmp_path / "o.csv")
     assert_one_line_error(res, "--offsets repeats 1")
     assert not (tmp_path / "o.csv").exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_atlas(tmp_path_factory):
+    """An atlas of a tiny llama GGUF written by the CLI (small probes), and its directory."""
+    pytest.importorskip("gguf", reason="needs the gguf extra")
+    pytest.importorskip("transformers", reason="needs transformers")
+    sys.path.insert(0, str(Path(__file__).parents[1] / "heads"))
+    from _tiny_gguf import tiny_llama_model, write_llama_gguf_model
+
+    root = tmp_path_factory.mktemp("atlas")
+    gguf = write_llama_gguf_model(root / "tiny.gguf", tiny_llama_model(n_layers=2, d=32, n_heads=4, n_kv=2))
+    out = root / "out"
+    res = cli("atlas", gguf, "--out", out, "--windows", "2", "--length", "48", "--random-windows", "2",
+              "--random-length", "12", "--n-boot", "50")
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out
+
+
+def test_interrupted_atlas_leaves_the_previous_one_whole(tiny_atlas, monkeypatch):
+    """Ctrl-C while the figures or the page are drawn: no new table beside the old figures."""
+    import json
+
+    import attnscope.atlas.html as html
+    from attnscope.cli.atlas import write_atlas
+    from attnscope.tables import read_table
+
+    before = {p.name: p.read_bytes() for p in tiny_atlas.iterdir()}
+    table = read_table(tiny_atlas / "atlas.parquet")
+    table["symmetry"] = -table["symmetry"]  # a different atlas
+    corr = read_table(tiny_atlas / "correlations.csv")
+    info = json.loads((tiny_atlas / "atlas.json").read_text())
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(html, "atlas_page", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_atlas(table, corr, info, tiny_atlas, hue="layer")
+    after = {p.name: p.read_bytes() for p in tiny_atlas.iterdir()}
+    assert after == before

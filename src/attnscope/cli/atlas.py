@@ -63,25 +63,31 @@ def atlas(
 
 
 def write_atlas(table, correlations, info, out: Path, hue: str) -> list[Path]:
-    """Tables, figures and the HTML page of an atlas (one model or pooled) into ``out``."""
+    """Tables, figures and the HTML page of an atlas (one model or pooled) into ``out``.
+
+    Every figure and the page are rendered before the first file is written, so an interrupt (Ctrl-C)
+    or a failure while drawing leaves the previous atlas in ``out`` whole, never a mix of old and new.
+    """
     from attnscope.atlas.build import GEOMETRY, behaviour_columns
     from attnscope.atlas.html import atlas_page
     from attnscope.plots import atlas as ap
-    from attnscope.plots import model_label, save_figure
-    from attnscope.tables import atomic_write_json, atomic_write_text, write_table
+    from attnscope.plots import model_label
+    from attnscope.plots.base import figure_bytes
+    from attnscope.tables import atomic_write_bytes, atomic_write_json, atomic_write_text, write_table
 
-    paths = [write_table(table, out / "atlas.parquet"), write_table(table, out / "atlas.csv"),
-             write_table(correlations, out / "correlations.csv"), atomic_write_json(out / "atlas.json", info)]
     metrics = behaviour_columns(table)
     name = model_label(str(info.get("model", "")))
-    pooled = hue == "model"
-    for x in GEOMETRY:
-        corr = None if pooled else correlations
-        fig = ap.geometry_vs_behaviour(table, x, metrics, corr, hue=hue, title=f"{name}: {x} of W_qk vs behaviour")
-        paths.append(save_figure(fig, out / f"atlas_{x}.png", dpi=110))
-    paths.append(save_figure(ap.correlation_forest(correlations, title=f"{name}: Spearman rho across heads"),
-                             out / "atlas_correlations.png", dpi=110))
-    paths.append(atomic_write_text(out / "atlas.html", atlas_page(table, correlations, info)))
+    corr = None if hue == "model" else correlations  # pooled: no per-model rho on the panels
+    figures = {f"atlas_{x}.png": ap.geometry_vs_behaviour(table, x, metrics, corr, hue=hue,
+                                                          title=f"{name}: {x} of W_qk vs behaviour")
+               for x in GEOMETRY}  # fmt: skip
+    figures["atlas_correlations.png"] = ap.correlation_forest(correlations, title=f"{name}: Spearman rho across heads")
+    images = {fname: figure_bytes(fig, "png", dpi=110) for fname, fig in figures.items()}
+    page = atlas_page(table, correlations, info)
+    paths = [write_table(table, out / "atlas.parquet"), write_table(table, out / "atlas.csv"),
+             write_table(correlations, out / "correlations.csv"), atomic_write_json(out / "atlas.json", info)]
+    paths += [atomic_write_bytes(out / fname, data) for fname, data in images.items()]
+    paths.append(atomic_write_text(out / "atlas.html", page))
     return paths
 
 
