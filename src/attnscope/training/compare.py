@@ -94,13 +94,22 @@ def _check_options(run_dirs: list, smooth: int, at: Sequence[int], target: float
 
 
 def _run_dirs(run_dirs: str | os.PathLike | Iterable) -> list:
-    """One path alone or any iterable of them, a seed grid's bookkeeping folder (``.grid``) left out."""
+    """One path alone or any iterable of them, a seed grid's bookkeeping folder (``.grid``) left out; a
+    grid's own folder (``attnscope train --seeds ... --out DIR``) stands for its runs, as ``DIR/*`` would."""
     from .runlog import GRID_STORE
 
     if isinstance(run_dirs, (str, os.PathLike)):
         run_dirs = [run_dirs]
     check_type(run_dirs, Iterable, "run_dirs", "a run directory or a list of them")
-    return [p for p in run_dirs if Path(p).name != GRID_STORE]
+    out: list = []
+    for p in run_dirs:
+        if Path(p).name == GRID_STORE:
+            continue
+        if (Path(p) / GRID_STORE).is_dir() and not (Path(p) / "run.json").exists():
+            out += sorted(str(r) for r in Path(p).iterdir() if r.is_dir() and r.name != GRID_STORE)
+        else:
+            out.append(p)
+    return out
 
 
 def _read(run_dirs: Sequence[str | Path]) -> list[Run]:
@@ -124,8 +133,8 @@ def compare(
     ``speedup``: ``matched`` (default) or ``paper`` (:data:`SPEEDUPS`); ``curve``: what ``matched`` reads,
     ``auto`` (held-out where both runs of a pair logged it, else training), ``held-out`` or ``train``;
     ``smooth``: mean of the last N logged training losses, applied to both curves alike.
-    ``run_dirs``: run directories (one path alone is fine); a seed grid's bookkeeping folder (``.grid``,
-    e.g. from ``sorted(Path("runs/grid").iterdir())``) is skipped.
+    ``run_dirs``: run directories (one path alone is fine); a seed grid's folder stands for its runs and
+    its bookkeeping folder (``.grid``, e.g. from ``sorted(Path("runs/grid").iterdir())``) is skipped.
     """
     run_dirs = _run_dirs(run_dirs)
     _check_options(run_dirs, smooth, at, target, speedup, curve)
