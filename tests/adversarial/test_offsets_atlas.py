@@ -47,20 +47,46 @@ def test_cli_repeated_offsets_names_the_flag(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def tiny_atlas(tmp_path_factory):
-    """An atlas of a tiny llama GGUF written by the CLI (small probes), and its directory."""
+def tiny_gguf(tmp_path_factory):
+    """A tiny llama written as GGUF (with its tokenizer)."""
     pytest.importorskip("gguf", reason="needs the gguf extra")
     pytest.importorskip("transformers", reason="needs transformers")
     sys.path.insert(0, str(Path(__file__).parents[1] / "heads"))
     from _tiny_gguf import tiny_llama_model, write_llama_gguf_model
 
-    root = tmp_path_factory.mktemp("atlas")
-    gguf = write_llama_gguf_model(root / "tiny.gguf", tiny_llama_model(n_layers=2, d=32, n_heads=4, n_kv=2))
-    out = root / "out"
-    res = cli("atlas", gguf, "--out", out, "--windows", "2", "--length", "48", "--random-windows", "2",
+    root = tmp_path_factory.mktemp("gguf")
+    return write_llama_gguf_model(root / "tiny.gguf", tiny_llama_model(n_layers=2, d=32, n_heads=4, n_kv=2))
+
+
+@pytest.fixture(scope="module")
+def tiny_atlas(tiny_gguf, tmp_path_factory):
+    """An atlas of the tiny GGUF written by the CLI (small probes): its directory."""
+    out = tmp_path_factory.mktemp("atlas") / "out"
+    res = cli("atlas", tiny_gguf, "--out", out, "--windows", "2", "--length", "48", "--random-windows", "2",
               "--random-length", "12", "--n-boot", "50")
     assert res.returncode == 0, res.stderr[-2000:]
     return out
+
+
+def test_atlas_bad_probe_names_its_flag(tmp_path):
+    res = cli("atlas", tmp_path / "m.gguf", "--out", tmp_path / "o", "--probe", "bogus")
+    assert_one_line_error(res, "--probe must be random, text or both, not bogus")
+    assert not (tmp_path / "o").exists()
+
+
+def test_atlas_on_a_corpus_too_short_says_what_to_change_and_makes_no_folder(tiny_gguf, tmp_path):
+    corpus = tmp_path / "short.txt"
+    corpus.write_text("hello world\n")
+    res = cli("atlas", tiny_gguf, "--out", tmp_path / "o", "--probe", "text", "--data", corpus)
+    assert_one_line_error(res, "only 0 windows", "fewer or shorter windows, or a larger corpus")
+    assert not (tmp_path / "o").exists()
+
+
+def test_heads_cluster_on_too_few_heads_names_k_max(tmp_path):
+    table = tmp_path / "one.csv"
+    table.write_text("model,layer,head,entropy,sparsity,distance\nm,0,0,1.0,0.5,3.0\nm,0,1,2.0,0.4,1.0\n")
+    res = cli("heads", "cluster", table)
+    assert_one_line_error(res, "--k-max 8 is too large for 2 heads")
 
 
 def test_interrupted_atlas_leaves_the_previous_one_whole(tiny_atlas, monkeypatch):

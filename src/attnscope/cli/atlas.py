@@ -51,7 +51,6 @@ def atlas(
         raise InputError("give a SOURCE or --zoo GROUP (one of them)")
     opts = dict(probes=probe, data=data, windows=windows, length=length, random_windows=random_windows,
                 random_length=random_length, seed=seed, n_boot=n_boot, batch_size=batch_size, device=device)
-    out.mkdir(parents=True, exist_ok=True)
     if zoo is not None:
         _run_zoo(zoo, out, opts, as_json)
         return

@@ -349,6 +349,7 @@ def heldout_windows(
     if fit < n:
         raise InputError(
             f"the {split} split of {corpus.name!r} holds {len(ids)} tokens: only {fit} windows of {seq_len}, not {n}"
+            " (use fewer or shorter windows, or a larger corpus)"
         )
     stride = (len(ids) // n) // seq_len * seq_len  # a multiple of seq_len: windows never overlap
     starts = np.arange(n) * stride
