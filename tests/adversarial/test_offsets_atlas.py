@@ -111,3 +111,31 @@ def test_interrupted_atlas_leaves_the_previous_one_whole(tiny_atlas, monkeypatch
         write_atlas(table, corr, info, tiny_atlas, hue="layer")
     after = {p.name: p.read_bytes() for p in tiny_atlas.iterdir()}
     assert after == before
+
+
+@pytest.mark.parametrize("param, value, error, needle", [
+    ("windows", "2", ArgumentTypeError, "windows must be an integer, not str '2'"),
+    ("windows", 2.5, ArgumentTypeError, "windows must be an integer, not float 2.5"),
+    ("windows", True, ArgumentTypeError, "windows must be an integer, not bool"),
+    ("n_boot", "x", ArgumentTypeError, "n_boot must be an integer"),
+    ("seed", "x", ArgumentTypeError, "seed must be an integer"),
+    ("probes", 3, ArgumentTypeError, "probes must be"),
+    ("data", 3, ArgumentTypeError, "data must be a corpus name or path"),
+    ("batch_size", 0, InputError, "batch_size must be at least 1, not 0"),
+    ("random_length", 1, InputError, "random_length must be at least 2, not 1"),
+    ("device", "gpu", InputError, "device='gpu' is not a name torch accepts"),
+])  # fmt: skip
+def test_atlas_python_options_are_checked_before_loading(tmp_path, param, value, error, needle):
+    """Wrong types or ranges name the parameter (they were raw TypeErrors, IndexError, torch RuntimeErrors)."""
+    import attnscope
+
+    with pytest.raises(error, match=needle.replace("(", r"\(").replace(")", r"\)")) as err:
+        attnscope.atlas(tmp_path / "not-loaded.gguf", **{param: value})
+    assert err.value.params == (param,)
+
+
+def test_atlas_python_source_none_is_a_type_error():
+    import attnscope
+
+    with pytest.raises(ArgumentTypeError, match="source must be"):
+        attnscope.atlas(None)
