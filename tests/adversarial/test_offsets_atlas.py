@@ -139,3 +139,35 @@ def test_atlas_python_source_none_is_a_type_error():
 
     with pytest.raises(ArgumentTypeError, match="source must be"):
         attnscope.atlas(None)
+
+
+@pytest.mark.parametrize("param, value, needle", [
+    ("seed", -1, "seed must be at least 0, not -1"),  # was an internal error after the probes ran
+    ("n_boot", 10**11, "n_boot must be at most 100,000"),  # was a MemoryError after the probes ran
+])  # fmt: skip
+def test_atlas_seed_and_n_boot_out_of_range_before_loading(tmp_path, param, value, needle):
+    import attnscope
+
+    with pytest.raises(InputError, match=needle) as err:
+        attnscope.atlas(tmp_path / "not-loaded.gguf", **{param: value})
+    assert err.value.params == (param,)
+
+
+def test_cli_atlas_seed_out_of_range_is_one_line(tmp_path):
+    assert_one_line_error(cli("atlas", tmp_path / "m.gguf", "--out", tmp_path / "o", "--seed", "-1"),
+                          "--seed must be at least 0")
+
+
+@pytest.mark.parametrize("spec", ["hf:", "hf: ", "hf::config"])
+def test_empty_hf_corpus_name_is_refused_without_the_hub(spec):
+    from attnscope.training.data import check_corpus, open_corpus
+
+    for call in (open_corpus, check_corpus):
+        with pytest.raises(InputError, match="give a dataset name after hf:"):
+            call(spec)
+
+
+def test_cli_atlas_empty_hf_corpus_is_one_line(tiny_gguf, tmp_path):
+    res = cli("atlas", tiny_gguf, "--out", tmp_path / "o", "--data", "hf:", env={"HF_HUB_OFFLINE": "1"})
+    assert_one_line_error(res, "give a dataset name after hf:")
+    assert not (tmp_path / "o").exists()

@@ -102,18 +102,22 @@ def check_atlas_options(source: Any, **opts: Any) -> None:
     from attnscope.devices import check_device
     from attnscope.heads.probes import check_probes
 
+    from .stats import MAX_BOOT
+
     if source is None:
         raise ArgumentTypeError("source must be a GGUF file, an HF directory / hub id or a loaded model, not None",
                                 params="source")
     integer = (int, np.integer)
-    for param, least in (("windows", 1), ("random_windows", 1), ("n_boot", 1), ("batch_size", 1), ("seed", None),
+    for param, least in (("windows", 1), ("random_windows", 1), ("n_boot", 1), ("batch_size", 1), ("seed", 0),
                          ("length", 2), ("random_length", 2)):  # fmt: skip
         value = opts[param]
         if value is None and param in ("length", "random_length"):
             continue
         check_type(value, integer, param, "an integer")
-        if least is not None and value < least:
+        if value < least:
             raise InputError(f"{param} must be at least {least}, not {value}", params=param)
+    if opts["n_boot"] > MAX_BOOT:  # the bootstrap holds n_boot x heads resample indices in memory
+        raise InputError(f"n_boot must be at most {MAX_BOOT:,}, not {opts['n_boot']:,}", params="n_boot")
     check_type(opts["probes"], (str, list, tuple), "probes", "'both', 'random', 'text' or a list of them")
     check_probes(opts["probes"])
     check_type(opts["data"], (str, os.PathLike), "data", "a corpus name or path (builtin, a text file, hf:NAME)")
