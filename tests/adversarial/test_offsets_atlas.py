@@ -171,3 +171,11 @@ def test_cli_atlas_empty_hf_corpus_is_one_line(tiny_gguf, tmp_path):
     res = cli("atlas", tiny_gguf, "--out", tmp_path / "o", "--data", "hf:", env={"HF_HUB_OFFLINE": "1"})
     assert_one_line_error(res, "give a dataset name after hf:")
     assert not (tmp_path / "o").exists()
+
+
+def test_cli_frequencies_out_says_what_it_wrote(tiny_gguf, tmp_path):
+    """Like every --out: a 'wrote PATH' line on stderr (--frequencies wrote silently)."""
+    out = tmp_path / "f.csv"
+    res = cli("geometry", "score", tiny_gguf, "--frequencies", "--out", out)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert out.is_file() and f"wrote {out}" in res.stderr.replace("\n", "")

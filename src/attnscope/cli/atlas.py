@@ -31,7 +31,7 @@ def atlas(
     length: Optional[int] = typer.Option(None, "--length", help="Text-probe window length in tokens (default 256, or the model's max if shorter)."),
     random_windows: int = typer.Option(8, "--random-windows", help="Random-probe sequences."),
     random_length: Optional[int] = typer.Option(None, "--random-length", help="Random tokens per copy T (window 2T+1; default 127, shortened for short models)."),
-    n_boot: int = typer.Option(2000, "--n-boot", help="Bootstrap resamples of the 95% interval of Spearman's rho."),
+    n_boot: int = typer.Option(2000, "--n-boot", help="Bootstrap resamples of the 95% interval of Spearman's rho (1 to 100,000)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random probe, the bootstrap and the clustering."),
     batch_size: int = typer.Option(1, "--batch-size", help="Windows per forward pass."),
     device: str = typer.Option("cpu", "--device", help="torch device."),
