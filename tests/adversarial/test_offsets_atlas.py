@@ -179,3 +179,11 @@ def test_cli_frequencies_out_says_what_it_wrote(tiny_gguf, tmp_path):
     res = cli("geometry", "score", tiny_gguf, "--frequencies", "--out", out)
     assert res.returncode == 0, res.stderr[-2000:]
     assert out.is_file() and f"wrote {out}" in res.stderr.replace("\n", "")
+
+
+@pytest.mark.parametrize("spec, first, last", [("log:0:10:2", 0, 10), ("log:0:10:3", 0, 10), ("log:1:10:2", 1, 10),
+                                               ("log:0:8192:32", 0, 8192)])  # fmt: skip
+def test_log_offsets_always_end_at_stop(spec, first, last):
+    """log:0:10:2 gave [0, 1]: STOP silently missing."""
+    got = parse_offsets(spec)
+    assert got[0] == first and got[-1] == last and got == sorted(set(got))

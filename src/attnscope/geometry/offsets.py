@@ -84,8 +84,9 @@ def parse_offsets(spec: str) -> list[int]:
         if not 0 <= start < stop or n < 2:
             raise InputError(f"--offsets {spec!r}: needs 0 <= START < STOP and N >= 2")
         check_offsets([stop])
-        lo = max(start, 1)
-        pts = np.unique(np.rint(np.geomspace(lo, stop, n - (1 if start == 0 else 0))).astype(np.int64))
+        lo, m = max(start, 1), n - (1 if start == 0 else 0)
+        # one point left beside 0 is STOP (geomspace would give START's side, 1, and drop STOP)
+        pts = np.unique(np.rint(np.geomspace(lo, stop, m) if m > 1 else [stop]).astype(np.int64))
         return ([0] if start == 0 else []) + [int(p) for p in pts]
     return check_offsets([_int(p, "offset") for p in spec.split(",")])
 
