@@ -43,3 +43,15 @@ def test_interrupted_compare_out_keeps_the_previous_files(tmp_path, monkeypatch)
         compare(runs, out=str(out), baseline=None, at=None, target=None, smooth=1, speedup="matched",
                 curve="auto", json_out=True)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_a_named_baseline_with_other_settings_is_noted(tmp_path):
+    """--baseline RUN that differs in more than the init (here the seed): a note, not a silent attribution."""
+    from attnscope.training.compare import compare
+
+    runs = seeds_experiment(tmp_path)
+    res = compare([runs[0], runs[1], runs[3]], baseline=runs[0].name)  # default-s0, symmetric-s0, symmetric-s1
+    said = [n for n in res.notes if "its baseline" in n]
+    assert said == ["run symmetric-s1 differs from its baseline default-s0 in seed (1 vs 0), so its paired "
+                    "differences are not those of the init (or tied W_q, W_k) alone"]
+    assert not [n for n in compare(runs[:2]).notes if "its baseline" in n]

@@ -112,6 +112,20 @@ def _run_dirs(run_dirs: str | os.PathLike | Iterable) -> list:
     return out
 
 
+def _confounded(runs: list[Run], table: "pd.DataFrame") -> list[str]:
+    """A note per run whose baseline (named with ``baseline=``) differs from it in more than the init."""
+    from .compare_read import setting_differences
+
+    by_name = {r.name: r for r in runs}
+    out = []
+    for run, base in zip(table["run"], table["baseline"]):
+        diff = setting_differences(by_name[run], by_name[base]) if base and base != run else []
+        if diff:
+            out.append(f"run {run} differs from its baseline {base} in {', '.join(diff)}, so its paired differences "
+                       "are not those of the init (or tied W_q, W_k) alone")
+    return out
+
+
 def _read(run_dirs: Sequence[str | Path]) -> list[Run]:
     runs = [load_run(p) for p in run_dirs]
     if len({r.name for r in runs}) != len(runs):
@@ -149,6 +163,7 @@ def compare(
         notes.append(f"pair {row['run']} / {base} left out of the paired statistics (speed-up, steps to target, "
                      f"differences after step {min(row['steps'], last_step[base])}): {row['run']} ends at step "
                      f"{row['steps']}, {base} at step {last_step[base]}")
+    notes += _confounded(runs, table)
     stats = group_stats(table, losses, at)
     curves = mean_curves(table, losses)
     for g, n in table.groupby("group", sort=False)["run"].count().items():
