@@ -55,3 +55,14 @@ def test_a_named_baseline_with_other_settings_is_noted(tmp_path):
     assert said == ["run symmetric-s1 differs from its baseline default-s0 in seed (1 vs 0), so its paired "
                     "differences are not those of the init (or tied W_q, W_k) alone"]
     assert not [n for n in compare(runs[:2]).notes if "its baseline" in n]
+
+
+@pytest.mark.parametrize("which", ["held-out", "train"])
+def test_curve_with_the_paper_speedup_is_refused(tmp_path, which):
+    """--curve only steers the matched speed-up; with --speedup paper it was silently ignored."""
+    from ._helpers import assert_one_line_error
+
+    runs = seeds_experiment(tmp_path)[:2]
+    res = cli("compare", *runs, "--speedup", "paper", "--curve", which)
+    assert_one_line_error(res, f"--curve {which} is for the matched speed-up", "--speedup paper")
+    assert cli("compare", *runs, "--speedup", "paper", "--curve", "auto").returncode == 0

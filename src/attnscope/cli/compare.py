@@ -58,11 +58,11 @@ def compare(
     ),
     speedup: str = typer.Option(
         "matched", help="matched (default): steps to the baseline's final loss, run / baseline, same curve; "
-        "paper: 1 - step*/total (biased, see docs/training.md)."
+        "paper: 1 - step*/total on the training loss (biased, see docs/training.md)."
     ),
     curve: str = typer.Option(
         "auto", help="Curve of the matched speed-up: auto (held-out where both runs logged it, else train), "
-        "held-out or train (default auto)."
+        "held-out or train (default auto; --speedup paper: auto only)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print {runs, stats, verdicts, notes} as JSON on stdout."),
 ) -> None:

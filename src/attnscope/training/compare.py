@@ -91,6 +91,9 @@ def _check_options(run_dirs: list, smooth: int, at: Sequence[int], target: float
         raise InputError(f"the target loss must be a finite number, not {target}", params="target")
     check_choice("speedup", method, SPEEDUPS)
     check_choice("curve", which, CURVES)
+    if method == "paper" and which != "auto":  # it was silently ignored
+        raise InputError(f"curve={which} is for the matched speed-up; speedup=paper always reads the training loss",
+                         params=("curve", "speedup"))
 
 
 def _run_dirs(run_dirs: str | os.PathLike | Iterable) -> list:
