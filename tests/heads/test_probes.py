@@ -103,7 +103,7 @@ def test_random_windows_repeat_distinct_ordinary_tokens():
         random_windows(mm, 1, 300)
     with pytest.raises(InputError, match="longer than the model's maximum 128"):
         random_windows(mm, 1, 64)
-    with pytest.raises(InputError, match="probe must be random, text or both"):
+    with pytest.raises(InputError, match="probes must be random, text or both"):
         check_probes("wiki")
 
 

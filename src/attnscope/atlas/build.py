@@ -15,7 +15,9 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
-from attnscope.errors import InputError, UnsupportedError
+import numpy as np
+
+from attnscope.errors import ArgumentTypeError, InputError, UnsupportedError, check_type
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -94,6 +96,35 @@ def add_clusters(table: "pd.DataFrame", features: Sequence[str], seed: int = 0) 
     return out, k
 
 
+def check_atlas_options(source: Any, **opts: Any) -> None:
+    """Types and ranges of :func:`atlas`'s options, before any model is loaded: an ArgumentTypeError
+    (``windows="2"``, ``seed=None``) or InputError (``batch_size=0``) naming the parameter."""
+    from attnscope.devices import check_device
+    from attnscope.heads.probes import check_probes
+
+    from .stats import MAX_BOOT
+
+    if source is None:
+        raise ArgumentTypeError("source must be a GGUF file, an HF directory / hub id or a loaded model, not None",
+                                params="source")
+    integer = (int, np.integer)
+    for param, least in (("windows", 1), ("random_windows", 1), ("n_boot", 1), ("batch_size", 1), ("seed", 0),
+                         ("length", 2), ("random_length", 2)):  # fmt: skip
+        value = opts[param]
+        if value is None and param in ("length", "random_length"):
+            continue
+        check_type(value, integer, param, "an integer")
+        if value < least:
+            raise InputError(f"{param} must be at least {least}, not {value}", params=param)
+    if opts["n_boot"] > MAX_BOOT:  # the bootstrap holds n_boot x heads resample indices in memory
+        raise InputError(f"n_boot must be at most {MAX_BOOT:,}, not {opts['n_boot']:,}", params="n_boot")
+    check_type(opts["probes"], (str, list, tuple), "probes", "'both', 'random', 'text' or a list of them")
+    check_probes(opts["probes"])
+    check_type(opts["data"], (str, os.PathLike), "data", "a corpus name or path (builtin, a text file, hf:NAME)")
+    check_type(opts["device"], str, "device", "a torch device name such as cpu or cuda")
+    check_device(opts["device"])
+
+
 def atlas(
     source: Any,
     *,
@@ -124,6 +155,9 @@ def atlas(
 
     from .stats import correlation_table
 
+    check_atlas_options(source, probes=probes, data=data, windows=windows, length=length,
+                        random_windows=random_windows, random_length=random_length, seed=seed, n_boot=n_boot,
+                        batch_size=batch_size, device=device)
     if isinstance(source, (str, os.PathLike)) and tokenizer is not None:
         raise InputError(f"{source}: tokenizer= is for a model loaded in memory; a directory or file brings its own")
     model = as_map_model(source, device=device, tokenizer=tokenizer)

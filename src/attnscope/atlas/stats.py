@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 N_BOOT = 2000
+#: most resamples: the bootstrap holds n_boot x heads int64 indices (1e5 x 1,000 heads is 0.8 GB)
+MAX_BOOT = 100_000
 LEVEL = 0.95
 INTERVAL = "percentile bootstrap 95% CI over heads"
 NO_RELATION = "no relation distinguishable from chance"
@@ -56,7 +58,9 @@ def spearman_ci(
 ) -> tuple[float, float, float, int]:
     """(rho, low, high, n): rho on the finite pairs and its percentile bootstrap interval over pairs."""
     if n_boot < 1:
-        raise InputError(f"n_boot must be at least 1, not {n_boot}")
+        raise InputError(f"n_boot must be at least 1, not {n_boot}", params="n_boot")
+    if n_boot > MAX_BOOT:
+        raise InputError(f"n_boot must be at most {MAX_BOOT:,}, not {n_boot:,}", params="n_boot")
     if not 0 < level < 1:
         raise InputError(f"level must be in (0, 1), not {level}")
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)

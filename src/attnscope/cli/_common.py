@@ -167,7 +167,7 @@ def describe_error(exc: BaseException, params: list[Any] | None = None) -> tuple
 #: library parameter names whose CLI option has another name (tried when the command has no option of that name)
 PARAM_OPTIONS = {"k": "exponents", "lyap_k": "exponents", "init": "init_state", "time_min": "slurm_time",
                  "mem_gb": "slurm_mem", "partition": "slurm_partition", "run_dirs": "runs", "out_dir": "out",
-                 "levels": "level", "stacks": "stack", "cfg": "config"}
+                 "levels": "level", "stacks": "stack", "cfg": "config", "probes": "probe"}
 
 
 def command_params(app: typer.Typer, argv: list[str]) -> list[Any]:

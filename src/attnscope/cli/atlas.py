@@ -31,7 +31,7 @@ def atlas(
     length: Optional[int] = typer.Option(None, "--length", help="Text-probe window length in tokens (default 256, or the model's max if shorter)."),
     random_windows: int = typer.Option(8, "--random-windows", help="Random-probe sequences."),
     random_length: Optional[int] = typer.Option(None, "--random-length", help="Random tokens per copy T (window 2T+1; default 127, shortened for short models)."),
-    n_boot: int = typer.Option(2000, "--n-boot", help="Bootstrap resamples of the 95% interval of Spearman's rho."),
+    n_boot: int = typer.Option(2000, "--n-boot", help="Bootstrap resamples of the 95% interval of Spearman's rho (1 to 100,000)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random probe, the bootstrap and the clustering."),
     batch_size: int = typer.Option(1, "--batch-size", help="Windows per forward pass."),
     device: str = typer.Option("cpu", "--device", help="torch device."),
@@ -51,7 +51,6 @@ def atlas(
         raise InputError("give a SOURCE or --zoo GROUP (one of them)")
     opts = dict(probes=probe, data=data, windows=windows, length=length, random_windows=random_windows,
                 random_length=random_length, seed=seed, n_boot=n_boot, batch_size=batch_size, device=device)
-    out.mkdir(parents=True, exist_ok=True)
     if zoo is not None:
         _run_zoo(zoo, out, opts, as_json)
         return
@@ -63,25 +62,31 @@ def atlas(
 
 
 def write_atlas(table, correlations, info, out: Path, hue: str) -> list[Path]:
-    """Tables, figures and the HTML page of an atlas (one model or pooled) into ``out``."""
+    """Tables, figures and the HTML page of an atlas (one model or pooled) into ``out``.
+
+    Every figure and the page are rendered before the first file is written, so an interrupt (Ctrl-C)
+    or a failure while drawing leaves the previous atlas in ``out`` whole, never a mix of old and new.
+    """
     from attnscope.atlas.build import GEOMETRY, behaviour_columns
     from attnscope.atlas.html import atlas_page
     from attnscope.plots import atlas as ap
-    from attnscope.plots import model_label, save_figure
-    from attnscope.tables import atomic_write_json, atomic_write_text, write_table
+    from attnscope.plots import model_label
+    from attnscope.plots.base import figure_bytes
+    from attnscope.tables import atomic_write_bytes, atomic_write_json, atomic_write_text, write_table
 
-    paths = [write_table(table, out / "atlas.parquet"), write_table(table, out / "atlas.csv"),
-             write_table(correlations, out / "correlations.csv"), atomic_write_json(out / "atlas.json", info)]
     metrics = behaviour_columns(table)
     name = model_label(str(info.get("model", "")))
-    pooled = hue == "model"
-    for x in GEOMETRY:
-        corr = None if pooled else correlations
-        fig = ap.geometry_vs_behaviour(table, x, metrics, corr, hue=hue, title=f"{name}: {x} of W_qk vs behaviour")
-        paths.append(save_figure(fig, out / f"atlas_{x}.png", dpi=110))
-    paths.append(save_figure(ap.correlation_forest(correlations, title=f"{name}: Spearman rho across heads"),
-                             out / "atlas_correlations.png", dpi=110))
-    paths.append(atomic_write_text(out / "atlas.html", atlas_page(table, correlations, info)))
+    corr = None if hue == "model" else correlations  # pooled: no per-model rho on the panels
+    figures = {f"atlas_{x}.png": ap.geometry_vs_behaviour(table, x, metrics, corr, hue=hue,
+                                                          title=f"{name}: {x} of W_qk vs behaviour")
+               for x in GEOMETRY}  # fmt: skip
+    figures["atlas_correlations.png"] = ap.correlation_forest(correlations, title=f"{name}: Spearman rho across heads")
+    images = {fname: figure_bytes(fig, "png", dpi=110) for fname, fig in figures.items()}
+    page = atlas_page(table, correlations, info)
+    paths = [write_table(table, out / "atlas.parquet"), write_table(table, out / "atlas.csv"),
+             write_table(correlations, out / "correlations.csv"), atomic_write_json(out / "atlas.json", info)]
+    paths += [atomic_write_bytes(out / fname, data) for fname, data in images.items()]
+    paths.append(atomic_write_text(out / "atlas.html", page))
     return paths
 
 

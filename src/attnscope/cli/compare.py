@@ -44,7 +44,7 @@ def _remove_stale(folder: Path, written: set[str]) -> None:
 
 
 def compare(
-    runs: List[str] = typer.Argument(..., help="Run directories written by attnscope train."),
+    runs: List[str] = typer.Argument(..., help="Run directories written by attnscope train (a --seeds grid's folder: its runs)."),
     out: Optional[str] = typer.Option(None, "--out", "-o", help="Write figures, CSVs and table.md here."),
     baseline: Optional[str] = typer.Option(
         None, help="One baseline run for every run (default: the default-init run with the same settings and seed)."
@@ -58,11 +58,11 @@ def compare(
     ),
     speedup: str = typer.Option(
         "matched", help="matched (default): steps to the baseline's final loss, run / baseline, same curve; "
-        "paper: 1 - step*/total (biased, see docs/training.md)."
+        "paper: 1 - step*/total on the training loss (biased, see docs/training.md)."
     ),
     curve: str = typer.Option(
         "auto", help="Curve of the matched speed-up: auto (held-out where both runs logged it, else train), "
-        "held-out or train (default auto)."
+        "held-out or train (default auto; --speedup paper: auto only)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print {runs, stats, verdicts, notes} as JSON on stdout."),
 ) -> None:
@@ -91,8 +91,9 @@ def compare(
         typer.echo(result.markdown, nl=False)
     if out is None:
         return
-    from attnscope.plots import save_figure
     from attnscope.plots import training as plots
+    from attnscope.plots.base import figure_bytes
+    from attnscope.tables import atomic_write_bytes
 
     folder = make_out_dir(out)
     tables = {"summary.csv": result.runs, "stats.csv": result.stats, "curves.csv": result.curves,
@@ -106,12 +107,13 @@ def compare(
     if not result.score_summary.empty:
         figures["scores_median.png"] = plots.score_medians(result.score_summary)
         figures["scores_per_layer.png"] = plots.score_layers(result.scores)
+    images = {name: figure_bytes(fig) for name, fig in figures.items()}  # all drawn before the first write
     _remove_stale(folder, {*tables, *figures, "table.md"})
     for name, df in tables.items():
         write_table(df, folder / name)
     atomic_write_text(folder / "table.md", result.markdown)
-    for name, fig in figures.items():
-        save_figure(fig, folder / name)
+    for name, data in images.items():
+        atomic_write_bytes(folder / name, data)
     err.print(f"wrote {len(figures)} figures and {len(tables) + 1} tables to {out}", highlight=False, soft_wrap=True)
 
 

@@ -220,6 +220,8 @@ def _run_frequencies(specs: list[tuple[str, str | None]], out: Optional[Path], j
         echo_json(records_to_json(df))
     else:
         print_frequency_summary(df)
+        if out is not None:
+            stderr_console().print(f"wrote {out}")
     if plot is not None:
         from attnscope.plots import save_figure
         from attnscope.plots.offsets import frequency_figures

@@ -290,12 +290,12 @@ def rotary_layout(config: dict[str, Any], info: "StackInfo", layer: int,
             layout = dataclasses.replace(layout, window=int(window))  # transformers masks keys >= W tokens back
         return layout
     if mt.startswith(("ct2:", "onnx:", "lens:")):
-        raise UnsupportedError(f"{mt}: the rotary positions of this format are not read by attnscope; --offsets "
-                               "is not available")
+        raise UnsupportedError(f"{mt}: attnscope does not read how this format encodes positions (rotary or not), "
+                               "so offsets and frequencies are not available for it")
     rotary_keys = [k for k in ("rope_theta", "rope_parameters", "rotary_dim", "rotary_pct", "rope_scaling") if k in config]
     if rotary_keys:  # a family attnscope reads but whose rotary convention it does not know: never guess
         raise UnsupportedError(f"{mt}: its config has {rotary_keys[0]} but attnscope does not know this family's "
-                               "rotary pairs; --offsets is not available")
+                               "rotary pairs; offsets and frequencies are not available for it")
     return None
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnscope.errors import InputError, UnsupportedError
+from attnscope.errors import ArgumentTypeError, InputError, UnsupportedError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -32,23 +33,27 @@ class PositionNote(UserWarning):
 def check_offsets(offsets: Iterable[Any]) -> list[int]:
     """Offsets as a list of ints; InputError (one line) when empty, non-integer, beyond 2^31 or repeated."""
     if isinstance(offsets, (str, bytes)):
-        raise InputError("offsets must be a list of integers (use parse_offsets for the '0,1,16' form)")
+        raise ArgumentTypeError("offsets must be a list of integers (use parse_offsets for the '0,1,16' form)",
+                                params="offsets")
+    if isinstance(offsets, Mapping) or not isinstance(offsets, Iterable):  # a dict would give its keys silently
+        raise ArgumentTypeError(f"offsets must be a list of integers, not {type(offsets).__name__} {offsets!r:.40}",
+                                params="offsets")
     out: list[int] = []
     for o in offsets:
         if isinstance(o, bool) or not isinstance(o, numbers.Integral):
             if isinstance(o, numbers.Real) and not isinstance(o, bool) and float(o).is_integer():
                 o = int(o)
             else:
-                raise InputError(f"offsets must be integers, not {o!r}")
+                raise InputError(f"offsets must be integers, not {o!r}", params="offsets")
         o = int(o)
         if abs(o) >= MAX_OFFSET:
-            raise InputError(f"offset {o} is beyond 2^31 (positions are 32-bit)")
+            raise InputError(f"offset {o} is beyond 2^31 (positions are 32-bit)", params="offsets")
         out.append(o)
     if not out:
-        raise InputError("offsets is empty: give at least one offset")
+        raise InputError("offsets is empty: give at least one offset", params="offsets")
     dup = sorted({o for o in out if out.count(o) > 1})
     if dup:
-        raise InputError(f"offsets repeats {', '.join(map(str, dup))}")
+        raise InputError(f"offsets repeats {', '.join(map(str, dup))}", params="offsets")
     return out
 
 
@@ -65,6 +70,9 @@ def parse_offsets(spec: str) -> list[int]:
     The log form spaces N points geometrically between max(START, 1) and STOP, rounds them to
     integers and drops the repeats rounding makes (so it may give fewer than N); START = 0 adds 0.
     """
+    if not isinstance(spec, str):
+        raise ArgumentTypeError(f"spec must be a string such as '0,1,16' or 'log:0:8192:32', not {type(spec).__name__}"
+                                " (give a list of integers to check_offsets / offsets= instead)", params="spec")
     spec = spec.strip()
     if not spec:
         raise InputError("--offsets is empty: give e.g. 0,1,16,256 or log:0:8192:32")
@@ -76,8 +84,9 @@ def parse_offsets(spec: str) -> list[int]:
         if not 0 <= start < stop or n < 2:
             raise InputError(f"--offsets {spec!r}: needs 0 <= START < STOP and N >= 2")
         check_offsets([stop])
-        lo = max(start, 1)
-        pts = np.unique(np.rint(np.geomspace(lo, stop, n - (1 if start == 0 else 0))).astype(np.int64))
+        lo, m = max(start, 1), n - (1 if start == 0 else 0)
+        # one point left beside 0 is STOP (geomspace would give START's side, 1, and drop STOP)
+        pts = np.unique(np.rint(np.geomspace(lo, stop, m) if m > 1 else [stop]).astype(np.int64))
         return ([0] if start == 0 else []) + [int(p) for p in pts]
     return check_offsets([_int(p, "offset") for p in spec.split(",")])
 

@@ -97,7 +97,8 @@ def cluster_heads(
     if k_max < k_min:
         raise InputError(f"k_max={k_max} is smaller than k_min={k_min}", params=("k_max", "k_min"))
     if k_max >= n:
-        raise InputError(f"k = {k_max} is too large for {n} heads (silhouette needs k <= number of heads - 1)")
+        raise InputError(f"k_max={k_max} is too large for {n} heads (silhouette needs k <= number of heads - 1)",
+                         params="k_max")
     ids = df[[c for c in ID_COLUMNS if c in df.columns]].reset_index(drop=True)
     sil_rows, label_frames = [], []
     short: dict[str, list[int]] = {}  # method -> k for which sklearn did not find k distinct clusters

@@ -69,7 +69,8 @@ def check_probes(probes: str | Sequence[str]) -> tuple[str, ...]:
         probes = PROBES if probes == "both" else tuple(p.strip() for p in probes.split(",") if p.strip())
     bad = [p for p in probes if p not in PROBES]
     if bad or not probes:
-        raise InputError(f"probe must be random, text or both, not {', '.join(map(str, bad)) or 'nothing'}")
+        raise InputError(f"probes must be random, text or both, not {', '.join(map(str, bad)) or 'nothing'}",
+                         params="probes")
     return tuple(p for p in PROBES if p in probes)
 
 

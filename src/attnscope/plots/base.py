@@ -102,6 +102,12 @@ def save_figure(fig: "Figure", path: str | Path, dpi: int = 130, tight: bool = T
     from attnscope.tables import atomic_write_bytes
 
     path = Path(path)
+    return atomic_write_bytes(path, figure_bytes(fig, path.suffix.lstrip(".") or "png", dpi, tight))
+
+
+def figure_bytes(fig: "Figure", fmt: str = "png", dpi: int = 130, tight: bool = True) -> bytes:
+    """``fig`` rendered as a ``fmt`` file's bytes (the slow part of saving: a writer that must not leave a
+    half-written set renders every figure first, then writes them all)."""
     buf = io.BytesIO()
-    fig.savefig(buf, format=path.suffix.lstrip(".") or "png", dpi=dpi, bbox_inches="tight" if tight else None)
-    return atomic_write_bytes(path, buf.getvalue())
+    fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight" if tight else None)
+    return buf.getvalue()

@@ -91,16 +91,42 @@ def _check_options(run_dirs: list, smooth: int, at: Sequence[int], target: float
         raise InputError(f"the target loss must be a finite number, not {target}", params="target")
     check_choice("speedup", method, SPEEDUPS)
     check_choice("curve", which, CURVES)
+    if method == "paper" and which != "auto":  # it was silently ignored
+        raise InputError(f"curve={which} is for the matched speed-up; speedup=paper always reads the training loss",
+                         params=("curve", "speedup"))
 
 
 def _run_dirs(run_dirs: str | os.PathLike | Iterable) -> list:
-    """One path alone or any iterable of them, a seed grid's bookkeeping folder (``.grid``) left out."""
+    """One path alone or any iterable of them, a seed grid's bookkeeping folder (``.grid``) left out; a
+    grid's own folder (``attnscope train --seeds ... --out DIR``) stands for its runs, as ``DIR/*`` would."""
     from .runlog import GRID_STORE
 
     if isinstance(run_dirs, (str, os.PathLike)):
         run_dirs = [run_dirs]
     check_type(run_dirs, Iterable, "run_dirs", "a run directory or a list of them")
-    return [p for p in run_dirs if Path(p).name != GRID_STORE]
+    out: list = []
+    for p in run_dirs:
+        if Path(p).name == GRID_STORE:
+            continue
+        if (Path(p) / GRID_STORE).is_dir() and not (Path(p) / "run.json").exists():
+            out += sorted(str(r) for r in Path(p).iterdir() if r.is_dir() and r.name != GRID_STORE)
+        else:
+            out.append(p)
+    return out
+
+
+def _confounded(runs: list[Run], table: "pd.DataFrame") -> list[str]:
+    """A note per run whose baseline (named with ``baseline=``) differs from it in more than the init."""
+    from .compare_read import setting_differences
+
+    by_name = {r.name: r for r in runs}
+    out = []
+    for run, base in zip(table["run"], table["baseline"]):
+        diff = setting_differences(by_name[run], by_name[base]) if base and base != run else []
+        if diff:
+            out.append(f"run {run} differs from its baseline {base} in {', '.join(diff)}, so its paired differences "
+                       "are not those of the init (or tied W_q, W_k) alone")
+    return out
 
 
 def _read(run_dirs: Sequence[str | Path]) -> list[Run]:
@@ -124,8 +150,8 @@ def compare(
     ``speedup``: ``matched`` (default) or ``paper`` (:data:`SPEEDUPS`); ``curve``: what ``matched`` reads,
     ``auto`` (held-out where both runs of a pair logged it, else training), ``held-out`` or ``train``;
     ``smooth``: mean of the last N logged training losses, applied to both curves alike.
-    ``run_dirs``: run directories (one path alone is fine); a seed grid's bookkeeping folder (``.grid``,
-    e.g. from ``sorted(Path("runs/grid").iterdir())``) is skipped.
+    ``run_dirs``: run directories (one path alone is fine); a seed grid's folder stands for its runs and
+    its bookkeeping folder (``.grid``, e.g. from ``sorted(Path("runs/grid").iterdir())``) is skipped.
     """
     run_dirs = _run_dirs(run_dirs)
     _check_options(run_dirs, smooth, at, target, speedup, curve)
@@ -140,6 +166,7 @@ def compare(
         notes.append(f"pair {row['run']} / {base} left out of the paired statistics (speed-up, steps to target, "
                      f"differences after step {min(row['steps'], last_step[base])}): {row['run']} ends at step "
                      f"{row['steps']}, {base} at step {last_step[base]}")
+    notes += _confounded(runs, table)
     stats = group_stats(table, losses, at)
     curves = mean_curves(table, losses)
     for g, n in table.groupby("group", sort=False)["run"].count().items():

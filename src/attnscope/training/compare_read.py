@@ -256,15 +256,21 @@ def pick_baselines(runs: Sequence[Run], baseline: str | None = None) -> dict[str
     return out
 
 
+def setting_differences(run: Run, other: Run) -> list[str]:
+    """``["warmup (5 vs 100)", ...]``: the settings, treatments aside (the seed included), where ``run``
+    differs from ``other``."""
+    mine = {k: v for k, v in run.settings().items() if k not in TREATMENTS}
+    theirs = {k: v for k, v in other.settings().items() if k not in TREATMENTS}
+    return [f"{k} ({mine.get(k, 'unset')} vs {theirs.get(k, 'unset')})" for k in sorted(set(mine) | set(theirs))
+            if mine.get(k) != theirs.get(k)]
+
+
 def _nearest(run: Run, defaults: Any) -> str:
     """``: the nearest, B, differs in warmup (10 vs 0)``: the settings (treatments aside) where the default-init
     run closest to ``run`` differs from it; empty without default-init runs."""
-    mine = {k: v for k, v in run.settings().items() if k not in TREATMENTS}
     best: tuple[int, str] | None = None
     for d in defaults:
-        theirs = {k: v for k, v in d.settings().items() if k not in TREATMENTS}
-        diff = [f"{k} ({mine.get(k, 'unset')} vs {theirs.get(k, 'unset')})" for k in sorted(set(mine) | set(theirs))
-                if mine.get(k) != theirs.get(k)]
+        diff = setting_differences(run, d)
         if best is None or len(diff) < best[0]:
             best = (len(diff), f": the nearest, {d.name}, differs in {', '.join(diff)}")
     return "" if best is None else best[1]

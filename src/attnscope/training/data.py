@@ -126,7 +126,7 @@ def open_corpus(spec: str, *, max_bytes: int | None = None) -> Corpus:
     if spec == "builtin":
         return _builtin()
     if spec.startswith("hf:"):
-        return _hf(spec[3:], max_bytes or HF_DEFAULT_MAX_BYTES)
+        return _hf(_hf_name(spec), max_bytes or HF_DEFAULT_MAX_BYTES)
     if spec.startswith("jigsaw:"):
         return _jigsaw(Path(spec[7:]).expanduser())
     path = Path(spec).expanduser()
@@ -143,6 +143,8 @@ def check_corpus(spec: str) -> None:
     """Refuse now a local corpus that does not exist (before a grid starts runs that would each fail on it);
     builtin, enwik8 (downloaded when missing) and hf: corpora are checked when opened."""
     spec = str(spec)
+    if spec.startswith("hf:"):
+        _hf_name(spec)
     if spec == "builtin" or spec.startswith("hf:"):
         return
     path = Path(spec.removeprefix("jigsaw:")).expanduser()
@@ -150,6 +152,14 @@ def check_corpus(spec: str) -> None:
         return
     if not path.exists():
         raise _missing(spec)
+
+
+def _hf_name(spec: str) -> str:
+    """The ``<dataset>[:config]`` of an ``hf:`` spec; an empty dataset name is refused (not sent to the hub)."""
+    rest = spec[3:]
+    if not rest.split(":", 1)[0].strip():
+        raise InputError(f"corpus {spec!r}: give a dataset name after hf:, e.g. hf:wikitext:wikitext-2-raw-v1")
+    return rest
 
 
 def _missing(spec: str) -> InputError:
@@ -349,6 +359,7 @@ def heldout_windows(
     if fit < n:
         raise InputError(
             f"the {split} split of {corpus.name!r} holds {len(ids)} tokens: only {fit} windows of {seq_len}, not {n}"
+            " (use fewer or shorter windows, or a larger corpus)"
         )
     stride = (len(ids) // n) // seq_len * seq_len  # a multiple of seq_len: windows never overlap
     starts = np.arange(n) * stride
