@@ -142,16 +142,8 @@ def score_cmd(
         if band and not json_out:
             print(f"attnscope: {frames[-1]['model'].iloc[0]}: {band}", file=sys.stderr)
     df = pd.concat(frames, ignore_index=True)
-
-    if out is not None:
-        from attnscope.tables import write_table
-
-        write_table(df, out)
-    if json_out:
-        from attnscope.tables import records_to_json
-
-        echo_json(records_to_json(df))
-    else:
+    _write_and_echo(df, out, json_out)
+    if not json_out:
         print_summary(df, per_layer=offset_list is None,
                       sources={str(f["model"].iloc[0]): spec for f, (spec, _) in zip(frames, specs) if len(f)})
         if out is not None:
@@ -185,6 +177,16 @@ def _offsets(spec: Optional[str], frequencies: bool) -> list[int] | None:
     return parse_offsets(spec)
 
 
+def _write_and_echo(df: "pd.DataFrame", out: Optional[Path], json_out: bool) -> None:
+    """The table to ``--out`` (atomic) and, with ``--json``, as JSON records on stdout."""
+    from attnscope.tables import records_to_json, write_table
+
+    if out is not None:
+        write_table(df, out)
+    if json_out:
+        echo_json(records_to_json(df))
+
+
 def _print_warnings(caught: list) -> None:
     """Warnings as one line each on stderr (never on stdout); position notes as notes."""
     from attnscope.geometry import PositionNote
@@ -210,15 +212,8 @@ def _run_frequencies(specs: list[tuple[str, str | None]], out: Optional[Path], j
             frames.append(frequencies(spec, name=name, fold_norms="all" if fold_input_norm else fold_norms))
         _print_warnings(caught)
     df = pd.concat(frames, ignore_index=True)
-    if out is not None:
-        from attnscope.tables import write_table
-
-        write_table(df, out)
-    if json_out:
-        from attnscope.tables import records_to_json
-
-        echo_json(records_to_json(df))
-    else:
+    _write_and_echo(df, out, json_out)
+    if not json_out:
         print_frequency_summary(df)
         if out is not None:
             stderr_console().print(f"wrote {out}")

@@ -499,7 +499,7 @@ def extract(
     :meth:`MapModel.from_hf`; it runs on the model's own device, ``device`` is not used then).
     """
     _check_extract_args(windows, length, batch_size, js_rows)
-    model = _resolve_model(source, tokenizer, device)
+    model = resolve_model(source, tokenizer, device)
     length = model.default_length() if length is None else length
     idx = make_windows(model, data, windows, length)  # [n, L]
     sink = _LayerSink(model, n_windows=len(idx), length=length, js_rows=js_rows,
@@ -533,7 +533,7 @@ def _check_extract_args(windows: int, length: int | None, batch_size: int, js_ro
         raise InputError(f"js_rows must be at least 0, not {js_rows}", params="js_rows")
 
 
-def _resolve_model(source: Any, tokenizer: Any, device: str) -> MapModel:
+def resolve_model(source: Any, tokenizer: Any, device: str) -> MapModel:
     """A MapModel from what :func:`extract` was given (a MapModel, a path / hub id, a loaded model)."""
     if isinstance(source, MapModel):
         return source

@@ -234,17 +234,9 @@ def run_probes(
 
 def as_map_model(source: Any, device: str = "cpu", tokenizer: Any = None) -> "MapModel":
     """A MapModel from a MapModel, a path / hub id, or a loaded transformers model with its tokenizer."""
-    from .maps import MapModel, open_model
+    from .maps import resolve_model
 
-    if isinstance(source, MapModel):
-        return source
-    if isinstance(source, (str, os.PathLike)):
-        if tokenizer is not None:
-            raise InputError(f"{source}: tokenizer= is for a model loaded in memory; a directory brings its own")
-        return open_model(source, device=device)
-    if tokenizer is None:
-        raise InputError(f"a loaded {type(source).__name__} needs tokenizer= (its transformers tokenizer)")
-    return MapModel.from_hf(source, tokenizer)
+    return resolve_model(source, tokenizer, device)
 
 
 def with_random_probe(
