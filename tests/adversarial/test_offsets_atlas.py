@@ -49,6 +49,10 @@ def test_cli_repeated_offsets_names_the_flag(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory):
     """A tiny llama written as GGUF (with its tokenizer)."""
+    import importlib.util
+
+    if importlib.util.find_spec("accelerate") is None:
+        pytest.skip("running a GGUF file needs the gguf extra (accelerate): pip install 'attnscope[gguf]'")
     pytest.importorskip("gguf", reason="needs the gguf extra")
     pytest.importorskip("transformers", reason="needs transformers")
     sys.path.insert(0, str(Path(__file__).parents[1] / "heads"))
