@@ -157,6 +157,7 @@ def test_notebook_line_updates_in_place(clock, monkeypatch, captured_stderr):
         assert display_id is True
         return Handle()
 
+    IPython = pytest.importorskip("IPython", reason="IPython (the test extra's ipykernel brings it) holds the notebook display")
     import IPython.display
 
     monkeypatch.setattr(IPython.display, "display", display)
@@ -180,6 +181,7 @@ def test_notebook_line_is_throttled(clock, monkeypatch):
         def update(self, obj, raw=False):
             updates.append(obj["text/plain"])
 
+    IPython = pytest.importorskip("IPython", reason="IPython (the test extra's ipykernel brings it) holds the notebook display")
     import IPython.display
 
     monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False, display_id=False: Handle())

@@ -27,6 +27,7 @@ def notebook(monkeypatch):
         shown.append(obj["text/plain"])
         return Handle()
 
+    IPython = pytest.importorskip("IPython", reason="IPython (the test extra's ipykernel brings it) holds the notebook display")
     import IPython.display
 
     monkeypatch.delenv("ATTNSCOPE_QUIET", raising=False)
