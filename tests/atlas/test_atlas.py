@@ -67,6 +67,7 @@ def test_cli_writes_tables_figures_and_a_self_contained_page(tiny_gguf, tmp_path
     assert " src=" not in page and "href=" not in page and "@import" not in page  # nothing fetched at view time
     data = json.loads(page.split('id="atlas-data">')[1].split("</script>")[0])
     assert len(data["rows"]) == 8 and "induction_random" in data["columns"]
+    assert len(data["maps"]) == 8 and len(data["maps"]["0,0"]) == 25 and data["mapProbe"] == "random"
 
 
 def test_bad_input_is_one_line(tiny_gguf, tmp_path, cli_inproc):
@@ -125,6 +126,7 @@ def test_model_report_gains_the_atlas_section(tiny_gguf, tmp_path):
     rep.atlas = attnscope.atlas(str(tiny_gguf), **SMALL)
     page = render_html(rep)
     assert "Geometry meets behaviour (atlas)" in page and page.count('id="atlas-data"') == 1
+    assert '"1,3": [[' in page and 'id="atlas-map"' in page  # the report's section draws maps on click too
     assert " src=\"http" not in page
 
 
