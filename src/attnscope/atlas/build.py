@@ -35,6 +35,9 @@ class AtlasResult:
     table: "pd.DataFrame"  # one row per (model, stack, layer, head)
     correlations: "pd.DataFrame"  # x, y, n, rho, ci_low, ci_high, interval, relation
     info: dict[str, Any] = field(default_factory=dict)
+    #: (layer, head) -> [e, e] float16 example map (query x key corner of the first window of
+    #: ``info["map_probe"]``; e <= 64), drawn by the HTML page on click; empty for a pooled atlas
+    maps: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
 
     @property
     def behaviours(self) -> list[str]:
@@ -162,8 +165,10 @@ def atlas(
         raise InputError(f"{source}: tokenizer= is for a model loaded in memory; a directory or file brings its own")
     model = as_map_model(source, device=device, tokenizer=tokenizer)
     label = name or model.name
+    examples: dict[str, dict[int, np.ndarray]] = {}
     beh = run_probes(model, probes, data=data, windows=windows, length=length, random_windows_n=random_windows,
-                     random_length=random_length, seed=seed, batch_size=batch_size, progress=progress)
+                     random_length=random_length, seed=seed, batch_size=batch_size, progress=progress,
+                     examples=examples)
     stack = str(beh["stack"].iloc[0])
     geo = geometry_rows(score(str(source) if isinstance(source, os.PathLike) else source, levels="head"), stack)
     wide = behaviour_wide(beh)
@@ -182,4 +187,7 @@ def atlas(
             "n_heads": model.n_heads, "probes": list(beh["probe"].unique()), "data": data,
             "windows": {"text": windows, "random": random_windows}, "lengths": lengths,
             "cluster_k": k, "n_boot": n_boot, "seed": seed}
-    return AtlasResult(table=table, correlations=corr, info=info)
+    map_probe = "random" if "random" in examples else next(iter(examples))
+    info["map_probe"] = map_probe
+    maps = {(layer, h): a[h] for layer, a in examples[map_probe].items() for h in range(a.shape[0])}
+    return AtlasResult(table=table, correlations=corr, info=info, maps=maps)

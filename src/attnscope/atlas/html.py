@@ -4,7 +4,10 @@
 :func:`atlas_page` wraps it as a whole document (``attnscope atlas`` writes it as ``atlas.html``).
 Self-contained: the per-head table travels as JSON inside the page and a few lines of inline
 JavaScript draw an SVG scatter (choose x = s or d, y = any behaviour column); hovering a point shows
-its model, layer, head and every metric. No network, no external script, font or style at view time.
+its model, layer, head and every metric; clicking a point selects the head and draws its example
+attention map (a query x key corner of the probe's first window, at most :data:`MAP_CROP` square, kept
+by :func:`attnscope.atlas.atlas` and embedded as integers in thousandths). No network, no external
+script, font or style at view time.
 """
 
 from __future__ import annotations
@@ -15,7 +18,14 @@ import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Mapping
+
     import pandas as pd
+
+#: the largest example map side embedded per head (query and key positions)
+MAP_CROP = 64
+#: map values travel as round(value * MAP_SCALE) integers
+MAP_SCALE = 1000
 
 _PAGE_CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#1a1a2e;max-width:1150px}
@@ -23,7 +33,7 @@ table{border-collapse:collapse;font-size:13px}td,th{padding:3px 8px;border-botto
 td.l,th.l{text-align:left}.note{color:#555;font-size:13px}
 """
 _SECTION_CSS = """
-#atlas-plot{border:1px solid #ccc;background:#fff}#atlas-tip{position:absolute;display:none;background:#fffbe6;
+#atlas-plot,#atlas-map{border:1px solid #ccc;background:#fff}#atlas-tip{position:absolute;display:none;background:#fffbe6;
 border:1px solid #aa8;padding:4px 6px;font-size:12px;pointer-events:none;white-space:pre}
 """
 
@@ -55,7 +65,10 @@ function draw(){
   svg.appendChild(el('text', {x: (W + M.l) / 2, y: H - 10, 'text-anchor': 'middle', 'font-size': 13}, x));
   svg.appendChild(el('text', {x: 14, y: H / 2, 'text-anchor': 'middle', 'font-size': 13, transform: 'rotate(-90 14 ' + H / 2 + ')'}, y));
   for (const p of pts) {
-    const c = el('circle', {cx: X(p[0]), cy: Y(p[1]), r: 4.5, fill: colour(p[2]), 'fill-opacity': 0.8, class: 'pt'});
+    const on = p[2] === selected;
+    const c = el('circle', {cx: X(p[0]), cy: Y(p[1]), r: on ? 7 : 4.5, fill: colour(p[2]), 'fill-opacity': 0.8, class: 'pt',
+      stroke: on ? '#000' : 'none', 'stroke-width': 2});
+    c.addEventListener('click', () => {selected = p[2]; draw(); showMap(p[2]);});
     c.addEventListener('mouseenter', ev => {const r = D.rows[p[2]];
       tip.textContent = r.model + '\nlayer ' + r.layer + ', head ' + r.head + '\n' +
         D.columns.map(k => k + ': ' + fmt(r[k])).join('\n');
@@ -64,6 +77,25 @@ function draw(){
     svg.appendChild(c);}
   const rho = D.corr[x + '|' + y]; document.getElementById('atlas-rho').textContent = rho || '';
 }
+function showMap(i){
+  const r = D.rows[i], m = D.maps[r.layer + ',' + r.head], title = document.getElementById('atlas-map-title');
+  const box = document.getElementById('atlas-map'); while (box.firstChild) box.removeChild(box.firstChild);
+  const who = (D.hue === 'model' ? r.model + ', ' : '') + 'layer ' + r.layer + ', head ' + r.head;
+  if (!m) {title.textContent = who + ': no attention map kept'; return;}
+  const n = m.length, o = 44, S = 300, c = S / n;
+  let top = 0; for (const row of m) for (const v of row) top = Math.max(top, v);
+  title.textContent = who + ': attention on the ' + D.mapProbe + ' probe, first window, query x key positions 0..' +
+    (n - 1) + ' (' + n + ' x ' + n + ' crop; darker = more, max ' + (top / D.mapScale).toFixed(3) + ')';
+  box.appendChild(el('rect', {x: o, y: o, width: S, height: S, fill: '#fff', stroke: '#888'}));
+  for (let q = 0; q < n; q++) for (let k = 0; k < n; k++) {const v = m[q][k]; if (v <= 0) continue;
+    box.appendChild(el('rect', {x: o + k * c, y: o + q * c, width: c, height: c, fill: '#1a3a8a', 'fill-opacity': (v / top).toFixed(3), class: 'cell'}));}
+  box.appendChild(el('text', {x: o + S / 2, y: 16, 'text-anchor': 'middle', 'font-size': 12}, 'key position'));
+  box.appendChild(el('text', {x: 14, y: o + S / 2, 'text-anchor': 'middle', 'font-size': 12, transform: 'rotate(-90 14 ' + (o + S / 2) + ')'}, 'query position'));
+  for (const t of [0, n - 1]) {
+    box.appendChild(el('text', {x: o + (t + 0.5) * c, y: o - 4, 'text-anchor': 'middle', 'font-size': 10}, String(t)));
+    box.appendChild(el('text', {x: o - 4, y: o + (t + 0.5) * c + 3, 'text-anchor': 'end', 'font-size': 10}, String(t)));}
+}
+let selected = -1;
 sx.addEventListener('change', draw); sy.addEventListener('change', draw); draw();
 })();
 """
@@ -78,7 +110,21 @@ def _num(v: Any) -> Any:
     return v
 
 
-def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str) -> str:
+def _map_payload(maps: "Mapping[tuple[int, int], Any] | None") -> dict[str, list[list[int]]]:
+    """(layer, head) -> [e, e] map  ->  "layer,head" -> rows of round(value * MAP_SCALE), cropped to MAP_CROP."""
+    import numpy as np
+
+    out = {}
+    for (layer, head), a in (maps or {}).items():
+        a = np.asarray(a, dtype=np.float64)[:MAP_CROP, :MAP_CROP]  # [e, e] query x key
+        if a.ndim != 2:
+            raise ValueError(f"maps[{layer}, {head}] must be a 2-d query x key array, not shape {a.shape}")
+        out[f"{int(layer)},{int(head)}"] = np.rint(np.nan_to_num(a) * MAP_SCALE).astype(int).tolist()
+    return out
+
+
+def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str, maps: Any = None,
+             map_probe: str = "") -> str:
     from .build import GEOMETRY, behaviour_columns
 
     cols = [*GEOMETRY, *behaviour_columns(table), *(["cluster"] if "cluster" in table.columns else [])]
@@ -89,7 +135,8 @@ def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str) -> s
         for r in correlations.itertuples():
             corr[f"{r.x}|{r.y}"] = f"Spearman rho = {r.rho:+.2f}, {r.interval}: [{r.ci_low:+.2f}, {r.ci_high:+.2f}], n = {r.n} ({r.relation})"
     data = {"rows": rows, "columns": cols, "hue": hue, "models": list(dict.fromkeys(table["model"])),
-            "maxLayer": int(table["layer"].max()) if len(table) else 0, "corr": corr}
+            "maxLayer": int(table["layer"].max()) if len(table) else 0, "corr": corr,
+            "maps": _map_payload(maps), "mapScale": MAP_SCALE, "mapProbe": map_probe}
     return json.dumps(data).replace("</", "<\\/")  # never closes the script element early
 
 
@@ -108,8 +155,10 @@ def _corr_table(correlations: "pd.DataFrame") -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any]) -> str:
-    """The HTML fragment: probe note, interactive scatter, correlation table."""
+def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any],
+                  maps: "Mapping[tuple[int, int], Any] | None" = None) -> str:
+    """The HTML fragment: probe note, interactive scatter (``maps``: (layer, head) -> query x key example
+    map, drawn on click; see :attr:`attnscope.atlas.AtlasResult.maps`), correlation table."""
     from .build import GEOMETRY, behaviour_columns
 
     esc = html.escape
@@ -122,20 +171,26 @@ def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dic
             f"<code>&lt;metric&gt;_&lt;probe&gt;</code>: <code>random</code> = BOS + random tokens + their repeat "
             f"({esc(str(lengths.get('random', '?')))} tokens), <code>text</code> = corpus windows "
             f"({esc(str(lengths.get('text', '?')))} tokens). Hover a point for its layer, head and every metric.")
+    probe = str(info.get("map_probe", ""))
+    if maps:
+        note += (f" Click a point for the head's attention on the <code>{esc(probe)}</code> probe: the first window's "
+                 f"top-left corner, at most {MAP_CROP} x {MAP_CROP} query x key positions, values rounded to 0.001.")
     return "\n".join([
         f"<style>{_SECTION_CSS}</style>", "<h2>Geometry meets behaviour (atlas)</h2>", f'<p class="note">{note}</p>',
         f'<p>x <select id="atlas-x">{xs}</select> y <select id="atlas-y">{ys}</select></p>',
         '<svg id="atlas-plot" width="760" height="440" viewBox="0 0 760 440"></svg>',
         '<p class="note" id="atlas-rho"></p><div id="atlas-tip"></div>',
+        '<p class="note" id="atlas-map-title"></p><svg id="atlas-map" width="360" height="360" viewBox="0 0 360 360"></svg>',
         f"<h3>Spearman rho across heads ({esc(interval)})</h3>", _corr_table(correlations),
-        f'<script type="application/json" id="atlas-data">{_payload(table, correlations, hue)}</script>',
+        f'<script type="application/json" id="atlas-data">{_payload(table, correlations, hue, maps, probe)}</script>',
         f"<script>{_JS}</script>",
     ])  # fmt: skip
 
 
-def atlas_page(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any]) -> str:
+def atlas_page(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any],
+               maps: "Mapping[tuple[int, int], Any] | None" = None) -> str:
     """A whole self-contained HTML document holding :func:`atlas_section`."""
     name = html.escape(str(info.get("model", "atlas")))
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>attnscope atlas: {name}</title>'
-            f"<style>{_PAGE_CSS}</style></head><body><h1>{name}</h1>\n{atlas_section(table, correlations, info)}\n"
+            f"<style>{_PAGE_CSS}</style></head><body><h1>{name}</h1>\n{atlas_section(table, correlations, info, maps)}\n"
             "</body></html>\n")

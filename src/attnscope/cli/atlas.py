@@ -57,11 +57,11 @@ def atlas(
     from attnscope.atlas import atlas as run_atlas
 
     res = run_atlas(source, progress=sys.stderr.isatty(), **opts)
-    written = write_atlas(res.table, res.correlations, res.info, out, hue="layer")
+    written = write_atlas(res.table, res.correlations, res.info, out, hue="layer", maps=res.maps)
     _finish(res.correlations, res.info["model"], written, as_json)
 
 
-def write_atlas(table, correlations, info, out: Path, hue: str) -> list[Path]:
+def write_atlas(table, correlations, info, out: Path, hue: str, maps=None) -> list[Path]:
     """Tables, figures and the HTML page of an atlas (one model or pooled) into ``out``.
 
     Every figure and the page are rendered before the first file is written, so an interrupt (Ctrl-C)
@@ -82,7 +82,7 @@ def write_atlas(table, correlations, info, out: Path, hue: str) -> list[Path]:
                for x in GEOMETRY}  # fmt: skip
     figures["atlas_correlations.png"] = ap.correlation_forest(correlations, title=f"{name}: Spearman rho across heads")
     images = {fname: figure_bytes(fig, "png", dpi=110) for fname, fig in figures.items()}
-    page = atlas_page(table, correlations, info)
+    page = atlas_page(table, correlations, info, maps=maps)
     paths = [write_table(table, out / "atlas.parquet"), write_table(table, out / "atlas.csv"),
              write_table(correlations, out / "correlations.csv"), atomic_write_json(out / "atlas.json", info)]
     paths += [atomic_write_bytes(out / fname, data) for fname, data in images.items()]

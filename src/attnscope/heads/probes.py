@@ -141,11 +141,14 @@ def random_windows(model: "MapModel", n: int, half: int, seed: int = 0) -> "torc
 
 
 def measure_windows(
-    model: "MapModel", idx: "torch.Tensor", batch_size: int = 1, progress: bool = False, desc: str = ""
+    model: "MapModel", idx: "torch.Tensor", batch_size: int = 1, progress: bool = False, desc: str = "",
+    examples: dict[int, Any] | None = None, example_len: int = 64,
 ) -> "pd.DataFrame":
     """Every metric per (layer, head) over the windows ``idx`` [n, L]: mean and sample std over windows.
 
     Streams: only one layer's maps of one batch are alive at a time (the metrics of each window are kept).
+    ``examples``, when given, receives layer -> [h, e, e] float16: the top-left ``example_len`` x
+    ``example_len`` (query x key) corner of window 0's maps.
     """
     import numpy as np
     import pandas as pd
@@ -167,10 +170,12 @@ def measure_windows(
         bucket = per_layer.setdefault(layer, {})
         for k, v in vals.items():
             bucket.setdefault(k, []).append(v.cpu().numpy())
+        if examples is not None and current["b0"] == 0:
+            examples[layer] = probs[0, :, :example_len, :example_len].to("cpu").float().numpy().astype(np.float16)
 
     with progress_bar(len(idx), desc or model.name, enabled=progress, unit="windows") as bar:
         for b0 in range(0, len(idx), batch_size):
-            current["tok"] = idx[b0 : b0 + batch_size]
+            current["tok"], current["b0"] = idx[b0 : b0 + batch_size], b0
             model.run(current["tok"], on_layer)
             bar.advance(len(current["tok"]))
     if not per_layer:
@@ -198,6 +203,7 @@ def run_probes(
     progress: bool = False,
     device: str = "cpu",
     tokenizer: Any = None,
+    examples: dict[str, dict[int, Any]] | None = None,
 ) -> "pd.DataFrame":
     """Measure every head of ``source`` on each probe: one row per (probe, layer, head).
 
@@ -206,7 +212,8 @@ def run_probes(
     Defaults (None): :data:`DEFAULT_LENGTH` and :data:`DEFAULT_RANDOM_LENGTH`, shortened to what the
     model's maximum length (and, for the random probe, its vocabulary) allows.
     ``source``: a MapModel, a path / hub id (see :func:`attnscope.heads.maps.open_model`), or a loaded
-    transformers model with ``tokenizer=``.
+    transformers model with ``tokenizer=``. ``examples``, when given, receives probe -> layer -> [h, 64, 64]
+    float16 corner of the probe's first window (see :func:`measure_windows`).
     """
     import pandas as pd
 
@@ -221,7 +228,8 @@ def run_probes(
             idx = random_windows(model, random_windows_n, half, seed=seed)
         else:
             idx = make_windows(model, data, windows, default_length(model) if length is None else length)
-        df = measure_windows(model, idx, batch_size=batch_size, progress=progress, desc=f"{probe} probe")
+        kept = None if examples is None else examples.setdefault(probe, {})
+        df = measure_windows(model, idx, batch_size=batch_size, progress=progress, desc=f"{probe} probe", examples=kept)
         df.insert(0, "probe", probe)
         df["length"] = int(idx.shape[1])
         frames.append(df)
