@@ -148,14 +148,33 @@ def test_atlas_keeps_each_heads_map_on_the_random_probe_for_the_page(tiny_gguf):
 
     res = attnscope.atlas(str(tiny_gguf), **SMALL)
     assert res.info["map_probe"] == "random" and sorted(res.maps) == [(la, h) for la in range(2) for h in range(4)]
+    assert (res.info["map_length"], res.info["map_block"]) == (25, 1)
     model = as_map_model(str(tiny_gguf))
     idx = random_windows(model, 2, 12, seed=0)  # the probe's windows: BOS + 12 + 12 = 25 tokens
     own: dict[int, np.ndarray] = {}
     model.run(idx[:1], lambda layer, probs: own.__setitem__(layer, probs[0].float().cpu().numpy()))
     for (layer, head), m in res.maps.items():
-        assert m.shape == (25, 25) and m.dtype == np.float16  # shorter than the 64 crop: the whole map
+        assert m.shape == (25, 25) and m.dtype == np.float16  # under 64 positions: the map itself
         np.testing.assert_allclose(m.astype(float), own[layer][head], atol=1e-3)
     page = atlas_page(res.table, res.correlations, res.info, maps=res.maps)
     data = json.loads(page.split('id="atlas-data">')[1].split("</script>")[0])
     assert data["mapProbe"] == "random" and len(data["maps"]) == 8
     np.testing.assert_allclose(np.array(data["maps"]["1,3"]) / data["mapScale"], own[1][3], atol=2e-3)
+
+
+def test_atlas_map_of_a_long_probe_is_the_whole_window_in_block_maxima(tiny_gguf):
+    """A 2 x 40 + 1 = 81-token random probe: 41 x 41 cells of 2 x 2 block maxima of the model's own map,
+    so the second copy (rows 41..80), invisible in a 64 x 64 corner, is on the page."""
+    import attnscope
+    from attnscope.heads.metrics import map_overview
+    from attnscope.heads.probes import as_map_model, random_windows
+
+    res = attnscope.atlas(str(tiny_gguf), **{**SMALL, "random_length": 40})
+    assert (res.info["map_length"], res.info["map_block"]) == (81, 2)
+    model = as_map_model(str(tiny_gguf))
+    own: dict[int, np.ndarray] = {}
+    model.run(random_windows(model, 2, 40, seed=0)[:1],
+              lambda layer, probs: own.__setitem__(layer, probs[0].float().cpu().numpy()))
+    for (layer, head), m in res.maps.items():
+        assert m.shape == (41, 41)
+        np.testing.assert_allclose(m.astype(float), map_overview(own[layer][head], 64)[0], atol=1e-3)

@@ -61,16 +61,23 @@ def test_pooled_section_colours_by_model_and_names_models_in_the_table():
     assert "<th class=\"l\">model</th>" in sec
 
 
-def test_page_embeds_each_heads_map_cropped_to_64_and_says_so():
+def test_page_embeds_each_heads_whole_map_as_block_maxima_and_says_so():
+    from attnscope.heads.metrics import map_overview
+
     t, corr = _synthetic()
     maps = _maps(t)
     page = atlas_page(t, corr, {"model": "m", "map_probe": "random"}, maps=maps)
     d = _data(page)
     assert len(d["maps"]) == 12 and d["mapProbe"] == "random"
     m = np.array(d["maps"]["2,3"]) / d["mapScale"]
-    assert m.shape == (64, 64)  # query x key corner of the 80 x 80 map
-    np.testing.assert_allclose(m, maps[(2, 3)][:64, :64], atol=5e-4)
-    assert "64 x 64 query x key" in page and "<code>random</code> probe" in page
+    assert m.shape == (40, 40) and d["mapBlock"] == 2 and d["mapLength"] == 80  # the whole 80 x 80 map, 2 x 2 blocks
+    np.testing.assert_allclose(m, map_overview(maps[(2, 3)], 64)[0], atol=5e-4)
+    np.testing.assert_allclose(m[-1, :], maps[(2, 3)][78:, :].reshape(2, 40, 2).max(axis=(0, 2)), atol=5e-4)
+    assert "at most 64 x 64 cells" in page and "<code>random</code> probe" in page
+    # maps the atlas already shrank: the page keeps them as they are and says what they came from
+    small = {k: map_overview(v, 64)[0] for k, v in maps.items()}
+    d2 = _data(atlas_page(t, corr, {"model": "m", "map_probe": "random", "map_length": 80, "map_block": 2}, maps=small))
+    assert d2["maps"] == d["maps"] and (d2["mapBlock"], d2["mapLength"]) == (2, 80)
     assert _data(atlas_page(t, corr, {"model": "m"}))["maps"] == {}  # no maps: nothing embedded, no click note
 
 
@@ -155,19 +162,23 @@ def test_inline_script_draws_every_head_and_the_hover_names_it(tmp_path, y, draw
     assert got["rho"].startswith("Spearman rho =")
     first = t.dropna(subset=[y]).iloc[1]
     assert f"layer {first.layer}, head {first['head']}" in got["tip"] and "induction_random: " in got["tip"]
-    # the click selects that head (one ringed point) and draws its 64 x 64 map: a cell per nonzero weight
-    m = np.rint(maps[(int(first.layer), int(first["head"]))][:64, :64] * 1000)
+    # the click selects that head (one ringed point) and draws its whole map, 80 x 80 as 40 x 40 cells of
+    # 2 x 2 block maxima: a cell per nonzero block
+    from attnscope.heads.metrics import map_overview
+
+    m = np.rint(map_overview(maps[(int(first.layer), int(first["head"]))], 64)[0] * 1000)
     assert got["selected"] == 1 and len(got["cells"]) == int((m > 0).sum())
     q, k = np.unravel_index(np.argmax(m), m.shape)
     darkest = max(got["cells"], key=lambda c: c[2])
-    assert darkest[2] == 1.0 and darkest[:2] == [44 + k * 300 / 64, 44 + q * 300 / 64]  # column = key, row = query
-    assert f"layer {first.layer}, head {first['head']}" in got["title"] and "64 x 64" in got["title"]
-    assert {"key position", "query position", "0", "63"} <= set(got["labels"])
+    assert darkest[2] == 1.0 and darkest[:2] == [44 + k * 300 / 40, 44 + q * 300 / 40]  # column = key, row = query
+    assert f"layer {first.layer}, head {first['head']}" in got["title"]
+    assert "positions 0..79 (40 x 40 cells, each the largest weight of a 2 x 2 block" in got["title"]
+    assert {"key position", "query position", "0", "79"} <= set(got["labels"])
 
 
 @pytest.mark.slow
 def test_minilm_page_with_every_heads_map_stays_under_2_mb():
-    """all-MiniLM-L6-v2 (6 layers x 12 heads, 255-token random probe): 72 maps of 64 x 64; the page ~1.0 MB."""
+    """all-MiniLM-L6-v2 (6 layers x 12 heads, 255-token random probe): 72 maps of 64 x 64 cells; the page ~1.0 MB."""
     import attnscope
     from attnscope.errors import InputError
     from attnscope.zoo import select

@@ -213,3 +213,60 @@ def test_pairwise_js_blocks_do_not_change_the_result(budget):
     ref = torch.tensor([[js_divergence_rows(rows[a], rows[b]).mean().item() for b in range(5)] for a in range(5)],
                        dtype=torch.float64)  # one pair at a time
     assert torch.allclose(pairwise_js(rows, budget=budget), ref, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- map_overview
+
+
+def slow_overview(A: np.ndarray, side: int) -> tuple[np.ndarray, int]:
+    """One [L, L] map: block side b = ceil(L / side); cell (q, k) = max over the block, by loops."""
+    L = A.shape[0]
+    b = 1
+    while b * side < L:
+        b += 1
+    n = (L + b - 1) // b
+    out = np.full((n, n), -np.inf)
+    for i in range(L):
+        for j in range(L):
+            out[i // b, j // b] = max(out[i // b, j // b], A[i, j])
+    return out, b
+
+
+@settings(max_examples=60)
+@given(L=st.integers(1, 90), side=st.integers(1, 70), seed=st.integers(0, 2**16))
+def test_map_overview_equals_block_maxima_by_loops(L, side, seed):
+    from attnscope.heads.metrics import map_overview
+
+    A = np.random.default_rng(seed).random((2, L, L))
+    got, b = map_overview(A, side)
+    for h in range(2):
+        want, wb = slow_overview(A[h], side)
+        assert b == wb and got.shape[-1] <= side
+        np.testing.assert_array_equal(got[h], want)
+
+
+def test_map_overview_keeps_a_one_token_stripe_at_full_strength():
+    """An induction-like stripe (one key per query, far off the diagonal) survives the shrink at weight 1."""
+    from attnscope.heads.metrics import map_overview
+
+    T = 127
+    L = 2 * T + 1
+    A = np.zeros((L, L))
+    A[np.arange(L), 0] = 1.0  # rows of the first copy: all on the start token
+    A[np.arange(T + 1, L), np.arange(T + 1, L) - T + 1] = 1.0  # second copy: the token after the earlier one
+    A[T + 1 :, 0] = 0.0
+    got, b = map_overview(A, 64)
+    assert b == 4 and got.shape == (64, 64)
+    q = np.arange(-(-(T + 1) // b), 64)  # query blocks wholly in the second copy
+    assert (got[q, (q * b - T + 1) // b] == 1.0).all()  # row q*b's key q*b - T + 1, at full weight
+    assert (got[: (T + 1) // b, 0] == 1.0).all()  # the first copy's sink column
+    assert not A[:64, 1:64].any()  # the top-left 64 x 64 corner shows only the sink: no stripe at all
+
+
+def test_map_overview_refuses_what_is_not_a_square_map():
+    from attnscope.heads.metrics import map_overview
+
+    with pytest.raises(AttnscopeError, match="must be"):
+        map_overview(np.zeros((3, 4)), 2)
+    with pytest.raises(AttnscopeError, match="side"):
+        map_overview(np.zeros((3, 3)), 0)

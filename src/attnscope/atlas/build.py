@@ -35,8 +35,9 @@ class AtlasResult:
     table: "pd.DataFrame"  # one row per (model, stack, layer, head)
     correlations: "pd.DataFrame"  # x, y, n, rho, ci_low, ci_high, interval, relation
     info: dict[str, Any] = field(default_factory=dict)
-    #: (layer, head) -> [e, e] float16 example map (query x key corner of the first window of
-    #: ``info["map_probe"]``; e <= 64), drawn by the HTML page on click; empty for a pooled atlas
+    #: (layer, head) -> [n, n] float16 example map: the whole first window of ``info["map_probe"]``
+    #: (``info["map_length"]`` tokens), each cell the largest weight of a ``info["map_block"]``-square
+    #: block of (query, key) positions (n <= 64); drawn by the HTML page on click; empty for a pooled atlas
     maps: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
 
     @property
@@ -154,7 +155,7 @@ def atlas(
     CI with ``n_boot`` resamples (seeded by ``seed``).
     """
     from attnscope.geometry import score
-    from attnscope.heads.probes import as_map_model, run_probes
+    from attnscope.heads.probes import MAP_SIDE, as_map_model, run_probes
 
     from .stats import correlation_table
 
@@ -188,6 +189,7 @@ def atlas(
             "windows": {"text": windows, "random": random_windows}, "lengths": lengths,
             "cluster_k": k, "n_boot": n_boot, "seed": seed}
     map_probe = "random" if "random" in examples else next(iter(examples))
-    info["map_probe"] = map_probe
+    length = int(lengths[map_probe])
+    info.update(map_probe=map_probe, map_length=length, map_block=-(-length // MAP_SIDE))  # ceil(L / side)
     maps = {(layer, h): a[h] for layer, a in examples[map_probe].items() for h in range(a.shape[0])}
     return AtlasResult(table=table, correlations=corr, info=info, maps=maps)

@@ -5,8 +5,9 @@
 Self-contained: the per-head table travels as JSON inside the page and a few lines of inline
 JavaScript draw an SVG scatter (choose x = s or d, y = any behaviour column); hovering a point shows
 its model, layer, head and every metric; clicking a point selects the head and draws its example
-attention map (a query x key corner of the probe's first window, at most :data:`MAP_CROP` square, kept
-by :func:`attnscope.atlas.atlas` and embedded as integers in thousandths). No network, no external
+attention map (the probe's whole first window, each cell the largest weight of a block of query x key
+positions so that at most :data:`~attnscope.heads.probes.MAP_SIDE` cells make a side; kept by
+:func:`attnscope.atlas.atlas` and embedded as integers in thousandths). No network, no external
 script, font or style at view time.
 """
 
@@ -17,13 +18,13 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
+from attnscope.heads.probes import MAP_SIDE
+
 if TYPE_CHECKING:  # pragma: no cover
     from collections.abc import Mapping
 
     import pandas as pd
 
-#: the largest example map side embedded per head (query and key positions)
-MAP_CROP = 64
 #: map values travel as round(value * MAP_SCALE) integers
 MAP_SCALE = 1000
 
@@ -82,18 +83,19 @@ function showMap(i){
   const box = document.getElementById('atlas-map'); while (box.firstChild) box.removeChild(box.firstChild);
   const who = (D.hue === 'model' ? r.model + ', ' : '') + 'layer ' + r.layer + ', head ' + r.head;
   if (!m) {title.textContent = who + ': no attention map kept'; return;}
-  const n = m.length, o = 44, S = 300, c = S / n;
+  const n = m.length, o = 44, S = 300, c = S / n, b = D.mapBlock, L = D.mapLength || n * b;
   let top = 0; for (const row of m) for (const v of row) top = Math.max(top, v);
   title.textContent = who + ': attention on the ' + D.mapProbe + ' probe, first window, query x key positions 0..' +
-    (n - 1) + ' (' + n + ' x ' + n + ' crop; darker = more, max ' + (top / D.mapScale).toFixed(3) + ')';
+    (L - 1) + (b > 1 ? ' (' + n + ' x ' + n + ' cells, each the largest weight of a ' + b + ' x ' + b + ' block' : ' (') +
+    '; darker = more, max ' + (top / D.mapScale).toFixed(3) + ')';
   box.appendChild(el('rect', {x: o, y: o, width: S, height: S, fill: '#fff', stroke: '#888'}));
   for (let q = 0; q < n; q++) for (let k = 0; k < n; k++) {const v = m[q][k]; if (v <= 0) continue;
     box.appendChild(el('rect', {x: o + k * c, y: o + q * c, width: c, height: c, fill: '#1a3a8a', 'fill-opacity': (v / top).toFixed(3), class: 'cell'}));}
   box.appendChild(el('text', {x: o + S / 2, y: 16, 'text-anchor': 'middle', 'font-size': 12}, 'key position'));
   box.appendChild(el('text', {x: 14, y: o + S / 2, 'text-anchor': 'middle', 'font-size': 12, transform: 'rotate(-90 14 ' + (o + S / 2) + ')'}, 'query position'));
-  for (const t of [0, n - 1]) {
-    box.appendChild(el('text', {x: o + (t + 0.5) * c, y: o - 4, 'text-anchor': 'middle', 'font-size': 10}, String(t)));
-    box.appendChild(el('text', {x: o - 4, y: o + (t + 0.5) * c + 3, 'text-anchor': 'end', 'font-size': 10}, String(t)));}
+  for (const [t, p] of [[0, 0], [n - 1, L - 1]]) {  // cell t holds positions t*b .. t*b + b - 1: label its first / the last
+    box.appendChild(el('text', {x: o + (t + 0.5) * c, y: o - 4, 'text-anchor': 'middle', 'font-size': 10}, String(p)));
+    box.appendChild(el('text', {x: o - 4, y: o + (t + 0.5) * c + 3, 'text-anchor': 'end', 'font-size': 10}, String(p)));}
 }
 let selected = -1;
 sx.addEventListener('change', draw); sy.addEventListener('change', draw); draw();
@@ -110,21 +112,29 @@ def _num(v: Any) -> Any:
     return v
 
 
-def _map_payload(maps: "Mapping[tuple[int, int], Any] | None") -> dict[str, list[list[int]]]:
-    """(layer, head) -> [e, e] map  ->  "layer,head" -> rows of round(value * MAP_SCALE), cropped to MAP_CROP."""
+def _map_payload(maps: "Mapping[tuple[int, int], Any] | None") -> tuple[dict[str, list[list[int]]], int, int]:
+    """(layer, head) -> [L, L] map  ->  ("layer,head" -> rows of round(value * MAP_SCALE), block, L).
+
+    A map wider than :data:`MAP_SIDE` is shrunk by :func:`~attnscope.heads.metrics.map_overview` (block
+    maxima); ``block`` is the block side that took (1 for maps already small), L the largest map side given.
+    """
     import numpy as np
 
-    out = {}
+    from attnscope.heads.metrics import map_overview
+
+    out, block, side = {}, 1, 0
     for (layer, head), a in (maps or {}).items():
-        a = np.asarray(a, dtype=np.float64)[:MAP_CROP, :MAP_CROP]  # [e, e] query x key
-        if a.ndim != 2:
-            raise ValueError(f"maps[{layer}, {head}] must be a 2-d query x key array, not shape {a.shape}")
-        out[f"{int(layer)},{int(head)}"] = np.rint(np.nan_to_num(a) * MAP_SCALE).astype(int).tolist()
-    return out
+        a = np.asarray(a, dtype=np.float64)  # [L, L] query x key
+        if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape[0] == 0:
+            raise ValueError(f"maps[{layer}, {head}] must be a square query x key array, not shape {a.shape}")
+        view, b = map_overview(np.nan_to_num(a), MAP_SIDE)
+        block, side = max(block, b), max(side, a.shape[0])
+        out[f"{int(layer)},{int(head)}"] = np.rint(view * MAP_SCALE).astype(int).tolist()
+    return out, block, side
 
 
 def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str, maps: Any = None,
-             map_probe: str = "") -> str:
+             info: "Mapping[str, Any] | None" = None) -> str:
     from .build import GEOMETRY, behaviour_columns
 
     cols = [*GEOMETRY, *behaviour_columns(table), *(["cluster"] if "cluster" in table.columns else [])]
@@ -134,9 +144,13 @@ def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str, maps
     if "model" not in correlations.columns or correlations["model"].nunique() <= 1:
         for r in correlations.itertuples():
             corr[f"{r.x}|{r.y}"] = f"Spearman rho = {r.rho:+.2f}, {r.interval}: [{r.ci_low:+.2f}, {r.ci_high:+.2f}], n = {r.n} ({r.relation})"
+    info = info or {}
+    payload, block, side = _map_payload(maps)
+    # maps the atlas already shrank say so in info (map_block of map_length tokens); others shrink here
     data = {"rows": rows, "columns": cols, "hue": hue, "models": list(dict.fromkeys(table["model"])),
             "maxLayer": int(table["layer"].max()) if len(table) else 0, "corr": corr,
-            "maps": _map_payload(maps), "mapScale": MAP_SCALE, "mapProbe": map_probe}
+            "maps": payload, "mapScale": MAP_SCALE, "mapProbe": str(info.get("map_probe", "")),
+            "mapBlock": int(info.get("map_block", 1)) * block, "mapLength": int(info.get("map_length", side))}
     return json.dumps(data).replace("</", "<\\/")  # never closes the script element early
 
 
@@ -173,8 +187,9 @@ def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dic
             f"({esc(str(lengths.get('text', '?')))} tokens). Hover a point for its layer, head and every metric.")
     probe = str(info.get("map_probe", ""))
     if maps:
-        note += (f" Click a point for the head's attention on the <code>{esc(probe)}</code> probe: the first window's "
-                 f"top-left corner, at most {MAP_CROP} x {MAP_CROP} query x key positions, values rounded to 0.001.")
+        note += (f" Click a point for the head's attention on the <code>{esc(probe)}</code> probe: the whole first "
+                 f"window (query x key), at most {MAP_SIDE} x {MAP_SIDE} cells, each the largest weight of its block "
+                 "of positions (so a one-token stripe keeps its strength), values rounded to 0.001.")
     return "\n".join([
         f"<style>{_SECTION_CSS}</style>", "<h2>Geometry meets behaviour (atlas)</h2>", f'<p class="note">{note}</p>',
         f'<p>x <select id="atlas-x">{xs}</select> y <select id="atlas-y">{ys}</select></p>',
@@ -182,7 +197,7 @@ def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dic
         '<p class="note" id="atlas-rho"></p><div id="atlas-tip"></div>',
         '<p class="note" id="atlas-map-title"></p><svg id="atlas-map" width="360" height="360" viewBox="0 0 360 360"></svg>',
         f"<h3>Spearman rho across heads ({esc(interval)})</h3>", _corr_table(correlations),
-        f'<script type="application/json" id="atlas-data">{_payload(table, correlations, hue, maps, probe)}</script>',
+        f'<script type="application/json" id="atlas-data">{_payload(table, correlations, hue, maps, info)}</script>',
         f"<script>{_JS}</script>",
     ])  # fmt: skip
 

@@ -6,9 +6,11 @@ source that has no runnable form here (CTranslate2, ONNX), and returns None for 
 directories, hub ids and attnscope checkpoints stay with ``open_model``).
 
 A GGUF file is loaded with transformers' own GGUF support
-(``AutoModelForCausalLM.from_pretrained(dir, gguf_file=name)``), which dequantises every tensor to
-float32 and rebuilds the tokenizer from the file's vocabulary; the weights are therefore the file's
-quantised values, not the original checkpoint's. transformers needs the ``accelerate`` and ``gguf``
+(``AutoModel.from_pretrained(dir, gguf_file=name)``), which dequantises every tensor to float32 and
+rebuilds the tokenizer from the file's vocabulary; the weights are therefore the file's quantised
+values, not the original checkpoint's. Only the base model is built: attention maps never need the
+language-model head, whose [vocab, d_model] matrix (untied in many GGUF files) would add a second
+embedding-sized float32 matrix (0.5 GB for Qwen2.5-0.5B) and a logits tensor per forward. transformers needs the ``accelerate`` and ``gguf``
 packages for this: the optional extra ``attnscope[gguf]``.
 """
 
@@ -73,7 +75,10 @@ def open_gguf(path: str | os.PathLike, device: str = "cpu") -> "MapModel":
     missing = missing_gguf_runtime()
     if missing:
         raise UnsupportedError(f"{p}: running a GGUF file needs {', '.join(missing)}: {GGUF_FIX}")
+    from attnscope.memory import release_free_memory
+
     model, tok = _load_gguf(p)
+    release_free_memory()  # the loader's dequantisation buffers (about 0.9 GB for a 0.5B model)
     model = model.to(device)
     return MapModel.from_hf(model, tok, name=str(p))
 
@@ -81,13 +86,13 @@ def open_gguf(path: str | os.PathLike, device: str = "cpu") -> "MapModel":
 def _load_gguf(p: Path) -> tuple[Any, Any]:
     """(model, tokenizer) from one GGUF file, progress bars and chatter of transformers silenced."""
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModel, AutoTokenizer
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # its dequantisation bar is a bare tqdm
-            model = AutoModelForCausalLM.from_pretrained(
+            model = AutoModel.from_pretrained(
                 str(p.parent), gguf_file=p.name, attn_implementation="eager", trust_remote_code=False
             )
     except Exception as exc:  # transformers raises ValueError/KeyError/... for architectures it cannot map

@@ -45,6 +45,10 @@ Periodicity (for ``attnscope heads derive``; strided heads attend to keys ``j % 
 * ``period``       the s chosen, when its enrichment is >= 2 and the far mass is >= 5%; else NaN.
                    Over windows the table reports its most frequent value (not a mean)
 
+:func:`map_overview` shrinks a map to at most ``side`` x ``side`` cells for a picture: each cell the
+largest weight of its ``b`` x ``b`` block of (query, key) positions, ``b = ceil(L / side)``, so a one-hot
+stripe (previous token, induction, a sink column) stays at full strength wherever it lies.
+
 :func:`window_metrics` returns one value per (window, head); :func:`head_metrics` averages over
 windows and reports the spread (sample std). Everything here runs on torch tensors (numpy arrays
 are accepted) and never loops in Python over positions.
@@ -57,6 +61,7 @@ from typing import TYPE_CHECKING, Any
 from attnscope.errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
     import pandas as pd
     import torch
 
@@ -120,6 +125,31 @@ def check_rows(maps: "torch.Tensor", tol: float = 1e-3) -> None:
     err = (maps.sum(-1) - 1).abs().max().item()
     if not err <= tol:
         raise InputError(f"attention map rows must sum to 1 (worst row is off by {err:.3g}): pass post-softmax maps")
+
+
+def map_overview(maps: Any, side: int) -> tuple["np.ndarray", int]:
+    """([..., n, n] block maxima, b) of maps [..., L, L]: b = ceil(L / side), n = ceil(L / b) <= side.
+
+    Cell (q, k) is the largest weight with query in ``q*b .. q*b + b - 1`` and key in ``k*b .. k*b + b - 1``
+    (the last block may be narrower); b = 1 returns the maps themselves.
+    """
+    import numpy as np
+
+    a = np.asarray(maps)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2] or a.shape[-1] == 0:
+        raise InputError(f"a map must be [..., L, L] with L >= 1, got shape {a.shape}")
+    if side < 1:
+        raise InputError(f"side must be at least 1, not {side}")
+    L = a.shape[-1]
+    b = -(-L // side)
+    if b == 1:
+        return a.copy(), 1
+    n = -(-L // b)
+    pad = n * b - L
+    widths = [(0, 0)] * (a.ndim - 2) + [(0, pad), (0, pad)]
+    full = np.pad(a, widths, constant_values=-np.inf) if pad else a  # padding never wins a max
+    blocks = full.reshape(*a.shape[:-2], n, b, n, b)
+    return blocks.max(axis=(-3, -1)), b
 
 
 def window_metrics(

@@ -47,6 +47,8 @@ TEXT_EXTRA = ("entropy_norm", "distance", "confidence", "dup_score")
 #: default text window (tokens) and random-sequence length T (the random window is 2T + 1 = 255 tokens)
 DEFAULT_LENGTH = 256
 DEFAULT_RANDOM_LENGTH = 127
+#: the largest side of the example map kept per head (:func:`measure_windows`' ``examples``)
+MAP_SIDE = 64
 BOS_NAMES = ("<|begin_of_text|>", "<bos>", "<s>", "[CLS]", "<|endoftext|>")
 
 
@@ -142,13 +144,14 @@ def random_windows(model: "MapModel", n: int, half: int, seed: int = 0) -> "torc
 
 def measure_windows(
     model: "MapModel", idx: "torch.Tensor", batch_size: int = 1, progress: bool = False, desc: str = "",
-    examples: dict[int, Any] | None = None, example_len: int = 64,
+    examples: dict[int, Any] | None = None, example_len: int = MAP_SIDE,
 ) -> "pd.DataFrame":
     """Every metric per (layer, head) over the windows ``idx`` [n, L]: mean and sample std over windows.
 
     Streams: only one layer's maps of one batch are alive at a time (the metrics of each window are kept).
-    ``examples``, when given, receives layer -> [h, e, e] float16: the top-left ``example_len`` x
-    ``example_len`` (query x key) corner of window 0's maps.
+    ``examples``, when given, receives layer -> [h, n, n] float16: window 0's whole maps (query x key)
+    shrunk to at most ``example_len`` x ``example_len`` cells by :func:`~attnscope.heads.metrics.map_overview`
+    (each cell the largest weight of its block of positions).
     """
     import numpy as np
     import pandas as pd
@@ -156,7 +159,7 @@ def measure_windows(
     from attnscope.errors import UnsupportedError
     from attnscope.progress import progress as progress_bar
 
-    from .metrics import summarize_windows, window_metrics
+    from .metrics import map_overview, summarize_windows, window_metrics
 
     if batch_size < 1:
         raise InputError(f"--batch-size must be at least 1, not {batch_size}")
@@ -171,7 +174,8 @@ def measure_windows(
         for k, v in vals.items():
             bucket.setdefault(k, []).append(v.cpu().numpy())
         if examples is not None and current["b0"] == 0:
-            examples[layer] = probs[0, :, :example_len, :example_len].to("cpu").float().numpy().astype(np.float16)
+            view, _ = map_overview(probs[0].to("cpu").float().numpy(), example_len)
+            examples[layer] = view.astype(np.float16)
 
     with progress_bar(len(idx), desc or model.name, enabled=progress, unit="windows") as bar:
         for b0 in range(0, len(idx), batch_size):
@@ -212,8 +216,8 @@ def run_probes(
     Defaults (None): :data:`DEFAULT_LENGTH` and :data:`DEFAULT_RANDOM_LENGTH`, shortened to what the
     model's maximum length (and, for the random probe, its vocabulary) allows.
     ``source``: a MapModel, a path / hub id (see :func:`attnscope.heads.maps.open_model`), or a loaded
-    transformers model with ``tokenizer=``. ``examples``, when given, receives probe -> layer -> [h, 64, 64]
-    float16 corner of the probe's first window (see :func:`measure_windows`).
+    transformers model with ``tokenizer=``. ``examples``, when given, receives probe -> layer -> [h, n, n]
+    float16 overview (n <= :data:`MAP_SIDE`) of the probe's first window (see :func:`measure_windows`).
     """
     import pandas as pd
 

@@ -1,0 +1,120 @@
+"""Benchmark: peak memory of `attnscope atlas FILE --out DIR` end to end, now and as it was, in ONE run.
+
+"previous" is the atlas as it was before the memory work of issue 21, rebuilt here by two patches:
+GGUF files loaded with their language-model head (``AutoModelForCausalLM``: a second
+vocabulary-sized float32 matrix, and a [L, vocab] logits tensor per window) and no
+``malloc_trim`` between windows (:mod:`attnscope.memory`). "now" is the code as it is. The two run
+interleaved (now, previous, now, ...), each in its own process, because the peak of a run varies by
+chance (which arena the allocator picks): every configuration is run ``--repeats`` times and the
+table gives the median and the range of the peak resident set size (``ru_maxrss``) and wall seconds.
+
+    python benchmarks/atlas_memory.py smollm2 qwen2.5-0.5b [--repeats 3] [--append docs/benchmarks/atlas.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from atlas_speed import _path  # noqa: E402  (model names -> offline GGUF paths)
+
+CONFIGS = ("now", "previous")
+
+
+def _previous() -> None:
+    """Patch attnscope back to the loader and allocator behaviour before the memory work."""
+    import attnscope.heads.load as load
+    import attnscope.memory as memory
+
+    memory._malloc_trim = lambda: None
+
+    def load_with_head(p):  # what _load_gguf did: the causal-LM class, head included
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, attn_implementation="eager")
+        return model.eval(), AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+
+    load._load_gguf = load_with_head
+
+
+def one(config: str, source: str) -> dict:
+    """Run the atlas CLI in this process; its peak RSS and wall seconds."""
+    import contextlib
+    import io
+    import resource
+
+    if config == "previous":
+        _previous()
+    from attnscope.cli import main as cli
+
+    with tempfile.TemporaryDirectory() as out:
+        sys.argv = ["attnscope", "atlas", source, "--out", os.path.join(out, "atlas")]
+        t = time.perf_counter()
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            try:
+                cli()
+            except SystemExit as exc:
+                code = exc.code
+            else:
+                code = 0
+        if code:
+            raise RuntimeError(f"atlas exited {code}: {log.getvalue()[-1500:]}")
+        wall = time.perf_counter() - t
+    return {"config": config, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "wall_s": wall}
+
+
+def _row(name: str, config: str, runs: list[dict]) -> str:
+    peaks = [r["peak_mb"] for r in runs]
+    walls = [r["wall_s"] for r in runs]
+    return (f"| {name} | {config} | {statistics.median(peaks) / 1024:.2f} GB ({min(peaks) / 1024:.2f}-"
+            f"{max(peaks) / 1024:.2f}) | {statistics.median(walls):.0f} s ({min(walls):.0f}-{max(walls):.0f}) | {len(runs)} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--append", default=None, help="Append a markdown section to this file.")
+    ap.add_argument("--one", nargs=2, default=None, help=argparse.SUPPRESS)  # subprocess: CONFIG SOURCE
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(one(*a.one)))
+        return
+    lines = [f"## atlas peak memory, now and previous ({time.strftime('%Y-%m-%d')}, {platform.node()}, "
+             f"{os.cpu_count()} CPUs)", "",
+             "`attnscope atlas FILE --out DIR` with defaults (both probes, 8 windows of 256 tokens), each run its own "
+             "process; median (range) over the runs.", "",
+             "| model | code | peak RSS | wall | runs |", "|---|---|---|---|---|"]
+    for m in a.models:
+        src = _path(m)
+        runs: dict[str, list[dict]] = {c: [] for c in CONFIGS}
+        for _ in range(a.repeats):
+            for c in CONFIGS:
+                proc = subprocess.run([sys.executable, __file__, "x", "--one", c, src], capture_output=True, text=True)
+                if proc.returncode:
+                    sys.exit(f"{m} ({c}) failed:\n{proc.stderr[-2000:]}")
+                runs[c].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        name = os.path.basename(src)
+        lines += [_row(name, c, runs[c]) for c in CONFIGS]
+        ratio = statistics.median(r["peak_mb"] for r in runs["previous"]) / statistics.median(
+            r["peak_mb"] for r in runs["now"])
+        lines.append(f"| {name} | previous / now | **{ratio:.2f}x** | | |")
+    lines.append(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
+    md = "\n".join(lines) + "\n"
+    print(md)
+    if a.append:
+        with open(a.append, "a") as fh:
+            fh.write("\n" + md)
+
+
+if __name__ == "__main__":
+    main()
