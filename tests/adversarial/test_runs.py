@@ -82,7 +82,7 @@ def test_an_invalid_task_file_is_quarantined_and_recomputed(tmp_path, forgery):
         summary = run_tasks(square, _tasks(3), store, executor="inline", progress=False)
     assert summary.done == ["org/m-1"] and sorted(summary.skipped) == ["org/m-0", "org/m-2"]
     assert len(rec) == 1 and "\n" not in str(rec[0].message) and victim.name in str(rec[0].message)
-    quarantined = files_under(tmp_path / "corrupt")
+    quarantined = files_under(tmp_path / "set-aside")
     assert len(quarantined) == 1 and quarantined[0].read_bytes() == forged  # kept for inspection
     _check_square_results(store.merge([t.key for t in _tasks(3)]), 3)
 

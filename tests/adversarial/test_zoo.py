@@ -67,7 +67,7 @@ def test_a_foreign_task_file_is_quarantined_not_merged(tiny_zoo, finished, forge
     merged = pd.read_parquet(out / "merged.parquet")
     assert list(merged.columns) == list(first.columns) and len(merged) == len(first)
     _same_scores(merged[merged["model"] == "tiny/a"], first[first["model"] == "tiny/a"])
-    assert len(list((out / "corrupt").iterdir())) == 1
+    assert len(list((out / "set-aside").iterdir())) == 1
 
 
 @pytest.mark.parametrize("damage", ["deleted", "garbage", "a-list"])

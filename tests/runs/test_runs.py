@@ -56,7 +56,7 @@ def test_corrupt_file_is_quarantined_and_recomputed(tmp_path):
         s = run_tasks(square, _tasks(2), store, executor="inline", progress=False)
     assert s.done == ["org/model-1"]
     assert store.read("org/model-1")["y"].tolist() == [1]
-    assert any((tmp_path / "corrupt").iterdir())
+    assert any((tmp_path / "set-aside").iterdir())
 
 
 def test_local_pool(tmp_path):

@@ -73,7 +73,7 @@ def test_corrupt_file_is_recomputed_never_reused(fake_zoo, tmp_path):
         df2 = run_zoo("fake-text", tmp_path, zoo_file=fake_zoo, executor="inline", progress=False)
     s = df2.attrs["summary"]
     assert s.done == ["fake/llama-a"] and s.skipped == ["fake/llama-b"]
-    assert any((tmp_path / "corrupt").iterdir())  # kept aside for inspection
+    assert any((tmp_path / "set-aside").iterdir())  # kept aside for inspection
     pd.testing.assert_frame_equal(df2.reset_index(drop=True), df.reset_index(drop=True))
 
 

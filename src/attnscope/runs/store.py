@@ -4,7 +4,7 @@ Layout under ``root``::
 
     tasks/<key>.parquet     one tidy table per finished task (atomic: temp file + rename)
     failed/<key>.txt        the one-line error of a task that failed (removed when it later succeeds)
-    corrupt/<key>.*         files that could not be reused, moved aside (never silently reused)
+    set-aside/<key>.*       files that could not be reused (unreadable, foreign, other settings), moved aside
     .lock                   held (flock) by the run filling the store; a second run is refused
 
 Every task file carries, in its Parquet schema metadata under ``attnscope``, the task key and the
@@ -76,7 +76,7 @@ class ResultsStore:
         self.root = Path(root)
         self.tasks_dir = self.root / "tasks"
         self.failed_dir = self.root / "failed"
-        self.corrupt_dir = self.root / "corrupt"
+        self.aside_dir = self.root / "set-aside"
         self.settings = _canonical(settings or {})
         self.columns = tuple(columns)
         self.key_column = key_column
@@ -157,15 +157,15 @@ class ResultsStore:
 
     def _quarantine(self, p: Path, why: str) -> None:
         try:
-            self.corrupt_dir.mkdir(parents=True, exist_ok=True)
-            dest = self.corrupt_dir / p.name
+            self.aside_dir.mkdir(parents=True, exist_ok=True)
+            dest = self.aside_dir / p.name
             n = 1
             while dest.exists():
-                dest = self.corrupt_dir / f"{p.name}.{n}"
+                dest = self.aside_dir / f"{p.name}.{n}"
                 n += 1
             os.replace(p, dest)
         except OSError as exc:
-            raise storage_error(self.corrupt_dir, exc) from None
+            raise storage_error(self.aside_dir, exc) from None
         warnings.warn(f"results store: {p.name} cannot be reused: {why}; moved to {dest}, recomputing",
                       QuarantineWarning, stacklevel=2)
 
