@@ -458,3 +458,23 @@ def test_out_removes_only_the_stale_outputs_of_an_earlier_comparison(tmp_path, c
     left = sorted(p.name for p in dest.iterdir())
     assert left == ["curves.csv", "loss_bands.png", "loss_curves.png", "losses.csv", "notes.txt", "scores_old.png",
                     "stats.csv", "summary.csv", "table.md"]
+
+
+def test_options_that_cannot_act_are_refused_or_noted(tmp_path):
+    """A target no cross-entropy reaches is refused; an --at past every run, a --smooth wider than the
+    logged losses or one on a held-out comparison (not smoothed) each give a note, never silence."""
+    runs = seeds_experiment(tmp_path)  # logged at steps 0..40, held-out at 0, 20, 40
+    for bad in (0.0, -1.0):
+        with pytest.raises(InputError, match="above 0"):
+            compare(runs, target=bad)
+    res = compare(runs, at=[20, 1000])
+    assert any("at step 1000 is past the last logged step of every run (40)" in n for n in res.notes)
+    assert not any("at step 20 " in n for n in res.notes)
+    res = compare(runs, smooth=3)  # auto: every pair has held-out losses, so smooth changes nothing
+    assert any("smooth 3 had no effect" in n for n in res.notes)
+    res = compare(runs, smooth=3, curve="train")  # 4 training losses after step 0: enough
+    assert not any("smooth" in n for n in res.notes) and res.runs["curve"].eq("train (smooth 3)").all()
+    res = compare(runs, smooth=5, curve="train")
+    assert any("smooth 5 is more than the training losses logged after step 0 by default-s0 (4)" in n for n in res.notes)
+    assert res.runs["speedup"].isna().all()
+    assert not any("smooth" in n for n in compare(runs).notes + compare(runs, at=[40]).notes)

@@ -89,6 +89,8 @@ def _check_options(run_dirs: list, smooth: int, at: Sequence[int], target: float
         raise InputError("the steps in at must be positive", params="at")
     if target is not None and not math.isfinite(target):
         raise InputError(f"the target loss must be a finite number, not {target}", params="target")
+    if target is not None and target <= 0:
+        raise InputError(f"the target loss must be above 0 (a cross-entropy never reaches {target})", params="target")
     check_choice("speedup", method, SPEEDUPS)
     check_choice("curve", which, CURVES)
     if method == "paper" and which != "auto":  # it was silently ignored
@@ -129,6 +131,26 @@ def _confounded(runs: list[Run], table: "pd.DataFrame") -> list[str]:
     return out
 
 
+def _idle_options(runs: list[Run], losses: "pd.DataFrame", table: "pd.DataFrame", smooth: int,
+                  at: Sequence[int]) -> list[str]:
+    """A note for each option given that could not act: ``at`` steps past every run's end, a ``smooth``
+    window wider than a run's logged losses, or ``smooth`` where no pair read the training loss."""
+    notes = []
+    last = max(r.last_step for r in runs)
+    for step in sorted({int(s) for s in at if int(s) > last}):
+        notes.append(f"at step {step} is past the last logged step of every run ({last}): loss@{step} has no value")
+    if smooth > 1 and not table["curve"].str.startswith("train").any():
+        notes.append(f"smooth {smooth} had no effect: every speed-up read the held-out loss, which is not "
+                     "smoothed (curve train smooths the training loss)")
+    elif smooth > 1:
+        logged = losses[losses["step"] > 0].dropna(subset=["loss"]).groupby("run")["step"].count()
+        short = [f"{name} ({int(n)})" for name, n in logged.items() if n < smooth]
+        if short:
+            notes.append(f"smooth {smooth} is more than the training losses logged after step 0 by "
+                         f"{', '.join(short)}: their smoothed curves are empty, so they have no speed-up")
+    return notes
+
+
 def _read(run_dirs: Sequence[str | Path]) -> list[Run]:
     runs = [load_run(p) for p in run_dirs]
     if len({r.name for r in runs}) != len(runs):
@@ -167,6 +189,7 @@ def compare(
                      f"differences after step {min(row['steps'], last_step[base])}): {row['run']} ends at step "
                      f"{row['steps']}, {base} at step {last_step[base]}")
     notes += _confounded(runs, table)
+    notes += _idle_options(runs, losses, table, smooth, at)
     stats = group_stats(table, losses, at)
     curves = mean_curves(table, losses)
     for g, n in table.groupby("group", sort=False)["run"].count().items():
