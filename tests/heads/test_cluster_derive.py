@@ -66,6 +66,31 @@ def test_cluster_errors(kw, msg):
         cluster_heads(df, **kw)
 
 
+def test_default_k_max_shrinks_to_a_small_table_but_an_explicit_one_does_not():
+    """A 6-head table (one GPT-2-small layer, MiniLM's 6 layers of one head): k = 2..5 by default; k_max=8
+    given by hand is refused; 2 heads cannot be clustered into 2 groups at all."""
+    small = blobs([(1, 0.5, 2), (3, 0.1, 50)], 3)
+    res = cluster_heads(small)
+    assert sorted(res.silhouette["k"].unique()) == [2, 3, 4, 5] and res.best_k == {"ward": 2, "kmeans": 2}
+    with pytest.raises(AttnscopeError, match="too large for 6 heads"):
+        cluster_heads(small, k_max=8)
+    big = blobs([(1, 0.5, 2), (3, 0.1, 50)], 8)
+    assert sorted(cluster_heads(big, method="ward").silhouette["k"].unique()) == list(range(2, 9))  # 8 by default
+    with pytest.raises(AttnscopeError, match="2 heads are too few"):
+        cluster_heads(blobs([(1, 0.5, 2), (3, 0.1, 50)], 1))
+
+
+def test_cli_cluster_on_a_small_table_needs_no_k_max(cli, tmp_path):
+    path = tmp_path / "small.csv"
+    blobs([(1, 0.5, 2), (3, 0.1, 50)], 3).to_csv(path, index=False)
+    code, out, err = cli("heads", "cluster", str(path), "--json")
+    assert code == 0, err
+    assert sorted({r["k"] for r in json.loads(out)["silhouette"]}) == [2, 3, 4, 5]
+    code, out, err = cli("heads", "cluster", str(path))
+    ks = [line.split("│")[1].strip() for line in err.split("cluster profiles")[0].splitlines() if line.count("│") == 4]
+    assert code == 0 and ks == ["2", "3", "4", "5"], err  # the silhouette table: one row per k tried
+
+
 def test_nan_feature_is_an_error():
     df = blobs([(1, 0.5, 2), (3, 0.1, 50)], 8)
     df.loc[3, "distance"] = np.nan

@@ -93,7 +93,7 @@ def add_clusters(table: "pd.DataFrame", features: Sequence[str], seed: int = 0) 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         res = cluster_heads(table[["layer", "head", *feats]].reset_index(drop=True), feats,
-                            k_min=2, k_max=min(8, n - 1), method="ward", seed=seed)
+                            k_min=2, method="ward", seed=seed)
     k = res.best_k["ward"]
     best = res.labels[(res.labels["k"] == k)]
     out["cluster"] = best["cluster"].to_numpy()

@@ -147,7 +147,9 @@ def cluster(
     metrics: Path = typer.Argument(..., help="A metrics table written by `attnscope heads SOURCE --out`."),
     features: str = typer.Option("entropy,sparsity,distance", "--features", help="Comma-separated metric columns."),
     k_min: int = typer.Option(2, "--k-min", help="Fewest clusters tried (at least 2)."),
-    k_max: int = typer.Option(8, "--k-max", help="Most clusters tried (at most the number of heads - 1)."),
+    k_max: Optional[int] = typer.Option(
+        None, "--k-max", help="Most clusters tried (default 8, or the number of heads - 1 if fewer heads)."
+    ),
     method: str = typer.Option("both", "--method", help="ward, kmeans or both."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write labels (all k; `best` marks each method's best k); silhouettes go next to it as <stem>_silhouette<ext>."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write figures into this directory."),
@@ -194,7 +196,7 @@ def cluster(
     con = stderr_console()
     methods = list(res.best_k)
     rows = []
-    for k in range(k_min, k_max + 1):
+    for k in sorted(res.silhouette["k"].unique()):
         cells = [str(k)]
         for m in methods:
             v = res.silhouette[(res.silhouette["method"] == m) & (res.silhouette["k"] == k)]["silhouette"].iloc[0]

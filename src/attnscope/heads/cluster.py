@@ -28,6 +28,10 @@ METHODS = ("ward", "kmeans")
 ID_COLUMNS = ("model", "stack", "layer", "head")
 
 
+#: the most clusters tried when ``k_max`` is not given (fewer for tables of fewer heads)
+DEFAULT_K_MAX = 8
+
+
 @dataclass
 class ClusterResult:
     silhouette: "pd.DataFrame"  # method, k, silhouette
@@ -72,11 +76,14 @@ def cluster_heads(
     df: "pd.DataFrame",
     features: Sequence[str] = DEFAULT_FEATURES,
     k_min: int = 2,
-    k_max: int = 8,
+    k_max: int | None = None,
     method: str = "both",
     seed: int = 0,
 ) -> ClusterResult:
-    """Cluster the heads (rows) of a metrics table for every k in [k_min, k_max]."""
+    """Cluster the heads (rows) of a metrics table for every k in [k_min, k_max].
+
+    ``k_max`` None: :data:`DEFAULT_K_MAX`, or the number of heads - 1 when the table has fewer heads
+    (silhouette needs k < n); a ``k_max`` given explicitly and too large is refused."""
     import numpy as np
     import pandas as pd
     from sklearn.metrics import silhouette_score
@@ -94,6 +101,11 @@ def cluster_heads(
     n = len(df)
     if k_min < 2:
         raise InputError(f"k_min must be at least 2, not {k_min}", params="k_min")
+    if k_max is None:
+        if n - 1 < k_min:
+            raise InputError(f"{n} heads are too few to cluster into at least {k_min} groups (silhouette needs "
+                             f"k <= number of heads - 1)", params="k_min")
+        k_max = min(DEFAULT_K_MAX, n - 1)
     if k_max < k_min:
         raise InputError(f"k_max={k_max} is smaller than k_min={k_min}", params=("k_max", "k_min"))
     if k_max >= n:
