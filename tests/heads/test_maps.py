@@ -159,3 +159,19 @@ def test_measure_cli_writes_table_and_figures(tmp_path, capsys, monkeypatch):
     for name in ("heads_heatmaps.png", "heads_scatter.png", "heads_maps.png"):
         assert (tmp_path / "figs" / name).stat().st_size > 1000
     assert "per layer" in capsys.readouterr().err
+
+
+def test_default_window_is_the_models_maximum_capped_at_1024():
+    """A long-context decoder (SmolLM2: 8192) is measured on 1024-token windows unless told otherwise; a
+    512-token encoder on its full 512; a byte model on 1024 bytes; a model that names no maximum must be told."""
+    from attnscope.errors import InputError
+    from attnscope.heads.maps import MapModel
+
+    def model(max_len, byte_level=False):
+        return MapModel(name="m", kind="hf", n_layers=1, n_heads=1, causal=True, max_len=max_len, tokenizer=None,
+                        byte_level=byte_level)
+
+    assert [model(n).default_length() for n in (8192, 1024, 512, 128)] == [1024, 1024, 512, 128]
+    assert model(None, byte_level=True).default_length() == 1024 and model(256, byte_level=True).default_length() == 256
+    with pytest.raises(InputError, match="maximum length"):
+        model(None).default_length()

@@ -41,7 +41,7 @@ def measure(
     source: str = typer.Argument(..., help="HF model dir / hub id, a GGUF file (extra attnscope[gguf]), or an attnscope checkpoint / run dir."),
     data: str = typer.Option("builtin", "--data", help="Corpus: builtin, a text file/dir, enwik8, hf:NAME, jigsaw:PATH."),
     windows: int = typer.Option(10, "--windows", help="Held-out windows measured (each --length tokens)."),
-    length: Optional[int] = typer.Option(None, "--length", help="Window length in tokens (default: 1024 for byte models, else the model's max)."),
+    length: Optional[int] = typer.Option(None, "--length", help="Window length in tokens (default: the model's max, at most 1024)."),
     batch_size: int = typer.Option(1, "--batch-size", help="Windows per forward pass."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the per-head table (.csv/.parquet/.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print the table as JSON records on stdout."),
