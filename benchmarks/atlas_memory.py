@@ -75,7 +75,7 @@ def one(config: str, source: str) -> dict:
 def _row(name: str, config: str, runs: list[dict]) -> str:
     peaks = [r["peak_mb"] for r in runs]
     walls = [r["wall_s"] for r in runs]
-    return (f"| {name} | {config} | {statistics.median(peaks) / 1024:.2f} GB ({min(peaks) / 1024:.2f}-"
+    return (f"| {name} | {config} | {statistics.median(peaks) / 1024:.2f} GiB ({min(peaks) / 1024:.2f}-"
             f"{max(peaks) / 1024:.2f}) | {statistics.median(walls):.0f} s ({min(walls):.0f}-{max(walls):.0f}) | {len(runs)} |")
 
 
@@ -92,7 +92,7 @@ def main() -> None:
     lines = [f"## atlas peak memory, now and previous ({time.strftime('%Y-%m-%d')}, {platform.node()}, "
              f"{os.cpu_count()} CPUs)", "",
              "`attnscope atlas FILE --out DIR` with defaults (both probes, 8 windows of 256 tokens), each run its own "
-             "process; median (range) over the runs.", "",
+             "process; median (range) over the runs; peak RSS is ``ru_maxrss`` in GiB (2^30 bytes).", "",
              "| model | code | peak RSS | wall | runs |", "|---|---|---|---|---|"]
     for m in a.models:
         src = _path(m)
