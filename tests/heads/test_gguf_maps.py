@@ -104,3 +104,68 @@ def test_a_file_that_is_no_model_is_still_refused(tmp_path):
     p.write_bytes(b"x")
     with pytest.raises(AttnscopeError, match="not a file attnscope can run"):
         open_model(str(p))
+
+
+@needs_runtime
+def test_only_the_base_model_is_kept_and_it_holds_the_files_weights(same_weights):
+    """No language-model head (maps never need it); every weight is the file's, not a random init."""
+    from transformers import AutoModelForCausalLM
+
+    from attnscope.heads.load import _load_gguf
+
+    gguf_path, _ = same_weights
+    model, _ = _load_gguf(Path(gguf_path))
+    assert not any(n.startswith("lm_head") for n, _ in model.named_parameters())
+    assert type(model).__name__ == "LlamaModel"
+    full = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    want = full.base_model.state_dict()
+    got = model.state_dict()
+    assert sorted(got) == sorted(want)
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=0)
+
+
+class _Loaded:
+    """A stand-in for transformers' Auto classes: from_pretrained -> (model, loading info)."""
+
+    def __init__(self, missing, base=None):
+        self.missing, self.base, self.calls = missing, base, 0
+
+    def from_pretrained(self, *args, **kwargs):
+        self.calls += 1
+        assert kwargs.get("output_loading_info") is True
+        return _Model(self.base), {"missing_keys": self.missing}
+
+
+class _Model:
+    def __init__(self, base=None):
+        self.base_model = base
+
+    def eval(self):
+        return self
+
+
+def test_a_base_model_the_file_did_not_fill_falls_back_to_the_lm_class_then_refuses(monkeypatch, tmp_path):
+    """transformers 4.x fills only ...ForCausalLM from a GGUF file and leaves AutoModel at random init
+    (silently): attnscope then loads the LM class and keeps its base; if that too leaves weights unfilled,
+    one line, never maps of random weights."""
+    import transformers
+
+    from attnscope.heads import load
+
+    class Tok:
+        @staticmethod
+        def from_pretrained(*a, **k):
+            return "tok"
+
+    gguf = tmp_path / "m.gguf"
+    kept = _Model()
+    base, lm = _Loaded(["layers.0.self_attn.q_proj.weight"]), _Loaded(["lm_head.weight"], base=kept)
+    monkeypatch.setattr(transformers, "AutoModel", base)
+    monkeypatch.setattr(transformers, "AutoModelForCausalLM", lm)
+    monkeypatch.setattr(transformers, "AutoTokenizer", Tok)
+    model, tok = load._load_gguf(gguf)
+    assert model is kept and tok == "tok" and (base.calls, lm.calls) == (1, 1)  # a missing lm_head alone is fine
+    monkeypatch.setattr(transformers, "AutoModelForCausalLM", _Loaded(["embed_tokens.weight", "model.norm.weight"]))
+    with pytest.raises(UnsupportedError, match=r"leaves 2 weights of this GGUF file unloaded \(e.g. embed_tokens"):
+        load._load_gguf(gguf)

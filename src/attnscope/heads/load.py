@@ -8,9 +8,11 @@ directories, hub ids and attnscope checkpoints stay with ``open_model``).
 A GGUF file is loaded with transformers' own GGUF support
 (``AutoModel.from_pretrained(dir, gguf_file=name)``), which dequantises every tensor to float32 and
 rebuilds the tokenizer from the file's vocabulary; the weights are therefore the file's quantised
-values, not the original checkpoint's. Only the base model is built: attention maps never need the
+values, not the original checkpoint's. Only the base model is kept: attention maps never need the
 language-model head, whose [vocab, d_model] matrix (untied in many GGUF files) would add a second
-embedding-sized float32 matrix (0.5 GB for Qwen2.5-0.5B) and a logits tensor per forward. transformers needs the ``accelerate`` and ``gguf``
+embedding-sized float32 matrix (0.5 GB for Qwen2.5-0.5B) and a logits tensor per forward. (transformers
+4.x fills only the ``...ForCausalLM`` class from a GGUF file: there the full model is loaded and its base
+kept.) A weight the file did not fill is never left at random: that is a one-line refusal. transformers needs the ``accelerate`` and ``gguf``
 packages for this: the optional extra ``attnscope[gguf]``.
 """
 
@@ -86,17 +88,29 @@ def open_gguf(path: str | os.PathLike, device: str = "cpu") -> "MapModel":
 def _load_gguf(p: Path) -> tuple[Any, Any]:
     """(model, tokenizer) from one GGUF file, progress bars and chatter of transformers silenced."""
     import transformers
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):  # its dequantisation bar is a bare tqdm
-            model = AutoModel.from_pretrained(
-                str(p.parent), gguf_file=p.name, attn_implementation="eager", trust_remote_code=False
-            )
-    except Exception as exc:  # transformers raises ValueError/KeyError/... for architectures it cannot map
-        raise UnsupportedError(f"{p}: transformers cannot load this GGUF file ({_first_line(exc)})") from None
+    def load(cls: Any) -> tuple[Any, list[str]]:
+        """(model, the names of its weights the file did not fill: left at random init by transformers)."""
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):  # its dequantisation bar is a bare tqdm
+                model, info = cls.from_pretrained(str(p.parent), gguf_file=p.name, attn_implementation="eager",
+                                                  trust_remote_code=False, output_loading_info=True)
+        except Exception as exc:  # transformers raises ValueError/KeyError/... for architectures it cannot map
+            raise UnsupportedError(f"{p}: transformers cannot load this GGUF file ({_first_line(exc)})") from None
+        return model, [k for k in info.get("missing_keys", ()) if not k.startswith("lm_head")]
+
+    model, missing = load(AutoModel)
+    if missing:  # transformers 4.x maps GGUF tensor names onto the ...ForCausalLM class only
+        del model
+        full, missing = load(AutoModelForCausalLM)
+        model = full.base_model  # the head is dropped with ``full``
+        del full
+    if missing:
+        raise UnsupportedError(f"{p}: transformers {transformers.__version__} leaves {len(missing)} weights of this "
+                               f"GGUF file unloaded (e.g. {sorted(missing)[0]}); maps would come from random weights")
     try:
         tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
     except Exception as exc:
