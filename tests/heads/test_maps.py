@@ -175,3 +175,32 @@ def test_default_window_is_the_models_maximum_capped_at_1024():
     assert model(None, byte_level=True).default_length() == 1024 and model(256, byte_level=True).default_length() == 256
     with pytest.raises(InputError, match="maximum length"):
         model(None).default_length()
+
+
+@pytest.mark.parametrize("drop, refused", [("encoder.layer.0.attention.self.query.weight", True),
+                                           ("pooler.dense.weight", False)])
+def test_a_checkpoint_missing_weights_on_the_map_path_is_refused(tmp_path, minilm_dir, drop, refused):
+    """transformers fills a parameter the checkpoint lacks with a random init and only logs it: a missing
+    attention weight would give maps of random weights, so it is one line; the pooler (after the last
+    layer) changes no map and may be absent."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+    from transformers import BertConfig, BertModel
+
+    from attnscope.errors import FormatError
+
+    cfg = BertConfig(vocab_size=30522, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=64)
+    d = tmp_path / "bert"
+    BertModel(cfg).save_pretrained(d)
+    shutil.copy(minilm_dir / "tokenizer.json", d / "tokenizer.json")
+    weights = load_file(d / "model.safetensors")
+    assert drop in weights
+    del weights[drop]
+    save_file(weights, d / "model.safetensors", metadata={"format": "pt"})
+    if refused:
+        with pytest.raises(FormatError, match=r"no weights for 1 parameter\(s\) of BertModel \(e\.g\. encoder\.layer\.0"):
+            open_model(str(d))
+    else:
+        assert open_model(str(d)).n_layers == 1

@@ -36,6 +36,8 @@ LayerFn = Callable[[int, "torch.Tensor"], None]
 _DECODER_ARCH_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 _ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert", "longformer")
 _PROBE_LEN = 5  # tokens in the probe forward that finds the map-emitting modules
+#: parameters a checkpoint may lack without changing any attention map (BERT's pooler comes after the last layer)
+_NOT_ON_THE_MAP_PATH = ("pooler.",)
 #: the longest window ``heads`` measures by default (:meth:`MapModel.default_length`)
 DEFAULT_MAX_WINDOW = 1024
 
@@ -234,12 +236,17 @@ def _open_hf(name: str, local: Path, device: str) -> MapModel:
     if getattr(config, "is_encoder_decoder", False):
         raise UnsupportedError(f"{name}: encoder-decoder models are not supported by `heads` yet (self-attention stacks only)")
     try:
-        model = AutoModel.from_pretrained(str(local), attn_implementation="eager", trust_remote_code=False)
+        model, info = AutoModel.from_pretrained(str(local), attn_implementation="eager", trust_remote_code=False,
+                                                output_loading_info=True)
     except Exception as exc:
         msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         if "eager" in msg or "attn_implementation" in msg:
             raise UnsupportedError(f"{name}: model cannot return attention maps (no eager attention): {msg}") from None
         raise FormatError(f"{name}: cannot load the model ({exc.__class__.__name__}: {msg[:200]})") from None
+    unfilled = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(_NOT_ON_THE_MAP_PATH))
+    if unfilled:  # transformers initialises them at random and only logs it: maps would be of random weights
+        raise FormatError(f"{name}: the checkpoint has no weights for {len(unfilled)} parameter(s) of "
+                          f"{type(model).__name__} (e.g. {unfilled[0]}); its maps would come from random weights")
     model = model.to(device).eval()
     try:
         tok = load_tokenizer(local)
