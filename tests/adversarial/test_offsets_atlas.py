@@ -86,10 +86,12 @@ def test_atlas_on_a_corpus_too_short_says_what_to_change_and_makes_no_folder(tin
     assert not (tmp_path / "o").exists()
 
 
-def test_heads_cluster_on_too_few_heads_names_k_max(tmp_path):
+def test_heads_cluster_on_too_few_heads_says_so(tmp_path):
     table = tmp_path / "one.csv"
     table.write_text("model,layer,head,entropy,sparsity,distance\nm,0,0,1.0,0.5,3.0\nm,0,1,2.0,0.4,1.0\n")
     res = cli("heads", "cluster", table)
+    assert_one_line_error(res, "2 heads are too few to cluster into at least 2 groups")
+    res = cli("heads", "cluster", table, "--k-max", "8")
     assert_one_line_error(res, "--k-max 8 is too large for 2 heads")
 
 
