@@ -24,7 +24,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from atlas_speed import _path  # noqa: E402  (model names -> offline GGUF paths)
+from atlas_speed import _path, emit  # noqa: E402  (model names -> offline GGUF paths; print / append)
 
 CONFIGS = ("now", "previous")
 
@@ -109,11 +109,7 @@ def main() -> None:
             r["peak_mb"] for r in runs["now"])
         lines.append(f"| {name} | previous / now | **{ratio:.2f}x** | | |")
     lines.append(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
-    md = "\n".join(lines) + "\n"
-    print(md)
-    if a.append:
-        with open(a.append, "a") as fh:
-            fh.write("\n" + md)
+    emit("\n".join(lines) + "\n", a.append)
 
 
 if __name__ == "__main__":

@@ -107,10 +107,14 @@ def main() -> None:
         cmd = [sys.executable, __file__, "x", "--one", _path(m), "--windows", str(a.windows), "--length", str(a.length)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    md = _markdown(results)
+    emit(_markdown(results), a.append)
+
+
+def emit(md: str, append: str | None) -> None:
+    """Print a markdown section; append it to ``append`` too when given."""
     print(md)
-    if a.append:
-        with open(a.append, "a") as fh:
+    if append:
+        with open(append, "a") as fh:
             fh.write("\n" + md)
 
 
