@@ -67,7 +67,8 @@ def test_cli_writes_tables_figures_and_a_self_contained_page(tiny_gguf, tmp_path
     assert " src=" not in page and "href=" not in page and "@import" not in page  # nothing fetched at view time
     data = json.loads(page.split('id="atlas-data">')[1].split("</script>")[0])
     assert len(data["rows"]) == 8 and "induction_random" in data["columns"]
-    assert len(data["maps"]) == 8 and len(data["maps"]["0,0"]) == 25 and data["mapProbe"] == "random"
+    assert len(data["maps"]) == 8 and len(data["maps"]["0,0"]["cells"]) == 25 and data["mapProbe"] == "random"
+    assert (data["maps"]["0,0"]["block"], data["maps"]["0,0"]["length"]) == (1, 25)
 
 
 def test_bad_input_is_one_line(tiny_gguf, tmp_path, cli_inproc):
@@ -126,7 +127,7 @@ def test_model_report_gains_the_atlas_section(tiny_gguf, tmp_path):
     rep.atlas = attnscope.atlas(str(tiny_gguf), **SMALL)
     page = render_html(rep)
     assert "Geometry meets behaviour (atlas)" in page and page.count('id="atlas-data"') == 1
-    assert '"1,3": [[' in page and 'id="atlas-map"' in page  # the report's section draws maps on click too
+    assert '"1,3": {"block": 1, "length": 25, "cells": [[' in page and 'id="atlas-map"' in page  # the report's section draws maps on click too
     assert " src=\"http" not in page
 
 
@@ -159,7 +160,7 @@ def test_atlas_keeps_each_heads_map_on_the_random_probe_for_the_page(tiny_gguf):
     page = atlas_page(res.table, res.correlations, res.info, maps=res.maps)
     data = json.loads(page.split('id="atlas-data">')[1].split("</script>")[0])
     assert data["mapProbe"] == "random" and len(data["maps"]) == 8
-    np.testing.assert_allclose(np.array(data["maps"]["1,3"]) / data["mapScale"], own[1][3], atol=2e-3)
+    np.testing.assert_allclose(np.array(data["maps"]["1,3"]["cells"]) / data["mapScale"], own[1][3], atol=2e-3)
 
 
 def test_atlas_map_of_a_long_probe_is_the_whole_window_in_block_maxima(tiny_gguf):

@@ -69,16 +69,42 @@ def test_page_embeds_each_heads_whole_map_as_block_maxima_and_says_so():
     page = atlas_page(t, corr, {"model": "m", "map_probe": "random"}, maps=maps)
     d = _data(page)
     assert len(d["maps"]) == 12 and d["mapProbe"] == "random"
-    m = np.array(d["maps"]["2,3"]) / d["mapScale"]
-    assert m.shape == (40, 40) and d["mapBlock"] == 2 and d["mapLength"] == 80  # the whole 80 x 80 map, 2 x 2 blocks
+    e = d["maps"]["2,3"]
+    m = np.array(e["cells"]) / d["mapScale"]
+    assert m.shape == (40, 40) and (e["block"], e["length"]) == (2, 80)  # the whole 80 x 80 map, 2 x 2 blocks
     np.testing.assert_allclose(m, map_overview(maps[(2, 3)], 64)[0], atol=5e-4)
     np.testing.assert_allclose(m[-1, :], maps[(2, 3)][78:, :].reshape(2, 40, 2).max(axis=(0, 2)), atol=5e-4)
     assert "at most 64 x 64 cells" in page and "<code>random</code> probe" in page
-    # maps the atlas already shrank: the page keeps them as they are and says what they came from
+    # maps the atlas already shrank: kept as they are, described by what they came from (info)
     small = {k: map_overview(v, 64)[0] for k, v in maps.items()}
     d2 = _data(atlas_page(t, corr, {"model": "m", "map_probe": "random", "map_length": 80, "map_block": 2}, maps=small))
-    assert d2["maps"] == d["maps"] and (d2["mapBlock"], d2["mapLength"]) == (2, 80)
+    assert d2["maps"] == d["maps"]
+    # full-size maps with that info are shrunk once, not described twice
+    d3 = _data(atlas_page(t, corr, {"model": "m", "map_length": 80, "map_block": 2}, maps=maps))
+    assert d3["maps"] == d["maps"]
     assert _data(atlas_page(t, corr, {"model": "m"}))["maps"] == {}  # no maps: nothing embedded, no click note
+
+
+def test_maps_of_different_sizes_each_keep_their_own_block_and_length():
+    t, corr = _synthetic()
+    d = _data(atlas_page(t, corr, {"model": "m"}, maps={(0, 0): np.eye(10), (0, 1): np.eye(300)}))
+    assert {k: (e["block"], e["length"], len(e["cells"])) for k, e in d["maps"].items()} == {
+        "0,0": (1, 10, 10), "0,1": (5, 300, 60)}
+
+
+@pytest.mark.parametrize("bad, msg", [
+    (np.full((10, 10), np.inf), "non-finite"), (np.full((10, 10), np.nan), "non-finite"),
+    (np.full((10, 10), 1e20), r"in \[0, 1\]"), (-np.eye(10), r"in \[0, 1\]"),
+    (np.zeros((3, 4)), "square"), (np.zeros((2, 3, 3)), "square"),
+])
+def test_maps_that_are_not_attention_weights_are_refused_in_one_line(bad, msg):
+    from attnscope.errors import InputError
+
+    t, corr = _synthetic()
+    with pytest.raises(InputError, match=msg):
+        atlas_page(t, corr, {"model": "m"}, maps={(0, 0): bad})
+    with pytest.raises(InputError, match=r"\(layer, head\) pairs"):
+        atlas_page(t, corr, {"model": "m"}, maps={(0,): np.eye(3)})
 
 
 def _chromium() -> str:
@@ -191,3 +217,19 @@ def test_minilm_page_with_every_heads_map_stays_under_2_mb():
     assert len(res.maps) == 72 and {m.shape for m in res.maps.values()} == {(64, 64)}
     size = len(atlas_page(res.table, res.correlations, res.info, maps=res.maps).encode())
     assert size < 2_000_000, size
+
+
+def test_a_small_map_is_titled_without_blocks(tmp_path):
+    """A map of at most 64 positions is drawn cell for cell: its title names no block (and no stray "(;")."""
+    node = shutil.which("node") or shutil.which("nodejs")
+    if node is None:
+        pytest.skip("no node on PATH")
+    t, corr = _synthetic()
+    page = tmp_path / "atlas.html"
+    page.write_text(atlas_page(t, corr, {"model": "m", "map_probe": "random"}, maps=_maps(t, side=10)))
+    (tmp_path / "shim.js").write_text(_DOM_SHIM)
+    r = subprocess.run([node, str(tmp_path / "shim.js"), str(page), "induction_random"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    title = json.loads(r.stdout)["title"]
+    assert "query x key positions 0..9 (darker = more, max " in title and "block" not in title, title

@@ -50,7 +50,9 @@ function el(name, attrs, text){const e = document.createElementNS(NS, name);
 function colour(i){const r = D.rows[i]; if (D.hue === 'model') {const k = D.models.indexOf(r.model);
     return 'hsl(' + Math.round(360 * k / Math.max(1, D.models.length)) + ',70%,45%)';}
   const t = D.maxLayer > 0 ? r.layer / D.maxLayer : 0; return 'hsl(' + Math.round(260 - 200 * t) + ',75%,' + Math.round(30 + 25 * t) + '%)';}
-function fmt(v){return (v === null || v === undefined) ? 'n/a' : (Math.abs(v) >= 100 ? v.toFixed(1) : v.toFixed(3));}
+function fmt(v){return (v === null || v === undefined) ? 'n/a' : (Math.abs(v) >= 100 ? v.toFixed(1) :
+  (v !== 0 && Math.abs(v) < 0.01) ? v.toPrecision(3) : v.toFixed(3));}
+function tick(v, span){const d = Math.min(6, Math.max(0, 1 - Math.floor(Math.log10(span / 4 || 1)))); return v.toFixed(d);}
 function draw(){
   const x = sx.value, y = sy.value; while (svg.firstChild) svg.removeChild(svg.firstChild);
   const pts = D.rows.map((r, i) => [r[x], r[y], i]).filter(p => p[0] !== null && p[1] !== null);
@@ -61,8 +63,8 @@ function draw(){
   const X = v => M.l + (v - x0) / (x1 - x0) * (W - M.l - M.r), Y = v => H - M.b - (v - y0) / (y1 - y0) * (H - M.t - M.b);
   svg.appendChild(el('rect', {x: M.l, y: M.t, width: W - M.l - M.r, height: H - M.t - M.b, fill: 'none', stroke: '#888'}));
   for (let k = 0; k <= 4; k++) {const vx = x0 + k * (x1 - x0) / 4, vy = y0 + k * (y1 - y0) / 4;
-    svg.appendChild(el('text', {x: X(vx), y: H - M.b + 16, 'text-anchor': 'middle', 'font-size': 11}, vx.toFixed(2)));
-    svg.appendChild(el('text', {x: M.l - 6, y: Y(vy) + 4, 'text-anchor': 'end', 'font-size': 11}, vy.toFixed(2)));}
+    svg.appendChild(el('text', {x: X(vx), y: H - M.b + 16, 'text-anchor': 'middle', 'font-size': 11}, tick(vx, x1 - x0)));
+    svg.appendChild(el('text', {x: M.l - 6, y: Y(vy) + 4, 'text-anchor': 'end', 'font-size': 11}, tick(vy, y1 - y0)));}
   svg.appendChild(el('text', {x: (W + M.l) / 2, y: H - 10, 'text-anchor': 'middle', 'font-size': 13}, x));
   svg.appendChild(el('text', {x: 14, y: H / 2, 'text-anchor': 'middle', 'font-size': 13, transform: 'rotate(-90 14 ' + H / 2 + ')'}, y));
   for (const p of pts) {
@@ -79,15 +81,15 @@ function draw(){
   const rho = D.corr[x + '|' + y]; document.getElementById('atlas-rho').textContent = rho || '';
 }
 function showMap(i){
-  const r = D.rows[i], m = D.maps[r.layer + ',' + r.head], title = document.getElementById('atlas-map-title');
+  const r = D.rows[i], e = D.maps[r.layer + ',' + r.head], title = document.getElementById('atlas-map-title');
   const box = document.getElementById('atlas-map'); while (box.firstChild) box.removeChild(box.firstChild);
   const who = (D.hue === 'model' ? r.model + ', ' : '') + 'layer ' + r.layer + ', head ' + r.head;
-  if (!m) {title.textContent = who + ': no attention map kept'; return;}
-  const n = m.length, o = 44, S = 300, c = S / n, b = D.mapBlock, L = D.mapLength || n * b;
+  if (!e) {title.textContent = who + ': no attention map kept'; return;}
+  const m = e.cells, n = m.length, o = 44, S = 300, c = S / n, b = e.block, L = e.length;
   let top = 0; for (const row of m) for (const v of row) top = Math.max(top, v);
   title.textContent = who + ': attention on the ' + D.mapProbe + ' probe, first window, query x key positions 0..' +
-    (L - 1) + (b > 1 ? ' (' + n + ' x ' + n + ' cells, each the largest weight of a ' + b + ' x ' + b + ' block' : ' (') +
-    '; darker = more, max ' + (top / D.mapScale).toFixed(3) + ')';
+    (L - 1) + ' (' + (b > 1 ? n + ' x ' + n + ' cells, each the largest weight of a ' + b + ' x ' + b + ' block; ' : '') +
+    'darker = more, max ' + (top / D.mapScale).toFixed(3) + ')';
   box.appendChild(el('rect', {x: o, y: o, width: S, height: S, fill: '#fff', stroke: '#888'}));
   for (let q = 0; q < n; q++) for (let k = 0; k < n; k++) {const v = m[q][k]; if (v <= 0) continue;
     box.appendChild(el('rect', {x: o + k * c, y: o + q * c, width: c, height: c, fill: '#1a3a8a', 'fill-opacity': (v / top).toFixed(3), class: 'cell'}));}
@@ -112,25 +114,41 @@ def _num(v: Any) -> Any:
     return v
 
 
-def _map_payload(maps: "Mapping[tuple[int, int], Any] | None") -> tuple[dict[str, list[list[int]]], int, int]:
-    """(layer, head) -> [L, L] map  ->  ("layer,head" -> rows of round(value * MAP_SCALE), block, L).
+def _map_payload(maps: "Mapping[tuple[int, int], Any] | None", info: "Mapping[str, Any]") -> dict[str, Any]:
+    """(layer, head) -> [L, L] attention weights  ->  "layer,head" -> {cells, block, length}.
 
-    A map wider than :data:`MAP_SIDE` is shrunk by :func:`~attnscope.heads.metrics.map_overview` (block
-    maxima); ``block`` is the block side that took (1 for maps already small), L the largest map side given.
+    ``cells``: rows of round(weight * MAP_SCALE); a map wider than :data:`MAP_SIDE` is shrunk here by
+    :func:`~attnscope.heads.metrics.map_overview` (block maxima). Maps the atlas already shrank are
+    recognised by ``info`` (``map_length`` positions in ``map_block`` blocks give their side) and keep
+    what they came from; any other map is described by its own side. Weights must lie in [0, 1].
     """
     import numpy as np
 
+    from attnscope.errors import InputError
     from attnscope.heads.metrics import map_overview
 
-    out, block, side = {}, 1, 0
-    for (layer, head), a in (maps or {}).items():
+    length, block = info.get("map_length"), info.get("map_block")
+    shrunk_side = -(-int(length) // int(block)) if length and block else None
+    out = {}
+    for key, a in (maps or {}).items():
+        if not (isinstance(key, tuple) and len(key) == 2):
+            raise InputError(f"maps keys must be (layer, head) pairs, not {key!r}", params="maps")
+        layer, head = key
         a = np.asarray(a, dtype=np.float64)  # [L, L] query x key
         if a.ndim != 2 or a.shape[0] != a.shape[1] or a.shape[0] == 0:
-            raise ValueError(f"maps[{layer}, {head}] must be a square query x key array, not shape {a.shape}")
-        view, b = map_overview(np.nan_to_num(a), MAP_SIDE)
-        block, side = max(block, b), max(side, a.shape[0])
-        out[f"{int(layer)},{int(head)}"] = np.rint(view * MAP_SCALE).astype(int).tolist()
-    return out, block, side
+            raise InputError(f"maps[{layer}, {head}] must be a square query x key array, not shape {a.shape}",
+                             params="maps")
+        if not np.isfinite(a).all() or a.min() < -1e-6 or a.max() > 1 + 1e-3:
+            raise InputError(f"maps[{layer}, {head}] must hold attention weights in [0, 1] (it has "
+                             f"{'non-finite values' if not np.isfinite(a).all() else f'{a.min():.3g} .. {a.max():.3g}'})",
+                             params="maps")
+        view, b = map_overview(a.clip(0, 1), MAP_SIDE)
+        if b == 1 and a.shape[0] == shrunk_side:  # the atlas's own overview: it covers map_length positions
+            entry = {"block": int(block), "length": int(length)}
+        else:
+            entry = {"block": b, "length": a.shape[0]}
+        out[f"{int(layer)},{int(head)}"] = {**entry, "cells": np.rint(view * MAP_SCALE).astype(int).tolist()}
+    return out
 
 
 def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str, maps: Any = None,
@@ -145,12 +163,9 @@ def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str, maps
         for r in correlations.itertuples():
             corr[f"{r.x}|{r.y}"] = f"Spearman rho = {r.rho:+.2f}, {r.interval}: [{r.ci_low:+.2f}, {r.ci_high:+.2f}], n = {r.n} ({r.relation})"
     info = info or {}
-    payload, block, side = _map_payload(maps)
-    # maps the atlas already shrank say so in info (map_block of map_length tokens); others shrink here
     data = {"rows": rows, "columns": cols, "hue": hue, "models": list(dict.fromkeys(table["model"])),
             "maxLayer": int(table["layer"].max()) if len(table) else 0, "corr": corr,
-            "maps": payload, "mapScale": MAP_SCALE, "mapProbe": str(info.get("map_probe", "")),
-            "mapBlock": int(info.get("map_block", 1)) * block, "mapLength": int(info.get("map_length", side))}
+            "maps": _map_payload(maps, info), "mapScale": MAP_SCALE, "mapProbe": str(info.get("map_probe", ""))}
     return json.dumps(data).replace("</", "<\\/")  # never closes the script element early
 
 

@@ -135,7 +135,7 @@ def map_overview(maps: Any, side: int) -> tuple["np.ndarray", int]:
     """
     import numpy as np
 
-    a = np.asarray(maps)
+    a = np.asarray(maps, dtype=np.float64)  # ints and bools too (the -inf padding must stay below every weight)
     if a.ndim < 2 or a.shape[-1] != a.shape[-2] or a.shape[-1] == 0:
         raise InputError(f"a map must be [..., L, L] with L >= 1, got shape {a.shape}")
     if side < 1:
