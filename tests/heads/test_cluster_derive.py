@@ -78,6 +78,8 @@ def test_default_k_max_shrinks_to_a_small_table_but_an_explicit_one_does_not():
     assert sorted(cluster_heads(big, method="ward").silhouette["k"].unique()) == list(range(2, 9))  # 8 by default
     with pytest.raises(AttnscopeError, match="2 heads are too few"):
         cluster_heads(blobs([(1, 0.5, 2), (3, 0.1, 50)], 1))
+    ten = blobs([(1, 0.5, 2), (3, 0.1, 50)], 5)  # a k_min above the default 8 carries k_max with it
+    assert sorted(cluster_heads(ten, k_min=9, method="ward").silhouette["k"].unique()) == [9]
 
 
 def test_cli_cluster_on_a_small_table_needs_no_k_max(cli, tmp_path):

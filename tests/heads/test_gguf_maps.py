@@ -167,5 +167,5 @@ def test_a_base_model_the_file_did_not_fill_falls_back_to_the_lm_class_then_refu
     model, tok = load._load_gguf(gguf)
     assert model is kept and tok == "tok" and (base.calls, lm.calls) == (1, 1)  # a missing lm_head alone is fine
     monkeypatch.setattr(transformers, "AutoModelForCausalLM", _Loaded(["embed_tokens.weight", "model.norm.weight"]))
-    with pytest.raises(UnsupportedError, match=r"leaves 2 weights of this GGUF file unloaded \(e.g. embed_tokens"):
+    with pytest.raises(UnsupportedError, match=r"2 weights of the model \(e.g. embed_tokens.weight\) are not filled"):
         load._load_gguf(gguf)

@@ -161,9 +161,10 @@ def test_measure_cli_writes_table_and_figures(tmp_path, capsys, monkeypatch):
     assert "per layer" in capsys.readouterr().err
 
 
-def test_default_window_is_the_models_maximum_capped_at_1024():
-    """A long-context decoder (SmolLM2: 8192) is measured on 1024-token windows unless told otherwise; a
-    512-token encoder on its full 512; a byte model on 1024 bytes; a model that names no maximum must be told."""
+def test_default_window_is_the_models_maximum_capped_at_512():
+    """A long-context decoder (SmolLM2: 8192) is measured on 512-token windows unless told otherwise (10 of
+    them fit the built-in corpus); a 128-token model on its full 128; a byte model on 1024 bytes; a model
+    that names no maximum must be told."""
     from attnscope.errors import InputError
     from attnscope.heads.maps import MapModel
 
@@ -171,7 +172,7 @@ def test_default_window_is_the_models_maximum_capped_at_1024():
         return MapModel(name="m", kind="hf", n_layers=1, n_heads=1, causal=True, max_len=max_len, tokenizer=None,
                         byte_level=byte_level)
 
-    assert [model(n).default_length() for n in (8192, 1024, 512, 128)] == [1024, 1024, 512, 128]
+    assert [model(n).default_length() for n in (8192, 1024, 512, 128)] == [512, 512, 512, 128]
     assert model(None, byte_level=True).default_length() == 1024 and model(256, byte_level=True).default_length() == 256
     with pytest.raises(InputError, match="maximum length"):
         model(None).default_length()
@@ -204,3 +205,13 @@ def test_a_checkpoint_missing_weights_on_the_map_path_is_refused(tmp_path, minil
             open_model(str(d))
     else:
         assert open_model(str(d)).n_layers == 1
+
+
+def test_an_encoder_window_needs_room_for_cls_and_sep(minilm_dir):
+    """[CLS] + text + [SEP]: a 2-token window has no room for text, which is one line, not a division by 0."""
+    from attnscope.errors import InputError
+    from attnscope.heads.maps import extract
+
+    with pytest.raises(InputError, match=r"length must be at least 3 .*\[CLS\] \+ text \+ \[SEP\], not 2"):
+        extract(str(minilm_dir), windows=1, length=2)
+    assert extract(str(minilm_dir), windows=1, length=3).info["length"] == 3

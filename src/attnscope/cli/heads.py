@@ -41,7 +41,7 @@ def measure(
     source: str = typer.Argument(..., help="HF model dir / hub id, a GGUF file (extra attnscope[gguf]), or an attnscope checkpoint / run dir."),
     data: str = typer.Option("builtin", "--data", help="Corpus: builtin, a text file/dir, enwik8, hf:NAME, jigsaw:PATH."),
     windows: int = typer.Option(10, "--windows", help="Held-out windows measured (each --length tokens)."),
-    length: Optional[int] = typer.Option(None, "--length", help="Window length in tokens (default: the model's max, at most 1024)."),
+    length: Optional[int] = typer.Option(None, "--length", help="Window length in tokens (default: the model's max, at most 512; byte models 1024 bytes)."),
     batch_size: int = typer.Option(1, "--batch-size", help="Windows per forward pass."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the per-head table (.csv/.parquet/.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print the table as JSON records on stdout."),
@@ -148,7 +148,7 @@ def cluster(
     features: str = typer.Option("entropy,sparsity,distance", "--features", help="Comma-separated metric columns."),
     k_min: int = typer.Option(2, "--k-min", help="Fewest clusters tried (at least 2)."),
     k_max: Optional[int] = typer.Option(
-        None, "--k-max", help="Most clusters tried (default 8, or the number of heads - 1 if fewer heads)."
+        None, "--k-max", help="Most clusters tried (default 8, or --k-min if larger; at most the number of heads - 1)."
     ),
     method: str = typer.Option("both", "--method", help="ward, kmeans or both."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write labels (all k; `best` marks each method's best k); silhouettes go next to it as <stem>_silhouette<ext>."),

@@ -109,8 +109,11 @@ def _load_gguf(p: Path) -> tuple[Any, Any]:
         model = full.base_model  # the head is dropped with ``full``
         del full
     if missing:
-        raise UnsupportedError(f"{p}: transformers {transformers.__version__} leaves {len(missing)} weights of this "
-                               f"GGUF file unloaded (e.g. {sorted(missing)[0]}); maps would come from random weights")
+        n = len(missing)
+        raise UnsupportedError(f"{p}: {n} weight{'s' if n != 1 else ''} of the model (e.g. {sorted(missing)[0]}) "
+                               f"{'are' if n != 1 else 'is'} not filled from this GGUF file (missing from it, or named "
+                               f"in a way transformers {transformers.__version__} does not map); its maps would come "
+                               "from random weights")
     try:
         tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
     except Exception as exc:

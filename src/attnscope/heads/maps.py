@@ -38,8 +38,11 @@ _ROBERTA_LIKE = ("roberta", "xlm-roberta", "camembert", "longformer")
 _PROBE_LEN = 5  # tokens in the probe forward that finds the map-emitting modules
 #: parameters a checkpoint may lack without changing any attention map (BERT's pooler comes after the last layer)
 _NOT_ON_THE_MAP_PATH = ("pooler.",)
-#: the longest window ``heads`` measures by default (:meth:`MapModel.default_length`)
-DEFAULT_MAX_WINDOW = 1024
+#: the longest window ``heads`` measures by default (:meth:`MapModel.default_length`), in tokens: 10 of them
+#: fit the built-in corpus's held-out split with any tokenizer here (SmolLM2's holds 5869 tokens)
+DEFAULT_MAX_WINDOW = 512
+#: the default window of byte-level models, in bytes
+DEFAULT_BYTE_WINDOW = 1024
 
 
 @dataclass
@@ -85,9 +88,10 @@ class MapModel:
     def default_length(self) -> int:
         """The window ``heads`` measures when not told: the model's maximum length, at most
         :data:`DEFAULT_MAX_WINDOW` tokens (a long-context model's full window would hold h x L x L maps per
-        layer: 2.4 GB for 9 heads at 8192 tokens); byte models 1024 bytes."""
+        layer: 2.4 GB for 9 heads at 8192 tokens, and need a far longer corpus); byte models
+        :data:`DEFAULT_BYTE_WINDOW` bytes."""
         if self.byte_level:
-            return min(DEFAULT_MAX_WINDOW, self.max_len or DEFAULT_MAX_WINDOW)
+            return min(DEFAULT_BYTE_WINDOW, self.max_len or DEFAULT_BYTE_WINDOW)
         if self.max_len is None:
             raise InputError(f"{self.name}: the model does not say its maximum length; pass length", params="length")
         return min(DEFAULT_MAX_WINDOW, self.max_len)
@@ -467,8 +471,11 @@ def make_windows(model: MapModel, corpus: str, n: int, length: int, split: str =
         raise InputError(f"length must be at least 2, not {length}", params="length")
     if model.max_len is not None and length > model.max_len:
         raise InputError(f"window length {length} is longer than the model's maximum {model.max_len}")
-    corp = open_corpus(corpus)
     wrap = model.kind == "hf" and model.cls_id is not None and model.sep_id is not None and not model.causal
+    if wrap and length < 3:
+        raise InputError(f"length must be at least 3 for {model.name}, whose windows are [CLS] + text + [SEP], "
+                         f"not {length}", params="length")
+    corp = open_corpus(corpus)
     body = heldout_windows(corp, model.tokenizer, length - 2 if wrap else length, n, split=split)
     if len(body) == 0 or body.shape[1] == 0:
         raise InputError(f"corpus {corpus!r} gives no tokens in its {split} split")
