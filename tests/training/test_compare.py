@@ -474,7 +474,44 @@ def test_options_that_cannot_act_are_refused_or_noted(tmp_path):
     assert any("smooth 3 had no effect" in n for n in res.notes)
     res = compare(runs, smooth=3, curve="train")  # 4 training losses after step 0: enough
     assert not any("smooth" in n for n in res.notes) and res.runs["curve"].eq("train (smooth 3)").all()
-    res = compare(runs, smooth=5, curve="train")
-    assert any("smooth 5 is more than the training losses logged after step 0 by default-s0 (4)" in n for n in res.notes)
-    assert res.runs["speedup"].isna().all()
+    for smooth in (4, 5):  # 4 losses after step 0: smoothing over 4 leaves one point, over 5 none
+        res = compare(runs, smooth=smooth, curve="train")
+        assert any(f"smooth {smooth} leaves fewer than 2 points of the training-loss curve of default-s0 (4" in n
+                   for n in res.notes), res.notes
+        assert res.runs["speedup"].isna().all()  # never the 0.0 a single point would give by construction
     assert not any("smooth" in n for n in compare(runs).notes + compare(runs, at=[40]).notes)
+
+
+def test_a_target_that_says_nothing_is_noted_and_named_in_the_caption(tmp_path):
+    runs = seeds_experiment(tmp_path)  # first logged training losses 4 .. 6 (step 10), lowest 1.1
+    high = compare(runs, target=100, curve="train")
+    assert any("target 100 is at or above every run's first logged training loss" in n for n in high.notes)
+    low = compare(runs, target=0.5)
+    assert any("no run reaches the target 0.5 (lowest logged training loss 1.1)" in n for n in low.notes)
+    mid = compare(runs, target=3.0, curve="train")
+    assert not any("target" in n for n in mid.notes)
+    assert "at the target loss 3" in mid.markdown and "baseline's final loss" not in mid.markdown
+    assert "baseline's final loss" in compare(runs).markdown
+    paper = compare(runs, target=3.0, speedup="paper")
+    assert "1 - step*(run) / step*(baseline)" in paper.markdown and "at the target loss 3" in paper.markdown
+
+
+def test_at_past_some_runs_is_noted(tmp_path):
+    short = write_run(tmp_path, "short", [9, 5, 4], seed=0)
+    long = write_run(tmp_path, "long", [9, 5, 4, 3, 2], init="symmetric", seed=0)
+    res = compare([short, long], at=[30])
+    assert any("at step 30 is past the last logged step of short: their loss@30 is missing" in n for n in res.notes)
+
+
+@pytest.mark.parametrize("kw, msg", [(dict(target=True), "target must be a loss"), (dict(target="3"), "target must be"),
+                                     (dict(at=[True]), "at must be a list of whole"), (dict(at=[10.5]), "at must be"),
+                                     (dict(at=["10"]), "at must be"), (dict(at="10"), "at must be")])
+def test_odd_option_types_are_named(tmp_path, kw, msg):
+    from attnscope.errors import AttnscopeError
+
+    with pytest.raises(AttnscopeError, match=msg):
+        compare(seeds_experiment(tmp_path), **kw)
+
+
+def test_one_at_step_alone_is_fine(tmp_path):
+    assert "loss@20" in set(compare(seeds_experiment(tmp_path), at=20).stats["metric"])

@@ -21,11 +21,11 @@ import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from numbers import Integral
+from numbers import Integral, Real
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from attnscope.errors import InputError, check_type
+from attnscope.errors import ArgumentTypeError, InputError, check_type
 
 from .compare_read import (
     Run,
@@ -39,6 +39,7 @@ from .compare_read import (
 from .compare_report import markdown
 from .compare_stats import (
     CURVES,
+    MIN_CURVE_POINTS,
     SPEEDUPS,
     check_choice,
     group_stats,
@@ -81,6 +82,10 @@ class Comparison:
 def _check_options(run_dirs: list, smooth: int, at: Sequence[int], target: float | None, method: str,
                    which: str) -> None:
     check_type(smooth, Integral, "smooth", "a whole number of logged losses")
+    for step in at:
+        check_type(step, Integral, "at", "a list of whole step numbers")
+    if target is not None:
+        check_type(target, Real, "target", "a loss (a number)")
     if not run_dirs:
         raise InputError("give at least one run directory")
     if smooth < 1:
@@ -136,19 +141,42 @@ def _idle_options(runs: list[Run], losses: "pd.DataFrame", table: "pd.DataFrame"
     """A note for each option given that could not act: ``at`` steps past every run's end, a ``smooth``
     window wider than a run's logged losses, or ``smooth`` where no pair read the training loss."""
     notes = []
-    last = max(r.last_step for r in runs)
-    for step in sorted({int(s) for s in at if int(s) > last}):
-        notes.append(f"at step {step} is past the last logged step of every run ({last}): loss@{step} has no value")
+    last = {r.name: r.last_step for r in runs}
+    for step in sorted({int(s) for s in at}):
+        past = [name for name, end in last.items() if end < step]
+        if len(past) == len(last):
+            notes.append(f"at step {step} is past the last logged step of every run ({max(last.values())}): "
+                         f"loss@{step} has no value")
+        elif past:
+            notes.append(f"at step {step} is past the last logged step of {', '.join(past)}: their loss@{step} is "
+                         "missing, so its summary covers fewer seeds")
     if smooth > 1 and not table["curve"].str.startswith("train").any():
         notes.append(f"smooth {smooth} had no effect: every speed-up read the held-out loss, which is not "
                      "smoothed (curve train smooths the training loss)")
     elif smooth > 1:
         logged = losses[losses["step"] > 0].dropna(subset=["loss"]).groupby("run")["step"].count()
-        short = [f"{name} ({int(n)})" for name, n in logged.items() if n < smooth]
+        short = [f"{name} ({int(n)})" for name, n in logged.items() if n - smooth + 1 < MIN_CURVE_POINTS]
         if short:
-            notes.append(f"smooth {smooth} is more than the training losses logged after step 0 by "
-                         f"{', '.join(short)}: their smoothed curves are empty, so they have no speed-up")
+            notes.append(f"smooth {smooth} leaves fewer than {MIN_CURVE_POINTS} points of the training-loss curve "
+                         f"of {', '.join(short)} (losses logged after step 0): no speed-up is read from them")
     return notes
+
+
+def _target_notes(table: "pd.DataFrame", losses: "pd.DataFrame", target: float | None) -> list[str]:
+    """A note when a given target says nothing: above every run's first logged loss (all reach it at once:
+    every speed-up 0 by construction) or below every loss logged (none reaches it)."""
+    if target is None:
+        return []
+    logged = losses[losses["step"] > 0].dropna(subset=["loss"]).sort_values("step")
+    if logged.empty:
+        return []
+    first = logged.groupby("run")["loss"].first()
+    if (first <= target).all():
+        return [f"the target {target:g} is at or above every run's first logged training loss (highest "
+                f"{first.max():.4g}): each reaches it at once, so every speed-up is 0 by construction"]
+    if not table["reached"].fillna(False).astype(bool).any():
+        return [f"no run reaches the target {target:g} (lowest logged training loss {logged['loss'].min():.4g})"]
+    return []
 
 
 def _read(run_dirs: Sequence[str | Path]) -> list[Run]:
@@ -176,6 +204,11 @@ def compare(
     its bookkeeping folder (``.grid``, e.g. from ``sorted(Path("runs/grid").iterdir())``) is skipped.
     """
     run_dirs = _run_dirs(run_dirs)
+    at = (at,) if isinstance(at, Integral) and not isinstance(at, bool) else at  # one step alone is fine
+    if isinstance(at, (str, bytes)) or not isinstance(at, Iterable):
+        raise ArgumentTypeError(f"at must be a list of whole step numbers, not {type(at).__name__} {at!r:.40}",
+                                params="at")
+    at = tuple(at)
     _check_options(run_dirs, smooth, at, target, speedup, curve)
     runs = _read(run_dirs)
     notes = [n for r in runs for n in r.notes]
@@ -190,6 +223,7 @@ def compare(
                      f"{row['steps']}, {base} at step {last_step[base]}")
     notes += _confounded(runs, table)
     notes += _idle_options(runs, losses, table, smooth, at)
+    notes += _target_notes(table, losses, target)
     stats = group_stats(table, losses, at)
     curves = mean_curves(table, losses)
     for g, n in table.groupby("group", sort=False)["run"].count().items():

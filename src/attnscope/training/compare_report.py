@@ -59,10 +59,16 @@ def speedup_caption(summary: "pd.DataFrame") -> str:
         return ""
     method = summary["speedup_method"].iloc[0]
     curves = " / ".join(dict.fromkeys(summary.loc[summary["baseline"] != summary["run"], "curve"])) or "-"
+    given = bool(summary.get("target_given", False).any()) if "target_given" in summary else False
+    at = f" at the target loss {summary['target'].iloc[0]:g}" if given else ""
+    if method == "paper" and given:
+        return (f"Speed-up (paper){at}: 1 - step*(run) / step*(baseline), step* = the first logged step whose "
+                f"training loss is below the target (curve: {curves}).\n")
     if method == "paper":
         return ("Speed-up (paper): 1 - step*/total, step* = the first logged step whose training loss is below the "
                 f"baseline's final training loss (curve: {curves}); biased towards noisy curves.\n")
-    return ("Speed-up (matched): 1 - steps for the run to reach the baseline's final loss / steps the baseline "
+    goal = "the target" if given else "the baseline's final loss"
+    return (f"Speed-up (matched){at}: 1 - steps for the run to reach {goal} / steps the baseline "
             f"needed, both on the same curve ({curves}), interpolated between logged steps; 0 = no faster.\n")
 
 

@@ -36,6 +36,7 @@ CURVES = ("auto", "held-out", "train")  # which curve the matched speed-up reads
 LEVEL = 0.95
 T_INTERVAL = "95% t"  # the interval kind of every mean over seeds
 HELD_OUT_MIN = 2  # held-out points (steps > 0) both runs need for the held-out curve
+MIN_CURVE_POINTS = 2  # points (steps > 0, after smoothing) each curve of a pair needs for a speed-up
 
 
 # --------------------------------------------------------------------------- curves and steps to a target
@@ -129,7 +130,7 @@ def measure_speedup(losses: "pd.DataFrame", baseline: "pd.DataFrame", smooth: in
     run, base = curve(losses, column, smooth), curve(baseline, column, smooth)
     label = "held-out" if column == "eval_loss" else "train" if smooth == 1 else f"train (smooth {smooth})"
     goal = target if target is not None else float(base["value"].iloc[-1]) if len(base) else math.nan
-    if run.empty or base.empty or goal != goal:
+    if len(run) < MIN_CURVE_POINTS or len(base) < MIN_CURVE_POINTS or goal != goal:  # one point: 0 by construction
         return Speedup(method, label, goal, None, None, None)
     step: float | None
     if method == "paper":
@@ -194,7 +195,7 @@ def run_table(
         }
         s = measure_speedup(mine, base, smooth, method, which, target, (f"run {r.name}", f"its baseline {b}"))
         counted = paired and b != r.name  # a speed-up over a comparable baseline other than itself
-        row.update(speedup_method=method, curve=s.curve, target=s.target,
+        row.update(speedup_method=method, curve=s.curve, target=s.target, target_given=target is not None,
                    step_star=s.step if counted or target is not None else None,
                    reached=(s.step is not None) if counted or target is not None else None,
                    baseline_steps=s.reference if counted and method == "matched" else None,
