@@ -46,8 +46,39 @@ def test_table_is_geometry_beside_the_probes(tiny_gguf):
     rnd = beh[beh["probe"] == "random"].sort_values(["layer", "head"])
     np.testing.assert_allclose(t["induction_random"], rnd["induction"])
     corr = res.correlations
-    assert len(corr) == 2 * len(res.behaviours) and corr["interval"].str.contains("bootstrap").all()
+    assert len(corr) == 6 * len(res.behaviours) and corr["interval"].str.contains("bootstrap").all()
     assert res.info["lengths"] == {"random": 25, "text": 48}
+
+
+def test_position_aware_columns_are_the_scores_at_offset_1_and_over_offsets(tiny_gguf):
+    """A rotary model (llama): s and d of the form at offset 1, and their mean over 0, 1, 2, 4, ..., 32, 47
+    (the longest probe window is 48 tokens), straight from `attnscope geometry --offsets`."""
+    import attnscope
+    from attnscope.atlas import summary_offsets
+    from attnscope.geometry import score
+
+    res = attnscope.atlas(str(tiny_gguf), **SMALL)
+    t = res.table
+    assert res.info["offsets"] == summary_offsets(48) == [0, 1, 2, 4, 8, 16, 32, 47]
+    at1 = score(str(tiny_gguf), levels="head", offsets=[1]).sort_values(["layer", "head"])
+    np.testing.assert_allclose(t["symmetry_at_1"], at1["symmetry"].astype(float), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t["directionality_at_1"], at1["directionality"].astype(float), rtol=1e-5, atol=1e-6)
+    every = score(str(tiny_gguf), levels="head", offsets=summary_offsets(48))
+    mean = every.groupby(["layer", "head"])[["symmetry", "directionality"]].mean().sort_index()
+    np.testing.assert_allclose(t["symmetry_over_offsets"], mean["symmetry"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(t["directionality_over_offsets"], mean["directionality"], rtol=1e-5, atol=1e-6)
+    assert (t["symmetry_at_1"] - t["symmetry"]).abs().max() > 1e-3  # rotary: the position changes the form
+    assert res.info["position_notes"] == []
+    assert set(res.correlations["x"]) == {"symmetry", "directionality", "symmetry_at_1", "directionality_at_1",
+                                          "symmetry_over_offsets", "directionality_over_offsets"}
+
+
+def test_summary_offsets_cover_the_window_in_powers_of_two():
+    from attnscope.atlas import summary_offsets
+
+    assert summary_offsets(256) == [0, 1, 2, 4, 8, 16, 32, 64, 128, 255]
+    assert summary_offsets(255) == [0, 1, 2, 4, 8, 16, 32, 64, 128, 254]
+    assert summary_offsets(2) == [0, 1] and summary_offsets(1) == [0, 1] and summary_offsets(3) == [0, 1, 2]
 
 
 def test_cli_writes_tables_figures_and_a_self_contained_page(tiny_gguf, tmp_path, cli_inproc):
@@ -56,7 +87,8 @@ def test_cli_writes_tables_figures_and_a_self_contained_page(tiny_gguf, tmp_path
     code, stdout, err = cli_inproc("atlas", str(tiny_gguf), "--out", str(out), *args, "--json")
     assert code == 0, err
     corr = json.loads(stdout)
-    assert {r["x"] for r in corr} == {"symmetry", "directionality"}
+    assert {r["x"] for r in corr} == {"symmetry", "directionality", "symmetry_at_1", "directionality_at_1",
+                                      "symmetry_over_offsets", "directionality_over_offsets"}
     for name in ("atlas.parquet", "atlas.csv", "correlations.csv", "atlas.json", "atlas_symmetry.png",
                  "atlas_directionality.png", "atlas_correlations.png", "atlas.html"):
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name

@@ -1,4 +1,5 @@
-"""The atlas: every head's W_qk geometry (symmetry s, directionality d) beside what the head does.
+"""The atlas: every head's W_qk geometry (symmetry s, directionality d; at offsets 0 and 1 and over offsets for
+rotary models) beside what the head does.
 
 * :mod:`.build` -- :func:`atlas` (one model: tidy per-head table, correlations across heads)
 * :mod:`.stats` -- Spearman's rho with a percentile bootstrap 95% interval over heads
@@ -12,7 +13,8 @@ from typing import TYPE_CHECKING
 from attnscope._exports import lazy_exports
 
 _EXPORTS = {
-    ".build": ["AtlasResult", "atlas", "behaviour_columns", "GEOMETRY", "BEHAVIOUR_METRICS"],
+    ".build": ["AtlasResult", "atlas", "behaviour_columns", "summary_offsets", "GEOMETRY", "POSITION_GEOMETRY",
+               "GEOMETRY_COLUMNS", "BEHAVIOUR_METRICS"],
     ".stats": ["spearman", "spearman_ci", "correlation_table"],
 }
 
@@ -22,7 +24,10 @@ if TYPE_CHECKING:
         AtlasResult as AtlasResult,
         atlas as atlas,
         behaviour_columns as behaviour_columns,
+        summary_offsets as summary_offsets,
         GEOMETRY as GEOMETRY,
+        POSITION_GEOMETRY as POSITION_GEOMETRY,
+        GEOMETRY_COLUMNS as GEOMETRY_COLUMNS,
         BEHAVIOUR_METRICS as BEHAVIOUR_METRICS,
     )
     from .stats import (
@@ -34,11 +39,14 @@ if TYPE_CHECKING:
         "AtlasResult",
         "BEHAVIOUR_METRICS",
         "GEOMETRY",
+        "GEOMETRY_COLUMNS",
+        "POSITION_GEOMETRY",
         "atlas",
         "behaviour_columns",
         "correlation_table",
         "spearman",
         "spearman_ci",
+        "summary_offsets",
     ]
 else:
     __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

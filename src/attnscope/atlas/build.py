@@ -1,9 +1,10 @@
 """The atlas of one model: per head, the geometry of its W_qk beside what it does on the probes.
 
-:func:`atlas` joins :func:`attnscope.geometry.score` (per-head symmetry s and directionality d, the
-offset-0 scores) with :func:`attnscope.heads.probes.run_probes` (behaviour per probe) and the heads'
-cluster (Ward on the z-scored behaviour columns, k chosen by silhouette), then correlates every
-geometry score with every behaviour across heads (:mod:`attnscope.atlas.stats`).
+:func:`atlas` joins :func:`attnscope.geometry.score` (per-head symmetry s and directionality d at
+offset 0, at offset 1 and their mean over :func:`summary_offsets`: the position-aware scores of rotary
+models) with :func:`attnscope.heads.probes.run_probes` (behaviour per probe) and the heads' cluster
+(Ward on the z-scored behaviour columns, k chosen by silhouette), then correlates every geometry score
+with every behaviour across heads (:mod:`attnscope.atlas.stats`).
 
 The table has one row per (model, stack, layer, head); each behaviour column is named
 ``<metric>_<probe>`` (``induction_random``, ``sink_text``, ...): the suffix is the probe it came from.
@@ -22,7 +23,12 @@ from attnscope.errors import ArgumentTypeError, InputError, UnsupportedError, ch
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-GEOMETRY = ("symmetry", "directionality")
+GEOMETRY = ("symmetry", "directionality")  # offset 0: the form W_q W_k^T itself, as `attnscope geometry`
+#: position-aware geometry (rotary models): s and d of the form a query applies to the key one step behind
+#: it, and their mean over :func:`summary_offsets` (equal to offset 0 where positions are no rotation)
+POSITION_GEOMETRY = ("symmetry_at_1", "directionality_at_1", "symmetry_over_offsets", "directionality_over_offsets")
+#: every geometry column of the table, correlated with every behaviour
+GEOMETRY_COLUMNS = GEOMETRY + POSITION_GEOMETRY
 #: behaviour metrics kept per probe (columns ``<metric>_<probe>``)
 BEHAVIOUR_METRICS = ("induction", "previous_token", "sink", "entropy_norm", "distance")
 ID_COLUMNS = ("model", "stack", "layer", "head", "kv_head")
@@ -63,8 +69,19 @@ def behaviour_wide(probes: "pd.DataFrame") -> "pd.DataFrame":
     return pd.concat(parts, axis=1).reset_index()
 
 
+def summary_offsets(window: int) -> list[int]:
+    """The offsets the position-aware summary averages: 0, 1, 2, 4, ... (powers of 2) and ``window - 1``,
+    the longest distance a probe window holds (a key behind the query: offsets >= 0)."""
+    last = max(1, int(window) - 1)
+    offs = {0, 1, last} | {2**k for k in range(1, last.bit_length()) if 2**k < last}
+    return sorted(offs)
+
+
 def geometry_rows(scores: "pd.DataFrame", stack: str) -> "pd.DataFrame":
-    """The per-head geometry rows of the stack the probes ran on (layer, head, kv_head, s, d)."""
+    """The per-head geometry rows of the stack the probes ran on: layer, head, kv_head, s and d at offset 0
+    and, when ``scores`` has an ``offset`` column (offsets 0 and 1 among them), :data:`POSITION_GEOMETRY`."""
+    import pandas as pd
+
     heads = scores[scores["level"] == "head"]
     stacks = list(heads["stack"].unique())
     if stack not in stacks:
@@ -72,8 +89,14 @@ def geometry_rows(scores: "pd.DataFrame", stack: str) -> "pd.DataFrame":
             raise UnsupportedError(f"the model has stacks {', '.join(stacks)}; the maps come from one {stack} stack")
         stack = stacks[0]
     sub = heads[heads["stack"] == stack]
-    out = sub[["layer", "head", "kv_head", *GEOMETRY]].copy()
-    for col in ("layer", "head", "kv_head"):
+    keys = ["layer", "head", "kv_head"]
+    if "offset" not in sub.columns:
+        out = sub[[*keys, *GEOMETRY]].copy()
+    else:
+        at = {o: sub[sub["offset"] == o].set_index(keys)[list(GEOMETRY)] for o in (0, 1)}
+        mean = sub.groupby(keys)[list(GEOMETRY)].mean()
+        out = pd.concat([at[0], at[1].add_suffix("_at_1"), mean.add_suffix("_over_offsets")], axis=1).reset_index()
+    for col in keys:
         out[col] = out[col].astype(int)
     return out
 
@@ -154,7 +177,9 @@ def atlas(
     :func:`attnscope.heads.probes.run_probes`). Correlations: Spearman across heads, percentile bootstrap 95%
     CI with ``n_boot`` resamples (seeded by ``seed``).
     """
-    from attnscope.geometry import score
+    import warnings
+
+    from attnscope.geometry import PositionNote, score
     from attnscope.heads.probes import MAP_SIDE, as_map_model, run_probes
 
     from .stats import correlation_table
@@ -171,7 +196,15 @@ def atlas(
                      random_length=random_length, seed=seed, batch_size=batch_size, progress=progress,
                      examples=examples)
     stack = str(beh["stack"].iloc[0])
-    geo = geometry_rows(score(str(source) if isinstance(source, os.PathLike) else source, levels="head"), stack)
+    lengths = beh.groupby("probe")["length"].first().to_dict()
+    offsets = summary_offsets(max(lengths.values()))
+    with warnings.catch_warnings(record=True) as seen:  # "positions are no rotation here": kept in info
+        warnings.simplefilter("always", PositionNote)
+        scores = score(str(source) if isinstance(source, os.PathLike) else source, levels="head", offsets=offsets)
+    for w in seen:
+        if not issubclass(w.category, PositionNote):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    geo = geometry_rows(scores, stack)
     wide = behaviour_wide(beh)
     table = geo.merge(wide, on=["layer", "head"], how="inner", validate="one_to_one")
     if len(table) != len(wide):
@@ -181,13 +214,13 @@ def atlas(
     table = table.sort_values(["layer", "head"]).reset_index(drop=True)
     behaviours = behaviour_columns(table)
     table, k = add_clusters(table, behaviours, seed=seed)
-    corr = correlation_table(table, GEOMETRY, behaviours, n_boot=n_boot, seed=seed)
+    corr = correlation_table(table, GEOMETRY_COLUMNS, behaviours, n_boot=n_boot, seed=seed)
     corr.insert(0, "model", label)
-    lengths = beh.groupby("probe")["length"].first().to_dict()
     info = {"model": label, "stack": stack, "causal": bool(model.causal), "n_layers": model.n_layers,
             "n_heads": model.n_heads, "probes": list(beh["probe"].unique()), "data": data,
             "windows": {"text": windows, "random": random_windows}, "lengths": lengths,
-            "cluster_k": k, "n_boot": n_boot, "seed": seed}
+            "cluster_k": k, "n_boot": n_boot, "seed": seed, "offsets": offsets,
+            "position_notes": [str(w.message) for w in seen if issubclass(w.category, PositionNote)]}
     map_probe = "random" if "random" in examples else next(iter(examples))
     length = int(lengths[map_probe])
     info.update(map_probe=map_probe, map_length=length, map_block=-(-length // MAP_SIDE))  # ceil(L / side)

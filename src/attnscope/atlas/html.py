@@ -153,9 +153,10 @@ def _map_payload(maps: "Mapping[tuple[int, int], Any] | None", info: "Mapping[st
 
 def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str, maps: Any = None,
              info: "Mapping[str, Any] | None" = None) -> str:
-    from .build import GEOMETRY, behaviour_columns
+    from .build import GEOMETRY_COLUMNS, behaviour_columns
 
-    cols = [*GEOMETRY, *behaviour_columns(table), *(["cluster"] if "cluster" in table.columns else [])]
+    cols = [*(c for c in GEOMETRY_COLUMNS if c in table.columns), *behaviour_columns(table),
+            *(["cluster"] if "cluster" in table.columns else [])]
     keep = ["model", "layer", "head", *cols]
     rows = [{k: _num(v) for k, v in zip(keep, r)} for r in table[keep].itertuples(index=False, name=None)]
     corr = {}
@@ -188,11 +189,11 @@ def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dic
                   maps: "Mapping[tuple[int, int], Any] | None" = None) -> str:
     """The HTML fragment: probe note, interactive scatter (``maps``: (layer, head) -> query x key example
     map, drawn on click; see :attr:`attnscope.atlas.AtlasResult.maps`), correlation table."""
-    from .build import GEOMETRY, behaviour_columns
+    from .build import GEOMETRY_COLUMNS, behaviour_columns
 
     esc = html.escape
     hue = "model" if table["model"].nunique() > 1 else "layer"
-    xs = "".join(f'<option value="{c}">{c}</option>' for c in GEOMETRY)
+    xs = "".join(f'<option value="{c}">{c}</option>' for c in GEOMETRY_COLUMNS if c in table.columns)
     ys = "".join(f'<option value="{c}">{c}</option>' for c in behaviour_columns(table))
     interval = str(correlations["interval"].iloc[0]) if len(correlations) else ""
     lengths = info.get("lengths", {})

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from attnscope.errors import AttnscopeError, InputError
 
-from .build import GEOMETRY, AtlasResult, behaviour_columns
+from .build import GEOMETRY_COLUMNS, AtlasResult, behaviour_columns
 
 POOLED = "all"
 
@@ -58,7 +58,8 @@ def run_zoo_atlas(
         raise InputError(f"zoo group {group!r} has no models")
     log = log or (lambda message: None)
     settings = {**{k: v for k, v in options.items() if k != "device"}, "seed": seed}
-    store = ResultsStore(Path(out_dir) / "store", settings=settings, columns=["model", "layer", "head", *GEOMETRY],
+    store = ResultsStore(Path(out_dir) / "store", settings=settings,
+                         columns=["model", "layer", "head", *GEOMETRY_COLUMNS],
                          key_column="model")
     skipped: dict[str, str] = {}
     with store.lock():
@@ -85,8 +86,9 @@ def run_zoo_atlas(
     if table.empty:
         raise InputError(f"zoo group {group!r}: no model could be run for maps ({'; '.join(skipped.values())})")
     behaviours = behaviour_columns(table)
-    per_model = correlation_table(table, GEOMETRY, behaviours, n_boot=n_boot, seed=seed, by="model")
-    pooled = correlation_table(table.assign(model=POOLED), GEOMETRY, behaviours, n_boot=n_boot, seed=seed, by="model")
+    per_model = correlation_table(table, GEOMETRY_COLUMNS, behaviours, n_boot=n_boot, seed=seed, by="model")
+    pooled = correlation_table(table.assign(model=POOLED), GEOMETRY_COLUMNS, behaviours, n_boot=n_boot, seed=seed,
+                               by="model")
     info = {"model": f"zoo {group}", "group": group, "models": list(dict.fromkeys(table["model"])),
             "skipped": skipped, "settings": settings, "n_boot": n_boot}
     import pandas as pd

@@ -21,7 +21,19 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-GEOMETRY_LABEL = {"symmetry": "symmetry s of W_qk", "directionality": "directionality d of W_qk"}
+GEOMETRY_LABEL = {"symmetry": "symmetry s of W_qk", "directionality": "directionality d of W_qk",
+                  "symmetry_at_1": "s of the form at offset 1", "directionality_at_1": "d of the form at offset 1",
+                  "symmetry_over_offsets": "s, mean over offsets", "directionality_over_offsets": "d, mean over offsets"}
+
+
+def geometry_short(x: str) -> str:
+    """A geometry column as a short label: ``s``, ``d``, ``s (offset 1)``, ``d (over offsets)``."""
+    base = "s" if x.startswith("symmetry") else "d" if x.startswith("directionality") else x
+    if x.endswith("_at_1"):
+        return f"{base} (offset 1)"
+    if x.endswith("_over_offsets"):
+        return f"{base} (over offsets)"
+    return base
 
 
 def _colour_by(table: "pd.DataFrame", hue: str):  # noqa: ANN202
@@ -98,8 +110,13 @@ def correlation_forest(correlations: "pd.DataFrame", title: str = "", *, ax: "Ax
 
     fig, ax = axes_for(ax, figsize=(6.0, 0.28 * len(correlations) + 1.2))
     pooled = "model" in correlations.columns and correlations["model"].nunique() > 1
-    labels = [(f"{model_label(str(r.model))}: " if pooled else "") + f"{r.x[:3]}. vs {r.y}" for r in correlations.itertuples()]
+    labels = [(f"{model_label(str(r.model))}: " if pooled else "") + f"{geometry_short(r.x)} vs {r.y}"
+              for r in correlations.itertuples()]
     ypos = np.arange(len(correlations))[::-1]
+    xs = correlations["x"].tolist()
+    for i in range(1, len(xs)):  # a thin line between the geometry scores
+        if xs[i] != xs[i - 1]:
+            ax.axhline(ypos[i] + 0.5, color="0.85", lw=0.8)
     rho = correlations["rho"].to_numpy(float)
     lo = rho - correlations["ci_low"].to_numpy(float)
     hi = correlations["ci_high"].to_numpy(float) - rho
