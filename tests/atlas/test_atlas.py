@@ -96,6 +96,8 @@ def test_cli_writes_tables_figures_and_a_self_contained_page(tiny_gguf, tmp_path
                                   pd.read_csv(out / "atlas.csv").drop(columns="cluster"), check_dtype=False)
     page = (out / "atlas.html").read_text()
     assert "<script" in page and 'id="atlas-data"' in page
+    assert '<option value="symmetry_at_1">' in page and '<option value="directionality_over_offsets">' in page
+    assert json.loads((out / "atlas.json").read_text())["offsets"] == [0, 1, 2, 4, 8, 16, 32, 47]
     assert " src=" not in page and "href=" not in page and "@import" not in page  # nothing fetched at view time
     data = json.loads(page.split('id="atlas-data">')[1].split("</script>")[0])
     assert len(data["rows"]) == 8 and "induction_random" in data["columns"]
@@ -211,3 +213,24 @@ def test_atlas_map_of_a_long_probe_is_the_whole_window_in_block_maxima(tiny_gguf
     for (layer, head), m in res.maps.items():
         assert m.shape == (41, 41)
         np.testing.assert_allclose(m.astype(float), map_overview(own[layer][head], 64)[0], atol=1e-3)
+
+
+def test_an_encoder_with_absolute_positions_scores_every_offset_as_offset_0(tmp_path, minilm_dir):
+    """No rotary positions (BERT): the position-aware columns equal offset 0 and atlas.json says why."""
+    import shutil
+
+    from transformers import BertConfig, BertModel
+
+    import attnscope
+
+    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=48, max_position_embeddings=64)
+    d = tmp_path / "bert"
+    BertModel(cfg).save_pretrained(d)
+    shutil.copy(minilm_dir / "tokenizer.json", d / "tokenizer.json")
+    res = attnscope.atlas(str(d), windows=2, length=32, random_windows=2, random_length=10, n_boot=50)
+    t = res.table
+    for g in ("symmetry", "directionality"):
+        np.testing.assert_allclose(t[f"{g}_at_1"], t[g], rtol=1e-6)
+        np.testing.assert_allclose(t[f"{g}_over_offsets"], t[g], rtol=1e-6)
+    assert res.info["position_notes"] and "not a rotation" in res.info["position_notes"][0]
