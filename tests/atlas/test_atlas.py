@@ -234,3 +234,26 @@ def test_an_encoder_with_absolute_positions_scores_every_offset_as_offset_0(tmp_
         np.testing.assert_allclose(t[f"{g}_at_1"], t[g], rtol=1e-6)
         np.testing.assert_allclose(t[f"{g}_over_offsets"], t[g], rtol=1e-6)
     assert res.info["position_notes"] and "not a rotation" in res.info["position_notes"][0]
+
+
+def test_offsets_the_geometry_refuses_leave_offset_0_and_a_note(tiny_gguf, monkeypatch):
+    """A model whose rotary scaling the offsets code refuses still gets its atlas: offset-0 s and d, the
+    position-aware columns NaN (never a made-up number), and the reason in info."""
+    import attnscope
+    import attnscope.geometry as geometry
+    from attnscope.errors import UnsupportedError
+
+    real = geometry.score
+
+    def score(source, *args, offsets=None, **kwargs):
+        if offsets is not None:
+            raise UnsupportedError("yarn scaling: offsets are not supported for this model")
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(geometry, "score", score)
+    res = attnscope.atlas(str(tiny_gguf), **SMALL)
+    t = res.table
+    assert t["symmetry"].notna().all() and t["symmetry_at_1"].isna().all() and t["directionality_over_offsets"].isna().all()
+    assert res.info["position_notes"] == ["no position-aware columns: yarn scaling: offsets are not supported for this model"]
+    corr = res.correlations.set_index("x").loc["symmetry_at_1"]
+    assert (corr["n"] == 0).all() and corr["relation"].str.startswith("undefined").all()  # never "no relation"

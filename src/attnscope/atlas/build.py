@@ -198,13 +198,24 @@ def atlas(
     stack = str(beh["stack"].iloc[0])
     lengths = beh.groupby("probe")["length"].first().to_dict()
     offsets = summary_offsets(max(lengths.values()))
+    src = str(source) if isinstance(source, os.PathLike) else source
+    position_notes: list[str] = []
     with warnings.catch_warnings(record=True) as seen:  # "positions are no rotation here": kept in info
         warnings.simplefilter("always", PositionNote)
-        scores = score(str(source) if isinstance(source, os.PathLike) else source, levels="head", offsets=offsets)
+        try:
+            scores = score(src, levels="head", offsets=offsets)
+        except UnsupportedError as exc:  # e.g. a rotary scaling the offsets code refuses: offset 0 only
+            scores = score(src, levels="head")
+            position_notes.append(f"no position-aware columns: {exc}")
     for w in seen:
-        if not issubclass(w.category, PositionNote):
+        if issubclass(w.category, PositionNote):
+            position_notes.append(str(w.message))
+        else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     geo = geometry_rows(scores, stack)
+    for col in POSITION_GEOMETRY:
+        if col not in geo.columns:
+            geo[col] = np.nan
     wide = behaviour_wide(beh)
     table = geo.merge(wide, on=["layer", "head"], how="inner", validate="one_to_one")
     if len(table) != len(wide):
@@ -220,7 +231,7 @@ def atlas(
             "n_heads": model.n_heads, "probes": list(beh["probe"].unique()), "data": data,
             "windows": {"text": windows, "random": random_windows}, "lengths": lengths,
             "cluster_k": k, "n_boot": n_boot, "seed": seed, "offsets": offsets,
-            "position_notes": [str(w.message) for w in seen if issubclass(w.category, PositionNote)]}
+            "position_notes": position_notes}
     map_probe = "random" if "random" in examples else next(iter(examples))
     length = int(lengths[map_probe])
     info.update(map_probe=map_probe, map_length=length, map_block=-(-length // MAP_SIDE))  # ceil(L / side)
