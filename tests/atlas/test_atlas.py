@@ -78,7 +78,39 @@ def test_summary_offsets_cover_the_window_in_powers_of_two():
 
     assert summary_offsets(256) == [0, 1, 2, 4, 8, 16, 32, 64, 128, 255]
     assert summary_offsets(255) == [0, 1, 2, 4, 8, 16, 32, 64, 128, 254]
-    assert summary_offsets(2) == [0, 1] and summary_offsets(1) == [0, 1] and summary_offsets(3) == [0, 1, 2]
+    assert summary_offsets(2) == [0, 1] and summary_offsets(3) == [0, 1, 2]
+    from attnscope.errors import AttnscopeError
+
+    for bad in (1, 0, -5, True, "7", 1.9, None, 2**40):
+        with pytest.raises(AttnscopeError, match="window must be"):
+            summary_offsets(bad)
+
+
+def test_a_sliding_window_layer_averages_only_the_offsets_it_attends_to(minilm_dir):
+    """Mistral with an 8-token window and 32-token probes: offsets 16 and 31 are beyond every layer's
+    window, so the mean over offsets is the mean over 0, 1, 2, 4 (never over forms the layer never applies)."""
+    import torch
+    from transformers import MistralConfig, MistralModel
+
+    import attnscope
+    from attnscope.geometry import score
+
+    torch.manual_seed(0)
+    cfg = MistralConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        num_key_value_heads=2, intermediate_size=48, sliding_window=8, max_position_embeddings=64)
+    model = MistralModel(cfg).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "q_proj" in n or "k_proj" in n:
+                p.normal_(0, 0.5)
+    res = attnscope.atlas(model, tokenizer=str(minilm_dir / "tokenizer.json"), windows=2, length=32,
+                          random_windows=2, random_length=10, n_boot=50)
+    assert res.info["offsets"] == [0, 1, 2, 4, 8, 16, 31]
+    inside = score(model, levels="head", offsets=[0, 1, 2, 4])
+    want = inside.groupby(["layer", "head"])[["symmetry", "directionality"]].mean().sort_index()
+    t = res.table.sort_values(["layer", "head"])
+    np.testing.assert_allclose(t["symmetry_over_offsets"], want["symmetry"], rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(t["directionality_over_offsets"], want["directionality"], rtol=1e-5, atol=1e-7)
 
 
 def test_cli_writes_tables_figures_and_a_self_contained_page(tiny_gguf, tmp_path, cli_inproc):
@@ -234,6 +266,16 @@ def test_an_encoder_with_absolute_positions_scores_every_offset_as_offset_0(tmp_
         np.testing.assert_allclose(t[f"{g}_at_1"], t[g], rtol=1e-6)
         np.testing.assert_allclose(t[f"{g}_over_offsets"], t[g], rtol=1e-6)
     assert res.info["position_notes"] and "not a rotation" in res.info["position_notes"][0]
+    from attnscope.atlas.html import atlas_page
+
+    assert "Note: " in atlas_page(t, res.correlations, res.info) and "not a rotation" in atlas_page(t, res.correlations, res.info)
+
+
+def test_cli_prints_the_position_notes(tmp_path, minilm_dir, cli_inproc):
+    code, _, err = cli_inproc("atlas", str(minilm_dir), "--out", str(tmp_path / "o"), "--windows", "1", "--length",
+                              "16", "--random-windows", "1", "--random-length", "5", "--n-boot", "20")
+    assert code == 0, err
+    assert "attnscope: note: " in err and "not a rotation" in err
 
 
 def test_offsets_the_geometry_refuses_leave_offset_0_and_a_note(tiny_gguf, monkeypatch):
@@ -257,3 +299,8 @@ def test_offsets_the_geometry_refuses_leave_offset_0_and_a_note(tiny_gguf, monke
     assert res.info["position_notes"] == ["no position-aware columns: yarn scaling: offsets are not supported for this model"]
     corr = res.correlations.set_index("x").loc["symmetry_at_1"]
     assert (corr["n"] == 0).all() and corr["relation"].str.startswith("undefined").all()  # never "no relation"
+    assert res.info["offsets"] == []
+    from attnscope.atlas.html import atlas_page
+
+    page = atlas_page(t, res.correlations, res.info)
+    assert '<option value="symmetry">' in page and '<option value="symmetry_at_1">' not in page  # no values: no choice

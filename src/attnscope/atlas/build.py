@@ -71,15 +71,21 @@ def behaviour_wide(probes: "pd.DataFrame") -> "pd.DataFrame":
 
 def summary_offsets(window: int) -> list[int]:
     """The offsets the position-aware summary averages: 0, 1, 2, 4, ... (powers of 2) and ``window - 1``,
-    the longest distance a probe window holds (a key behind the query: offsets >= 0)."""
-    last = max(1, int(window) - 1)
+    the longest distance a probe window of ``window`` tokens (>= 2) holds (a key behind the query: >= 0)."""
+    from numbers import Integral
+
+    check_type(window, Integral, "window", "a whole number of tokens")
+    if not 2 <= window <= 2**31:
+        raise InputError(f"window must be 2 to 2^31 tokens, not {window}", params="window")
+    last = int(window) - 1
     offs = {0, 1, last} | {2**k for k in range(1, last.bit_length()) if 2**k < last}
     return sorted(offs)
 
 
 def geometry_rows(scores: "pd.DataFrame", stack: str) -> "pd.DataFrame":
     """The per-head geometry rows of the stack the probes ran on: layer, head, kv_head, s and d at offset 0
-    and, when ``scores`` has an ``offset`` column (offsets 0 and 1 among them), :data:`POSITION_GEOMETRY`."""
+    and, when ``scores`` has an ``offset`` column (offsets 0 and 1 among them), :data:`POSITION_GEOMETRY`
+    (the mean over offsets leaves out those beyond a sliding-window layer's window)."""
     import pandas as pd
 
     heads = scores[scores["level"] == "head"]
@@ -94,7 +100,9 @@ def geometry_rows(scores: "pd.DataFrame", stack: str) -> "pd.DataFrame":
         out = sub[[*keys, *GEOMETRY]].copy()
     else:
         at = {o: sub[sub["offset"] == o].set_index(keys)[list(GEOMETRY)] for o in (0, 1)}
-        mean = sub.groupby(keys)[list(GEOMETRY)].mean()
+        if "beyond_window" in sub.columns:  # a sliding-window layer: only the offsets it attends to
+            sub = sub[~sub["beyond_window"].astype("boolean").fillna(False).astype(bool)]
+        mean = sub.groupby(keys)[list(GEOMETRY)].mean().reindex(at[0].index)
         out = pd.concat([at[0], at[1].add_suffix("_at_1"), mean.add_suffix("_over_offsets")], axis=1).reset_index()
     for col in keys:
         out[col] = out[col].astype(int)
@@ -205,7 +213,7 @@ def atlas(
         try:
             scores = score(src, levels="head", offsets=offsets)
         except UnsupportedError as exc:  # e.g. a rotary scaling the offsets code refuses: offset 0 only
-            scores = score(src, levels="head")
+            scores, offsets = score(src, levels="head"), []
             position_notes.append(f"no position-aware columns: {exc}")
     for w in seen:
         if issubclass(w.category, PositionNote):

@@ -56,7 +56,7 @@ function tick(v, span){const d = Math.min(6, Math.max(0, 1 - Math.floor(Math.log
 function draw(){
   const x = sx.value, y = sy.value; while (svg.firstChild) svg.removeChild(svg.firstChild);
   const pts = D.rows.map((r, i) => [r[x], r[y], i]).filter(p => p[0] !== null && p[1] !== null);
-  if (!pts.length) return;
+  if (!pts.length) {document.getElementById('atlas-rho').textContent = 'no head has both ' + x + ' and ' + y; return;}
   let x0 = Math.min(...pts.map(p => p[0])), x1 = Math.max(...pts.map(p => p[0]));
   let y0 = Math.min(...pts.map(p => p[1])), y1 = Math.max(...pts.map(p => p[1]));
   if (x1 === x0) {x0 -= 1; x1 += 1;} if (y1 === y0) {y0 -= 1; y1 += 1;}
@@ -193,14 +193,23 @@ def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dic
 
     esc = html.escape
     hue = "model" if table["model"].nunique() > 1 else "layer"
-    xs = "".join(f'<option value="{c}">{c}</option>' for c in GEOMETRY_COLUMNS if c in table.columns)
-    ys = "".join(f'<option value="{c}">{c}</option>' for c in behaviour_columns(table))
+    def usable(c: str) -> bool:  # a column with no value anywhere (e.g. offsets refused) is no choice
+        return c in table.columns and bool(table[c].notna().any())
+
+    xs = "".join(f'<option value="{c}">{c}</option>' for c in GEOMETRY_COLUMNS if usable(c))
+    ys = "".join(f'<option value="{c}">{c}</option>' for c in behaviour_columns(table) if usable(c))
     interval = str(correlations["interval"].iloc[0]) if len(correlations) else ""
     lengths = info.get("lengths", {})
     note = (f"One point per head ({len(table)} heads), coloured by {hue}. Behaviour columns are "
             f"<code>&lt;metric&gt;_&lt;probe&gt;</code>: <code>random</code> = BOS + random tokens + their repeat "
             f"({esc(str(lengths.get('random', '?')))} tokens), <code>text</code> = corpus windows "
             f"({esc(str(lengths.get('text', '?')))} tokens). Hover a point for its layer, head and every metric.")
+    if any(c in table.columns for c in ("symmetry_at_1", "symmetry_over_offsets")):
+        offs = ", ".join(map(str, info.get("offsets") or [])) or "none"
+        note += (" <code>_at_1</code>: the form at offset 1 (the previous token); <code>_over_offsets</code>: its "
+                 f"mean over offsets {esc(offs)}.")
+    for line in info.get("position_notes") or []:
+        note += f" Note: {esc(str(line))}"
     probe = str(info.get("map_probe", ""))
     if maps:
         note += (f" Click a point for the head's attention on the <code>{esc(probe)}</code> probe: the whole first "

@@ -37,7 +37,8 @@ def atlas(
     device: str = typer.Option("cpu", "--device", help="torch device."),
     as_json: bool = typer.Option(False, "--json", help="Print the correlations as JSON records on stdout."),
 ) -> None:
-    """Geometry meets behaviour: s and d of every head's W_qk against what the head does on the probes."""
+    """Geometry meets behaviour: s and d of every head's W_qk (at offset 0, at offset 1 and over offsets for
+    rotary models) against what the head does on the probes."""
     from attnscope.heads.probes import check_probes
 
     check_out_dir(out, "--out")
@@ -57,6 +58,8 @@ def atlas(
     from attnscope.atlas import atlas as run_atlas
 
     res = run_atlas(source, progress=sys.stderr.isatty(), **opts)
+    for note in res.info.get("position_notes", []):
+        stderr_console().print(f"attnscope: note: {note}", highlight=False, soft_wrap=True)
     written = write_atlas(res.table, res.correlations, res.info, out, hue="layer", maps=res.maps)
     _finish(res.correlations, res.info["model"], written, as_json)
 
