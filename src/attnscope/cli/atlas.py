@@ -100,7 +100,11 @@ def _finish(correlations, model: str, written: list[Path], as_json: bool) -> Non
         echo_json(records_to_json(correlations))
         return
     con = stderr_console()
-    rows = [[str(r.x), str(r.y), str(r.n), f"{r.rho:+.2f}", f"[{r.ci_low:+.2f}, {r.ci_high:+.2f}]", str(r.relation)]
+    def num(v: float) -> str:
+        return "-" if v != v else f"{v:+.2f}"  # an undefined rho (NaN) prints as "-", as on the page
+
+    rows = [[str(r.x), str(r.y), str(r.n), num(r.rho),
+             "-" if r.ci_low != r.ci_low else f"[{num(r.ci_low)}, {num(r.ci_high)}]", str(r.relation)]
             for r in correlations.itertuples()]
     interval = str(correlations["interval"].iloc[0]) if len(correlations) else ""
     print_table(con, f"{model}: Spearman rho across heads ({interval})", ["geometry", "behaviour", "n", "rho", "95% CI", "relation"], rows)
