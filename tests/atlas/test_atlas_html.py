@@ -233,3 +233,13 @@ def test_a_small_map_is_titled_without_blocks(tmp_path):
     assert r.returncode == 0, r.stderr
     title = json.loads(r.stdout)["title"]
     assert "query x key positions 0..9 (darker = more, max " in title and "block" not in title, title
+
+
+def test_page_heading_is_the_models_name_and_the_path_stays_below_it():
+    t, corr = _synthetic()
+    path = "/some/where/SmolLM2-135M-Instruct.Q4_1.gguf"
+    page = atlas_page(t, corr, {"model": path})
+    assert "<h1>SmolLM2-135M-Instruct.Q4_1</h1>" in page and f'<p class="note">{path}</p>' in page
+    assert "<title>attnscope atlas: SmolLM2-135M-Instruct.Q4_1</title>" in page
+    hub = atlas_page(t, corr, {"model": "org/name"})
+    assert "<h1>org/name</h1>" in hub and '<p class="note">org/name</p>' not in hub

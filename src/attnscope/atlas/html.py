@@ -230,7 +230,11 @@ def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dic
 def atlas_page(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any],
                maps: "Mapping[tuple[int, int], Any] | None" = None) -> str:
     """A whole self-contained HTML document holding :func:`atlas_section`."""
-    name = html.escape(str(info.get("model", "atlas")))
+    from attnscope.naming import model_label
+
+    source = str(info.get("model", "atlas"))
+    name = html.escape(model_label(source))
+    where = f'<p class="note">{html.escape(source)}</p>' if model_label(source) != source else ""
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>attnscope atlas: {name}</title>'
-            f"<style>{_PAGE_CSS}</style></head><body><h1>{name}</h1>\n{atlas_section(table, correlations, info, maps)}\n"
-            "</body></html>\n")
+            f"<style>{_PAGE_CSS}</style></head><body><h1>{name}</h1>{where}\n"
+            f"{atlas_section(table, correlations, info, maps)}\n</body></html>\n")
