@@ -23,8 +23,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(__file__))
-from atlas_speed import _path, emit  # noqa: E402  (model names -> offline GGUF paths; print / append)
+from _markdown import emit  # benchmarks/: print the section, append it to docs
+from atlas_speed import _path  # model names -> offline GGUF paths
 
 CONFIGS = ("now", "previous")
 

@@ -21,6 +21,8 @@ import subprocess
 import sys
 import time
 
+from _markdown import emit  # benchmarks/: print the section, append it to docs
+
 MODELS = {"smollm2": "HuggingFaceTB/SmolLM2-135M-Instruct", "gemma3-270m": "google/gemma-3-270m",
           "qwen2.5-0.5b": "Qwen/Qwen2.5-Coder-0.5B-Instruct-AWQ"}
 
@@ -108,14 +110,6 @@ def main() -> None:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     emit(_markdown(results), a.append)
-
-
-def emit(md: str, append: str | None) -> None:
-    """Print a markdown section; append it to ``append`` too when given."""
-    print(md)
-    if append:
-        with open(append, "a") as fh:
-            fh.write("\n" + md)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import os
 import time
 
 import numpy as np
+from _markdown import emit  # benchmarks/: print the section, append it to docs
 
 D, N_Q, N_KV, E, BASE = 4096, 32, 8, 128, 500000.0
 
@@ -114,11 +115,7 @@ def main() -> None:
         f"Agreement with the explicit route on the timed pairs: |s| {err_s:.1e}, |d| {err_d:.1e}.",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if args.md:
-        with open(args.md, "a", encoding="utf-8") as fh:
-            fh.write("\n" + text)
+    emit("\n".join(lines), args.md)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import argparse
 import statistics
 import time
 
+from _markdown import emit  # benchmarks/: print the section, append it to docs
+
 
 def main() -> None:
     import torch
@@ -62,11 +64,7 @@ def main() -> None:
         f"sparse / dense median step time: {rows['sparse'][1] / rows['dense'][1]:.2f}",
         "",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if a.append:
-        with open(a.append, "a") as fh:
-            fh.write(text)
+    emit("\n".join(lines), a.append)
 
 
 if __name__ == "__main__":

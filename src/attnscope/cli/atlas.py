@@ -100,6 +100,7 @@ def _finish(correlations, model: str, written: list[Path], as_json: bool) -> Non
         echo_json(records_to_json(correlations))
         return
     con = stderr_console()
+
     def num(v: float) -> str:
         return "-" if v != v else f"{v:+.2f}"  # an undefined rho (NaN) prints as "-", as on the page
 

@@ -47,7 +47,8 @@ def zscore_features(df: "pd.DataFrame", features: Sequence[str]) -> "np.ndarray"
     missing = [f for f in features if f not in df.columns]
     if missing:
         raise InputError(
-            f"metrics table has no column(s) {', '.join(missing)} (it has: {', '.join(map(str, df.columns[:20]))}{', ...' if len(df.columns) > 20 else ''})"
+            f"metrics table has no column(s) {', '.join(missing)} (it has: {', '.join(map(str, df.columns[:20]))}"
+            f"{', ...' if len(df.columns) > 20 else ''})"
         )
     X = numeric_columns(df, list(features), "metrics table", finite=False).to_numpy()  # [n, f]
     if len(X) == 0:  # before any arithmetic: means of nothing would only print numpy warnings
@@ -103,8 +104,8 @@ def cluster_heads(
         raise InputError(f"k_min must be at least 2, not {k_min}", params="k_min")
     if k_max is None:
         if n - 1 < k_min:
-            raise InputError(f"{n} head{'s are' if n != 1 else ' is'} too few to cluster into at least {k_min} groups (silhouette needs "
-                             f"k <= number of heads - 1)", params="k_min")
+            raise InputError(f"{n} head{'s are' if n != 1 else ' is'} too few to cluster into at least {k_min} groups "
+                             "(silhouette needs k <= number of heads - 1)", params="k_min")
         k_max = min(max(DEFAULT_K_MAX, k_min), n - 1)
     if k_max < k_min:
         raise InputError(f"k_max={k_max} is smaller than k_min={k_min}", params=("k_max", "k_min"))

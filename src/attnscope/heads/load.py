@@ -12,8 +12,8 @@ values, not the original checkpoint's. Only the base model is kept: attention ma
 language-model head, whose [vocab, d_model] matrix (untied in many GGUF files) would add a second
 embedding-sized float32 matrix (0.5 GB for Qwen2.5-0.5B) and a logits tensor per forward. (transformers
 4.x fills only the ``...ForCausalLM`` class from a GGUF file: there the full model is loaded and its base
-kept.) A weight the file did not fill is never left at random: that is a one-line refusal. transformers needs the ``accelerate`` and ``gguf``
-packages for this: the optional extra ``attnscope[gguf]``.
+kept.) A weight the file did not fill is never left at random: that is a one-line refusal. transformers
+needs the ``accelerate`` and ``gguf`` packages for this: the optional extra ``attnscope[gguf]``.
 """
 
 from __future__ import annotations
@@ -92,6 +92,7 @@ def _load_gguf(p: Path) -> tuple[Any, Any]:
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+
     def load(cls: Any) -> tuple[Any, list[str]]:
         """(model, the names of its weights the file did not fill: left at random init by transformers)."""
         try:

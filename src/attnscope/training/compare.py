@@ -163,19 +163,21 @@ def _idle_options(runs: list[Run], losses: "pd.DataFrame", table: "pd.DataFrame"
 
 
 def _target_notes(table: "pd.DataFrame", losses: "pd.DataFrame", target: float | None) -> list[str]:
-    """A note when a given target says nothing: above every run's first logged loss (all reach it at once:
-    every speed-up 0 by construction) or below every loss logged (none reaches it)."""
+    """A note when a given target says nothing: above every run's first logged loss on the curve the
+    speed-ups read (all reach it at once: every speed-up 0 by construction) or below every logged loss
+    (none reaches it)."""
     if target is None:
         return []
-    logged = losses[losses["step"] > 0].dropna(subset=["loss"]).sort_values("step")
+    column, what = ("eval_loss", "held-out") if table["curve"].eq("held-out").all() else ("loss", "training")
+    logged = losses[losses["step"] > 0].dropna(subset=[column]).sort_values("step")
     if logged.empty:
         return []
-    first = logged.groupby("run")["loss"].first()
+    first = logged.groupby("run")[column].first()
     if (first <= target).all():
-        return [f"the target {target:g} is at or above every run's first logged training loss (highest "
+        return [f"the target {target:g} is at or above every run's first logged {what} loss (highest "
                 f"{first.max():.4g}): each reaches it at once, so every speed-up is 0 by construction"]
     if not table["reached"].fillna(False).astype(bool).any():
-        return [f"no run reaches the target {target:g} (lowest logged training loss {logged['loss'].min():.4g})"]
+        return [f"no run reaches the target {target:g} (lowest logged {what} loss {logged[column].min():.4g})"]
     return []
 
 

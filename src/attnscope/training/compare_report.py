@@ -59,7 +59,7 @@ def speedup_caption(summary: "pd.DataFrame") -> str:
         return ""
     method = summary["speedup_method"].iloc[0]
     curves = " / ".join(dict.fromkeys(summary.loc[summary["baseline"] != summary["run"], "curve"])) or "-"
-    given = bool(summary.get("target_given", False).any()) if "target_given" in summary else False
+    given = "target_given" in summary and bool(summary["target_given"].any())
     at = f" at the target loss {summary['target'].iloc[0]:g}" if given else ""
     if method == "paper" and given:
         return (f"Speed-up (paper){at}: 1 - step*(run) / step*(baseline), step* = the first logged step whose "

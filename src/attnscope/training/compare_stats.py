@@ -35,8 +35,8 @@ SPEEDUPS = ("matched", "paper")  # speed-up definitions (module docstring)
 CURVES = ("auto", "held-out", "train")  # which curve the matched speed-up reads
 LEVEL = 0.95
 T_INTERVAL = "95% t"  # the interval kind of every mean over seeds
-HELD_OUT_MIN = 2  # held-out points (steps > 0) both runs need for the held-out curve
 MIN_CURVE_POINTS = 2  # points (steps > 0, after smoothing) each curve of a pair needs for a speed-up
+HELD_OUT_MIN = MIN_CURVE_POINTS  # held-out points both runs need for the held-out curve to be read
 
 
 # --------------------------------------------------------------------------- curves and steps to a target
