@@ -3,7 +3,7 @@
 "previous" is the atlas as it was before the memory work of issue 21, rebuilt here by two patches:
 GGUF files loaded with their language-model head (``AutoModelForCausalLM``: a second
 vocabulary-sized float32 matrix, and a [L, vocab] logits tensor per window) and no
-``malloc_trim`` between windows (:mod:`attnscope.memory`). "now" is the code as it is. The two run
+``malloc_trim`` between windows (:mod:`attnscope.heap`). "now" is the code as it is. The two run
 interleaved (now, previous, now, ...), each in its own process, because the peak of a run varies by
 chance (which arena the allocator picks): every configuration is run ``--repeats`` times and the
 table gives the median and the range of the peak resident set size (``ru_maxrss``) and wall seconds.
@@ -32,9 +32,9 @@ CONFIGS = ("now", "previous")
 def _previous() -> None:
     """Patch attnscope back to the loader and allocator behaviour before the memory work."""
     import attnscope.heads.load as load
-    import attnscope.memory as memory
+    import attnscope.heap as heap
 
-    memory._malloc_trim = lambda: None
+    heap._malloc_trim = lambda: None
 
     def load_with_head(p):  # what _load_gguf did: the causal-LM class, head included
         from transformers import AutoModelForCausalLM, AutoTokenizer

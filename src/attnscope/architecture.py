@@ -2,7 +2,7 @@
 ``config.json`` form every reader finds (:func:`hf_config`).
 
 It sits below both the trainer (:mod:`attnscope.training.model`, which builds the model from it) and
-the weight sources (:mod:`attnscope.sources.memory`, which reads a live model's config), so a source
+the weight sources (:mod:`attnscope.sources.loaded`, which reads a live model's config), so a source
 never imports the trainer. No torch here.
 """
 

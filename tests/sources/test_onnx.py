@@ -13,7 +13,7 @@ import pytest
 from attnscope.errors import FormatError
 from attnscope.geometry import score
 from attnscope.sources import open_source
-from attnscope.sources.onnxgraph import ONNXSource
+from attnscope.sources.onnxfile import ONNXSource
 
 from .conftest import models
 

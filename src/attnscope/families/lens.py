@@ -1,5 +1,5 @@
 """Family spec of TransformerLens-style objects (an internal ``model_type``, set by
-:mod:`attnscope.sources.memory`, never written by users).
+:mod:`attnscope.sources.loaded`, never written by users).
 
 Einstein legend: h query head, g kv head, d model dim, e head dim.
 

@@ -1,4 +1,4 @@
-"""Family spec of ONNX graphs (an internal ``model_type``, set by :mod:`attnscope.sources.onnxgraph`).
+"""Family spec of ONNX graphs (an internal ``model_type``, set by :mod:`attnscope.sources.onnxfile`).
 
 Einstein legend: h query head, g kv head, d model dim, e head dim.
 
@@ -21,7 +21,7 @@ SPECS = [
         "onnx",
         ("onnx:graph",),
         (Stack("encoder", *_QK, **_SIZES),),
-        note="ONNX graphs: q/k MatMul weights traced from each Softmax (attnscope.sources.onnxgraph)",
+        note="ONNX graphs: q/k MatMul weights traced from each Softmax (attnscope.sources.onnxfile)",
         variants=(Variant((("causal", True),), (Stack("decoder", *_QK, **_SIZES),)),),
     )
 ]

@@ -178,7 +178,7 @@ def score(
 
     source: a local HF directory, a weights file, a hub id, any WeightSource, or a model in memory
     (a loaded transformers model, a state dict with ``config=``, an attnscope Transformer, a
-    TransformerLens-style object; see :mod:`attnscope.sources.memory`). config: a dict or
+    TransformerLens-style object; see :mod:`attnscope.sources.loaded`). config: a dict or
     transformers config for a state dict (or to override a module's own).
     k: outlier threshold (mean + k std) for directionality. levels: "head" and/or "layer".
     stacks: restrict to some of "encoder", "decoder", "cross". progress: show how far it is (a bar, a notebook line or log lines: :mod:`attnscope.progress`).

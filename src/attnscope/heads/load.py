@@ -39,7 +39,7 @@ def open_runnable(source: str | os.PathLike, device: str = "cpu") -> "MapModel |
     """A MapModel for a GGUF file; one-line refusal for CTranslate2 / ONNX; None for anything else."""
     from attnscope.sources.ctranslate2 import CT2Source
     from attnscope.sources.gguf import GGUFSource
-    from attnscope.sources.onnxgraph import ONNXSource
+    from attnscope.sources.onnxfile import ONNXSource
 
     spec = str(Path(str(source)).expanduser())
     if GGUFSource.detect(spec):
@@ -77,7 +77,7 @@ def open_gguf(path: str | os.PathLike, device: str = "cpu") -> "MapModel":
     missing = missing_gguf_runtime()
     if missing:
         raise UnsupportedError(f"{p}: running a GGUF file needs {', '.join(missing)}: {GGUF_FIX}")
-    from attnscope.memory import release_free_memory
+    from attnscope.heap import release_free_memory
 
     model, tok = _load_gguf(p)
     release_free_memory()  # the loader's dequantisation buffers (about 0.9 GB for a 0.5B model)

@@ -68,7 +68,7 @@ class MapModel:
 
         if self.max_len is not None and idx.shape[1] > self.max_len:
             raise InputError(f"window length {idx.shape[1]} is longer than the model's maximum {self.max_len}")
-        from attnscope.memory import release_free_memory
+        from attnscope.heap import release_free_memory
 
         with torch.inference_mode():
             self._forward(idx, on_layer)

@@ -3,7 +3,7 @@
 Kinds are tried in order (see ``SOURCE_TYPES``); each class's ``detect`` decides from the spec
 (a path or a hub id). A new source is one small class appended to that list. Objects that are not
 paths (a loaded model, a state dict with ``config=``, a TransformerLens-style object) become sources
-through :func:`attnscope.sources.memory.from_object`.
+through :func:`attnscope.sources.loaded.from_object`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["WeightSource", "DictSource", "open_source", "SOURCE_TYPES"]
 SOURCE_TYPES: list[tuple[str, str]] = [
     # filled in by the source modules' authors, e.g. ("hf", "HFDirectorySource"), ("hub", "HubSource")
     ("gguf", "GGUFSource"),  # a single .gguf file (checked by magic)
-    ("onnxgraph", "ONNXSource"),  # a .onnx file, or a directory with model.onnx / onnx/model.onnx
+    ("onnxfile", "ONNXSource"),  # a .onnx file, or a directory with model.onnx / onnx/model.onnx
     ("ctranslate2", "CT2Source"),  # a directory with model.bin (before HF dirs: both have config.json)
     ("hf", "HFDirectorySource"),  # a local HF dir (safetensors, shards, pytorch_model.bin); missing paths
     ("hub", "HubSource"),  # a bare hub id (org/name[@rev]); last, so local paths always win
@@ -47,7 +47,7 @@ def open_source(spec: Any, *, config: Any = None, name: str | None = None, **opt
     if isinstance(spec, WeightSource):
         return spec
     if not isinstance(spec, (str, os.PathLike)):
-        from .memory import from_object
+        from .loaded import from_object
 
         return from_object(spec, config=config, name=name)
     if config is not None:

@@ -114,7 +114,7 @@ class WeightSource(ABC):
 class DictSource(WeightSource):
     """An in-memory source: named tensors (or zero-argument getters that produce one on demand, so a
     live model is read one tensor at a time, never copied whole) and a config. Used by tests, live
-    models (:mod:`attnscope.sources.memory`) and the trainer."""
+    models (:mod:`attnscope.sources.loaded`) and the trainer."""
 
     def __init__(self, tensors: dict[str, Any], config: dict[str, Any], name: str = "<memory>") -> None:
         self._tensors = dict(tensors)

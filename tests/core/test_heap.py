@@ -1,4 +1,4 @@
-"""Handing freed heap memory back to the OS between forward passes (attnscope.memory)."""
+"""Handing freed heap memory back to the OS between forward passes (attnscope.heap)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from attnscope import memory
+from attnscope import heap as memory
 
 GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 

@@ -9,7 +9,7 @@ import pytest
 from attnscope.errors import ConfigError, FormatError, InputError
 from attnscope.geometry import score
 from attnscope.sources import open_source
-from attnscope.sources.memory import LENS_MODEL_TYPE
+from attnscope.sources.loaded import LENS_MODEL_TYPE
 
 from .conftest import models
 
