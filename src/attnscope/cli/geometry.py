@@ -316,7 +316,8 @@ def print_summary(df: "pd.DataFrame", per_layer: bool = True, sources: dict[str,
            _fmt(r["directionality_median"], r["directionality_q1"], r["directionality_q3"])]
         for _, r in summ.iterrows()
     ]  # fmt: skip
-    print_table(con, f"W_qk geometry: median [Q1, Q3] over {over}", header, rows, left=header[:3], fold=("model",))
+    print_table(con, f"W_qk geometry: median [Q1, Q3] over {over}", header, rows, left=header[:3], fold=("model",),
+                keys=("model", "stack", "offset") if by_offset else ("model", "stack"))
     for model in dict.fromkeys(summ["model"]):
         given = (sources or {}).get(model, model)
         if short_name(model) != given:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from attnscope.errors import InputError
 
@@ -31,19 +32,16 @@ def list_models(
     if as_json:
         echo_json(json.dumps([e.to_record() for e in entries]))
         return
-    from rich.table import Table
+    from ._tables import print_table
 
-    table = Table(title=f"attnscope zoo: {group or 'all'} ({len(entries)} models)")
-    table.add_column("id", no_wrap=True, min_width=max((len(e.id) for e in entries), default=2))
-    for col in ("family", "modality", "type", "params", "groups", "caveats"):
-        table.add_column(col, justify="right" if col == "params" else "left", overflow="fold")
-    for e in entries:
-        shown = [g for g in e.groups if g != "paper-all"]
-        table.add_row(e.id, e.family, e.modality, e.type, _human(e.params), " ".join(shown), " ".join(e.caveats))
-    con = console(stderr=False)
-    if not con.is_terminal and "COLUMNS" not in os.environ:  # piped: do not squeeze the table into 80 columns
+    header = ["id", "family", "modality", "type", "params", "groups", "caveats"]
+    rows = [[escape(e.id), escape(e.family), e.modality, e.type, _human(e.params),
+             escape(" ".join(g for g in e.groups if g != "paper-all")), escape(" ".join(e.caveats))] for e in entries]
+    con = console(stderr=False)  # COLUMNS wide; piped without COLUMNS: 160, not squeezed into 80
+    if not con.is_terminal and "COLUMNS" not in os.environ:
         con.width = 160
-    con.print(table)
+    print_table(con, f"attnscope zoo: {group or 'all'} ({len(entries)} models)", header, rows, keys=("id",),
+                left=[h for h in header if h != "params"], fold=("id", "groups", "caveats"))
 
 
 @app.command("groups")
