@@ -30,9 +30,9 @@ def test_figures_for_every_stack(tmp_path):
     figures = list(geometry_figures(df, blocks))
     names = sorted(name for name, _ in figures)
     assert names == sorted(["org_model_layers.png", "org_model_heads.png", "org_model_wqk_encoder_L1.png",
-                            "other_model_layers.png", "other_model_heads.png"])  # fmt: skip
+                            "other_layers.png", "other_heads.png"])  # fmt: skip  # file named as titled
     titles = {name: fig.get_suptitle() or fig.axes[0].get_title() for name, fig in figures}
-    assert titles["other_model_layers.png"] == "other" and titles["org_model_heads.png"] == "org/model"
+    assert titles["other_layers.png"] == "other" and titles["org_model_heads.png"] == "org/model"
     paths = [save_figure(fig, tmp_path / name) for name, fig in figures]
     for p in paths:
         assert p.read_bytes()[:4] == b"\x89PNG" and p.stat().st_size > 5000

@@ -261,7 +261,8 @@ def _offset_plots(df: "pd.DataFrame", out_dir: Path) -> list[Path]:
 
 def _quantisation_band(spec: str) -> str | None:
     """For a quantised GGUF file: its q/k quantisation and the measured error band (docs/zoo.md)."""
-    from attnscope.sources import open_source, resolve_spec
+    from attnscope.sources import open_source
+    from attnscope.zoo.registry import resolve_spec
     from attnscope.sources.quantisation import band_line, qk_quantisation
 
     spec = resolve_spec(spec)  # a zoo id: its installed copy
@@ -319,7 +320,7 @@ def print_summary(df: "pd.DataFrame", per_layer: bool = True, sources: dict[str,
     ]  # fmt: skip
     print_table(con, f"W_qk geometry: median [Q1, Q3] over {over}", header, rows, left=header[:3], fold=("model",),
                 keys=("model", "stack", "offset") if by_offset else ("model", "stack"))
-    from attnscope.sources import resolve_spec
+    from attnscope.zoo.registry import resolve_spec
 
     for model in dict.fromkeys(summ["model"]):
         given = (sources or {}).get(model, model)

@@ -113,7 +113,9 @@ def frequencies(source: Any, *, config: Any = None, name: str | None = None, fol
     fold = check_fold(fold_norms)
     from attnscope.naming import model_names
 
-    src = open_source(source, config=config)
+    from attnscope.zoo.registry import resolve_spec
+
+    src = open_source(resolve_spec(source), config=config)  # a zoo id: its installed copy
     model, given = model_names(source, src.name, name)
     rows: list[dict] = []
     try:

@@ -206,7 +206,9 @@ def score(
         offsets = check_offsets(offsets)
     from attnscope.naming import model_names
 
-    src = open_source(source, config=config)
+    from attnscope.zoo.registry import resolve_spec
+
+    src = open_source(resolve_spec(source), config=config)  # a zoo id: its installed copy
     model, given = model_names(source, src.name, name)
     try:
         fam = get_family(src.config)
@@ -330,8 +332,9 @@ def wqk_block(source: Any, layer: int = 0, *, stack: str | None = None, n: int =
     """The explicit layer form M_L[:n, :n] (float32 numpy) of one layer: the paper's example heatmap."""
     from attnscope.families import get_family
     from attnscope.sources import open_source
+    from attnscope.zoo.registry import resolve_spec
 
-    src = open_source(source)
+    src = open_source(resolve_spec(source))  # a zoo id: its installed copy
     try:
         fam = get_family(src.config)
         infos = [i for i in fam.stacks(src.config, src) if stack is None or i.stack == stack]

@@ -127,7 +127,7 @@ def open_model(source: str | os.PathLike, device: str = "cpu") -> MapModel:
     its installed copy), or a GGUF file. Its ``name`` is the canonical id (:func:`attnscope.naming.model_label`;
     an attnscope run: the run's name), its ``source`` the spec as given."""
     from attnscope.naming import model_label
-    from attnscope.sources import resolve_spec
+    from attnscope.zoo.registry import resolve_spec
 
     model = _open_spec(resolve_spec(source), device)
     model.source = str(source)

@@ -4,9 +4,6 @@ Kinds are tried in order (see ``SOURCE_TYPES``); each class's ``detect`` decides
 (a path or a hub id). A new source is one small class appended to that list. Objects that are not
 paths (a loaded model, a state dict with ``config=``, a TransformerLens-style object) become sources
 through :func:`attnscope.sources.memory.from_object`.
-
-:func:`resolve_spec` is the one place where a spec becomes what is opened: a zoo id (the hub id of a
-zoo entry) whose local copy is installed opens that copy, offline; every command goes through it.
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ from attnscope.errors import InputError
 
 from .base import DictSource, WeightSource
 
-__all__ = ["WeightSource", "DictSource", "open_source", "resolve_spec", "SOURCE_TYPES"]
+__all__ = ["WeightSource", "DictSource", "open_source", "SOURCE_TYPES"]
 
 #: (module, class) pairs, tried in order; imported lazily so optional formats cost nothing
 SOURCE_TYPES: list[tuple[str, str]] = [
@@ -41,18 +38,6 @@ def _source_classes() -> list[type[WeightSource]]:
     return out
 
 
-def resolve_spec(spec: str | os.PathLike) -> str:
-    """What to open for ``spec``: an existing path as given; a zoo id (``attnscope zoo list``) whose local
-    copy is installed -> that copy's path (no network; a hub id with ``@revision`` asks the hub instead);
-    anything else unchanged (a hub id, or a path that an error will name)."""
-    spec = str(spec)
-    if not spec.strip() or os.path.exists(os.path.expanduser(spec)) or spec.startswith((".", "/", "~", "\\")):
-        return spec
-    from attnscope.zoo.registry import local_copy
-
-    return local_copy(spec) or spec
-
-
 def open_source(spec: Any, *, config: Any = None, name: str | None = None, **options: Any) -> WeightSource:
     """Open a path / hub id, or wrap an in-memory model, as a :class:`WeightSource`.
 
@@ -67,7 +52,7 @@ def open_source(spec: Any, *, config: Any = None, name: str | None = None, **opt
         return from_object(spec, config=config, name=name)
     if config is not None:
         raise InputError(f"{spec}: config= is only for in-memory models; a path or hub id brings its own config")
-    spec = resolve_spec(spec)
+    spec = str(spec)
     for cls in _source_classes():
         if cls.detect(spec):
             return cls.open(spec, **options) if name is None else cls.open(spec, name=name, **options)

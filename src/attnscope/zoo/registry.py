@@ -273,6 +273,21 @@ def local_copy(spec: str, path: str | Path | None = None) -> str | None:
     return entry.spec
 
 
+def resolve_spec(spec: Any, path: str | Path | None = None) -> Any:
+    """What to open for ``spec``: the one place where a model spec becomes what is opened, used by every
+    command (geometry, heads, atlas, report). A zoo id (``attnscope zoo list``; the hub id for most)
+    whose local copy is installed -> that copy's path, offline; an existing path, a hub id with
+    ``@revision`` (asks the hub), anything else, and a model in memory: unchanged."""
+    import os
+
+    if not isinstance(spec, (str, os.PathLike)):
+        return spec
+    s = str(spec)
+    if not s.strip() or s.startswith((".", "/", "~", "\\")) or os.path.exists(os.path.expanduser(s)):
+        return spec
+    return local_copy(s, path) or spec
+
+
 def entry_for_path(spec: str | Path, path: str | Path | None = None) -> ZooEntry | None:
     """The zoo entry whose installed local copy ``spec`` (a file or folder) is; None otherwise."""
     p = Path(str(spec)).expanduser()
