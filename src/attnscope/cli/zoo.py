@@ -63,22 +63,35 @@ def list_groups(
 
 @app.command("show")
 def show_model(
-    model_id: str = typer.Argument(..., help="A hub id from the registry."),
+    model_id: str = typer.Argument(..., help="A model id from the registry (the hub id for most)."),
     zoo_file: Optional[Path] = _ZOO_FILE,
     as_json: bool = typer.Option(False, "--json", help="Print the entry as JSON on stdout."),
 ) -> None:
-    """One model's entry: family, type, size, groups, caveats and the paper's published scores."""
+    """One model's entry: family, type, size, groups, caveats, where its installed local copy is (or what
+    installs it) and the paper's published scores."""
     from attnscope.zoo import get_entry
 
     entry = get_entry(model_id, zoo_file)
     if entry is None:
         raise InputError(f"{model_id} is not in the zoo (see `attnscope zoo list`)")
     rec = entry.to_record()
+    where = entry.installed_path()
+    if entry.source:  # where the local copy is, or what installs it
+        rec["installed"] = None if where is None else str(where)
+        if where is None:
+            rec["install"] = entry.install_hint()
     if as_json:
         echo_json(json.dumps(rec))
         return
     typer.echo(f"{entry.id}: {entry.family} {entry.type} ({entry.modality}), {_human(entry.params)} parameters")
     typer.echo(f"  groups: {', '.join(entry.groups)}")
+    if not entry.source:
+        typer.echo("  weights: from the Hugging Face hub (no local copy in the zoo)")
+    elif where is None:
+        typer.echo(f"  local copy: not installed ({entry.install_hint()})")
+    else:
+        joined = "" if where.exists() else " (joined from its installed parts on first use)"
+        typer.echo(f"  local copy: {where}{joined}; `attnscope geometry {entry.id}` reads it offline")
     if entry.caveats:
         typer.echo(f"  caveats: {', '.join(entry.caveats)}")
     for stack, p in entry.published.items():

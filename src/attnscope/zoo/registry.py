@@ -20,7 +20,16 @@ from attnscope.errors import ConfigError, InputError
 
 from attnscope.sources.base import path_inside
 
-from .packages import JOIN_PREFIX, PYPI_PREFIX, distributions, extras_providing, join_parts, joined_path, pypi_path
+from .packages import (
+    JOIN_PREFIX,
+    PYPI_PREFIX,
+    distribution_of_module,
+    distributions,
+    extras_providing,
+    join_parts,
+    joined_path,
+    pypi_path,
+)
 
 DEFAULT_REGISTRY = Path(__file__).with_name("models.yaml")
 #: modalities and stacks, in the order every table and figure of the survey shows them
@@ -114,12 +123,11 @@ class ZooEntry:
             return None
 
     def packages(self) -> list[str]:
-        """The pip distributions that bring the local copy (``pkg:`` sources: the distribution named
-        after the module, the usual spelling)."""
+        """The pip distributions that bring the local copy (a ``pkg:`` source: the distribution of its module)."""
         if not self.source:
             return []
         if self.source.startswith(PKG_PREFIX):
-            return [self.source[len(PKG_PREFIX):].partition("/")[0].replace("_", "-")]
+            return [distribution_of_module(self.source[len(PKG_PREFIX):].partition("/")[0])]
         return distributions((self.source, *self.parts, *self.with_files, self.sha256 or ""))
 
     def install_hint(self) -> str:
