@@ -69,8 +69,15 @@ def model_file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", model_label(name)).strip("_.") or "model"
 
 
-def model_names(source: Any, opened_name: str, name: str | None = None) -> tuple[str, str]:
+def model_names(source: Any, opened_name: str, name: str | None = None, config: Any = None) -> tuple[str, str]:
     """``(model, source)`` columns of a table computed from ``source``: the canonical id (or ``name`` when
-    the caller gives one) and the path or id as typed (an in-memory model: its name, ``opened_name``)."""
+    the caller gives one) and the path or id as typed (an in-memory model: its name, ``opened_name``).
+
+    A checkpoint of an attnscope run (``config``: its config.json, ``model_type`` attnscope) is named by
+    its run, as the trainer's metrics and ``attnscope heads`` name it."""
     given = str(source) if isinstance(source, (str, os.PathLike)) else str(opened_name)
-    return (name or model_label(given)), given
+    if name:
+        return name, given
+    if isinstance(config, dict) and config.get("model_type") == "attnscope" and config.get("run"):
+        return str(config["run"]), given
+    return model_label(given), given

@@ -116,7 +116,7 @@ def frequencies(source: Any, *, config: Any = None, name: str | None = None, fol
     from attnscope.zoo.registry import resolve_spec
 
     src = open_source(resolve_spec(source), config=config)  # a zoo id: its installed copy
-    model, given = model_names(source, src.name, name)
+    model, given = model_names(source, src.name, name, src.config)
     rows: list[dict] = []
     try:
         fam = get_family(src.config)

@@ -209,7 +209,7 @@ def score(
     from attnscope.zoo.registry import resolve_spec
 
     src = open_source(resolve_spec(source), config=config)  # a zoo id: its installed copy
-    model, given = model_names(source, src.name, name)
+    model, given = model_names(source, src.name, name, src.config)
     try:
         fam = get_family(src.config)
         infos = fam.stacks(src.config, src)
