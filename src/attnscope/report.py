@@ -73,28 +73,23 @@ def _png(fig: "Figure") -> bytes:
 
 
 def _registry_entry(source: str, name: str | None, registry: str | Path | None) -> Any:
-    """The zoo entry of this model: by hub id (source or name) or by its local ``source:`` path."""
-    from attnscope.zoo.registry import load_registry, resolve_source
+    """The zoo entry of this model: by its id (source or name) or by its installed local copy's path."""
+    from attnscope.zoo.registry import entry_for_path, get_entry
 
-    wanted = {str(source), str(name)} if name else {str(source)}
-    here = Path(source).resolve() if Path(source).exists() else None
-    for e in load_registry(registry):
-        if e.id in wanted:
-            return e
-        if here is not None and e.source:
-            try:
-                if Path(resolve_source(e.source)).resolve() == here:
-                    return e
-            except InputError:  # an optional package of another entry is not installed
-                continue
-    return None
+    for wanted in (str(source), name):
+        entry = get_entry(str(wanted), registry) if wanted else None
+        if entry is not None:
+            return entry
+    return entry_for_path(source, registry)
 
 
 def _metadata(source: str, family: str) -> tuple[str, dict[str, Any]]:
     """(the source's display name, selected config fields + the scoring family)."""
     from attnscope.sources import open_source
 
-    with open_source(source) as src:
+    from attnscope.zoo.registry import resolve_spec
+
+    with open_source(resolve_spec(source)) as src:
         cfg, src_name = dict(src.config), src.name
     meta: dict[str, Any] = {"source": str(source), "attnscope family": family}
     for key in META_KEYS:
@@ -129,7 +124,7 @@ def build_report(
 ) -> ModelReport:
     """Score ``source`` (and measure its heads on ``data`` when given) into a :class:`ModelReport`.
 
-    name: the model's display name (default: its registry id, else the source's name).
+    name: the model's name in every table and title (default: its canonical id, :func:`attnscope.naming.model_label`).
     registry: a zoo YAML (default: the packaged one) to look up published values in.
     layer: the layer of the explicit W_qk[:50, :50] figure.
     atlas: also run both behaviour probes (text windows of ``data``, default builtin) and add the atlas
@@ -147,8 +142,8 @@ def build_report(
     entry = _registry_entry(source, name, registry)
     display = name or (entry.id if entry is not None else None)
     scores = score(source, k=k, progress=progress, name=display)
-    src_name, meta = _metadata(source, str(scores["family"].iloc[0]))
-    display = display or src_name
+    _, meta = _metadata(source, str(scores["family"].iloc[0]))
+    display = display or str(scores["model"].iloc[0])  # the canonical id (attnscope.naming.model_label)
     figures: dict[str, bytes] = {}
     figures["s and d per layer (layer form M_L; band: IQR over heads)"] = _png(plot_layer_curves(scores, title=display))
     if (scores["level"] == "head").any():
@@ -167,7 +162,7 @@ def build_report(
         from attnscope.plots.heads import metric_heatmaps
 
         res = extract(source, data=data, windows=windows, length=length, progress=progress, device=device)
-        heads, info = res.metrics, res.info
+        heads, info = res.metrics.assign(model=display), {**res.info, "model": display}  # one name in every table
         figures["attention-head metrics (mean over windows)"] = _png(metric_heatmaps(heads, title=f"{display}: per-head metrics"))
     at = None
     if atlas:

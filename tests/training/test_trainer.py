@@ -320,3 +320,5 @@ def test_geometry_cli_on_a_checkpoint_gives_the_logged_scores(tmp_path, cli_inpr
     logged = pd.DataFrame(metrics(run_dir)[-1]["geometry"])
     cols = ["stack", "level", "layer", "head", "symmetry", "directionality", "frobenius_norm", "n_outlier_cols"]
     pd.testing.assert_frame_equal(logged[cols], fresh[cols], check_dtype=False, atol=1e-9)
+    assert set(fresh["model"]) == set(logged["model"]) == {run_dir.name}  # one name: the run's (they join)
+    assert set(fresh["source"]) == {str(run_dir / "checkpoints" / "step-2")}

@@ -228,14 +228,16 @@ def atlas(
     table = geo.merge(wide, on=["layer", "head"], how="inner", validate="one_to_one")
     if len(table) != len(wide):
         raise UnsupportedError(f"{label}: the weights have {len(geo)} heads but the maps {len(wide)}; cannot pair them")
+    given = model.source or label
     table.insert(0, "model", label)
-    table.insert(1, "stack", stack)
+    table.insert(1, "source", given)
+    table.insert(2, "stack", stack)
     table = table.sort_values(["layer", "head"]).reset_index(drop=True)
     behaviours = behaviour_columns(table)
     table, k = add_clusters(table, behaviours, seed=seed)
     corr = correlation_table(table, GEOMETRY_COLUMNS, behaviours, n_boot=n_boot, seed=seed)
     corr.insert(0, "model", label)
-    info = {"model": label, "stack": stack, "causal": bool(model.causal), "n_layers": model.n_layers,
+    info = {"model": label, "source": given, "stack": stack, "causal": bool(model.causal), "n_layers": model.n_layers,
             "n_heads": model.n_heads, "probes": list(beh["probe"].unique()), "data": data,
             "windows": {"text": windows, "random": random_windows}, "lengths": lengths,
             "cluster_k": k, "n_boot": n_boot, "seed": seed, "offsets": offsets,

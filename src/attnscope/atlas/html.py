@@ -232,9 +232,10 @@ def atlas_page(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[s
     """A whole self-contained HTML document holding :func:`atlas_section`."""
     from attnscope.naming import model_label
 
-    source = str(info.get("model", "atlas"))
-    name = html.escape(model_label(source))
-    where = f'<p class="note">{html.escape(source)}</p>' if model_label(source) != source else ""
+    label = model_label(str(info.get("model", "atlas")))
+    source = str(info.get("source", info.get("model", "atlas")))  # the path as typed, below the heading
+    name = html.escape(label)
+    where = f'<p class="note">{html.escape(source)}</p>' if source != label else ""
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>attnscope atlas: {name}</title>'
             f"<style>{_PAGE_CSS}</style></head><body><h1>{name}</h1>{where}\n"
             f"{atlas_section(table, correlations, info, maps)}\n</body></html>\n")

@@ -315,6 +315,28 @@ class DefaultCommandGroup(TyperGroup):
     def format_usage(self, ctx: Any, formatter: Any) -> None:
         formatter.write_usage(ctx.command_path, f"[{self.default_command.upper()} ARGS] | COMMAND [ARGS]")
 
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """The group's help shows the default command's arguments and options (what ``--help`` readers
+        look for), and says so, above the list of subcommands."""
+        default = self.commands.get(self.default_command)
+        if default is None:
+            return super().format_help(ctx, formatter)
+        own_help = self.help
+        self.help = (f"{own_help or ''}\n\nThe arguments and options below are those of the default command "
+                     f"`{ctx.command_path} {self.default_command}`; a COMMAND has its own (COMMAND --help).")
+        self._with_default = True
+        try:
+            return super().format_help(ctx, formatter)
+        finally:
+            self.help, self._with_default = own_help, False
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        own = super().get_params(ctx)
+        default = self.commands.get(self.default_command)
+        if not getattr(self, "_with_default", False) or default is None:  # parsing: the group's own only
+            return own
+        return [*default.params, *own]
+
 
 def make_default_group(default: str) -> type[DefaultCommandGroup]:
     """A DefaultCommandGroup subclass whose default command is ``default``."""

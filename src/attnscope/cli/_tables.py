@@ -1,7 +1,7 @@
 """Console tables that fit the terminal: one helper every CLI module prints its tables with.
 
-A table wider than the console is split into several tables by columns; each part repeats the
-key columns (e.g. ``layer``) so it can be read on its own. Column names are never truncated: a
+A table wider than the console is split into several tables by columns; each part repeats all the
+key columns the caller names (e.g. ``model``, ``stack``, ``offset``) so it can be read on its own. Column names are never truncated: a
 column is as wide as its name or its widest cell. ``--json`` and ``--out`` still carry everything;
 this is only what a person reads (``COLUMNS`` wide, or 80 columns when the output is not a terminal).
 """
@@ -26,25 +26,27 @@ def _cell_width(cell: str) -> int:
     return Text.from_markup(cell).cell_len
 
 
-def split_columns(widths: Sequence[int], width: int, keys: int = 1) -> list[list[int]]:
-    """Group column indices so that each group (the first ``keys`` columns + its own) fits ``width``.
+def split_columns(widths: Sequence[int], width: int, keys: int | Sequence[int] = 1) -> list[list[int]]:
+    """Group column indices so that each group (the key columns + its own) fits ``width``.
 
+    ``keys``: the number of leading key columns, or their indices (anywhere in the table); every group
+    holds all of them, and each group lists its columns in the table's order.
     A rich table with the default box costs ``w + 3`` cells per column (padding and a rule) plus 1;
     a column too wide for any group still gets a group of its own (the console folds it).
     """
     def cost(cols: Sequence[int]) -> int:
         return 1 + sum(widths[i] + 3 for i in cols)
 
-    key_cols = list(range(min(keys, len(widths))))
+    key_cols = list(range(min(keys, len(widths)))) if isinstance(keys, int) else sorted(set(keys))
     groups: list[list[int]] = []
     cur: list[int] = []
-    for i in range(len(key_cols), len(widths)):
+    for i in (i for i in range(len(widths)) if i not in key_cols):
         if cur and cost(key_cols + cur + [i]) > width:
-            groups.append(key_cols + cur)
+            groups.append(sorted(key_cols + cur))
             cur = []
         cur.append(i)
     if cur or not groups:
-        groups.append(key_cols + cur)
+        groups.append(sorted(key_cols + cur))
     return groups
 
 
@@ -54,15 +56,16 @@ def print_table(
     header: Sequence[str],
     rows: Sequence[Sequence[str]],
     *,
-    keys: int = 1,
+    keys: int | Sequence[str] = 1,
     left: Sequence[str] = (),
     fold: Sequence[str] = (),
     width: int | None = None,
 ) -> None:
     """Print ``rows`` (cells as strings, rich markup allowed) under ``header`` on console ``con``.
 
-    Splits by columns when wider than ``width`` (default: the console's width), repeating the
-    first ``keys`` columns in every part; columns named in ``left`` are left-justified, the rest
+    Splits by columns when wider than ``width`` (default: the console's width), repeating the key
+    columns in every part (``keys``: the names of the columns that identify a row, e.g. ``("model",
+    "stack", "offset")``, or the number of leading ones); columns named in ``left`` are left-justified, the rest
     right; cells of columns named in ``fold`` (long names) wrap onto more lines beyond
     :data:`FOLD_WIDTH` cells or a third of the width, whichever is more. Header names never wrap or shorten.
     """
@@ -72,6 +75,12 @@ def print_table(
     for i, h in enumerate(header):
         w = max([len(h)] + [_cell_width(r[i]) for r in rows])
         widths.append(max(len(h), min(w, fold_at)) if h in fold else w)
+    if not isinstance(keys, int):
+        unknown = [k for k in keys if k not in header]
+        if unknown:
+            raise ValueError(f"keys: {', '.join(unknown)} not in the header {list(header)}")
+        keys = [header.index(k) for k in keys]
+    _narrow_folded_keys(widths, header, keys, fold, width)
     groups = split_columns(widths, width, keys)
     for n, cols in enumerate(groups, 1):
         con.print(escape(title) + (f" ({n}/{len(groups)})" if len(groups) > 1 else ""), style="italic", highlight=False)
@@ -84,13 +93,32 @@ def print_table(
         con.print(t)
 
 
+def _narrow_folded_keys(widths: list[int], header: Sequence[str], keys: int | Sequence[int], fold: Sequence[str],
+                        width: int) -> None:
+    """Narrow foldable key columns (long names wrap) until the keys and the widest other column fit ``width``,
+    so that no part squeezes a column below its name; never below the column's name or 8 cells."""
+    key_cols = list(range(min(keys, len(widths)))) if isinstance(keys, int) else list(keys)
+    others = [widths[i] for i in range(len(widths)) if i not in key_cols]
+    excess = 1 + sum(widths[i] + 3 for i in key_cols) + (max(others) + 3 if others else 0) - width
+    for i in key_cols:
+        if excess <= 0:
+            return
+        if header[i] in fold:
+            cut = min(excess, widths[i] - max(len(header[i]), 8))
+            if cut > 0:
+                widths[i] -= cut
+                excess -= cut
+
+
 def _fmt(v: Any, digits: int) -> str:
     if isinstance(v, float):
         return "-" if math.isnan(v) else f"{v:.{digits}f}"
     return escape(str(v))
 
 
-def print_frame(con: Any, title: str, df: Any, *, keys: int = 1, digits: int = 3, width: int | None = None) -> None:
+def print_frame(
+    con: Any, title: str, df: Any, *, keys: int | Sequence[str] = 1, digits: int = 3, width: int | None = None
+) -> None:
     """:func:`print_table` for a pandas DataFrame (floats to ``digits`` decimals, NaN as ``-``)."""
     header = [str(c) for c in df.columns]
     rows = [[_fmt(v, digits) for v in rec] for rec in df.itertuples(index=False, name=None)]

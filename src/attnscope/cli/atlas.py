@@ -108,7 +108,8 @@ def _finish(correlations, model: str, written: list[Path], as_json: bool) -> Non
              "-" if r.ci_low != r.ci_low else f"[{num(r.ci_low)}, {num(r.ci_high)}]", str(r.relation)]
             for r in correlations.itertuples()]
     interval = str(correlations["interval"].iloc[0]) if len(correlations) else ""
-    print_table(con, f"{model}: Spearman rho across heads ({interval})", ["geometry", "behaviour", "n", "rho", "95% CI", "relation"], rows)
+    print_table(con, f"{model}: Spearman rho across heads ({interval})", ["geometry", "behaviour", "n", "rho", "95% CI", "relation"],
+                rows, keys=("geometry", "behaviour"))
     con.print(f"wrote {len(written)} files into {written[0].parent}")
 
 

@@ -231,7 +231,7 @@ def print_frequency_summary(df: "pd.DataFrame") -> None:
     pairs, of the unrotated dims, and the wavelength of the pair with the largest median share."""
     from rich.console import Console
 
-    from attnscope.plots.geometry import short_name
+    from attnscope.plots import model_label
 
     con = Console()
     for (model, stack), grp in df.groupby(["model", "stack"], sort=False):
@@ -248,7 +248,7 @@ def print_frequency_summary(df: "pd.DataFrame") -> None:
             rows.append([str(li), f"{fast:.2f}", f"{slow:.2f}", f"{unrot.median():.2f}" if len(unrot) else "-",
                          str(top), f"{wl:.3g}"])  # fmt: skip
         header = ["layer", "fastest 1/4", "slowest 1/4", "unrotated", "top pair", "its wavelength"]
-        print_table(con, f"{short_name(model)} · {stack}: W_qk energy share by rotary pair (median over heads)",
+        print_table(con, f"{model_label(model)} · {stack}: W_qk energy share by rotary pair (median over heads)",
                     header, rows)
 
 
@@ -262,8 +262,10 @@ def _offset_plots(df: "pd.DataFrame", out_dir: Path) -> list[Path]:
 def _quantisation_band(spec: str) -> str | None:
     """For a quantised GGUF file: its q/k quantisation and the measured error band (docs/zoo.md)."""
     from attnscope.sources import open_source
+    from attnscope.zoo.registry import resolve_spec
     from attnscope.sources.quantisation import band_line, qk_quantisation
 
+    spec = resolve_spec(spec)  # a zoo id: its installed copy
     if not str(spec).lower().endswith(".gguf"):
         return None
     with open_source(spec) as src:
@@ -316,10 +318,16 @@ def print_summary(df: "pd.DataFrame", per_layer: bool = True, sources: dict[str,
            _fmt(r["directionality_median"], r["directionality_q1"], r["directionality_q3"])]
         for _, r in summ.iterrows()
     ]  # fmt: skip
-    print_table(con, f"W_qk geometry: median [Q1, Q3] over {over}", header, rows, left=header[:3], fold=("model",))
+    print_table(con, f"W_qk geometry: median [Q1, Q3] over {over}", header, rows, left=header[:3], fold=("model",),
+                keys=("model", "stack", "offset") if by_offset else ("model", "stack"))
+    from attnscope.zoo.registry import resolve_spec
+
     for model in dict.fromkeys(summ["model"]):
         given = (sources or {}).get(model, model)
-        if short_name(model) != given:
+        opened = resolve_spec(given) if sources else given  # a zoo id: its installed copy
+        if opened != given:
+            stderr_console().print(f"note: {short_name(model)} is read from its installed copy {opened}", highlight=False)
+        elif short_name(model) != given:
             stderr_console().print(f"note: {short_name(model)} is read from {given}", highlight=False)
     if not per_layer:
         return

@@ -125,8 +125,9 @@ def _summary(df, info, out, js, plot_dir) -> None:
             f"bidirectional model: {' and '.join(CAUSAL_DEFINED)} keep their causal definition "
             "(earlier keys only; docs/heads.md)"
         )
-    if name != str(info["model"]):
-        con.print(f"note: {escape(name)} is read from {escape(str(info['model']))}", highlight=False)
+    given = str(info.get("source", info["model"]))
+    if name != given:
+        con.print(f"note: {escape(name)} is read from {escape(given)}", highlight=False)
     notable = []
     for col, label in (("prev_mass", "previous-token"), ("sink_first", "first-token sink"), ("induction_score", "induction"),
                        ("dup_score", "duplicate-token"), ("induction_random", "induction (random probe)"),

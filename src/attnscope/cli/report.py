@@ -24,7 +24,7 @@ def report(
     data: Optional[str] = typer.Option(None, "--data", help="Also measure the attention heads on this corpus (as `attnscope heads --data`)."),
     windows: int = typer.Option(4, "--windows", help="Held-out windows for the head metrics, each --length tokens (with --data)."),
     length: Optional[int] = typer.Option(None, "--length", help="Window length for the head metrics (default: the model's)."),
-    name: Optional[str] = typer.Option(None, "--name", help="Model name shown (default: registry id or the source's name)."),
+    name: Optional[str] = typer.Option(None, "--name", help="Model name in the page and its tables (default: its zoo or hub id, else the file or folder name)."),
     k: float = typer.Option(2.0, "--k", help="Outlier threshold of directionality: mean + k std."),
     layer: int = typer.Option(0, "--layer", help="Layer of the W_qk[:50,:50] figure (0-based)."),
     zoo_file: Optional[Path] = typer.Option(None, "--zoo-file", help="A registry YAML to look published values up in."),

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from attnscope.errors import InputError
 
@@ -31,19 +32,16 @@ def list_models(
     if as_json:
         echo_json(json.dumps([e.to_record() for e in entries]))
         return
-    from rich.table import Table
+    from ._tables import print_table
 
-    table = Table(title=f"attnscope zoo: {group or 'all'} ({len(entries)} models)")
-    table.add_column("id", no_wrap=True, min_width=max((len(e.id) for e in entries), default=2))
-    for col in ("family", "modality", "type", "params", "groups", "caveats"):
-        table.add_column(col, justify="right" if col == "params" else "left", overflow="fold")
-    for e in entries:
-        shown = [g for g in e.groups if g != "paper-all"]
-        table.add_row(e.id, e.family, e.modality, e.type, _human(e.params), " ".join(shown), " ".join(e.caveats))
-    con = console(stderr=False)
-    if not con.is_terminal and "COLUMNS" not in os.environ:  # piped: do not squeeze the table into 80 columns
+    header = ["id", "family", "modality", "type", "params", "groups", "caveats"]
+    rows = [[escape(e.id), escape(e.family), e.modality, e.type, _human(e.params),
+             escape(" ".join(g for g in e.groups if g != "paper-all")), escape(" ".join(e.caveats))] for e in entries]
+    con = console(stderr=False)  # COLUMNS wide; piped without COLUMNS: 160, not squeezed into 80
+    if not con.is_terminal and "COLUMNS" not in os.environ:
         con.width = 160
-    con.print(table)
+    print_table(con, f"attnscope zoo: {group or 'all'} ({len(entries)} models)", header, rows, keys=("id",),
+                left=[h for h in header if h != "params"], fold=("id", "groups", "caveats"))
 
 
 @app.command("groups")
@@ -65,22 +63,35 @@ def list_groups(
 
 @app.command("show")
 def show_model(
-    model_id: str = typer.Argument(..., help="A hub id from the registry."),
+    model_id: str = typer.Argument(..., help="A model id from the registry (the hub id for most)."),
     zoo_file: Optional[Path] = _ZOO_FILE,
     as_json: bool = typer.Option(False, "--json", help="Print the entry as JSON on stdout."),
 ) -> None:
-    """One model's entry: family, type, size, groups, caveats and the paper's published scores."""
+    """One model's entry: family, type, size, groups, caveats, where its installed local copy is (or what
+    installs it) and the paper's published scores."""
     from attnscope.zoo import get_entry
 
     entry = get_entry(model_id, zoo_file)
     if entry is None:
         raise InputError(f"{model_id} is not in the zoo (see `attnscope zoo list`)")
     rec = entry.to_record()
+    where = entry.installed_path()
+    if entry.source:  # where the local copy is, or what installs it
+        rec["installed"] = None if where is None else str(where)
+        if where is None:
+            rec["install"] = entry.install_hint()
     if as_json:
         echo_json(json.dumps(rec))
         return
     typer.echo(f"{entry.id}: {entry.family} {entry.type} ({entry.modality}), {_human(entry.params)} parameters")
     typer.echo(f"  groups: {', '.join(entry.groups)}")
+    if not entry.source:
+        typer.echo("  weights: from the Hugging Face hub (no local copy in the zoo)")
+    elif where is None:
+        typer.echo(f"  local copy: not installed ({entry.install_hint()})")
+    else:
+        joined = "" if where.exists() else " (joined from its installed parts on first use)"
+        typer.echo(f"  local copy: {where}{joined}; `attnscope geometry {entry.id}` reads it offline")
     if entry.caveats:
         typer.echo(f"  caveats: {', '.join(entry.caveats)}")
     for stack, p in entry.published.items():

@@ -111,8 +111,12 @@ def frequencies(source: Any, *, config: Any = None, name: str | None = None, fol
     from attnscope.sources import open_source
 
     fold = check_fold(fold_norms)
-    src = open_source(source, config=config)
-    model = name or src.name
+    from attnscope.naming import model_names
+
+    from attnscope.zoo.registry import resolve_spec
+
+    src = open_source(resolve_spec(source), config=config)  # a zoo id: its installed copy
+    model, given = model_names(source, src.name, name, src.config)
     rows: list[dict] = []
     try:
         fam = get_family(src.config)
@@ -128,6 +132,7 @@ def frequencies(source: Any, *, config: Any = None, name: str | None = None, fol
             src.close()
     df = pd.DataFrame(rows)
     df.insert(0, "family", fam.name)
+    df.insert(0, "source", given)
     df.insert(0, "model", model)
     df["context_length"] = context_length(src.config)
     return df

@@ -35,7 +35,7 @@ LEVELS = ("head", "layer")
 
 #: the shared score record (same columns in geometry output, trainer metrics and the zoo store)
 RECORD_COLUMNS = [
-    "model", "family", "stack", "level", "layer", "head", "kv_head",
+    "model", "source", "family", "stack", "level", "layer", "head", "kv_head",
     "symmetry", "directionality", "frobenius_norm", "n_outlier_rows", "n_outlier_cols",
     "n_heads", "n_kv_heads", "d_model", "d_head",
 ]  # fmt: skip
@@ -182,7 +182,8 @@ def score(
     transformers config for a state dict (or to override a module's own).
     k: outlier threshold (mean + k std) for directionality. levels: "head" and/or "layer".
     stacks: restrict to some of "encoder", "decoder", "cross". progress: show how far it is (a bar, a notebook line or log lines: :mod:`attnscope.progress`).
-    name: the ``model`` column (default: the source's name, its path or hub id).
+    name: the ``model`` column (default: the model's canonical id, :func:`attnscope.naming.model_label`:
+    the zoo or hub id where known, else the file's stem or folder's name); ``source`` is the path or id as given.
     fold_norms: False / "none" (the paper's convention: W_q W_k^T as stored), True / "qk" (fold the
     q/k-norm gains of QK-norm models into W_q, W_k), "all" (also the input-norm gain); the choice is
     the ``fold_norms`` column of every record.
@@ -203,8 +204,12 @@ def score(
         from .offsets import check_offsets
 
         offsets = check_offsets(offsets)
-    src = open_source(source, config=config)
-    model = name or src.name
+    from attnscope.naming import model_names
+
+    from attnscope.zoo.registry import resolve_spec
+
+    src = open_source(resolve_spec(source), config=config)  # a zoo id: its installed copy
+    model, given = model_names(source, src.name, name, src.config)
     try:
         fam = get_family(src.config)
         infos = fam.stacks(src.config, src)
@@ -220,11 +225,10 @@ def score(
         total = sum(i.n_layers for i in infos)
         records: list[dict] = []
         bad_layers: list[str] = []
-        from attnscope.naming import model_label  # the model's name, not its path, labels the bar
         notes: dict[str, None] = {}  # one line each, in order
         from attnscope.progress import progress as progress_bar
 
-        with progress_bar(total, model_label(str(model)), enabled=progress, unit="layers") as bar:
+        with progress_bar(total, model, enabled=progress, unit="layers") as bar:
             for info in infos:
                 for layer in range(info.n_layers):
                     layout = _layout(src, info, layer, notes) if offsets is not None else None
@@ -250,6 +254,7 @@ def score(
         )
     for rec in records:
         rec["model"] = model
+        rec["source"] = given
         rec["family"] = fam.name
         rec["fold_norms"] = fold
     return records_frame(records)
@@ -327,8 +332,9 @@ def wqk_block(source: Any, layer: int = 0, *, stack: str | None = None, n: int =
     """The explicit layer form M_L[:n, :n] (float32 numpy) of one layer: the paper's example heatmap."""
     from attnscope.families import get_family
     from attnscope.sources import open_source
+    from attnscope.zoo.registry import resolve_spec
 
-    src = open_source(source)
+    src = open_source(resolve_spec(source))  # a zoo id: its installed copy
     try:
         fam = get_family(src.config)
         infos = [i for i in fam.stacks(src.config, src) if stack is None or i.stack == stack]

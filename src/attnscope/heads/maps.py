@@ -59,6 +59,7 @@ class MapModel:
     byte_level: bool
     cls_id: int | None = None
     sep_id: int | None = None
+    source: str = ""  # the path or id as given (``name`` is the canonical id); "" for a model loaded in memory
     streaming: bool = True  # False: HF fallback through output_attentions (all layers at once)
     _forward: Callable[["torch.Tensor", LayerFn], None] | None = field(default=None, repr=False)
 
@@ -122,7 +123,20 @@ def _is_attnscope_dir(path: Path) -> Path | None:
 
 
 def open_model(source: str | os.PathLike, device: str = "cpu") -> MapModel:
-    """Open an attnscope checkpoint / run directory, a Hugging Face model directory / hub id, or a GGUF file."""
+    """Open an attnscope checkpoint / run directory, a Hugging Face model directory / hub id (a zoo id:
+    its installed copy), or a GGUF file. Its ``name`` is the canonical id (:func:`attnscope.naming.model_label`;
+    an attnscope run: the run's name), its ``source`` the spec as given."""
+    from attnscope.naming import model_label
+    from attnscope.zoo.registry import resolve_spec
+
+    model = _open_spec(resolve_spec(source), device)
+    model.source = str(source)
+    if model.kind != "attnscope":
+        model.name = model_label(str(source))
+    return model
+
+
+def _open_spec(source: str, device: str) -> MapModel:
     from .load import open_runnable
 
     path = Path(str(source)).expanduser()
@@ -529,6 +543,7 @@ def extract(
     _stream(model, idx, batch_size, sink, progress)
     info = {
         "model": model.name,
+        "source": model.source or model.name,
         "kind": model.kind,
         "causal": model.causal,
         "windows": int(len(idx)),
@@ -570,10 +585,9 @@ def resolve_model(source: Any, tokenizer: Any, device: str) -> MapModel:
 
 def _stream(model: MapModel, idx: "torch.Tensor", batch_size: int, sink: "_LayerSink", progress: bool) -> None:
     """Forward ``idx`` [n, L] batch by batch; every layer's maps go to ``sink`` and are dropped."""
-    from attnscope.naming import model_label  # the model's name, not its path, labels the bar
     from attnscope.progress import progress as progress_bar
 
-    with progress_bar(len(idx), f"heads {model_label(model.name)}", enabled=progress, unit="windows") as bar:
+    with progress_bar(len(idx), f"heads {model.name}", enabled=progress, unit="windows") as bar:
         for b0 in range(0, len(idx), batch_size):
             batch = idx[b0 : b0 + batch_size]
             sink.start_batch(b0, batch)
@@ -645,10 +659,11 @@ class _LayerSink:
         frames = [summarize_windows(self.values[layer], layer=layer) for layer in sorted(self.values)]
         df = pd.concat(frames, ignore_index=True)
         df.insert(0, "model", m.name)
-        df.insert(1, "stack", "decoder" if m.causal else "encoder")
+        df.insert(1, "source", m.source or m.name)
+        df.insert(2, "stack", "decoder" if m.causal else "encoder")
         df["causal"] = m.causal
         df["length"] = self.length
-        ordered = ["model", "stack", "layer", "head", "n_windows", *METRICS, *[f"{k}_std" for k in METRICS],
+        ordered = ["model", "source", "stack", "layer", "head", "n_windows", *METRICS, *[f"{k}_std" for k in METRICS],
                    "causal", "length"]
         return df[[c for c in ordered if c in df.columns]]
 
@@ -676,5 +691,6 @@ class _LayerSink:
                 "js": D[a, b],
             }
         )
+        js_df.insert(0, "source", self.model.source or self.model.name)
         js_df.insert(0, "model", self.model.name)
         return js_df

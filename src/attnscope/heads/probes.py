@@ -239,7 +239,8 @@ def run_probes(
         frames.append(df)
     out = pd.concat(frames, ignore_index=True)
     out.insert(0, "model", model.name)
-    out.insert(1, "stack", "decoder" if model.causal else "encoder")
+    out.insert(1, "source", model.source or model.name)
+    out.insert(2, "stack", "decoder" if model.causal else "encoder")
     out["causal"] = model.causal
     return out
 

@@ -12,7 +12,6 @@ One function per figure, each taking data and an optional ``fig`` / ``ax`` and r
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Iterator, Mapping
 
 from .base import axes_for, figure_for, integer_ticks, model_label
@@ -28,15 +27,11 @@ STACK_COLORS = {"encoder": "#1f2a6b", "decoder": "#7b2d8e", "cross": "#2a8c82"}
 SCORES = (("symmetry", "symmetry s"), ("directionality", "directionality d"))
 
 
-def short_name(model: str) -> str:
-    """A model's label in file names and console tables: a hub id as is, a path by its last two components."""
-    parts = [p for p in re.split(r"[/\\]", str(model)) if p]
-    return "/".join(parts[-2:])
-
-
 def slug(model: str) -> str:
-    """A file-name-safe form of :func:`short_name`."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", short_name(model)).strip("_") or "model"
+    """A model's name in file names: its canonical id made file-name safe (:func:`attnscope.naming.model_file_stem`)."""
+    from attnscope.naming import model_file_stem
+
+    return model_file_stem(model)
 
 
 def plot_layer_curves(df: "pd.DataFrame", title: str | None = None, *, fig: "Figure | None" = None) -> "Figure":

