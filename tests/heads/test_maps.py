@@ -91,7 +91,7 @@ def test_sparse_checkpoint_maps_respect_pattern(tmp_path):
 
 @pytest.mark.parametrize(
     "source, msg",
-    [("/nonexistent/model/dir", "no such model"), ("__file__", "not a file")],
+    [("/nonexistent/model/dir", "no such file or directory"), ("__file__", "not a file")],
 )
 def test_bad_sources(source, msg, tmp_path):
     if source == "__file__":
