@@ -73,9 +73,9 @@ class WindowPlan:
             length = min(self.default_length, max_len)
         if max_len is not None and length > max_len:
             raise InputError(f"window length {length} is longer than the model's maximum {max_len}")
-        ids = _special_ids(tokenizer)  # [CLS] + text + [SEP] windows hold 2 corpus tokens fewer
-        heldout_windows(open_corpus(self.data), tokenizer, length - 2 if {"cls", "sep"} <= set(ids) else length,
-                        self.windows)
+        body = length - 2 if {"cls", "sep"} <= set(_special_ids(tokenizer)) else length  # [CLS] + text + [SEP]
+        if body >= 1:  # (a window with no room for text is refused by make_windows, naming the model)
+            heldout_windows(open_corpus(self.data), tokenizer, body, self.windows)
 
 
 def check_weights(open_source: Callable[[], Any], name: str) -> dict[str, Any]:
