@@ -58,6 +58,8 @@ class ModelReport:
     #: rotary models: median [Q1, Q3] over layers of s and d of the form at each offset (None: not rotary)
     offsets: "pd.DataFrame | None" = None
     atlas: Any = None  # an attnscope.atlas.AtlasResult: geometry beside behaviour, per head
+    #: why the atlas section asked for is left out (a model that cannot be run for attention maps); None otherwise
+    atlas_note: str | None = None
 
 
 def check_out_dir(out: str | os.PathLike) -> Path:
@@ -128,7 +130,9 @@ def build_report(
     registry: a zoo YAML (default: the packaged one) to look up published values in.
     layer: the layer of the explicit W_qk[:50, :50] figure.
     atlas: also run both behaviour probes (text windows of ``data``, default builtin) and add the atlas
-    section (:mod:`attnscope.atlas`): every head's s and d beside what it does, interactive.
+    section (:mod:`attnscope.atlas`): every head's s and d beside what it does, interactive. A model that
+    cannot be run for attention maps (CTranslate2, ONNX) keeps its report; ``atlas_note`` says why the
+    section is left out.
     """
     from attnscope.geometry import score, wqk_block
     from attnscope.plots.geometry import (
@@ -164,17 +168,21 @@ def build_report(
         res = extract(source, data=data, windows=windows, length=length, progress=progress, device=device)
         heads, info = res.metrics.assign(model=display), {**res.info, "model": display}  # one name in every table
         figures["attention-head metrics (mean over windows)"] = _png(metric_heatmaps(heads, title=f"{display}: per-head metrics"))
-    at = None
+    at = atlas_note = None
     if atlas:
         from attnscope.atlas import atlas as run_atlas
+        from attnscope.errors import UnsupportedError
 
-        at = run_atlas(source, data=data or "builtin", name=display, device=device, progress=progress)
+        try:
+            at = run_atlas(source, data=data or "builtin", name=display, device=device, progress=progress)
+        except UnsupportedError as exc:  # weights only (CTranslate2, ONNX): the report stands without it
+            atlas_note = str(exc)
     return ModelReport(
         name=display, source=str(source), metadata=meta, scores=scores,
         summary=_summary_with_published(scores, entry), figures=figures, heads=heads, heads_info=info,
         registry_id=entry.id if entry is not None else None, caveats=tuple(entry.caveats) if entry is not None else (),
         offsets=offsets,
-        atlas=at,
+        atlas=at, atlas_note=atlas_note,
     )  # fmt: skip
 
 
@@ -327,6 +335,9 @@ def render_html(rep: ModelReport) -> str:
         from attnscope.atlas.html import atlas_section
 
         parts.append(atlas_section(rep.atlas.table, rep.atlas.correlations, rep.atlas.info, maps=rep.atlas.maps))
+    elif rep.atlas_note is not None:
+        parts += ["<h2>Geometry meets behaviour (atlas)</h2>",
+                  f'<p class="note">No atlas section for this model: {esc(rep.atlas_note)}.</p>']
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 

@@ -139,9 +139,11 @@ def check_atlas_options(source: Any, **opts: Any) -> None:
 
     from .stats import MAX_BOOT
 
-    if source is None:
-        raise ArgumentTypeError("source must be a GGUF file, an HF directory / hub id or a loaded model, not None",
-                                params="source")
+    from attnscope.heads.maps import MapModel
+
+    if not isinstance(source, (str, os.PathLike, MapModel)) and not hasattr(source, "config"):
+        raise ArgumentTypeError("source must be a GGUF file, an HF directory / hub id or a loaded model, not "
+                                f"{type(source).__name__} {source!r:.40}", params="source")
     integer = (int, np.integer)
     for param, least in (("windows", 1), ("random_windows", 1), ("n_boot", 1), ("batch_size", 1), ("seed", 0),
                          ("length", 2), ("random_length", 2)):  # fmt: skip
@@ -188,7 +190,7 @@ def atlas(
     import warnings
 
     from attnscope.geometry import PositionNote, score
-    from attnscope.heads.probes import MAP_SIDE, as_map_model, run_probes
+    from attnscope.heads.probes import MAP_SIDE, as_map_model, check_probes, probe_plan, run_probes
 
     from .stats import correlation_table
 
@@ -197,7 +199,8 @@ def atlas(
                         batch_size=batch_size, device=device)
     if isinstance(source, (str, os.PathLike)) and tokenizer is not None:
         raise InputError(f"{source}: tokenizer= is for a model loaded in memory; a directory or file brings its own")
-    model = as_map_model(source, device=device, tokenizer=tokenizer)
+    plan = probe_plan(check_probes(probes), data, windows, length, random_length)  # checked before the weights load
+    model = as_map_model(source, device=device, tokenizer=tokenizer, plan=plan)
     label = name or model.name
     examples: dict[str, dict[int, np.ndarray]] = {}
     beh = run_probes(model, probes, data=data, windows=windows, length=length, random_windows_n=random_windows,

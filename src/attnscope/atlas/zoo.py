@@ -46,14 +46,16 @@ def run_zoo_atlas(
     seed: int = 0,
     **options: Any,
 ) -> AtlasResult:
-    """Atlas of every model of ``group``; ``options`` go to :func:`attnscope.atlas.atlas` (and are the store's settings)."""
+    """Atlas of every model of ``group`` (a group of the packaged registry, ``FILE.yaml`` or ``FILE.yaml:GROUP``);
+    ``options`` go to :func:`attnscope.atlas.atlas` (and are the store's settings)."""
     from attnscope.runs import ResultsStore
     from attnscope.zoo.registry import select
+    from attnscope.zoo.survey import split_group_spec
 
     from .build import atlas
     from .stats import correlation_table
 
-    entries = select(group)
+    entries = select(*split_group_spec(group, None))  # a group, FILE.yaml or FILE.yaml:GROUP, as `geometry --zoo`
     if not entries:
         raise InputError(f"zoo group {group!r} has no models")
     log = log or (lambda message: None)

@@ -63,6 +63,45 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
+def _can_write_in(folder: Path) -> bool:
+    """True when a file can be created in ``folder`` or, while it is missing, in its nearest existing parent
+    (where it would be made); tried for real with a temporary file, nothing else is created."""
+    import tempfile
+
+    while not folder.exists() and folder.parent != folder:
+        folder = folder.parent
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError:
+        return False
+    return True
+
+
+def writable_matplotlib_dirs() -> None:
+    """Point ``MPLCONFIGDIR`` at a fresh temporary folder (removed at exit) when matplotlib's config or cache
+    folder cannot be written (an unwritable HOME or MPLCONFIGDIR): matplotlib would do the same but print two
+    raw lines about it. Figures are unchanged; only its font cache is rebuilt there."""
+    if "matplotlib" in sys.modules:
+        return
+    home = Path(os.path.expanduser("~"))
+    given = os.environ.get("MPLCONFIGDIR")
+    if given:
+        folders = [Path(given)]
+    else:
+        folders = [Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "matplotlib",
+                   Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "matplotlib"]
+    if all(_can_write_in(f) for f in folders):
+        return
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="attnscope-matplotlib-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    os.environ["MPLCONFIGDIR"] = folder
+
+
 def run_app(app: typer.Typer) -> None:
     """Run a typer app with the CLI's error contract.
 
@@ -80,6 +119,7 @@ def run_app(app: typer.Typer) -> None:
     if "--debug" in sys.argv[1:]:  # honoured even when the failure happens while parsing
         os.environ[DEBUG_ENV] = "1"
     install_one_line_warnings(lambda text, names: in_flags(text, names, command_params(app, sys.argv[1:])))
+    writable_matplotlib_dirs()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_terminated)
     try:

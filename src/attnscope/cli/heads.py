@@ -56,20 +56,19 @@ def measure(
     All metric columns come from the corpus windows (the text probe) except the ``*_random`` columns,
     which come from the repeated-random-tokens probe (BOS, T random tokens, the same T again).
     """
-    from attnscope.heads.maps import extract, open_model
+    from attnscope.heads.maps import window_plan, check_extract_args, extract, open_model
     from attnscope.tables import write_table
 
     if js is not None and js_rows < 1:
         raise InputError(f"--js needs --js-rows of at least 1, not {js_rows}")
-    if length is not None and length < 2:
-        raise InputError(f"--length must be at least 2, not {length}")
+    check_extract_args(windows, length, batch_size, js_rows if js else 0)  # every option before the model loads
     check_out_file(out, "--out")
     check_out_file(js, "--js")
     check_device(device)
     if out is not None and js is not None and out.resolve() == js.resolve():
         raise InputError(f"--out and --js are the same file {out}")
     plot_dir = _plot_dir(plot)
-    model = open_model(source, device=device)
+    model = open_model(source, device=device, plan=window_plan(data, windows, length))  # corpus size checked before the load
     ex_layers: tuple[int, ...] = ()
     if plot_dir is not None:
         ex_layers = tuple(sorted({0, model.n_layers // 2, model.n_layers - 1}))

@@ -30,7 +30,7 @@ def report(
     zoo_file: Optional[Path] = typer.Option(None, "--zoo-file", help="A registry YAML to look published values up in."),
     demo: bool = typer.Option(False, "--demo", help="Report on the bundled all-MiniLM-L6-v2 (needs attnscope\\[demo])."),
     device: str = typer.Option("cpu", "--device", help="torch device for the head metrics."),
-    atlas: bool = typer.Option(False, "--atlas", help="Add the atlas section: s/d of every head beside its behaviour (both probes; text from --data, default builtin; the atlas's own windows, 8 x 256 tokens, not --windows/--length)."),
+    atlas: bool = typer.Option(False, "--atlas", help="Add the atlas section: s/d of every head beside its behaviour (both probes; text from --data, default builtin; the atlas's own windows, 8 x 256 tokens, not --windows/--length; a model that cannot run for maps, such as CTranslate2, keeps its report with a note instead)."),
 ) -> None:
     """Write DIR/report.html: metadata, scores (with the paper's values), figures, and head metrics with --data."""
     from attnscope.report import build_report, check_out_dir, write_report
@@ -56,5 +56,7 @@ def report(
         )  # fmt: skip
     for w in caught:
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)  # one line, flags for parameters
+    if rep.atlas_note is not None:
+        print(f"attnscope: note: no atlas section: {rep.atlas_note}", file=sys.stderr)
     path = write_report(rep, out)
     stderr_console().print(f"wrote {path}")

@@ -35,10 +35,12 @@ if TYPE_CHECKING:
 else:
     __all__, __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 # <<< generated
-__all__ += ["get_family", "registry"]
+__all__ += ["check_against_weights", "get_family", "registry"]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .base import FamilySpec
+    from attnscope.sources.base import WeightSource
+
+    from .base import FamilySpec, StackInfo
 
 _REGISTRY: dict[str, FamilySpec] | None = None
 
@@ -72,3 +74,18 @@ def get_family(config: dict[str, Any]) -> FamilySpec:
         f"unsupported model_type {mt!r}; supported: {supported}. "
         "To add one, write a small spec module in attnscope/families/ (see docs/families.md)."
     )
+
+
+def check_against_weights(source: "WeightSource") -> "list[StackInfo]":
+    """The config of ``source`` checked against its weights, before anything is built from it: the family's
+    reading of the config (counts are integers >= 1, heads group over kv heads), then the q/k tensors of
+    the first and the last layer of every stack, read and shape-checked exactly as
+    :func:`attnscope.geometry.score` reads them. A layer count beyond the layers stored, or a head count or
+    width that the q/k weights do not have, is one line (FormatError / ConfigError) in the time it takes to
+    read two layers. UnsupportedError when no family spec reads the model (the caller decides)."""
+    fam = get_family(source.config)
+    infos = fam.stacks(source.config, source)
+    for info in infos:
+        for layer in sorted({0, info.n_layers - 1}):
+            fam.layer_factors(source, info, layer)
+    return infos

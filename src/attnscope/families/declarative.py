@@ -102,13 +102,15 @@ def _lookup(config: dict[str, Any], key: str) -> Any:
 
 
 def _config_int(config: dict[str, Any], keys: ConfigKeys, what: str, model_type: str) -> int | None:
+    """The first of ``keys`` the config sets, as an int >= 1; a float (``1e6``), a bool, a string or a
+    count below 1 is one ConfigError (a count is an integer; the weights bound how large it may be)."""
     for key in keys:
         if isinstance(key, int):
             return key
         value = _lookup(config, key)
         if value is not None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 0:
-                raise ConfigError(f"{model_type} config: {key}={value!r} is not a valid {what}")
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ConfigError(f"{model_type} config: {key}={value!r} is not a valid {what} (an integer >= 1)")
             return int(value)
     return None
 

@@ -59,12 +59,24 @@ class GGUFLlamaLikeSpec(FamilySpec):
         self.model_types = (self.name,)
 
     def stacks(self, config: dict[str, Any], source: "WeightSource | None" = None) -> list[StackInfo]:
-        n_q = int(config["num_attention_heads"])
-        n_kv = int(config.get("num_key_value_heads") or n_q)
-        d = int(config["hidden_size"])
-        e = int(config.get("head_dim") or d // n_q)
-        info = StackInfo("decoder", int(config["num_hidden_layers"]), n_q, n_kv, d, e,
-                         extra={"arch": config.get("architecture")})
+        from attnscope.sources.base import metadata_count
+
+        label = source.name if source is not None else self.name
+        arch = config.get("architecture")
+
+        def count(key: str, what: str, default: Any = None) -> int:
+            value = config.get(key)
+            return metadata_count(default if value is None else value, f"{arch}.{what}", label)
+
+        n_q = count("num_attention_heads", "attention.head_count")
+        n_kv = count("num_key_value_heads", "attention.head_count_kv", n_q)
+        d = count("hidden_size", "embedding_length")
+        if config.get("head_dim") is None and n_q > d:
+            raise FormatError(f"{label}: {arch}.attention.head_count is {n_q}, more heads than the width {d} has "
+                              "dimensions (a head dim of 0)")
+        e = count("head_dim", "attention.key_length", d // n_q)
+        info = StackInfo("decoder", count("num_hidden_layers", "block_count"), n_q, n_kv, d, e,
+                         extra={"arch": arch})
         return [info]
 
     def layer_factors(self, source: "WeightSource", info: StackInfo, layer: int, fold: str = "none") -> AttentionFactors:
@@ -87,7 +99,8 @@ class GGUFLlamaLikeSpec(FamilySpec):
                 )
             wq, wk = wqkv[: h * e], wqkv[h * e : (h + g) * e]
         else:
-            raise FormatError(f"{source.name}: no attn_q/attn_k or attn_qkv tensor for layer {layer}")
+            raise FormatError(f"{source.name}: no attn_q/attn_k or attn_qkv tensor for layer {layer} "
+                              f"(layer {layer} of {info.n_layers} in the file's block_count)")
         q = split_heads(wq, h, e, d, f"{source.name} {base} q")
         k = split_heads(wk, g, e, d, f"{source.name} {base} k")
         if fold != "none":

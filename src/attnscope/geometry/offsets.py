@@ -22,8 +22,12 @@ from attnscope.errors import ArgumentTypeError, InputError, UnsupportedError
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-#: |offset| must stay below this (positions are 32-bit in every framework attnscope reads)
+#: |offset| must stay below this (positions are 32-bit in every framework attnscope reads); the bound for
+#: a model whose config states no context length (one that states one is held to it: :func:`check_reach`)
 MAX_OFFSET = 2**31
+#: at most this many offsets per call: every offset repeats every record of a run (tens are the use;
+#: :func:`attnscope.geometry.rotary.offset_symmetry` is the route for dense sweeps of s alone)
+MAX_OFFSETS = 1024
 
 
 class PositionNote(UserWarning):
@@ -31,7 +35,8 @@ class PositionNote(UserWarning):
 
 
 def check_offsets(offsets: Iterable[Any]) -> list[int]:
-    """Offsets as a list of ints; InputError (one line) when empty, non-integer, beyond 2^31 or repeated."""
+    """Offsets as a list of ints; InputError (one line) when empty, non-integer, beyond 2^31, repeated or
+    more than :data:`MAX_OFFSETS` (counted while reading, so an endless iterable is refused too)."""
     if isinstance(offsets, (str, bytes)):
         raise ArgumentTypeError("offsets must be a list of integers (use parse_offsets for the '0,1,16' form)",
                                 params="offsets")
@@ -39,7 +44,13 @@ def check_offsets(offsets: Iterable[Any]) -> list[int]:
         raise ArgumentTypeError(f"offsets must be a list of integers, not {type(offsets).__name__} {offsets!r:.40}",
                                 params="offsets")
     out: list[int] = []
+    seen: set[int] = set()
+    dup: set[int] = set()
     for o in offsets:
+        if len(out) == MAX_OFFSETS:
+            raise InputError(f"offsets holds more than {MAX_OFFSETS} offsets: give at most {MAX_OFFSETS} (each one "
+                             "repeats every record; offset_symmetry in attnscope.geometry.rotary sweeps s densely)",
+                             params="offsets")
         if isinstance(o, bool) or not isinstance(o, numbers.Integral):
             if isinstance(o, numbers.Real) and not isinstance(o, bool) and float(o).is_integer():
                 o = int(o)
@@ -48,13 +59,42 @@ def check_offsets(offsets: Iterable[Any]) -> list[int]:
         o = int(o)
         if abs(o) >= MAX_OFFSET:
             raise InputError(f"offset {o} is beyond 2^31 (positions are 32-bit)", params="offsets")
+        if o in seen:
+            dup.add(o)
+        seen.add(o)
         out.append(o)
     if not out:
         raise InputError("offsets is empty: give at least one offset", params="offsets")
-    dup = sorted({o for o in out if out.count(o) > 1})
     if dup:
-        raise InputError(f"offsets repeats {', '.join(map(str, dup))}", params="offsets")
+        raise InputError(f"offsets repeats {', '.join(map(str, sorted(dup)))}", params="offsets")
     return out
+
+
+def reach(config: dict[str, Any]) -> int | None:
+    """The largest |offset| a model can apply: its context length (:func:`context_length`), times a dynamic
+    rotary scaling's factor (it stretches the positions past the trained context); None when unstated."""
+    ctx = context_length(config)
+    if ctx is None:
+        return None
+    scaling = config.get("rope_scaling") or config.get("rope_parameters") or {}
+    if isinstance(scaling, dict) and str(scaling.get("rope_type") or scaling.get("type")) == "dynamic":
+        factor = scaling.get("factor")
+        if isinstance(factor, (int, float)) and not isinstance(factor, bool) and math.isfinite(factor) and factor > 1:
+            return int(ctx * factor)
+    return ctx
+
+
+def check_reach(offsets: list[int], config: dict[str, Any], model: str) -> None:
+    """InputError (one line) when an offset lies beyond what ``model`` can attend to (:func:`reach`); a model
+    that states no context length is held to :data:`MAX_OFFSET` (by :func:`check_offsets`)."""
+    limit = reach(config)
+    if limit is None:
+        return
+    far = [o for o in offsets if abs(o) > limit]
+    if far:
+        worst = max(far, key=abs)
+        raise InputError(f"{model}: offset {worst} is beyond the model's context length {limit}: give offsets up to "
+                         f"{limit}", params="offsets")
 
 
 def _int(text: str, what: str) -> int:
@@ -83,12 +123,18 @@ def parse_offsets(spec: str) -> list[int]:
         start, stop, n = (_int(p, w) for p, w in zip(parts, ("START", "STOP", "N")))
         if not 0 <= start < stop or n < 2:
             raise InputError(f"--offsets {spec!r}: needs 0 <= START < STOP and N >= 2")
+        if n > MAX_OFFSETS:
+            raise InputError(f"--offsets {spec!r}: N is at most {MAX_OFFSETS}, not {n} (each offset repeats every "
+                             "record; offset_symmetry in attnscope.geometry.rotary sweeps s densely)")
         check_offsets([stop])
         lo, m = max(start, 1), n - (1 if start == 0 else 0)
         # one point left beside 0 is STOP (geomspace would give START's side, 1, and drop STOP)
         pts = np.unique(np.rint(np.geomspace(lo, stop, m) if m > 1 else [stop]).astype(np.int64))
         return ([0] if start == 0 else []) + [int(p) for p in pts]
-    return check_offsets([_int(p, "offset") for p in spec.split(",")])
+    parts = spec.split(",", MAX_OFFSETS)
+    if len(parts) > MAX_OFFSETS:
+        raise InputError(f"--offsets holds more than {MAX_OFFSETS} offsets: give at most {MAX_OFFSETS}")
+    return check_offsets([_int(p, "offset") for p in parts])
 
 
 def note(message: str) -> None:

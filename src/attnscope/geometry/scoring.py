@@ -190,7 +190,9 @@ def score(
     offsets: relative offsets (query position - key position); every record gains an ``offset`` column
     and scores the form ``M_offset = W_q G(offset) W_k^T`` that a rotary model applies at that distance
     (:mod:`attnscope.geometry.rotary`); offset 0 is exactly the score without offsets. A model without
-    rotary positions gets the same scores at every offset and one :class:`PositionNote` saying so.
+    rotary positions gets the same scores at every offset and one :class:`PositionNote` saying so. At most
+    :data:`~attnscope.geometry.offsets.MAX_OFFSETS` offsets, each within the model's context length
+    (:func:`~attnscope.geometry.offsets.reach`; 2^31 when the config states none).
     """
     from attnscope.families import get_family
     from attnscope.sources import open_source
@@ -211,6 +213,10 @@ def score(
     src = open_source(resolve_spec(source), config=config)  # a zoo id: its installed copy
     model, given = model_names(source, src.name, name, src.config)
     try:
+        if offsets is not None:
+            from .offsets import check_reach
+
+            check_reach(offsets, src.config, str(model))
         fam = get_family(src.config)
         infos = fam.stacks(src.config, src)
         if stacks is not None:

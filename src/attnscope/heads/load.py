@@ -14,6 +14,12 @@ embedding-sized float32 matrix (0.5 GB for Qwen2.5-0.5B) and a logits tensor per
 4.x fills only the ``...ForCausalLM`` class from a GGUF file: there the full model is loaded and its base
 kept.) A weight the file did not fill is never left at random: that is a one-line refusal. transformers
 needs the ``accelerate`` and ``gguf`` packages for this: the optional extra ``attnscope[gguf]``.
+
+Before any model is built, a GGUF file or HF directory is checked with what loads in seconds:
+:func:`check_weights` holds its config to its weights (:func:`attnscope.families.check_against_weights`:
+a config that claims a million layers or zero heads is one line, not a hang or a raw error), and a
+:class:`WindowPlan` holds the windows the run will ask for to the tokenizer (loaded first) and the
+model's maximum length, so a corpus too short for ``windows x length`` is refused before the weights load.
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ import contextlib
 import importlib.util
 import io
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-from attnscope.errors import FormatError, UnsupportedError
+from attnscope.errors import AttnscopeError, FormatError, InputError, UnsupportedError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .maps import MapModel
@@ -35,7 +42,61 @@ GGUF_RUNTIME = ("accelerate", "gguf")
 GGUF_FIX = "pip install 'attnscope[gguf]'"
 
 
-def open_runnable(source: str | os.PathLike, device: str = "cpu") -> "MapModel | None":
+@dataclass(frozen=True)
+class WindowPlan:
+    """The windows a run will ask of a model, checked against its tokenizer and maximum length before its
+    weights load (:meth:`check`); the same one-line refusals :func:`~attnscope.heads.maps.make_windows` and
+    :func:`~attnscope.heads.probes.random_windows` give later, without the model load in front of them."""
+
+    data: str | None = None  # corpus of the text windows (None: no text windows)
+    windows: int = 1
+    length: int | None = None  # tokens per text window; None: min(default_length, the model's maximum)
+    default_length: int = 512
+    random_length: int | None = None  # T of the random probe (2T + 1 tokens) when given
+
+    def check(self, tokenizer: Any, max_len: int | None) -> None:
+        """Refuse (InputError, one line) what cannot run: a window longer than ``max_len``, more text windows
+        than the corpus's held-out split holds in ``tokenizer``'s tokens (counted as :func:`heldout_windows` counts)."""
+        from attnscope.training.data import heldout_windows, open_corpus
+
+        from .maps import _special_ids
+        from .probes import check_random_length
+
+        if self.random_length is not None:
+            check_random_length(self.random_length, max_len)
+        if self.data is None:
+            return
+        length = self.length
+        if length is None:
+            if max_len is None:
+                return  # the model's default length is decided once it is loaded
+            length = min(self.default_length, max_len)
+        if max_len is not None and length > max_len:
+            raise InputError(f"window length {length} is longer than the model's maximum {max_len}")
+        body = length - 2 if {"cls", "sep"} <= set(_special_ids(tokenizer)) else length  # [CLS] + text + [SEP]
+        if body >= 1:  # (a window with no room for text is refused by make_windows, naming the model)
+            heldout_windows(open_corpus(self.data), tokenizer, body, self.windows)
+
+
+def check_weights(open_source: Callable[[], Any], name: str) -> dict[str, Any]:
+    """The config of the source ``open_source()`` opens, checked against its weights
+    (:func:`attnscope.families.check_against_weights`); returns the config. A model that no family spec reads
+    (only transformers knows it) is not checked here."""
+    from attnscope.families import check_against_weights
+
+    with open_source() as src:
+        try:
+            check_against_weights(src)
+        except UnsupportedError:
+            pass
+        except AttnscopeError:
+            raise
+        except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
+            raise FormatError(f"{name}: its config and weights do not agree ({_first_line(exc)})") from None
+        return dict(src.config)
+
+
+def open_runnable(source: str | os.PathLike, device: str = "cpu", plan: WindowPlan | None = None) -> "MapModel | None":
     """A MapModel for a GGUF file; one-line refusal for CTranslate2 / ONNX; None for anything else."""
     from attnscope.sources.ctranslate2 import CT2Source
     from attnscope.sources.gguf import GGUFSource
@@ -43,7 +104,7 @@ def open_runnable(source: str | os.PathLike, device: str = "cpu") -> "MapModel |
 
     spec = str(Path(str(source)).expanduser())
     if GGUFSource.detect(spec):
-        return open_gguf(spec, device)
+        return open_gguf(spec, device, plan)
     if CT2Source.detect(spec):
         raise UnsupportedError(
             f"{source}: a CTranslate2 model cannot be run for attention maps here (weights only: use "
@@ -69,8 +130,12 @@ def missing_gguf_runtime() -> list[str]:
     return [name for name in GGUF_RUNTIME if importlib.util.find_spec(name) is None]
 
 
-def open_gguf(path: str | os.PathLike, device: str = "cpu") -> "MapModel":
-    """Load a GGUF file with transformers (dequantised, eager attention) and wrap it as a MapModel."""
+def open_gguf(path: str | os.PathLike, device: str = "cpu", plan: WindowPlan | None = None) -> "MapModel":
+    """Load a GGUF file with transformers (dequantised, eager attention) and wrap it as a MapModel; its config
+    is checked against its weights, and ``plan`` against its tokenizer, before the weights load."""
+    from attnscope.geometry.offsets import context_length
+    from attnscope.sources.gguf import GGUFSource
+
     from .maps import MapModel
 
     p = Path(path)
@@ -79,19 +144,29 @@ def open_gguf(path: str | os.PathLike, device: str = "cpu") -> "MapModel":
         raise UnsupportedError(f"{p}: running a GGUF file needs {', '.join(missing)}: {GGUF_FIX}")
     from attnscope.heap import release_free_memory
 
-    model, tok = _load_gguf(p)
+    config = check_weights(lambda: GGUFSource.open(str(p)), str(p))
+    model, tok = _load_gguf(p, None if plan is None else (lambda t: plan.check(t, context_length(config))))
     release_free_memory()  # the loader's dequantisation buffers (about 0.9 GB for a 0.5B model)
     model = model.to(device)
     return MapModel.from_hf(model, tok, name=str(p))
 
 
-def _load_gguf(p: Path) -> tuple[Any, Any]:
-    """(model, tokenizer) from one GGUF file, progress bars and chatter of transformers silenced."""
+def _load_gguf(p: Path, before_weights: Callable[[Any], None] | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) from one GGUF file, progress bars and chatter of transformers silenced; the tokenizer
+    comes first, and ``before_weights(tokenizer)`` (training-lab interface) runs before the weights load."""
     import transformers
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
+    from .maps import _as_tokenizer
+
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
+    try:
+        tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+    except Exception as exc:
+        raise FormatError(f"{p}: the tokenizer in this GGUF file cannot be rebuilt ({_first_line(exc)})") from None
+    if before_weights is not None:
+        before_weights(_as_tokenizer(tok, str(p)))
 
     def load(cls: Any) -> tuple[Any, list[str]]:
         """(model, the names of its weights the file did not fill: left at random init by transformers)."""
@@ -115,10 +190,6 @@ def _load_gguf(p: Path) -> tuple[Any, Any]:
                                f"{'are' if n != 1 else 'is'} not filled from this GGUF file (missing from it, or named "
                                f"in a way transformers {transformers.__version__} does not map); its maps would come "
                                "from random weights")
-    try:
-        tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
-    except Exception as exc:
-        raise FormatError(f"{p}: the tokenizer in this GGUF file cannot be rebuilt ({_first_line(exc)})") from None
     return model.eval(), tok
 
 

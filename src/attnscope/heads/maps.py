@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     import torch
 
+    from .load import WindowPlan
+
 LayerFn = Callable[[int, "torch.Tensor"], None]
 
 _DECODER_ARCH_SUFFIXES = ("ForCausalLM", "LMHeadModel")
@@ -122,25 +124,32 @@ def _is_attnscope_dir(path: Path) -> Path | None:
     return None
 
 
-def open_model(source: str | os.PathLike, device: str = "cpu") -> MapModel:
+def open_model(source: str | os.PathLike, device: str = "cpu", plan: "WindowPlan | None" = None) -> MapModel:
     """Open an attnscope checkpoint / run directory, a Hugging Face model directory / hub id (a zoo id:
     its installed copy), or a GGUF file. Its ``name`` is the canonical id (:func:`attnscope.naming.model_label`;
-    an attnscope run: the run's name), its ``source`` the spec as given."""
+    an attnscope run: the run's name), its ``source`` the spec as given.
+
+    A GGUF file or HF directory has its config checked against its weights, and ``plan`` (the windows the
+    run will ask for) against its tokenizer, before its weights load (:mod:`attnscope.heads.load`).
+    """
     from attnscope.naming import model_label
     from attnscope.zoo.registry import resolve_spec
 
-    model = _open_spec(resolve_spec(source), device)
+    model = _open_spec(resolve_spec(source), device, plan)
     model.source = str(source)
     if model.kind != "attnscope":
         model.name = model_label(str(source))
     return model
 
 
-def _open_spec(source: str, device: str) -> MapModel:
+def _open_spec(source: str, device: str, plan: "WindowPlan | None") -> MapModel:
+    from attnscope.sources.base import check_local_path
+
     from .load import open_runnable
 
+    check_local_path(str(source))  # unreadable, a FIFO or device, a missing x.gguf: one line, now
     path = Path(str(source)).expanduser()
-    runnable = open_runnable(path, device)  # GGUF files; CTranslate2 / ONNX refused in one line
+    runnable = open_runnable(path, device, plan)  # GGUF files; CTranslate2 / ONNX refused in one line
     if runnable is not None:
         return runnable
     if path.is_dir():
@@ -149,12 +158,12 @@ def _open_spec(source: str, device: str) -> MapModel:
             return _open_attnscope(ckpt, device)
         if not (path / "config.json").is_file():
             raise InputError(f"{source}: neither a model directory (no config.json) nor an attnscope run")
-        return _open_hf(str(path), path, device)
+        return _open_hf(str(path), path, device, plan)
     if path.exists():
         raise InputError(f"{source}: not a file attnscope can run (a model is a directory, a hub id or a GGUF file)")
     if str(source).startswith((".", "/", "~")) or str(source).count("/") > 1:
-        raise InputError(f"{source}: no such model directory")
-    return _open_hf(str(source), _hub_dir(str(source)), device)
+        raise InputError(f"{source}: no such file or directory")
+    return _open_hf(str(source), _hub_dir(str(source)), device, plan)
 
 
 def _hub_dir(repo_id: str) -> Path:
@@ -224,16 +233,20 @@ def _special_ids(tok: Any) -> dict[str, int]:
 
 
 def _max_len(config: Any) -> int | None:
+    """The longest input a config (a transformers config or its dict) allows, in tokens; None when unstated."""
+    def get(attr: str) -> Any:
+        return config.get(attr) if isinstance(config, dict) else getattr(config, attr, None)
+
     for attr in ("max_position_embeddings", "n_positions", "n_ctx", "max_seq_len", "seq_length"):
-        val = getattr(config, attr, None)
-        if isinstance(val, int) and val > 0:
-            if attr == "max_position_embeddings" and getattr(config, "model_type", "") in _ROBERTA_LIKE:
+        val = get(attr)
+        if isinstance(val, int) and not isinstance(val, bool) and val > 0:
+            if attr == "max_position_embeddings" and get("model_type") in _ROBERTA_LIKE:
                 val -= 2  # padding offset of RoBERTa-style position ids
             return val
     return None
 
 
-def _open_hf(name: str, local: Path, device: str) -> MapModel:
+def _open_hf(name: str, local: Path, device: str, plan: "WindowPlan | None" = None) -> MapModel:
     import transformers
     from transformers import AutoConfig, AutoModel
 
@@ -244,9 +257,18 @@ def _open_hf(name: str, local: Path, device: str) -> MapModel:
         transformers.utils.logging.disable_progress_bar()
     except AttributeError:  # pragma: no cover - older transformers
         pass
-    from attnscope.sources.hf import check_indexes
+    from attnscope.sources.hf import HFDirectorySource, check_indexes
+
+    from .load import check_weights
 
     check_indexes(local)  # transformers would follow a shard name out of the folder
+    raw = check_weights(lambda: HFDirectorySource.open(str(local), name=name), name)  # before transformers reads it
+    try:
+        tok = load_tokenizer(local)
+    except Exception as exc:
+        raise InputError(f"{name}: no usable tokenizer next to the model ({exc})") from None
+    if plan is not None:
+        plan.check(tok, _max_len(raw))
     try:
         config = AutoConfig.from_pretrained(str(local), trust_remote_code=False)
     except Exception as exc:
@@ -266,10 +288,6 @@ def _open_hf(name: str, local: Path, device: str) -> MapModel:
         raise FormatError(f"{name}: the checkpoint has no weights for {len(unfilled)} parameter(s) of "
                           f"{type(model).__name__} (e.g. {unfilled[0]}); its maps would come from random weights")
     model = model.to(device).eval()
-    try:
-        tok = load_tokenizer(local)
-    except Exception as exc:
-        raise InputError(f"{name}: no usable tokenizer next to the model ({exc})") from None
     return _hf_map_model(name, model, tok, device)
 
 
@@ -534,8 +552,8 @@ def extract(
     ``source`` may also be a transformers model loaded in memory, with ``tokenizer=`` (see
     :meth:`MapModel.from_hf`; it runs on the model's own device, ``device`` is not used then).
     """
-    _check_extract_args(windows, length, batch_size, js_rows)
-    model = resolve_model(source, tokenizer, device)
+    check_extract_args(windows, length, batch_size, js_rows)
+    model = resolve_model(source, tokenizer, device, plan=window_plan(data, windows, length))
     length = model.default_length() if length is None else length
     idx = make_windows(model, data, windows, length)  # [n, L]
     sink = _LayerSink(model, n_windows=len(idx), length=length, js_rows=js_rows,
@@ -555,11 +573,21 @@ def extract(
     return HeadsResult(metrics=sink.metrics_table(), js=sink.js_table(), examples=sink.examples, info=info)
 
 
-def _check_extract_args(windows: int, length: int | None, batch_size: int, js_rows: int) -> None:
+def window_plan(data: str, windows: int, length: int | None) -> "WindowPlan":
+    """The text windows of :func:`extract` (and `attnscope heads`), to be checked before a model's weights load."""
+    from .load import WindowPlan
+
+    return WindowPlan(data=data, windows=windows, length=length, default_length=DEFAULT_MAX_WINDOW)
+
+
+def check_extract_args(windows: int, length: int | None, batch_size: int, js_rows: int) -> None:
+    """Types and ranges of :func:`extract`'s options (one line naming the parameter), before any model loads."""
     import numpy as np
 
     for name, value in (("batch_size", batch_size), ("windows", windows), ("js_rows", js_rows)):
         check_type(value, (int, np.integer), name, "a whole number")
+    if length is not None:
+        check_type(length, (int, np.integer), "length", "a whole number of tokens")
     if batch_size < 1:
         raise InputError(f"batch_size must be at least 1, not {batch_size}", params="batch_size")
     if windows < 1:
@@ -570,14 +598,15 @@ def _check_extract_args(windows: int, length: int | None, batch_size: int, js_ro
         raise InputError(f"js_rows must be at least 0, not {js_rows}", params="js_rows")
 
 
-def resolve_model(source: Any, tokenizer: Any, device: str) -> MapModel:
-    """A MapModel from what :func:`extract` was given (a MapModel, a path / hub id, a loaded model)."""
+def resolve_model(source: Any, tokenizer: Any, device: str, plan: "WindowPlan | None" = None) -> MapModel:
+    """A MapModel from what :func:`extract` was given (a MapModel, a path / hub id, a loaded model); ``plan``
+    is checked before a path's weights load (see :func:`open_model`)."""
     if isinstance(source, MapModel):
         return source
     if isinstance(source, (str, os.PathLike)):
         if tokenizer is not None:
             raise InputError(f"{source}: tokenizer= is for a model loaded in memory; a directory brings its own")
-        return open_model(source, device=device)
+        return open_model(source, device=device, plan=plan)
     if tokenizer is None:
         raise InputError(f"a loaded {type(source).__name__} needs tokenizer= (its transformers tokenizer)")
     return MapModel.from_hf(source, tokenizer)

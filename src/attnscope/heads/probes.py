@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     import torch
 
+    from .load import WindowPlan
     from .maps import MapModel
 
 PROBES = ("random", "text")
@@ -115,6 +116,13 @@ def ordinary_ids(model: "MapModel") -> "torch.Tensor":
     return torch.nonzero(keep).flatten()
 
 
+def check_random_length(half: int, max_len: int | None) -> None:
+    """InputError when the random probe of T = ``half`` (2T + 1 tokens) is longer than ``max_len``."""
+    if max_len is not None and 2 * half + 1 > max_len:
+        raise InputError(f"--random-length {half}: the probe (2 x {half} + 1 tokens) is longer than the model's "
+                         f"maximum {max_len}; use at most {(max_len - 1) // 2}")
+
+
 def random_windows(model: "MapModel", n: int, half: int, seed: int = 0) -> "torch.Tensor":
     """``n`` windows [n, 2*half + 1] of the repeated-random-tokens probe (see the module docstring)."""
     import torch
@@ -128,9 +136,7 @@ def random_windows(model: "MapModel", n: int, half: int, seed: int = 0) -> "torc
     need = half + (bos is None)
     if len(pool) < need:
         raise InputError(f"--random-length {half} needs {need} distinct ordinary tokens; the vocabulary has {len(pool)}")
-    if model.max_len is not None and 2 * half + 1 > model.max_len:
-        raise InputError(f"--random-length {half}: the probe (2 x {half} + 1 tokens) is longer than the model's "
-                         f"maximum {model.max_len}; use at most {(model.max_len - 1) // 2}")
+    check_random_length(half, model.max_len)
     gen = torch.Generator().manual_seed(seed)
     out = torch.empty(n, 2 * half + 1, dtype=torch.long)
     for b in range(n):
@@ -224,7 +230,8 @@ def run_probes(
     from .maps import make_windows
 
     chosen = check_probes(probes)
-    model = as_map_model(source, device=device, tokenizer=tokenizer)
+    plan = probe_plan(chosen, data, windows, length, random_length)
+    model = as_map_model(source, device=device, tokenizer=tokenizer, plan=plan)
     frames = []
     for probe in chosen:
         if probe == "random":
@@ -245,11 +252,22 @@ def run_probes(
     return out
 
 
-def as_map_model(source: Any, device: str = "cpu", tokenizer: Any = None) -> "MapModel":
-    """A MapModel from a MapModel, a path / hub id, or a loaded transformers model with its tokenizer."""
+def as_map_model(source: Any, device: str = "cpu", tokenizer: Any = None, plan: "WindowPlan | None" = None) -> "MapModel":
+    """A MapModel from a MapModel, a path / hub id, or a loaded transformers model with its tokenizer; ``plan``
+    (:func:`probe_plan`) is checked before a path's weights load."""
     from .maps import resolve_model
 
-    return resolve_model(source, tokenizer, device)
+    return resolve_model(source, tokenizer, device, plan=plan)
+
+
+def probe_plan(probes: Sequence[str], data: str, windows: int, length: int | None,
+               random_length: int | None) -> "WindowPlan":
+    """The windows :func:`run_probes` will ask for, as a :class:`~attnscope.heads.load.WindowPlan`."""
+    from .load import WindowPlan
+
+    text = "text" in probes
+    return WindowPlan(data=data if text else None, windows=windows, length=length, default_length=DEFAULT_LENGTH,
+                      random_length=random_length if "random" in probes else None)
 
 
 def with_random_probe(

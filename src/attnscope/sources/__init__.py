@@ -13,7 +13,7 @@ from typing import Any
 
 from attnscope.errors import InputError
 
-from .base import DictSource, WeightSource
+from .base import DictSource, WeightSource, check_local_path
 
 __all__ = ["WeightSource", "DictSource", "open_source", "SOURCE_TYPES"]
 
@@ -53,6 +53,7 @@ def open_source(spec: Any, *, config: Any = None, name: str | None = None, **opt
     if config is not None:
         raise InputError(f"{spec}: config= is only for in-memory models; a path or hub id brings its own config")
     spec = str(spec)
+    check_local_path(spec)
     for cls in _source_classes():
         if cls.detect(spec):
             return cls.open(spec, **options) if name is None else cls.open(spec, name=name, **options)

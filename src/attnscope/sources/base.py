@@ -13,12 +13,14 @@ Adding a source is one small class: subclass :class:`WeightSource`, implement ``
 from __future__ import annotations
 
 import numbers
+import os
 import re
+import stat
 from abc import ABC, abstractmethod
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any, Iterable
 
-from attnscope.errors import FormatError
+from attnscope.errors import FormatError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -61,6 +63,65 @@ def relative_name(name: Any, where: str, folder: str = "the model's folder") -> 
 def path_inside(root: Path, name: Any, where: str, folder: str = "the model's folder") -> Path:
     """``root / name`` for a file named by a file in ``root`` (see :func:`relative_name`)."""
     return Path(root) / relative_name(name, where, folder)
+
+
+#: suffixes of single-file models: a missing path ending in one is "no such file", never a hub id or a directory
+MODEL_FILE_SUFFIXES = (".gguf", ".safetensors", ".bin", ".onnx")
+_NOT_REGULAR = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+_DENIED = "permission denied (the user running attnscope cannot read it)"
+
+
+def readable_file(path: str | os.PathLike, label: str, missing: str = "no such file") -> Path:
+    """``path`` if it is a regular file this process may read (symlinks followed), else one line naming ``label``:
+    InputError "no such file" (or ``missing``), "permission denied"; FormatError "not a regular file (a FIFO)"
+    for a FIFO, a device, a socket. Never opens anything but a regular file, so a FIFO cannot block."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputError(f"{label}: {missing}") from None
+    except PermissionError:
+        raise InputError(f"{label}: {_DENIED}") from None
+    except OSError as exc:  # a symlink loop, a name too long
+        raise InputError(f"{label}: {exc.strerror or type(exc).__name__}") from None
+    for test, kind in _NOT_REGULAR:
+        if test(mode):
+            raise FormatError(f"{label}: not a regular file ({kind})")
+    try:
+        with open(path, "rb"):
+            pass
+    except PermissionError:
+        raise InputError(f"{label}: {_DENIED}") from None
+    except OSError as exc:
+        raise FormatError(f"{label}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    return Path(path)
+
+
+def check_local_path(spec: str) -> None:
+    """Refuse, in one line, a local model path that cannot be read, before any source guesses what it is: a
+    missing file named like a model file (``x.gguf``: "no such file"), a path or folder the user may not read
+    ("permission denied"), a FIFO or device ("not a regular file"). Hub ids and missing folders pass (their
+    source says what is wrong)."""
+    path = Path(spec).expanduser()
+    hub_like = spec.count("/") == 1 and not spec.startswith(("/", ".", "~"))
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if path.suffix.lower() in MODEL_FILE_SUFFIXES and not hub_like:
+            raise InputError(f"{spec}: no such file") from None
+        return
+    except PermissionError:
+        raise InputError(f"{spec}: {_DENIED}") from None
+    except OSError:
+        return
+    if stat.S_ISDIR(mode):
+        try:
+            with os.scandir(path):
+                pass
+        except PermissionError:
+            raise InputError(f"{spec}: {_DENIED}") from None
+        return
+    readable_file(path, spec)
 
 
 class WeightSource(ABC):

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from attnscope.errors import FormatError, InputError
 
-from .base import WeightSource, path_inside, relative_name
+from .base import WeightSource, path_inside, readable_file, relative_name
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -34,6 +34,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
     """A JSON object from ``path``, or one clear FormatError."""
+    readable_file(path, str(path))  # a FIFO named config.json would block the read
     try:
         with open(path, encoding="utf-8") as fh:
             obj = json.load(fh)
@@ -87,9 +88,9 @@ class ShardedWeights:
 
     def _path(self, filename: str) -> Path:
         path = self._resolve(filename)
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise FormatError(f"{self.label}: weights file {filename} is named in the index but missing")
-        return path
+        return readable_file(path, f"{self.label}: weights file {filename}")
 
     def _file_keys(self, filename: str) -> list[str]:
         if filename.endswith(".safetensors"):
