@@ -76,8 +76,8 @@ IMPLS = ("auto", "gather", "dense", "flex")
 #: Score entries (batch x heads x query rows x gathered keys) the gathered kernel holds at once. A larger
 #: problem is cut into query chunks (whole blocks); with gradients each chunk is recomputed in the
 #: backward pass (``torch.utils.checkpoint``), so memory is one chunk's scores plus O(L e), not every
-#: kept score. 2**24 float32 entries: 64 MB per score-sized tensor.
-CHUNK_ELEMENTS = 2**24
+#: kept score. 2**22 float32 entries: 16 MB per score-sized tensor.
+CHUNK_ELEMENTS = 2**22
 
 
 def _block_size(w: int) -> int:
@@ -130,12 +130,12 @@ def _group_mask(hp: HeadPattern, t: int, causal: bool, device: str) -> "torch.Te
     return torch.from_numpy(hp.allowed(t, causal)).to(device)
 
 
-def _chunk(qc: "torch.Tensor", kp: "torch.Tensor | None", vp: "torch.Tensor | None", ks: "torch.Tensor | None",
+def _chunk(qc: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", ks: "torch.Tensor | None",
            vs: "torch.Tensor | None", r0: int, plan: dict[str, Any], t: int, causal: bool, scale: float,
            probs: "torch.Tensor | None" = None) -> "torch.Tensor":
     """Query rows r0 .. r0+c-1 of one head group: qc [b,g,c,e] -> out [b,g,c,e].
 
-    kp, vp: keys / values padded by w on the left ([b,g,t_pad+w(+w),e]; None without a band); ks, vs:
+    k, v: the group's keys / values [b,g,t,e] (the band's windows are cut from them); ks, vs:
     the segment's keys a chunk can see ([b,g,s,e]; None without shared keys). ``probs`` ([b,g,c,t]):
     filled with the dense probabilities of these rows when given."""
     import torch
@@ -145,14 +145,16 @@ def _chunk(qc: "torch.Tensor", kp: "torch.Tensor | None", vp: "torch.Tensor | No
     i = torch.arange(r0, r0 + c, device=qc.device)
     parts: list[torch.Tensor] = []
     masks: list[torch.Tensor] = []
-    if kp is not None:
+    band = "W" in plan
+    if band:
         w, B, W = plan["w"], plan["B"], plan["W"]
         nbc = -(-c // B)
         qb = F.pad(qc, (0, 0, 0, nbc * B - c)).view(b, g, nbc, B, e)
-        span = slice(r0, r0 + (nbc - 1) * B + W)
+        lo, hi = r0 - w, r0 + (nbc - 1) * B + W - w  # the keys these blocks' windows span, zero-padded outside [0, t)
+        pad = (0, 0, max(0, -lo), max(0, hi - t))
         # overlapping key windows, materialised once (matmul on the strided view would copy per block)
-        kb = kp[:, :, span].unfold(2, W, B).transpose(-1, -2).contiguous()  # [b,g,n,c,e]
-        vb = vp[:, :, span].unfold(2, W, B).transpose(-1, -2).contiguous()
+        kb = F.pad(k[:, :, max(lo, 0):min(hi, t)], pad).unfold(2, W, B).transpose(-1, -2).contiguous()  # [b,g,n,c,e]
+        vb = F.pad(v[:, :, max(lo, 0):min(hi, t)], pad).unfold(2, W, B).transpose(-1, -2).contiguous()
         parts.append(((qb @ kb.transpose(-1, -2)) * scale).reshape(b, g, nbc * B, W)[:, :, :c])  # [b,g,i,c]
         j = (r0 + torch.arange(nbc, device=qc.device)[:, None] * B - w
              + torch.arange(W, device=qc.device)[None, :]).repeat_interleave(B, 0)[:c]  # [i,c] key index
@@ -169,7 +171,7 @@ def _chunk(qc: "torch.Tensor", kp: "torch.Tensor | None", vp: "torch.Tensor | No
     mask = masks[0] if len(masks) == 1 else torch.cat(masks, dim=-1)
     p = _masked_softmax(scores, mask, plan["has_empty_rows"])  # [b,g,i,c+s]
     out = None
-    if kp is not None:
+    if band:
         pb = p[..., :W]
         out = (F.pad(pb, (0, 0, 0, nbc * B - c)).view(b, g, nbc, B, W) @ vb).reshape(b, g, nbc * B, e)[:, :, :c]
         if probs is not None:
@@ -211,13 +213,10 @@ def _group_attention(
     work = torch.float32 if q.dtype in (torch.bfloat16, torch.float16) else q.dtype
     with torch.autocast(q.device.type, enabled=False):
         qw, kw, vw = (x.to(work) for x in (q, k, v))
-        kp = vp = ks = vs = None
+        ks = vs = None
         step = max(1, CHUNK_ELEMENTS // max(1, b * g * plan["width"]))
         if "W" in plan:
-            w, B = plan["w"], plan["B"]
-            right = plan["nb"] * B - t + (0 if causal else w)
-            kp, vp = F.pad(kw, (0, 0, w, right)), F.pad(vw, (0, 0, w, right))
-            step = max(B, step // B * B)
+            step = max(plan["B"], step // plan["B"] * plan["B"])
         if "keys" in plan:
             ks, vs = kw.index_select(2, plan["keys"]), vw.index_select(2, plan["keys"])  # the segment [b,g,s,e]
         chunks = [(r0, min(r0 + step, t)) for r0 in range(0, t, step)]
@@ -229,7 +228,7 @@ def _group_attention(
             if ks is not None:  # causal: the segment is sorted, so rows up to r1 - 1 see a prefix of it
                 n = int(np.searchsorted(plan["keys_np"], r1 - 1, side="right")) if causal else ks.shape[2]
                 seen = (ks[:, :, :n], vs[:, :, :n]) if n else None
-            args = (qw[:, :, r0:r1], kp, vp, *(seen or (None, None)))
+            args = (qw[:, :, r0:r1], kw, vw, *(seen or (None, None)))
             rows = None if dense_p is None else dense_p[:, :, r0:r1]
             if recompute and rows is None:
                 from torch.utils.checkpoint import checkpoint
