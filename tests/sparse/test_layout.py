@@ -108,3 +108,16 @@ def test_a_derived_pattern_file_is_block_sparse(tmp_path):
     s = layout_stats(load_pattern(str(path)), 4096, True)
     assert s["block_density"] <= 2 * s["entry_density"] + s["band_block_density"]
     assert s["block_density"] < s["inplace_block_density"] / 3
+
+
+def test_the_density_table_in_the_docs_is_what_the_layout_computes():
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "heads.md").read_text()
+    rows = re.findall(r"^\| `([\w:-]+)`[^|]* \| (\d+) \| ([\d.]+)% \| \**([\d.]+)%\** [^|]*\| ([\d.]+)% \|$", doc, re.M)
+    assert len(rows) >= 5, "docs/heads.md no longer holds the block-density table"
+    for spec, L, entry, block, in_place in rows:
+        s = layout_stats(load_pattern(spec, n_heads=8), int(L), True)
+        assert [round(100 * s[key], 1) for key in ("entry_density", "block_density", "inplace_block_density")] == \
+            [float(entry), float(block), float(in_place)], spec
