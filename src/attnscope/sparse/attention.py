@@ -297,10 +297,16 @@ def sparse_attention(
     outs: list[torch.Tensor] = []
     probs: list[torch.Tensor] = []
     order: list[int] = []
-    for hp, heads in _groups(pat):
-        if heads == list(range(heads[0], heads[-1] + 1)):
-            sl = slice(heads[0], heads[-1] + 1)
-            qg, kg, vg = q[:, sl], k[:, sl], v[:, sl]
+    groups = _groups(pat)
+    split = None
+    if [i for _, heads in groups for i in heads] == list(range(h)):
+        # groups of consecutive heads in order: one split, whose backward writes each input's gradient
+        # once (a slice per group would allocate a full-size gradient per group)
+        sizes = [len(heads) for _, heads in groups]
+        split = list(zip(*(torch.split(x, sizes, dim=1) for x in (q, k, v))))
+    for n, (hp, heads) in enumerate(groups):
+        if split is not None:
+            qg, kg, vg = split[n]
         else:
             idx = torch.tensor(heads, device=q.device)
             qg, kg, vg = q.index_select(1, idx), k.index_select(1, idx), v.index_select(1, idx)
