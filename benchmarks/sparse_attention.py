@@ -35,6 +35,8 @@ import subprocess
 import sys
 import time
 
+from _markdown import emit  # benchmarks/: print the section, append it to docs
+
 
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -180,7 +182,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--metrics-length", type=int, default=1024)
     ap.add_argument("--windows", type=int, default=4)
-    ap.add_argument("--md", default=None, help="Write the results as a markdown section here.")
+    ap.add_argument("--md", default=None, help="Append the results as a markdown section to this file.")
     ap.add_argument("--worker", nargs="+", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
@@ -196,8 +198,11 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown --parts {sorted(unknown)}")
     L = a.length
+    everything = parts == {"layout", "attention", "memory", "metrics"}
     lines = [
-        "## Head anatomy and sparse attention (`benchmarks/sparse_attention.py`)",
+        "## Head anatomy and sparse attention (`benchmarks/sparse_attention.py`)" if everything else
+        f"### Sparse attention: {', '.join(p for p in ('layout', 'attention', 'memory', 'metrics') if p in parts)} "
+        "(`benchmarks/sparse_attention.py`)",
         "",
         f"Machine: shared 2-core CPU (load from other jobs during the run), torch CPU, float32. "
         f"Command: `python benchmarks/sparse_attention.py --parts {a.parts} --length {L} --repeats {a.repeats} "
@@ -263,12 +268,7 @@ def main() -> None:
             f"| naive (return_attn: all layers' maps, then metrics) | {met['naive']['windows_per_second']:.2f} | {met['naive']['peak_rss_growth_mb']:.0f} |",
             "",
         ]
-    text = "\n".join(lines)
-    print(text)
-    if a.md:
-        from attnscope.tables import atomic_write_text
-
-        atomic_write_text(a.md, text)
+    emit("\n".join(lines), a.md)
 
 
 if __name__ == "__main__":
