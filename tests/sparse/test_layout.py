@@ -121,3 +121,22 @@ def test_the_density_table_in_the_docs_is_what_the_layout_computes():
         s = layout_stats(load_pattern(spec, n_heads=8), int(L), True)
         assert [round(100 * s[key], 1) for key in ("entry_density", "block_density", "inplace_block_density")] == \
             [float(entry), float(block), float(in_place)], spec
+
+
+def test_the_benchmark_prints_the_layout_table(tmp_path):
+    """`python benchmarks/sparse_attention.py --parts layout`: every pattern and length, each meeting the target."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    md = tmp_path / "out.md"
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "sparse_attention.py"), "--parts", "layout",
+                        "--layout-length", "4096", "--md", str(md)], capture_output=True, text=True, timeout=300,
+                       env={"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in md.read_text().splitlines()
+            if line.startswith("| ") and not line.startswith("| pattern")]
+    assert len(rows) == 8 and all(row[-1] == "yes" for row in rows)
+    byte = next(row for row in rows if row[0] == "byte-sparse-8h")
+    assert byte[1:5] == ["4096", "7.1%", "17.0%", "67.0%"]
