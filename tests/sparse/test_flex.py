@@ -80,22 +80,15 @@ def test_kernel_cache_filled_in_inference_mode_still_trains():
 
 
 @pytest.mark.gpu  # FlexAttention has no CPU backward
-@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-4), (torch.bfloat16, 2e-2)])
-def test_flex_forward_and_backward_equal_dense_on_cuda(dtype, tol):
-    torch.manual_seed(0)
-    L, e = 512, 64
-    pat = load_pattern("byte-sparse-8h")
-    base = [torch.randn(2, 8, L, e, device="cuda", dtype=dtype) for _ in range(3)]
-    g = torch.randn(2, 8, L, e, device="cuda", dtype=dtype)
-    xs = [x.clone().requires_grad_() for x in base]
-    out = sparse_attention(*xs, pat, causal=True, impl="flex")
-    out.backward(g)
-    ref_in = [x.float().clone().requires_grad_() for x in base]
-    ref, _ = dense_attention(*ref_in, torch.from_numpy(pat.mask(L, True)).cuda())
-    ref.backward(g.float())
-    for got, want in zip([out, *(x.grad for x in xs)], [ref, *(x.grad for x in ref_in)]):
-        torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_flex_forward_and_backward_equal_dense_on_cuda(dtype):
+    """Output and gradients within 2x the error dense SDPA makes in the same dtype (the fair rule)."""
+    from attnscope.sparse.exactness import failures, low_precision_errors
 
+    pat = load_pattern("byte-sparse-8h")
+    errors = low_precision_errors(lambda q, k, v: sparse_attention(q, k, v, pat, causal=True, impl="flex"),
+                                  pat, 512, 2, 64, "cuda", dtype)
+    assert failures(errors) == []
 
 @settings(max_examples=25, deadline=None)
 @given(heads=st.lists(head_patterns, min_size=1, max_size=3), L=st.integers(1, 70), causal=st.booleans())
