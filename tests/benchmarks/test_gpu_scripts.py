@@ -40,10 +40,10 @@ def test_sparse_gpu_smoke_checks_exactness_then_times(tmp_path):
     r = _run("sparse_attention_gpu.py", "--smoke", "--md", str(md))
     assert r.returncode == 0, r.stderr[-2000:]
     text = md.read_text()
-    assert "gathered (byte-sparse-8h): output and gradients equal the dense masked reference" in text
+    assert "gathered (byte-sparse-8h): output and gradients within 2x dense SDPA's error" in text
     rows = _table_rows(text)
-    assert {row[2] for row in rows} == {"attnscope gathered (byte-sparse-8h)", "flash causal SDPA (no pattern)"}
-    assert all(float(row[3]) > 0 for row in rows)
+    assert {row[3] for row in rows} == {"attnscope gathered (byte-sparse-8h)", "flash causal SDPA (no pattern)"}
+    assert all(float(row[4]) > 0 for row in rows)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")

@@ -4,21 +4,25 @@ Einstein legend: b batch, h head, i/j query/key positions (t of them), e head di
 n block index, a position inside a query block, c position inside a key window, s shared key.
 
 How it works (:func:`sparse_attention`): heads with the same :class:`HeadPattern` are processed
-together. For each such group the kept keys of query i are the UNION of
+together, over the key layout of :mod:`attnscope.sparse.layout`. For each such group the kept keys
+of query i are the UNION of
 
 * a local band ``abs(i - j) <= w``: queries are cut into blocks of B positions and each block
   scores only the ``B + w`` (causal) or ``B + 2w`` keys around it (``Tensor.unfold`` windows, so
   no L x L matrix is formed), and
-* a set of shared keys (strides, anchors, positions) that is the same for every query: gathered
-  once, scored as a ``[t, n_shared]`` matrix; shared keys already inside a query's band are masked
-  out there so no key is counted twice.
+* the segment of shared keys (strides, anchors, positions, the same for every query, sorted):
+  gathered once and scored as a ``[t, s]`` matrix (causal: a chunk of queries scores only the prefix
+  of the segment it can see); shared keys inside a query's band are masked out there so no key is
+  counted twice.
 
 Both parts go through ONE softmax per query row, so the result equals the dense masked attention
 (:func:`dense_attention`, or ``F.scaled_dot_product_attention`` with the boolean mask) to float
-tolerance, forward and backward (plain autograd ops throughout). On CUDA, ``impl="auto"`` runs the
-pattern through FlexAttention instead (:mod:`attnscope.sparse.flex`: the pattern as a ``mask_mod`` on
-indices and a block mask, fused forward and backward); FlexAttention has no CPU backward, so the
-gathered kernel stays the CPU path.
+tolerance, forward and backward (plain autograd ops throughout). Problems larger than
+:data:`CHUNK_ELEMENTS` score entries run in query chunks, recomputed in the backward pass, so memory
+stays near O(L e). bf16 / fp16 inputs are computed in float32 and rounded once. On CUDA,
+``impl="auto"`` runs the pattern through FlexAttention instead (:mod:`attnscope.sparse.flex`, block
+sparse over the same layout); if compiling it fails, one warning and the gathered kernel. FlexAttention
+has no CPU backward, so the gathered kernel stays the CPU path.
 
 Rows with no allowed key (possible with e.g. anchor-only patterns) are defined to attend to
 nothing: their probabilities are all zero and their output is the zero vector (never NaN); the
@@ -62,13 +66,18 @@ def dense_attention(
     return probs @ v, probs
 
 
-# ---- static index / mask tensors, cached per (head pattern, length, causal, device) --------------
+# ---- the gathered kernel ---------------------------------------------------------------------------
 #: "auto" gathers unless a query's gathered keys (band window + shared keys) reach t / GATHER_MIN_SAVING.
 #: Measured on CPU (torch 2.13, L = 256, byte-sparse-8h, 4-layer training step): gathering was still faster
 #: than the masked dense product (SDPA with a boolean mask takes its slow math path), so the dense
 #: path is only taken when gathering saves nothing. Both paths compute the same function (tested).
 GATHER_MIN_SAVING = 1.0
 IMPLS = ("auto", "gather", "dense", "flex")
+#: Score entries (batch x heads x query rows x gathered keys) the gathered kernel holds at once. A larger
+#: problem is cut into query chunks (whole blocks); with gradients each chunk is recomputed in the
+#: backward pass (``torch.utils.checkpoint``), so memory is one chunk's scores plus O(L e), not every
+#: kept score. 2**22 float32 entries: 16 MB per score-sized tensor.
+CHUNK_ELEMENTS = 2**22
 
 
 def _block_size(w: int) -> int:
@@ -93,40 +102,23 @@ def _normal_tensors(fn):
 @lru_cache(maxsize=256)
 @_normal_tensors
 def _plan(hp: HeadPattern, t: int, causal: bool, device: str) -> dict[str, Any]:
+    """Sizes of the band windows and the shared-key segment (the layout's, see :mod:`.layout`) at length t."""
+    import numpy as np
     import torch
 
-    plan: dict[str, Any] = {}
-    i_all = torch.arange(t)
-    rows_with_key = torch.zeros(t, dtype=torch.bool)
-    if hp.window is not None:
-        w = int(hp.window)
+    w = -1 if hp.window is None else int(hp.window)
+    plan: dict[str, Any] = {"w": w}
+    if w >= 0:
         B = _block_size(w)
-        nb = -(-t // B)
-        W = B + w if causal else B + 2 * w
-        n = torch.arange(nb)[:, None, None]
-        a = torch.arange(B)[None, :, None]
-        c = torch.arange(W)[None, None, :]
-        i = n * B + a  # [n,a,1]
-        j = n * B - w + c  # [n,1,c]
-        mb = ((i - j).abs() <= w) & (j >= 0) & (j < t) & (i < t)
-        if causal:
-            mb &= j <= i
-        jidx = j.expand(nb, B, W).reshape(nb * B, W)[:t].clamp(0, t - 1)  # [i, c] key index
-        mb_flat = mb.reshape(nb * B, W)[:t]
-        rows_with_key |= mb_flat.any(-1)
-        plan.update(w=w, B=B, nb=nb, W=W, band_mask=mb_flat.to(device), band_idx=jidx.to(device))
-    keys = torch.from_numpy(hp.shared_keys(t))
-    if len(keys):
-        ms = torch.ones(t, len(keys), dtype=torch.bool)
-        if causal:
-            ms &= keys[None, :] <= i_all[:, None]
-        if hp.window is not None:
-            ms &= (i_all[:, None] - keys[None, :]).abs() > int(hp.window)
-        if ms.any():
-            rows_with_key |= ms.any(-1)
-            plan.update(keys=keys.to(device), shared_mask=ms.to(device))
-    plan["has_empty_rows"] = bool((~rows_with_key).any())
-    plan["width"] = plan.get("W", 0) + (len(plan["keys"]) if "keys" in plan else 0)
+        plan.update(B=B, nb=-(-t // B), W=B + w if causal else B + 2 * w)
+    keys = hp.shared_keys(t)
+    # a shared key is used only where it lies outside the band: some query is farther than w from it
+    if len(keys) and (keys[0] <= t - 2 - w if causal else max(t - 1 - keys[0], keys[-1]) > w):
+        plan.update(keys_np=keys, keys=torch.from_numpy(keys).to(device))
+    else:
+        keys = np.zeros(0, dtype=np.int64)
+    plan["has_empty_rows"] = w < 0 and (not len(keys) or (causal and int(keys[0]) > 0))
+    plan["width"] = plan.get("W", 0) + len(keys)
     return plan
 
 
@@ -138,11 +130,66 @@ def _group_mask(hp: HeadPattern, t: int, causal: bool, device: str) -> "torch.Te
     return torch.from_numpy(hp.allowed(t, causal)).to(device)
 
 
+def _chunk(qc: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", ks: "torch.Tensor | None",
+           vs: "torch.Tensor | None", r0: int, plan: dict[str, Any], t: int, causal: bool, scale: float,
+           probs: "torch.Tensor | None" = None) -> "torch.Tensor":
+    """Query rows r0 .. r0+c-1 of one head group: qc [b,g,c,e] -> out [b,g,c,e].
+
+    k, v: the group's keys / values [b,g,t,e] (the band's windows are cut from them); ks, vs:
+    the segment's keys a chunk can see ([b,g,s,e]; None without shared keys). ``probs`` ([b,g,c,t]):
+    filled with the dense probabilities of these rows when given."""
+    import torch
+    import torch.nn.functional as F
+
+    b, g, c, e = qc.shape
+    i = torch.arange(r0, r0 + c, device=qc.device)
+    parts: list[torch.Tensor] = []
+    masks: list[torch.Tensor] = []
+    band = "W" in plan
+    if band:
+        w, B, W = plan["w"], plan["B"], plan["W"]
+        nbc = -(-c // B)
+        qb = F.pad(qc, (0, 0, 0, nbc * B - c)).view(b, g, nbc, B, e)
+        lo, hi = r0 - w, r0 + (nbc - 1) * B + W - w  # the keys these blocks' windows span, zero-padded outside [0, t)
+        pad = (0, 0, max(0, -lo), max(0, hi - t))
+        # overlapping key windows, materialised once (matmul on the strided view would copy per block)
+        kb = F.pad(k[:, :, max(lo, 0):min(hi, t)], pad).unfold(2, W, B).transpose(-1, -2).contiguous()  # [b,g,n,c,e]
+        vb = F.pad(v[:, :, max(lo, 0):min(hi, t)], pad).unfold(2, W, B).transpose(-1, -2).contiguous()
+        parts.append(((qb @ kb.transpose(-1, -2)) * scale).reshape(b, g, nbc * B, W)[:, :, :c])  # [b,g,i,c]
+        j = (r0 + torch.arange(nbc, device=qc.device)[:, None] * B - w
+             + torch.arange(W, device=qc.device)[None, :]).repeat_interleave(B, 0)[:c]  # [i,c] key index
+        mb = ((i[:, None] - j).abs() <= w) & (j >= 0) & (j < t)
+        masks.append(mb & (j <= i[:, None]) if causal else mb)
+    if ks is not None:
+        keys = plan["keys"][: ks.shape[2]]
+        parts.append((qc @ ks.transpose(-1, -2)) * scale)  # [b,g,i,s]
+        ms = (i[:, None] - keys[None, :]).abs() > plan["w"]
+        masks.append(ms & (keys[None, :] <= i[:, None]) if causal else ms)
+    if not parts:  # nothing visible from these rows: they attend to nothing
+        return torch.zeros_like(qc) + 0 * qc.sum()
+    scores = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+    mask = masks[0] if len(masks) == 1 else torch.cat(masks, dim=-1)
+    p = _masked_softmax(scores, mask, plan["has_empty_rows"])  # [b,g,i,c+s]
+    out = None
+    if band:
+        pb = p[..., :W]
+        out = (F.pad(pb, (0, 0, 0, nbc * B - c)).view(b, g, nbc, B, W) @ vb).reshape(b, g, nbc * B, e)[:, :, :c]
+        if probs is not None:
+            probs.scatter_add_(-1, j.clamp(0, t - 1).expand(b, g, c, W), pb.to(probs.dtype))
+    if ks is not None:
+        ps = p[..., p.shape[-1] - ks.shape[2]:].contiguous()  # a strided slice makes bmm copy per matrix
+        out = ps @ vs if out is None else out + ps @ vs
+        if probs is not None:
+            probs.scatter_add_(-1, keys.expand(b, g, c, len(keys)), ps.to(probs.dtype))
+    return out
+
+
 def _group_attention(
     q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", hp: HeadPattern, causal: bool, scale: float,
     return_probs: bool, impl: str = "auto",
 ) -> tuple["torch.Tensor", "torch.Tensor | None"]:
     """Attention for heads sharing one pattern: q,k,v [b,g,t,e] -> out [b,g,t,e] (+ probs [b,g,t,t])."""
+    import numpy as np
     import torch
     import torch.nn.functional as F
 
@@ -162,48 +209,35 @@ def _group_attention(
             out, probs = dense_attention(q, k, v, mask, scale)
             return out, (probs if return_probs else None)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale), None
-    parts: list[torch.Tensor] = []
-    masks: list[torch.Tensor] = []
-    if "band_mask" in plan:
-        w, B, nb, W = plan["w"], plan["B"], plan["nb"], plan["W"]
-        t_pad = nb * B
-        right = t_pad - t + (0 if causal else w)
-        qb = F.pad(q, (0, 0, 0, t_pad - t)).view(b, g, nb, B, e)
-        # overlapping key windows, materialised once (matmul on the strided view would copy per block)
-        kb = F.pad(k, (0, 0, w, right)).unfold(2, W, B).transpose(-1, -2).contiguous()  # [b,g,n,c,e]
-        vb = F.pad(v, (0, 0, w, right)).unfold(2, W, B).transpose(-1, -2).contiguous()  # [b,g,n,c,e]
-        sb = (qb @ kb.transpose(-1, -2)) * scale  # [b,g,n,a,c]
-        parts.append(sb.reshape(b, g, t_pad, W)[:, :, :t])
-        masks.append(plan["band_mask"])
-    if "keys" in plan:
-        keys = plan["keys"]
-        ks = k.index_select(2, keys)  # [b,g,s,e]
-        vs = v.index_select(2, keys)
-        parts.append((q @ ks.transpose(-1, -2)) * scale)  # [b,g,i,s]
-        masks.append(plan["shared_mask"])
-    scores = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
-    mask = masks[0] if len(masks) == 1 else torch.cat(masks, dim=-1)
-    p = _masked_softmax(scores, mask, plan["has_empty_rows"])  # [b,g,i,c+s]
+    # bf16 / fp16 inputs: scores, softmax and sums in float32, rounded once at the end (as fused kernels do)
+    work = torch.float32 if q.dtype in (torch.bfloat16, torch.float16) else q.dtype
+    with torch.autocast(q.device.type, enabled=False):
+        qw, kw, vw = (x.to(work) for x in (q, k, v))
+        ks = vs = None
+        step = max(1, CHUNK_ELEMENTS // max(1, b * g * plan["width"]))
+        if "W" in plan:
+            step = max(plan["B"], step // plan["B"] * plan["B"])
+        if "keys" in plan:
+            ks, vs = kw.index_select(2, plan["keys"]), vw.index_select(2, plan["keys"])  # the segment [b,g,s,e]
+        chunks = [(r0, min(r0 + step, t)) for r0 in range(0, t, step)]
+        recompute = len(chunks) > 1 and torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
+        dense_p = torch.zeros(b, g, t, t, dtype=q.dtype, device=q.device) if return_probs else None
+        outs = []
+        for r0, r1 in chunks:
+            seen = None
+            if ks is not None:  # causal: the segment is sorted, so rows up to r1 - 1 see a prefix of it
+                n = int(np.searchsorted(plan["keys_np"], r1 - 1, side="right")) if causal else ks.shape[2]
+                seen = (ks[:, :, :n], vs[:, :, :n]) if n else None
+            args = (qw[:, :, r0:r1], kw, vw, *(seen or (None, None)))
+            rows = None if dense_p is None else dense_p[:, :, r0:r1]
+            if recompute and rows is None:
+                from torch.utils.checkpoint import checkpoint
 
-    out = None
-    dense_p = torch.zeros(b, g, t, t, dtype=q.dtype, device=q.device) if return_probs else None
-    offset = 0
-    if "band_mask" in plan:
-        pb = p[..., :W]
-        offset = W
-        pb_pad = F.pad(pb, (0, 0, 0, t_pad - t)).view(b, g, nb, B, W)
-        out = (pb_pad @ vb).reshape(b, g, t_pad, e)[:, :, :t]
-        if dense_p is not None:
-            dense_p = dense_p.scatter_add(-1, plan["band_idx"].expand(b, g, t, W), pb)
-    if "keys" in plan:
-        ps = p[..., offset:].contiguous()  # a strided slice makes bmm fall back to per-matrix copies
-        os_ = ps @ vs
-        out = os_ if out is None else out + os_
-        if dense_p is not None:
-            dense_p = dense_p.scatter_add(-1, plan["keys"].expand(b, g, t, len(plan["keys"])), ps)
-    if out is None:  # every row empty (e.g. anchors beyond a causal prefix): attends to nothing
-        out = torch.zeros_like(q) + 0 * q.sum()
-    return out, dense_p
+                outs.append(checkpoint(_chunk, *args, r0, plan, t, causal, scale, use_reentrant=False))
+            else:
+                outs.append(_chunk(*args, r0, plan, t, causal, scale, rows))
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+    return out.to(q.dtype), dense_p
 
 
 @lru_cache(maxsize=32)
@@ -248,19 +282,31 @@ def sparse_attention(
     b, h, t, e = q.shape
     pat = _cached_pattern(pattern, h) if isinstance(pattern, str) else load_pattern(pattern, n_heads=h)
     scale = e**-0.5 if scale is None else float(scale)
-    if impl == "flex" or (impl == "auto" and q.device.type == "cuda" and not return_probs and _flex_ok()):
+    if impl == "flex":
         if return_probs:
             raise ConfigError("impl='flex' cannot return probabilities; use impl='gather' or 'dense'")
         from .flex import flex_sparse_attention
 
         return flex_sparse_attention(q, k, v, pat, causal, scale)
+    if impl == "auto" and not return_probs and _wants_flex(q):
+        from .flex import try_flex
+
+        out = try_flex(q, k, v, pat, causal, scale)  # None: compiling failed (warned once), gather instead
+        if out is not None:
+            return out
     outs: list[torch.Tensor] = []
     probs: list[torch.Tensor] = []
     order: list[int] = []
-    for hp, heads in _groups(pat):
-        if heads == list(range(heads[0], heads[-1] + 1)):
-            sl = slice(heads[0], heads[-1] + 1)
-            qg, kg, vg = q[:, sl], k[:, sl], v[:, sl]
+    groups = _groups(pat)
+    split = None
+    if [i for _, heads in groups for i in heads] == list(range(h)):
+        # groups of consecutive heads in order: one split, whose backward writes each input's gradient
+        # once (a slice per group would allocate a full-size gradient per group)
+        sizes = [len(heads) for _, heads in groups]
+        split = list(zip(*(torch.split(x, sizes, dim=1) for x in (q, k, v))))
+    for n, (hp, heads) in enumerate(groups):
+        if split is not None:
+            qg, kg, vg = split[n]
         else:
             idx = torch.tensor(heads, device=q.device)
             qg, kg, vg = q.index_select(1, idx), k.index_select(1, idx), v.index_select(1, idx)
@@ -284,8 +330,10 @@ def sparse_attention(
     return (out, prob) if return_probs else out
 
 
-@lru_cache(maxsize=1)
-def _flex_ok() -> bool:
-    from .flex import available
+def _wants_flex(q: "torch.Tensor") -> bool:
+    """``impl="auto"`` tries FlexAttention on CUDA while it exists and has not failed to compile."""
+    if q.device.type != "cuda":
+        return False
+    from .flex import usable
 
-    return available()
+    return usable()

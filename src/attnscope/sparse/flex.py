@@ -1,20 +1,18 @@
-"""Sparse patterns as FlexAttention ``mask_mod`` functions: the CUDA path of :func:`sparse_attention`.
+"""Sparse patterns through FlexAttention: the CUDA path of :func:`sparse_attention`, and its fallback.
 
-A :class:`~attnscope.sparse.patterns.Pattern` becomes arithmetic on indices, never an L x L tensor:
-per head h, a window ``w[h]`` (-1 = no band, L = dense) and a boolean row ``shared[h, j]`` (the
-stride / anchor / position keys, the same for every query). Query i may attend key j when
-
-    (abs(i - j) <= w[h]  or  shared[h, j])  and  (j <= i  if causal)
-
-which is exactly :meth:`HeadPattern.allowed` (tested on CPU against the dense mask). The block mask
-is built with ``create_block_mask(..., _compile=True)`` on CUDA, so only block-level summaries are
-materialised and FlexAttention skips the blocks with no kept entry: its cost follows the density.
+The pattern runs over the packed key layout of :mod:`attnscope.sparse.layout`: keys and values are
+rearranged as ``[shared-key segment | sequence]`` (one gather and one concatenation, O(L e)), the mask is
+the layout's ``mask_mod`` (index arithmetic, never an L x L tensor) and the BlockMask holds exactly the
+blocks :func:`~attnscope.sparse.layout.block_occupancy` finds, so FlexAttention's cost follows the
+pattern's block density (``layout_stats``), not the 64-67% of blocks the sequence's own order touches.
 
 Einstein legend: b batch, h head, i/j query/key positions (L of them), e head dim.
 
-FlexAttention has no CPU backward in torch 2.13: on CPU this path serves inference and tests only;
-training on CPU uses the gathered kernel of :mod:`attnscope.sparse.attention`. Rows with no allowed
-key give the zero vector, as in the other paths.
+Compiling FlexAttention can fail (a torch older than the declared minimum, an unsupported GPU, an
+``InductorError``). :func:`try_flex` compiles it once per input signature on a probe (forward, and
+backward when gradients are needed) before the real call; when that fails it warns in one line, and
+``impl="auto"`` runs the gathered kernel from then on, so training goes on. FlexAttention has no CPU
+backward: on CPU this path serves inference and tests only. Rows with no allowed key give the zero vector.
 """
 
 from __future__ import annotations
@@ -24,10 +22,17 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from attnscope.errors import ConfigError
 
+from .layout import BLOCK, block_mask, key_layout
 from .patterns import Pattern
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+
+#: The oldest torch attnscope declares (pyproject.toml: torch>=2.13); a compile failure below it says so.
+TORCH_MIN = (2, 13)
+
+_verified: set[tuple] = set()  # input signatures whose compiled FlexAttention ran (forward / backward)
+_failed: list[str] = []  # the one-line reason, once compiling has failed in this process
 
 
 def available() -> bool:
@@ -39,48 +44,9 @@ def available() -> bool:
     return True
 
 
-def pattern_tables(pattern: Pattern, L: int, device: "str | torch.device" = "cpu") -> tuple["torch.Tensor", "torch.Tensor"]:
-    """Per-head window ``[h]`` (int64; -1 = none, L = dense) and shared-key rows ``[h, L]`` (bool)."""
-    import torch
-
-    h = pattern.n_heads
-    window = torch.full((h,), -1, dtype=torch.int64)
-    shared = torch.zeros(h, L, dtype=torch.bool)
-    for i, hp in enumerate(pattern.heads):
-        if hp.dense:
-            window[i] = L
-            continue
-        if hp.window is not None:
-            window[i] = int(hp.window)
-        keys = torch.from_numpy(hp.shared_keys(L))
-        if len(keys):
-            shared[i, keys] = True
-    return window.to(device), shared.to(device)
-
-
-def mask_mod(pattern: Pattern, L: int, causal: bool, device: "str | torch.device" = "cpu") -> Callable[..., Any]:
-    """The FlexAttention ``mask_mod(b, h, i, j) -> bool`` of ``pattern`` at length L (True = may attend)."""
-    window, shared = pattern_tables(pattern, L, device)
-
-    def allowed(b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202 - FlexAttention's signature
-        keep = ((q_idx - kv_idx).abs() <= window[h]) | shared[h, kv_idx]
-        if causal:
-            keep = keep & (kv_idx <= q_idx)
-        return keep
-
-    return allowed
-
-
-@lru_cache(maxsize=32)
-def block_mask(pattern: Pattern, L: int, causal: bool, device: str) -> Any:
-    """The (cached) FlexAttention BlockMask of ``pattern``; compiled construction on CUDA (no L x L tensor)."""
-    import torch
-    from torch.nn.attention.flex_attention import create_block_mask
-
-    with torch.inference_mode(False):  # cached: must stay usable outside inference mode (see attention.py)
-        fn = mask_mod(pattern, L, causal, device)
-        return create_block_mask(fn, B=None, H=pattern.n_heads, Q_LEN=L, KV_LEN=L, device=device,
-                                 _compile=device.startswith("cuda"))
+def usable() -> bool:
+    """FlexAttention exists and compiling it has not failed in this process."""
+    return available() and not _failed
 
 
 @lru_cache(maxsize=1)
@@ -91,25 +57,87 @@ def _compiled_flex() -> Callable[..., Any]:
     return torch.compile(flex_attention, dynamic=False)
 
 
-def flex_sparse_attention(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: Pattern,
-                          causal: bool, scale: float) -> "torch.Tensor":
-    """q,k,v [b,h,L,e] -> out [b,h,L,e] through FlexAttention with the pattern's block mask."""
-    import torch
-
-    if not available():
-        raise ConfigError("impl='flex' needs torch >= 2.5 (torch.nn.attention.flex_attention)")
-    b, h, L, e = q.shape
-    if pattern.n_heads != h:
-        raise ConfigError(f"the pattern has {pattern.n_heads} heads, the input {h}")
-    if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        raise ConfigError("FlexAttention has no backward on CPU: use impl='gather' (the default there) to train")
-    bm = block_mask(pattern, L, causal, str(q.device))
-    if q.device.type == "cuda":
-        return _compiled_flex()(q, k, v, block_mask=bm, scale=scale)
+def _run(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: Pattern, causal: bool,
+         scale: float, compiled: bool, block: int = BLOCK) -> "torch.Tensor":
+    L = q.shape[2]
+    layout = key_layout(pattern, L, causal, block)
+    bm = block_mask(pattern, L, causal, str(q.device), block)
+    k2, v2 = layout.arrange(k), layout.arrange(v)
+    if compiled:
+        return _compiled_flex()(q, k2, v2, block_mask=bm, scale=scale)
     import warnings
 
     from torch.nn.attention.flex_attention import flex_attention
 
     with warnings.catch_warnings():  # eager CPU flex materialises scores: fine for inference and tests
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-        return flex_attention(q, k, v, block_mask=bm, scale=scale)
+        return flex_attention(q, k2, v2, block_mask=bm, scale=scale)
+
+
+def _check(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: Pattern) -> None:
+    import torch
+
+    if not available():
+        raise ConfigError("impl='flex' needs torch >= 2.5 (torch.nn.attention.flex_attention)")
+    if pattern.n_heads != q.shape[1]:
+        raise ConfigError(f"the pattern has {pattern.n_heads} heads, the input {q.shape[1]}")
+    if q.device.type == "cpu" and torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        raise ConfigError("FlexAttention has no backward on CPU: use impl='gather' (the default there) to train")
+
+
+def flex_sparse_attention(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: Pattern,
+                          causal: bool, scale: float) -> "torch.Tensor":
+    """q,k,v [b,h,L,e] -> out [b,h,L,e] through FlexAttention over the packed key layout (compiled on CUDA)."""
+    _check(q, k, v, pattern)
+    return _run(q, k, v, pattern, causal, scale, compiled=q.device.type == "cuda")
+
+
+def _torch_version() -> tuple[str, bool]:
+    """This torch's version and whether it is below :data:`TORCH_MIN`."""
+    import re
+
+    import torch
+
+    text = str(torch.__version__)
+    nums = tuple(int(x) for x in re.findall(r"\d+", text.split("+")[0])[:2])
+    return text, nums < TORCH_MIN
+
+
+def _failure_line(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0][:160]
+    version, old = _torch_version()
+    why = f"; torch {version} is below the declared minimum {'.'.join(map(str, TORCH_MIN))}" if old else ""
+    return (f"FlexAttention failed to compile ({type(exc).__name__}: {first}){why}; sparse attention goes on "
+            "with the gathered kernel (same results, slower on a GPU)")
+
+
+def try_flex(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: Pattern, causal: bool,
+             scale: float) -> "torch.Tensor | None":
+    """Compiled FlexAttention, or None when compiling it fails (then warned once; :func:`usable` turns False).
+
+    The first call per input signature runs a probe of the same shape (forward, and backward when the
+    inputs need gradients) so that a compile failure surfaces here, not later inside ``loss.backward()``.
+    """
+    import torch
+
+    if _failed:
+        return None
+    needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
+    key = (tuple(q.shape), q.dtype, str(q.device), pattern, causal, float(scale), needs_grad)
+    if key not in _verified and not torch.compiler.is_compiling():
+        try:
+            with torch.enable_grad() if needs_grad else torch.no_grad():
+                probe = [torch.zeros_like(x, requires_grad=needs_grad) for x in (q, k, v)]
+                out = _run(*probe, pattern, causal, scale, compiled=True)
+                if needs_grad:
+                    out.sum().backward()
+        except Exception as exc:  # dynamo / inductor / triton raise many types (InductorError, ...)
+            if isinstance(exc, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)):
+                raise
+            from attnscope.errors import warn
+
+            _failed.append(_failure_line(exc))
+            warn(_failed[0])
+            return None
+        _verified.add(key)
+    return _run(q, k, v, pattern, causal, scale, compiled=True)

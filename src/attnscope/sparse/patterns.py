@@ -76,6 +76,22 @@ class HeadPattern:
         keys.update(p for p in self.positions if p < L)
         return np.array(sorted(keys), dtype=np.int64)
 
+    def kept_count(self, L: int, causal: bool) -> int:
+        """How many [i, j] entries :meth:`allowed` keeps, counted per row without forming the L x L mask."""
+        i = np.arange(L)
+        if self.dense:
+            return int(L * (L + 1) // 2 if causal else L * L)
+        hi = i if causal else np.minimum(i + (self.window or 0), L - 1)
+        if self.window is None:
+            band = np.zeros(L, dtype=np.int64)
+        else:
+            band = hi - np.maximum(i - self.window, 0) + 1
+        keys = self.shared_keys(L)
+        shared = np.searchsorted(keys, i, side="right") if causal else np.full(L, len(keys))
+        if self.window is not None:  # shared keys inside the band are counted there
+            shared = shared - (np.searchsorted(keys, hi, side="right") - np.searchsorted(keys, i - self.window, side="left"))
+        return int((band + shared).sum())
+
     def allowed(self, L: int, causal: bool) -> np.ndarray:
         """Boolean [i, j] array, True = query i may attend to key j (slow and explicit: for tests/masks)."""
         i = np.arange(L)[:, None]
@@ -161,7 +177,7 @@ class Pattern:
 
     def density(self, L: int, causal: bool) -> float:
         """Fraction of the visible entries (causal: lower triangle incl. diagonal) that are kept."""
-        kept = self.mask(L, causal).sum()
+        kept = sum(hp.kept_count(L, causal) for hp in self.heads)
         visible = self.n_heads * (L * (L + 1) // 2 if causal else L * L)
         return float(kept / visible)
 
