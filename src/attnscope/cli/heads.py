@@ -88,15 +88,19 @@ def measure(
         if res.js is None:  # every "wrote" line below must be true
             raise InputError(f"{model.name}: no JS divergences were computed, so --js {js} was not written")
         write_table(res.js, js)
-    if plot_dir is not None:
+    if plot_dir is not None:  # the three figures replace an earlier run's as a whole
+        from attnscope.outputs import write_result_set
         from attnscope.plots import heads as hp
-        from attnscope.plots import model_label, save_figure
+        from attnscope.plots import model_label
+        from attnscope.plots.base import figure_bytes
 
         name = model_label(model.name)
-        save_figure(hp.metric_heatmaps(df, title=f"{name}: per-head metrics"), plot_dir / "heads_heatmaps.png", dpi=120)
-        save_figure(hp.metric_scatter(df, hue="layer"), plot_dir / "heads_scatter.png", dpi=120)
-        save_figure(hp.example_maps(res.examples, title=f"{name}: attention maps (sqrt scale, window 0)"),
-                    plot_dir / "heads_maps.png", dpi=120)
+        write_result_set(plot_dir, {
+            "heads_heatmaps.png": lambda: figure_bytes(hp.metric_heatmaps(df, title=f"{name}: per-head metrics"), dpi=120),
+            "heads_scatter.png": lambda: figure_bytes(hp.metric_scatter(df, hue="layer"), dpi=120),
+            "heads_maps.png": lambda: figure_bytes(hp.example_maps(
+                res.examples, title=f"{name}: attention maps (sqrt scale, window 0)"), dpi=120),
+        }, {"source": source, "data": data, "windows": windows, "length": length}, kind="heads")
     if as_json:
         from attnscope.tables import records_to_json
 
