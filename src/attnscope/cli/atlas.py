@@ -16,7 +16,7 @@ import typer
 
 from attnscope.errors import InputError
 
-from ._common import check_device, check_out_dir, echo_json, stderr_console
+from ._common import THREADS, check_device, check_out_dir, echo_json, stderr_console, use_threads
 from ._tables import print_table
 
 
@@ -35,6 +35,7 @@ def atlas(
     batch_size: int = typer.Option(1, "--batch-size", help="Windows per forward pass."),
     device: str = typer.Option("cpu", "--device", help="torch device."),
     as_json: bool = typer.Option(False, "--json", help="Print the correlations as JSON records on stdout."),
+    threads: Optional[int] = THREADS,
 ) -> None:
     """Geometry meets behaviour: s and d of every head's W_qk (at offset 0, at offset 1 and over offsets for
     rotary models) against what the head does on the probes."""
@@ -49,6 +50,7 @@ def atlas(
             raise InputError(f"{option} must be at least 1, not {value}")
     if (source is None) == (zoo is None):
         raise InputError("give a SOURCE or --zoo GROUP (one of them)")
+    use_threads(threads)
     opts = dict(probes=probe, data=data, windows=windows, length=length, random_windows=random_windows,
                 random_length=random_length, seed=seed, n_boot=n_boot, batch_size=batch_size, device=device)
     if zoo is not None:

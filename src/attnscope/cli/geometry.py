@@ -21,6 +21,7 @@ from rich.markup import escape
 from attnscope.errors import InputError
 
 from ._common import (
+    THREADS,
     check_out_dir,
     check_out_file,
     console,
@@ -30,6 +31,7 @@ from ._common import (
     positive,
     slurm_options,
     stderr_console,
+    use_threads,
 )
 from ._tables import print_table
 
@@ -93,9 +95,11 @@ def score_cmd(
     slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Slurm partition (--executor slurm; default: the cluster's)."),
     slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Minutes per Slurm job (--executor slurm)."),
     slurm_mem: Optional[float] = typer.Option(None, "--slurm-mem", help="Memory per Slurm job, GB (--executor slurm)."),
+    threads: Optional[int] = THREADS,
 ) -> None:
     """Score models (SOURCE = HF directory, weights file or hub id); print a summary, write tables and figures."""
     positive(k, "--k", minimum=0, strict=True)
+    use_threads(threads)
     if zoo is not None:
         if sources or demo:
             given = " ".join(sources or []) or "--demo"

@@ -18,7 +18,8 @@ from rich.markup import escape
 
 from attnscope.errors import InputError
 
-from ._common import check_device, check_out_dir, check_out_file, echo_json, make_default_group, stderr_console
+from ._common import (THREADS, check_device, check_out_dir, check_out_file, echo_json, make_default_group,
+                      stderr_console, use_threads)
 from ._tables import print_frame, print_table
 
 app = typer.Typer(
@@ -50,6 +51,7 @@ def measure(
     js_rows: int = typer.Option(64, "--js-rows", help="Query rows of window 0 used for the JS divergences."),
     device: str = typer.Option("cpu", "--device", help="torch device: cpu, cuda, cuda:N or mps."),
     random_probe: bool = typer.Option(True, "--random-probe/--no-random-probe", help="Also run the repeated-random-tokens probe (8 sequences, T = 127 or what the model allows): columns induction_random, previous_token_random, sink_random."),
+    threads: Optional[int] = THREADS,
 ) -> None:
     """Measure every head of SOURCE on held-out windows of a corpus (streamed layer by layer).
 
@@ -68,6 +70,7 @@ def measure(
     check_device(device)
     if out is not None and js is not None and out.resolve() == js.resolve():
         raise InputError(f"--out and --js are the same file {out}")
+    use_threads(threads)
     plot_dir = _plot_dir(plot)
     model = open_model(source, device=device)
     ex_layers: tuple[int, ...] = ()
