@@ -1,15 +1,15 @@
 """Benchmark: one command at 1 thread, at all threads and at the default rule, on a quiet and on a busy machine.
 
 Each run is the CLI in a fresh subprocess, end to end (imports, model load, compute), timed by its wall
-clock:
+clock. First on the machine as it is (quiet, or whatever else runs on it), three runs:
 
 * ``1``        ``--threads 1``;
 * ``all``      ``--threads <the CPUs this process may use>``;
 * ``default``  no ``--threads`` and no ``ATTNSCOPE_THREADS`` / ``OMP_NUM_THREADS``: the rule of
                :mod:`attnscope.threads` (CPUs minus the 1-minute load average, at least 1).
 
-"busy" starts ``--burners`` processes that spin on the CPU (default: one per CPU), waits ``--warmup``
-seconds so that the 1-minute load average sees them, runs the same three, and stops them. The
+Then it starts ``--burners`` processes that spin on the CPU (default: one per CPU), waits ``--warmup``
+seconds so that the 1-minute load average sees them, runs the same three again, and stops them. The
 commands: ``attnscope heads`` on the offline MiniLM demo model (always) and ``attnscope atlas`` on
 SmolLM2-135M (with ``--atlas``, when the offline-real models are installed).
 
@@ -107,7 +107,8 @@ def main() -> None:
                 for threads in ("1", "all", "default"):
                     wall, load = _run(args, threads, cpus)
                     shown = {"1": "1", "all": str(cpus), "default": "default"}[threads]
-                    rows.append(f"| {name} | {state} ({len(burners)} burners) | {load:.1f} | {shown} | {wall:.1f} |")
+                    machine = "as found" if not burners else f"+ {len(burners)} burners"
+                    rows.append(f"| {name} | {machine} | {load:.1f} | {shown} | {wall:.1f} |")
                     print(rows[-1], file=sys.stderr, flush=True)
         finally:
             for b in burners:
@@ -119,7 +120,7 @@ def main() -> None:
         f"`python benchmarks/threads.py --windows {a.windows} --length {a.length}{' --atlas' if a.atlas else ''}`; "
         f"{platform.machine()}, {cpus} CPUs available, Python {platform.python_version()}. Wall seconds of the "
         "whole command in a fresh process (imports and model load included); `load` is the 1-minute load "
-        "average when the run started (the busy rows include the burners the script started).",
+        "average when the run started (the burner rows include the burners the script started).",
         "",
         "| command | machine | load | --threads | wall s |",
         "|---|---|---|---|---|",

@@ -213,8 +213,10 @@ def _apply(out: Path, staging: Path, commit: dict[str, Any]) -> None:
     """Move a committed staging folder's files into ``out``, drop the previous result's extra files, write
     the manifest last, remove the staging folder. Idempotent: a replay after a kill finishes the job."""
     kind, entry = commit["kind"], commit["entry"]
-    manifest = _read_manifest(out)
-    results = manifest.get("results", {})
+    try:
+        results = _read_manifest(out).get("results", {})
+    except FormatError:  # an unreadable manifest: this write replaces it
+        results = {}
     previous = results.get(kind, {}).get("files", {}) if isinstance(results.get(kind), dict) else {}
     new = entry["files"]
     try:
@@ -225,9 +227,11 @@ def _apply(out: Path, staging: Path, commit: dict[str, Any]) -> None:
         for name in (set(previous) | set(commit.get("replaces", ()))) - set(new) - others:
             (out / name).unlink(missing_ok=True)
         results = {k: e for k, e in results.items() if k != kind}
-        for k, e in results.items():  # a file now of this kind is no longer another kind's
+        for k, e in list(results.items()):  # a file now of this kind is no longer another kind's
             e["files"] = {n: f for n, f in e.get("files", {}).items() if n not in new}
             e["sha256"] = _set_hash(e["files"])
+            if not e["files"]:
+                del results[k]
         results[kind] = entry
         atomic_write_bytes(out / MANIFEST, (json.dumps({"format": _FORMAT, "results": results}, indent=2)
                                             + "\n").encode())
