@@ -28,10 +28,10 @@ def report(
     k: float = typer.Option(2.0, "--k", help="Outlier threshold of directionality: mean + k std."),
     layer: int = typer.Option(0, "--layer", help="Layer of the W_qk[:50,:50] figure (0-based)."),
     zoo_file: Optional[Path] = typer.Option(None, "--zoo-file", help="A registry YAML to look published values up in."),
+    threads: Optional[int] = THREADS,
     demo: bool = typer.Option(False, "--demo", help="Report on the bundled all-MiniLM-L6-v2 (needs attnscope\\[demo])."),
     device: str = typer.Option("cpu", "--device", help="torch device for the head metrics."),
     atlas: bool = typer.Option(False, "--atlas", help="Add the atlas section: s/d of every head beside its behaviour (both probes; text from --data, default builtin; the atlas's own windows, 8 x 256 tokens, not --windows/--length)."),
-    threads: Optional[int] = THREADS,
 ) -> None:
     """Write DIR/report.html: metadata, scores (with the paper's values), figures, and head metrics with --data."""
     from attnscope.report import build_report, check_out_dir, write_report
