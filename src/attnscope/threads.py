@@ -93,7 +93,8 @@ def set_threads(n: int | None = None) -> int:
 
     Sets torch's intra-op threads, the BLAS/OpenMP pools (threadpoolctl) and numba's threads; torch and
     numba not imported yet start with that many (``OMP_NUM_THREADS``; ``NUMBA_NUM_THREADS`` unless the
-    user set it), and so do worker processes started later.
+    user set it), and so do worker processes started later. numba sizes its pool when it is imported:
+    a larger number set after that is capped at the pool's size.
     """
     count = resolve_threads(n)
     if n is not None:

@@ -97,3 +97,16 @@ def test_geometry_runs_with_the_threads_asked_for(clean, cli_inproc, minilm_dir)
     code, _, err = cli_inproc("geometry", str(minilm_dir), "--level", "layer", "--threads", "1", "--json")
     assert code == 0, err
     assert torch.get_num_threads() == 1
+
+
+def test_numba_imported_later_starts_with_the_number_set():
+    import subprocess
+    import sys
+
+    code = ("import attnscope; attnscope.set_threads(1); import numba; print(numba.get_num_threads()); "
+            "attnscope.set_threads(2); print(numba.get_num_threads())")
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_NUM_THREADS", th.ENV)}
+    env["PYTHONPATH"] = str(__import__("pathlib").Path(th.__file__).resolve().parents[1])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "1"]  # numba's pool was started with 1 thread: a later 2 is capped there
