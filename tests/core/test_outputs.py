@@ -203,3 +203,11 @@ def test_sigkill_while_moving_leaves_a_set_the_next_reader_completes(tmp_path):
     assert (tmp_path / "b.json").read_bytes() == _set("old")["b.json"]  # mixed on disk, for now
     assert read_table(tmp_path / "a.csv")["x"].tolist() == ["new"]  # the reader finished the move first
     assert _contents(tmp_path) == _set("new") and not _staging(tmp_path)
+
+
+def test_an_unreadable_manifest_is_refused_by_readers_and_replaced_by_the_next_write(tmp_path):
+    (tmp_path / MANIFEST).write_text("{not json")
+    with pytest.raises(FormatError, match="unreadable manifest"):
+        check_result_set(tmp_path)
+    write_result_set(tmp_path, {"a.csv": b"x\n1\n"}, kind="atlas")
+    assert set(check_result_set(tmp_path)) == {"atlas"}
