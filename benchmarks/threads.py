@@ -22,6 +22,7 @@ import argparse
 import multiprocessing as mp
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -93,6 +94,15 @@ def main() -> None:
     smol = _smollm2() if a.atlas else None
     if smol:
         commands["atlas SmolLM2-135M, defaults"] = ["atlas", smol, "--out", f"{work}/atlas"]
+    try:
+        rows = _measure(a, commands, cpus)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    text = _section(a, cpus, rows)
+    emit(text, a.md)
+
+
+def _measure(a: argparse.Namespace, commands: dict[str, list[str]], cpus: int) -> list[str]:
     rows = []
     for state in ("quiet", "busy"):
         burners = []
@@ -114,7 +124,11 @@ def main() -> None:
             for b in burners:
                 b.kill()
                 b.join()
-    text = "\n".join([
+    return rows
+
+
+def _section(a: argparse.Namespace, cpus: int, rows: list[str]) -> str:
+    return "\n".join([
         "### Threads: 1 vs all vs the default rule, quiet and busy",
         "",
         f"`python benchmarks/threads.py --windows {a.windows} --length {a.length}{' --atlas' if a.atlas else ''}`; "
@@ -127,7 +141,6 @@ def main() -> None:
         *rows,
         "",
     ])
-    emit(text, a.md)
 
 
 if __name__ == "__main__":
