@@ -13,6 +13,9 @@ Where it shows is decided here, once, by :func:`display_mode`:
   shorter than :data:`LINE_AFTER_S` writes nothing;
 * ``"off"``: the caller passed ``enabled=False`` (``progress=False``), or ``ATTNSCOPE_QUIET=1`` is set.
 
+Inside :func:`plain_lines` every display is ``"lines"`` (a job run inside another job's display, e.g.
+each training run of a grid under the grid's own bar, or in a pool worker that shares the terminal).
+
     with progress(total=len(tasks), desc="zoo paper-all", unit="models") as bar:
         for t in tasks:
             ...
@@ -37,8 +40,8 @@ from typing import Any, Literal, Protocol, TypeVar
 T = TypeVar("T")
 Mode = Literal["off", "terminal", "jupyter", "lines"]
 
-__all__ = ["Bar", "Mode", "display_mode", "enabled_by_default", "in_jupyter", "progress", "quiet_widget_warning",
-           "stderr_console", "track", "LINE_EVERY_S", "LINE_AFTER_S"]
+__all__ = ["Bar", "Mode", "display_mode", "enabled_by_default", "in_jupyter", "plain_lines", "progress",
+           "quiet_widget_warning", "stderr_console", "track", "LINE_EVERY_S", "LINE_AFTER_S"]
 
 #: off a terminal, a plain line at least this often (seconds) while the count moves, or at each 10%
 LINE_EVERY_S = 10.0
@@ -98,11 +101,26 @@ def display_mode(enabled: bool = True, *, force: bool = False) -> Mode:
     """
     if not enabled or quiet():
         return "off"
+    if _plain:
+        return "lines"
     if force:
         return "terminal"
     if in_jupyter():
         return "jupyter"
     return "terminal" if _stderr_is_terminal() else "lines"
+
+
+_plain: list[bool] = []  # inside plain_lines()
+
+
+@contextmanager
+def plain_lines() -> Iterator[None]:
+    """Inside this block every progress display that shows at all is plain lines on stderr (see the module doc)."""
+    _plain.append(True)
+    try:
+        yield
+    finally:
+        _plain.pop()
 
 
 def stderr_console():

@@ -2,7 +2,7 @@
 
 Every result file attnscope writes goes through :func:`atomic_write_bytes` (write to a temporary
 file in the same directory, fsync, rename), so a crash never leaves a half-written file where a
-good one was; a write that fails (a full disk, a read-only directory) raises :class:`StorageError`
+good one was (results of several files are replaced as a whole by :mod:`attnscope.outputs`); a write that fails (a full disk, a read-only directory) raises :class:`StorageError`
 naming the path and leaves nothing behind. :func:`check_writable` lets a command refuse a bad
 ``--out`` before it starts an hour of work. :func:`write_table` / :func:`read_table` pick CSV,
 Parquet or JSON by extension; :func:`numeric_columns` checks the columns a computation reads back.
@@ -168,7 +168,12 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
     """Write ``obj`` as indented JSON to ``path`` atomically."""
-    return atomic_write_text(path, json.dumps(obj, indent=2, default=_json_default) + "\n")
+    return atomic_write_text(path, json_text(obj))
+
+
+def json_text(obj: Any) -> str:
+    """``obj`` as the indented JSON text :func:`atomic_write_json` writes (numpy values and paths as plain JSON)."""
+    return json.dumps(obj, indent=2, default=_json_default) + "\n"
 
 
 def _json_default(obj: Any) -> Any:
@@ -190,6 +195,11 @@ def records_to_json(df: pd.DataFrame) -> str:
 
 def write_table(df: pd.DataFrame, path: str | os.PathLike) -> Path:
     """Write a tidy table atomically; the format follows the extension (.csv, .parquet, .json, .jsonl)."""
+    return atomic_write_bytes(path, table_bytes(df, path))
+
+
+def table_bytes(df: pd.DataFrame, path: str | os.PathLike) -> bytes:
+    """The bytes :func:`write_table` writes for ``path`` (the format follows its extension)."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".csv":
@@ -204,16 +214,23 @@ def write_table(df: pd.DataFrame, path: str | os.PathLike) -> Path:
         data = df.to_json(orient="records", lines=True, double_precision=15).encode()
     else:
         raise InputError(f"cannot write table {path}: use one of {', '.join(TABLE_SUFFIXES)}")
-    return atomic_write_bytes(path, data)
+    return data
 
 
 def read_table(path: str | os.PathLike) -> pd.DataFrame:
-    """Read a table written by :func:`write_table` (format by extension)."""
+    """Read a table written by :func:`write_table` (format by extension).
+
+    A table that belongs to a result of several files (:mod:`attnscope.outputs`) is read only when the
+    folder holds that whole result as written (its manifest matches); a mix is one FormatError.
+    """
     import pandas as pd
+
+    from .outputs import check_member
 
     path = Path(path)
     if not path.is_file():
         raise InputError(f"no such table file: {path}")
+    check_member(path)  # one file of a result written whole: the others must be of the same run
     suffix = path.suffix.lower()
     try:
         if suffix == ".csv":

@@ -111,3 +111,53 @@ def test_sweeps_and_task_runs_show_progress(tmp_path, notebook):
     notebook.clear()
     run_tasks(abs, [Task(f"t{i}", -i) for i in range(3)], tmp_path / "store", executor="inline", desc="square")
     assert notebook[-1].startswith("square: 3/3 tasks (100%)")
+
+
+def test_each_run_of_a_grid_reports_its_steps_in_plain_lines(tmp_path, slow_clock, capsys):
+    """Not only a line when a run ends: every run of an inline grid (the same in pool workers) logs its steps."""
+    from attnscope.training.grid import run_grid
+
+    base = _tiny_train_config(tmp_path, log_every=1)
+    grid = run_grid(base, seeds=[0, 1], out=str(tmp_path / "grid"), executor="inline", progress=True)
+    assert len(grid.summary.done) == 2
+    err = capsys.readouterr().err
+    for seed in (0, 1):
+        run = str(tmp_path / "grid" / f"{base.objective}-{base.init}-seed{seed}")
+        steps = [line for line in err.splitlines() if line.startswith(f"{run}: ")]
+        assert any(line.startswith(f"{run}: 2/4 (50%)") for line in steps), err  # within the run, not only its end
+        assert steps[-1].startswith(f"{run}: 4/4 (100%)") and "loss " in steps[-1]
+    assert "\r" not in err and "\x1b" not in err
+
+
+def test_the_grid_of_a_process_pool_asks_its_runs_for_progress(tmp_path, monkeypatch):
+    import attnscope.training.grid as grid
+    from attnscope.runs import RunSummary
+
+    seen = []
+
+    def fake_run_tasks(fn, tasks, store, **kw):
+        seen.extend(t.payload["progress"] for t in tasks)
+        return RunSummary()
+
+    monkeypatch.setattr(grid, "run_tasks", fake_run_tasks)
+    grid.run_grid(_tiny_train_config(tmp_path), seeds=[0, 1], out=str(tmp_path / "g"), executor="local", progress=True)
+    assert seen == [True, True]
+
+
+def test_atlas_cli_writes_progress_lines_into_a_pipe(tmp_path, slow_clock, cli_inproc):
+    """``attnscope atlas SRC --out DIR 2>&1 | cat``: plain progress lines, not silence (stderr is no terminal here)."""
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("gguf")
+    sys.path.insert(0, str(Path(__file__).parents[1] / "heads"))
+    from _tiny_gguf import tiny_llama_model, write_llama_gguf_model
+
+    gguf = write_llama_gguf_model(tmp_path / "tiny.gguf", tiny_llama_model(n_layers=2, d=32, n_heads=4, n_kv=2))
+    code, _, err = cli_inproc("atlas", gguf, "--out", tmp_path / "a", "--windows", "2", "--length", "48",
+                              "--random-windows", "2", "--random-length", "12", "--n-boot", "50")
+    assert code == 0, err
+    lines = err.splitlines()
+    assert any(line.startswith("text probe: ") and "windows" in line for line in lines), err
+    assert any(line.startswith("random probe: ") for line in lines), err
+    assert "\r" not in err and "\x1b[" not in err

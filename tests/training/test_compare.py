@@ -456,8 +456,8 @@ def test_out_removes_only_the_stale_outputs_of_an_earlier_comparison(tmp_path, c
     code, _, err = cli(monkeypatch, capsys, *baselines, "--out", dest)
     assert code == 0, err
     left = sorted(p.name for p in dest.iterdir())
-    assert left == ["curves.csv", "loss_bands.png", "loss_curves.png", "losses.csv", "notes.txt", "scores_old.png",
-                    "stats.csv", "summary.csv", "table.md"]
+    assert left == ["attnscope-manifest.json", "curves.csv", "loss_bands.png", "loss_curves.png", "losses.csv",
+                    "notes.txt", "scores_old.png", "stats.csv", "summary.csv", "table.md"]
 
 
 def test_options_that_cannot_act_are_refused_or_noted(tmp_path):

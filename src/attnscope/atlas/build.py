@@ -214,9 +214,9 @@ def atlas(
     with warnings.catch_warnings(record=True) as seen:  # "positions are no rotation here": kept in info
         warnings.simplefilter("always", PositionNote)
         try:
-            scores = score(src, levels="head", offsets=offsets)
+            scores = score(src, levels="head", offsets=offsets, progress=progress)
         except UnsupportedError as exc:  # e.g. a rotary scaling the offsets code refuses: offset 0 only
-            scores, offsets = score(src, levels="head"), []
+            scores, offsets = score(src, levels="head", progress=progress), []
             position_notes.append(f"no position-aware columns: {exc}")
     for w in seen:
         if issubclass(w.category, PositionNote):

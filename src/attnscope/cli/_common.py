@@ -266,6 +266,21 @@ def in_flags(message: str, names: tuple[str, ...], params: list[Any]) -> str:
 
 # -- option checks shared by the commands ---------------------------------------------------------
 
+#: ``--threads`` of every command that computes (the rule: attnscope.threads)
+THREADS = typer.Option(None, "--threads", metavar="INTEGER", show_default=False,
+                       help="CPU threads (torch, BLAS, numba). Default: ATTNSCOPE_THREADS, else OMP_NUM_THREADS, else "
+                            "the CPUs this process may use minus the 1-minute load average, at least 1.")
+
+
+def use_threads(threads: int | None) -> int:
+    """Set the CPU threads of this command (``--threads``; None: ATTNSCOPE_THREADS or the default rule)."""
+    from attnscope.threads import set_threads
+
+    if threads is not None and threads < 1:
+        raise InputError(f"--threads must be at least 1, not {threads}")
+    return set_threads(threads)
+
+
 
 def check_out_file(path: Path | None, option: str = "--out",
                    suffixes: tuple[str, ...] | None = TABLE_SUFFIXES) -> Path | None:

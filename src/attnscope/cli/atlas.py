@@ -9,7 +9,6 @@ writes the tables (Parquet and CSV), the figures and a self-contained atlas.html
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -17,7 +16,7 @@ import typer
 
 from attnscope.errors import InputError
 
-from ._common import check_device, check_out_dir, echo_json, stderr_console
+from ._common import THREADS, check_device, check_out_dir, echo_json, stderr_console, use_threads
 from ._tables import print_table
 
 
@@ -36,6 +35,7 @@ def atlas(
     batch_size: int = typer.Option(1, "--batch-size", help="Windows per forward pass."),
     device: str = typer.Option("cpu", "--device", help="torch device."),
     as_json: bool = typer.Option(False, "--json", help="Print the correlations as JSON records on stdout."),
+    threads: Optional[int] = THREADS,
 ) -> None:
     """Geometry meets behaviour: s and d of every head's W_qk (at offset 0, at offset 1 and over offsets for
     rotary models) against what the head does on the probes."""
@@ -50,6 +50,7 @@ def atlas(
             raise InputError(f"{option} must be at least 1, not {value}")
     if (source is None) == (zoo is None):
         raise InputError("give a SOURCE or --zoo GROUP (one of them)")
+    use_threads(threads)
     opts = dict(probes=probe, data=data, windows=windows, length=length, random_windows=random_windows,
                 random_length=random_length, seed=seed, n_boot=n_boot, batch_size=batch_size, device=device)
     if zoo is not None:
@@ -57,40 +58,44 @@ def atlas(
         return
     from attnscope.atlas import atlas as run_atlas
 
-    res = run_atlas(source, progress=sys.stderr.isatty(), **opts)
+    res = run_atlas(source, progress=True, **opts)
     for note in res.info.get("position_notes", []):
         stderr_console().print(f"attnscope: note: {note}", highlight=False, soft_wrap=True)
-    written = write_atlas(res.table, res.correlations, res.info, out, hue="layer", maps=res.maps)
+    written = write_atlas(res.table, res.correlations, res.info, out, hue="layer", maps=res.maps,
+                          settings={"source": source, **opts})
     _finish(res.correlations, res.info["model"], written, as_json)
 
 
-def write_atlas(table, correlations, info, out: Path, hue: str, maps=None) -> list[Path]:
-    """Tables, figures and the HTML page of an atlas (one model or pooled) into ``out``.
-
-    Every figure and the page are rendered before the first file is written, so an interrupt (Ctrl-C)
-    or a failure while drawing leaves the previous atlas in ``out`` whole, never a mix of old and new.
+def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, settings=None) -> list[Path]:
+    """Tables, figures and the HTML page of an atlas (one model or pooled) into ``out``, as one result
+    (:func:`attnscope.outputs.write_result_set`): every file is rendered before the first one moves into
+    ``out``, so an interrupt, a failure or a kill leaves the previous atlas there whole, never a mix.
+    ``settings``: the options, stored in the folder's manifest.
     """
     from attnscope.atlas.build import GEOMETRY, behaviour_columns
     from attnscope.atlas.html import atlas_page
+    from attnscope.outputs import write_result_set
     from attnscope.plots import atlas as ap
     from attnscope.plots import model_label
     from attnscope.plots.base import figure_bytes
-    from attnscope.tables import atomic_write_bytes, atomic_write_json, atomic_write_text, write_table
+    from attnscope.tables import json_text, table_bytes
 
     metrics = behaviour_columns(table)
     name = model_label(str(info.get("model", "")))
     corr = None if hue == "model" else correlations  # pooled: no per-model rho on the panels
-    figures = {f"atlas_{x}.png": ap.geometry_vs_behaviour(table, x, metrics, corr, hue=hue,
-                                                          title=f"{name}: {x} of W_qk vs behaviour")
-               for x in GEOMETRY}  # fmt: skip
-    figures["atlas_correlations.png"] = ap.correlation_forest(correlations, title=f"{name}: Spearman rho across heads")
-    images = {fname: figure_bytes(fig, "png", dpi=110) for fname, fig in figures.items()}
-    page = atlas_page(table, correlations, info, maps=maps)
-    paths = [write_table(table, out / "atlas.parquet"), write_table(table, out / "atlas.csv"),
-             write_table(correlations, out / "correlations.csv"), atomic_write_json(out / "atlas.json", info)]
-    paths += [atomic_write_bytes(out / fname, data) for fname, data in images.items()]
-    paths.append(atomic_write_text(out / "atlas.html", page))
-    return paths
+
+    def scatter(x: str):
+        return lambda: figure_bytes(ap.geometry_vs_behaviour(table, x, metrics, corr, hue=hue,
+                                                             title=f"{name}: {x} of W_qk vs behaviour"), "png", dpi=110)
+
+    files = {"atlas.parquet": table_bytes(table, "atlas.parquet"), "atlas.csv": table_bytes(table, "atlas.csv"),
+             "correlations.csv": table_bytes(correlations, "correlations.csv"),
+             "atlas.json": lambda: json_text(info)}
+    files.update({f"atlas_{x}.png": scatter(x) for x in GEOMETRY})
+    files["atlas_correlations.png"] = lambda: figure_bytes(
+        ap.correlation_forest(correlations, title=f"{name}: Spearman rho across heads"), "png", dpi=110)
+    files["atlas.html"] = lambda: atlas_page(table, correlations, info, maps=maps)
+    return write_result_set(out, files, settings, kind="atlas")
 
 
 def _finish(correlations, model: str, written: list[Path], as_json: bool) -> None:
@@ -117,6 +122,6 @@ def _run_zoo(group: str, out: Path, opts: dict, as_json: bool) -> None:
     from attnscope.atlas.zoo import run_zoo_atlas
 
     con = stderr_console()
-    res = run_zoo_atlas(group, out, log=lambda m: con.print(m), progress=sys.stderr.isatty(), **opts)
-    written = write_atlas(res.table, res.correlations, res.info, out, hue="model")
+    res = run_zoo_atlas(group, out, log=lambda m: con.print(m), progress=True, **opts)
+    written = write_atlas(res.table, res.correlations, res.info, out, hue="model", settings={"zoo": group, **opts})
     _finish(res.correlations, res.info["model"], written, as_json)

@@ -24,23 +24,11 @@ def _steps(text: Optional[str]) -> list[int]:
         raise InputError(f"--at takes comma-separated steps, not {text!r}") from None
 
 
-#: every file compare may write into --out
+#: every file compare may write into --out (those this comparison does not write are removed with the old result)
 OUTPUTS = frozenset({
     "summary.csv", "stats.csv", "curves.csv", "losses.csv", "score_summary.csv", "table.md",
     "loss_curves.png", "loss_bands.png", "loss_differences.png", "scores_median.png", "scores_per_layer.png",
 })
-
-
-def _remove_stale(folder: Path, written: set[str]) -> None:
-    """Remove compare's own outputs in ``folder`` that this comparison does not rewrite (an earlier one's
-    loss_differences.png, score tables and figures); no other file is touched."""
-    from attnscope.tables import storage_error
-
-    for name in sorted(OUTPUTS - written):
-        try:
-            (folder / name).unlink(missing_ok=True)
-        except OSError as exc:
-            raise storage_error(folder / name, exc) from None
 
 
 def compare(
@@ -71,7 +59,7 @@ def compare(
     import json
 
     from ._common import stderr_console
-    from attnscope.tables import atomic_write_text, check_writable, make_out_dir, records_to_json, write_table
+    from attnscope.tables import check_writable, records_to_json
     from attnscope.training.compare import compare as run_compare
 
     from ._common import echo_json
@@ -91,11 +79,11 @@ def compare(
         typer.echo(result.markdown, nl=False)
     if out is None:
         return
+    from attnscope.outputs import write_result_set
     from attnscope.plots import training as plots
     from attnscope.plots.base import figure_bytes
-    from attnscope.tables import atomic_write_bytes
+    from attnscope.tables import table_bytes
 
-    folder = make_out_dir(out)
     tables = {"summary.csv": result.runs, "stats.csv": result.stats, "curves.csv": result.curves,
               "losses.csv": result.losses}
     if not result.score_summary.empty:
@@ -107,13 +95,12 @@ def compare(
     if not result.score_summary.empty:
         figures["scores_median.png"] = plots.score_medians(result.score_summary)
         figures["scores_per_layer.png"] = plots.score_layers(result.scores)
-    images = {name: figure_bytes(fig) for name, fig in figures.items()}  # all drawn before the first write
-    _remove_stale(folder, {*tables, *figures, "table.md"})
-    for name, df in tables.items():
-        write_table(df, folder / name)
-    atomic_write_text(folder / "table.md", result.markdown)
-    for name, data in images.items():
-        atomic_write_bytes(folder / name, data)
+    files = {name: table_bytes(df, name) for name, df in tables.items()}
+    files["table.md"] = result.markdown
+    files.update({name: (lambda fig=fig: figure_bytes(fig)) for name, fig in figures.items()})
+    write_result_set(out, files, {"runs": list(runs), "baseline": baseline, "at": at, "target": target,
+                                  "smooth": smooth, "speedup": speedup, "curve": curve},
+                     kind="compare", replaces=OUTPUTS)
     err.print(f"wrote {len(figures)} figures and {len(tables) + 1} tables to {out}", highlight=False, soft_wrap=True)
 
 

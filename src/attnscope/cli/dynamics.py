@@ -13,7 +13,7 @@ from rich.markup import escape
 from attnscope.errors import InputError
 from attnscope.tables import make_out_dir
 
-from ._common import check_out_file, echo_json, old_name, slurm_options, stderr_console
+from ._common import THREADS, check_out_file, echo_json, old_name, slurm_options, stderr_console, use_threads
 from ._tables import print_frame, print_table
 
 app = typer.Typer(help="Mean-field dynamics of a 1-bit self-attention network (trajectories, bifurcations, chaos).",
@@ -89,8 +89,10 @@ def trajectory(
     last: int = typer.Option(400, "--last", help="Steps shown in the time-series figure."),
     figures: bool = typer.Option(True, "--figures/--no-figures", help="Write the PNG figures (--no-figures: only the .npz and summary.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout."),
+    threads: Optional[int] = THREADS,
 ) -> None:
     """Simulate from x_0 or --init-state: trajectory.npz, final_state.npz and figures in OUT."""
+    use_threads(threads)
     from attnscope import dynamics as dyn
     from attnscope.plots import dynamics as plots
     from attnscope.plots import save_figure
@@ -136,8 +138,10 @@ def lyapunov(
     sets: Optional[List[str]] = SETS, gamma: Optional[float] = GAMMA, eps: Optional[float] = EPS,
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the table (.csv/.parquet/.json)."),
     as_json: bool = typer.Option(False, "--json", help="Print [{beta_o, lyapunov, error, regime}] on stdout (error: the standard error of each exponent)."),
+    threads: Optional[int] = THREADS,
 ) -> None:
     """Leading Lyapunov exponents (per step, descending) and the regime, for each beta_o."""
+    use_threads(threads)
     from attnscope import dynamics as dyn
     from attnscope.tables import records_to_json, write_table
 
@@ -184,8 +188,10 @@ def bifurcation(
     slurm_partition: Optional[str] = SLURM_PARTITION, slurm_time: Optional[int] = SLURM_TIME,
     slurm_mem: Optional[float] = SLURM_MEM,
     as_json: bool = typer.Option(False, "--json", help="Print the per-value table as JSON on stdout."),
+    threads: Optional[int] = THREADS,
 ) -> None:
     """Sweep one parameter: bifurcation.csv, points.parquet, bifurcation.png, lyapunov.png in OUT."""
+    use_threads(threads)
     from attnscope import dynamics as dyn
     from attnscope.plots import dynamics as plots
     from attnscope.plots import save_figure
@@ -243,8 +249,10 @@ def phase(
     chunk: int = typer.Option(256, "--chunk", help="Grid points per chunk (one task each)."),
     slurm_partition: Optional[str] = SLURM_PARTITION, slurm_time: Optional[int] = SLURM_TIME,
     slurm_mem: Optional[float] = SLURM_MEM,
+    threads: Optional[int] = THREADS,
 ) -> None:
     """2-D sweep (e.g. beta_o x gamma) coloured by lambda_1 or regime, chunked and resumable."""
+    use_threads(threads)
     from attnscope import dynamics as dyn
     from attnscope.plots import dynamics as plots
     from attnscope.plots import save_figure
@@ -275,8 +283,10 @@ def finite(
     preset: Optional[str] = PRESET, config: Optional[Path] = CONFIG, weights_seed: Optional[int] = WSEED,
     sets: Optional[List[str]] = SETS, gamma: Optional[float] = GAMMA, eps: Optional[float] = EPS,
     as_json: bool = typer.Option(False, "--json", help="Print the table as JSON records on stdout."),
+    threads: Optional[int] = THREADS,
 ) -> None:
     """Finite-N stochastic network vs the mean field: error of the overlaps against N."""
+    use_threads(threads)
     from attnscope import dynamics as dyn
     from attnscope.plots import dynamics as plots
     from attnscope.plots import save_figure

@@ -21,6 +21,7 @@ from rich.markup import escape
 from attnscope.errors import InputError
 
 from ._common import (
+    THREADS,
     check_out_dir,
     check_out_file,
     console,
@@ -30,6 +31,7 @@ from ._common import (
     positive,
     slurm_options,
     stderr_console,
+    use_threads,
 )
 from ._tables import print_table
 
@@ -93,9 +95,11 @@ def score_cmd(
     slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Slurm partition (--executor slurm; default: the cluster's)."),
     slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Minutes per Slurm job (--executor slurm)."),
     slurm_mem: Optional[float] = typer.Option(None, "--slurm-mem", help="Memory per Slurm job, GB (--executor slurm)."),
+    threads: Optional[int] = THREADS,
 ) -> None:
     """Score models (SOURCE = HF directory, weights file or hub id); print a summary, write tables and figures."""
     positive(k, "--k", minimum=0, strict=True)
+    use_threads(threads)
     if zoo is not None:
         if sources or demo:
             given = " ".join(sources or []) or "--demo"
@@ -150,10 +154,12 @@ def score_cmd(
             stderr_console().print(f"wrote {out}")
     if plot is not None:
         if offset_list is None:
-            paths = _plots(frames, specs, plot, layer)
+            figures = _plots(frames, specs, layer)
         else:  # the offset-0 figures (if 0 was asked for), then the per-offset ones
             at0 = [f[f["offset"] == 0].drop(columns="offset") for f in frames]
-            paths = (_plots(at0, specs, plot, layer) if 0 in offset_list else []) + _offset_plots(df, plot)
+            figures = (_plots(at0, specs, layer) if 0 in offset_list else {}) | _offset_plots(df)
+        paths = _write_figures(plot, figures, "geometry", df, {"sources": [s for s, _ in specs], "k": k,
+                               "level": level, "stack": stack, "offsets": offsets, "layer": layer})
         if not json_out:
             stderr_console().print(f"wrote {len(paths)} figures to {plot}/")
 
@@ -218,10 +224,11 @@ def _run_frequencies(specs: list[tuple[str, str | None]], out: Optional[Path], j
         if out is not None:
             stderr_console().print(f"wrote {out}")
     if plot is not None:
-        from attnscope.plots import save_figure
+        from attnscope.plots.base import figure_bytes
         from attnscope.plots.offsets import frequency_figures
 
-        paths = [save_figure(fig, plot / name) for name, fig in frequency_figures(df)]
+        paths = _write_figures(plot, {name: figure_bytes(fig) for name, fig in frequency_figures(df)}, "frequencies",
+                               df, {"sources": [s for s, _ in specs], "fold_norms": fold_norms})
         if not json_out:
             stderr_console().print(f"wrote {len(paths)} figures to {plot}/")
 
@@ -252,11 +259,25 @@ def print_frequency_summary(df: "pd.DataFrame") -> None:
                     header, rows)
 
 
-def _offset_plots(df: "pd.DataFrame", out_dir: Path) -> list[Path]:
-    from attnscope.plots import save_figure
+def _offset_plots(df: "pd.DataFrame") -> dict[str, bytes]:
+    from attnscope.plots.base import figure_bytes
     from attnscope.plots.offsets import offset_figures
 
-    return [save_figure(fig, out_dir / name) for name, fig in offset_figures(df)]
+    return {name: figure_bytes(fig) for name, fig in offset_figures(df)}
+
+
+def _write_figures(plot: Path, figures: dict[str, bytes], what: str, df: "pd.DataFrame", settings: dict) -> list[Path]:
+    """The figures of these models as one result in ``plot`` (:func:`attnscope.outputs.write_result_set`): they
+    replace the earlier figures of the same models whole; other models' figures there stay."""
+    import hashlib
+
+    from attnscope.outputs import write_result_set
+    from attnscope.plots.geometry import slug
+
+    models = "-".join(sorted({slug(str(m)).lower() for m in df["model"].unique()}))
+    if len(models) > 80:
+        models = hashlib.sha1(models.encode()).hexdigest()[:16]
+    return write_result_set(plot, figures, settings, kind=f"{what}-{models}")
 
 
 def _quantisation_band(spec: str) -> str | None:
@@ -272,11 +293,12 @@ def _quantisation_band(spec: str) -> str | None:
         return band_line(qk_quantisation(src))
 
 
-def _plots(frames: "list[pd.DataFrame]", specs: list[tuple[str, str | None]], out_dir: Path, layer: int) -> list[Path]:
+def _plots(frames: "list[pd.DataFrame]", specs: list[tuple[str, str | None]], layer: int) -> dict[str, bytes]:
+    """Every figure of the score tables, rendered (PNG bytes by file name), one figure in memory at a time."""
     import pandas as pd
 
     from attnscope.geometry import wqk_block
-    from attnscope.plots import save_figure
+    from attnscope.plots.base import figure_bytes
     from attnscope.plots.geometry import geometry_figures
 
     blocks = {}
@@ -290,7 +312,7 @@ def _plots(frames: "list[pd.DataFrame]", specs: list[tuple[str, str | None]], ou
             else:
                 print(f"attnscope: warning: {model} {st} has {n_layers} layers; no W_qk heatmap for --layer {layer}", file=sys.stderr)
     figures = geometry_figures(pd.concat(frames, ignore_index=True), blocks)
-    return [save_figure(fig, out_dir / name) for name, fig in figures]
+    return {name: figure_bytes(fig) for name, fig in figures}
 
 
 def _fmt(med: float, q1: float, q3: float) -> str:
@@ -391,9 +413,10 @@ def plot_cmd(
     if not results.exists():
         raise InputError(f"{results}: no such file or directory")
     check_out_dir(out or (results if results.is_dir() else results.parent) / "figures", "--out")
-    from attnscope.plots import save_figure
+    from attnscope.outputs import write_result_set
+    from attnscope.plots.base import figure_bytes
     from attnscope.plots.survey import plot_encoder_decoder, plot_scores_vs_params
-    from attnscope.tables import atomic_write_text, write_table
+    from attnscope.tables import table_bytes
     from attnscope.zoo.report import load_results, summary_latex, summary_markdown, survey_summary
 
     out_dir = out or (results if results.is_dir() else results.parent) / "figures"
@@ -401,17 +424,18 @@ def plot_cmd(
     if df.empty:
         raise InputError(f"{results}: the results table is empty")
     summary = survey_summary(df)
-    paths = [write_table(summary, out_dir / "survey_summary.csv"),
-             atomic_write_text(out_dir / "survey_table.md", summary_markdown(summary)),
-             atomic_write_text(out_dir / "survey_table.tex", summary_latex(summary))]
+    files: dict[str, bytes | str] = {"survey_summary.csv": table_bytes(summary, "survey_summary.csv"),
+                                     "survey_table.md": summary_markdown(summary),
+                                     "survey_table.tex": summary_latex(summary)}
     scores = plot_scores_vs_params(summary)
     if scores is None:
         stderr_console().print("note: no model has a parameter count (`params` in the zoo registry): "
                                "survey_scores.png not drawn, tables written")
     else:
-        paths.append(save_figure(scores, out_dir / "survey_scores.png"))
+        files["survey_scores.png"] = figure_bytes(scores)
     encdec = plot_encoder_decoder(summary)
     if encdec is not None:
-        paths.append(save_figure(encdec, out_dir / "survey_encdec.png"))
+        files["survey_encdec.png"] = figure_bytes(encdec)
+    paths = write_result_set(out_dir, files, {"results": str(results)}, kind="survey")
     for p in paths:
         typer.echo(str(p))

@@ -18,7 +18,8 @@ from rich.markup import escape
 
 from attnscope.errors import InputError
 
-from ._common import check_device, check_out_dir, check_out_file, echo_json, make_default_group, stderr_console
+from ._common import (THREADS, check_device, check_out_dir, check_out_file, echo_json, make_default_group,
+                      stderr_console, use_threads)
 from ._tables import print_frame, print_table
 
 app = typer.Typer(
@@ -50,6 +51,7 @@ def measure(
     js_rows: int = typer.Option(64, "--js-rows", help="Query rows of window 0 used for the JS divergences."),
     device: str = typer.Option("cpu", "--device", help="torch device: cpu, cuda, cuda:N or mps."),
     random_probe: bool = typer.Option(True, "--random-probe/--no-random-probe", help="Also run the repeated-random-tokens probe (8 sequences, T = 127 or what the model allows): columns induction_random, previous_token_random, sink_random."),
+    threads: Optional[int] = THREADS,
 ) -> None:
     """Measure every head of SOURCE on held-out windows of a corpus (streamed layer by layer).
 
@@ -67,6 +69,7 @@ def measure(
     check_device(device)
     if out is not None and js is not None and out.resolve() == js.resolve():
         raise InputError(f"--out and --js are the same file {out}")
+    use_threads(threads)
     plot_dir = _plot_dir(plot)
     model = open_model(source, device=device, plan=window_plan(data, windows, length))  # corpus size checked before the load
     ex_layers: tuple[int, ...] = ()
@@ -87,15 +90,19 @@ def measure(
         if res.js is None:  # every "wrote" line below must be true
             raise InputError(f"{model.name}: no JS divergences were computed, so --js {js} was not written")
         write_table(res.js, js)
-    if plot_dir is not None:
+    if plot_dir is not None:  # the three figures replace an earlier run's as a whole
+        from attnscope.outputs import write_result_set
         from attnscope.plots import heads as hp
-        from attnscope.plots import model_label, save_figure
+        from attnscope.plots import model_label
+        from attnscope.plots.base import figure_bytes
 
         name = model_label(model.name)
-        save_figure(hp.metric_heatmaps(df, title=f"{name}: per-head metrics"), plot_dir / "heads_heatmaps.png", dpi=120)
-        save_figure(hp.metric_scatter(df, hue="layer"), plot_dir / "heads_scatter.png", dpi=120)
-        save_figure(hp.example_maps(res.examples, title=f"{name}: attention maps (sqrt scale, window 0)"),
-                    plot_dir / "heads_maps.png", dpi=120)
+        write_result_set(plot_dir, {
+            "heads_heatmaps.png": lambda: figure_bytes(hp.metric_heatmaps(df, title=f"{name}: per-head metrics"), dpi=120),
+            "heads_scatter.png": lambda: figure_bytes(hp.metric_scatter(df, hue="layer"), dpi=120),
+            "heads_maps.png": lambda: figure_bytes(hp.example_maps(
+                res.examples, title=f"{name}: attention maps (sqrt scale, window 0)"), dpi=120),
+        }, {"source": source, "data": data, "windows": windows, "length": length}, kind="heads")
     if as_json:
         from attnscope.tables import records_to_json
 

@@ -15,7 +15,7 @@ import typer
 
 from attnscope.errors import InputError
 
-from ._common import stderr_console
+from ._common import THREADS, stderr_console, use_threads
 
 
 def report(
@@ -28,6 +28,7 @@ def report(
     k: float = typer.Option(2.0, "--k", help="Outlier threshold of directionality: mean + k std."),
     layer: int = typer.Option(0, "--layer", help="Layer of the W_qk[:50,:50] figure (0-based)."),
     zoo_file: Optional[Path] = typer.Option(None, "--zoo-file", help="A registry YAML to look published values up in."),
+    threads: Optional[int] = THREADS,
     demo: bool = typer.Option(False, "--demo", help="Report on the bundled all-MiniLM-L6-v2 (needs attnscope\\[demo])."),
     device: str = typer.Option("cpu", "--device", help="torch device for the head metrics."),
     atlas: bool = typer.Option(False, "--atlas", help="Add the atlas section: s/d of every head beside its behaviour (both probes; text from --data, default builtin; the atlas's own windows, 8 x 256 tokens, not --windows/--length; a model that cannot run for maps, such as CTranslate2, keeps its report with a note instead)."),
@@ -48,6 +49,7 @@ def report(
         raise InputError(f"--layer must be >= 0, not {layer}")
     if zoo_file is not None and not zoo_file.is_file():
         raise InputError(f"--zoo-file {zoo_file}: no such file")
+    use_threads(threads)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         rep = build_report(

@@ -82,7 +82,7 @@ class TrainConfig:
     resume: bool = opt(False, "Continue the run in --out from its last checkpoint.")
     progress: bool = opt(True, "Show progress: a bar on a terminal, plain lines in a log (--no-progress: none).")
     device: str = opt("cpu", "cpu, cuda, cuda:N or mps.")
-    threads: int | None = opt(None, "torch CPU threads (unset: torch's default; 1 is fastest on a busy machine).")
+    threads: int | None = opt(None, "CPU threads (unset: ATTNSCOPE_THREADS, else OMP_NUM_THREADS, else the CPUs minus the 1-minute load average, at least 1).")
     wandb: str | None = opt(None, "Also log to this Weights & Biases project (optional package).")
     tensorboard: bool = opt(False, "Also log to TensorBoard in RUN_DIR/tensorboard (optional package).")
     # model overrides (None: the preset's value)

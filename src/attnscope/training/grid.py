@@ -110,10 +110,13 @@ def train_point(config: dict[str, Any]) -> "pd.DataFrame":
     """Train (or resume) one grid point; its summary as a one-row table (top level: runs in workers)."""
     import pandas as pd
 
+    from attnscope.progress import plain_lines
+
     from .trainer import TrainConfig, train
 
     cfg = TrainConfig(**config)
-    summary = train(cfg)
+    with plain_lines():  # a line every 10 s or 10% of the steps, beside the grid's own display
+        summary = train(cfg)
     row = {"run": Path(cfg.out).name, "run_dir": cfg.out, "objective": cfg.objective, "init": cfg.init,
            "seed": cfg.seed}
     row.update({k: v for k, v in summary.items() if isinstance(v, (int, float)) and k not in row})
@@ -192,8 +195,9 @@ def run_grid(
         raise InputError(f"out={root}: cannot write there ({exc.strerror})", params="out") from None
     if executor != "inline":  # several trainings at once: one thread each unless asked otherwise
         points = [p if p.threads else replace(p, threads=1) for p in points]
-    if executor == "slurm":  # each run's stderr is its own Slurm log: plain progress lines there
-        points = [replace(p, progress=progress) for p in points]
+    # each run reports its steps in plain lines (train_point): under the grid's bar, from pool workers sharing
+    # the terminal, or in its own Slurm log
+    points = [replace(p, progress=progress) for p in points]
     tasks = [Task(Path(p.out).name, asdict(p)) for p in points]
     store = ResultsStore(root / STORE)
     for p in points:

@@ -36,6 +36,7 @@ import torch
 from attnscope.errors import ConfigError, FormatError, InputError, check_type, warn
 from attnscope.progress import progress
 from attnscope.tables import atomic_write_json
+from attnscope.threads import set_threads
 
 from .checkpoints import (
     clean_leftovers,
@@ -238,8 +239,7 @@ class _Run:
 
 
 def _train(cfg: TrainConfig) -> dict[str, Any]:
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    set_threads(cfg.threads)  # None: what the user set before, ATTNSCOPE_THREADS or the default rule
     run = _open_run(cfg)
     run.model.train()
     try:

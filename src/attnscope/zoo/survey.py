@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnscope.errors import AttnscopeError, InputError
-from attnscope.tables import atomic_write_json, write_table
+from attnscope.outputs import write_result_set
+from attnscope.tables import atomic_write_json, json_text, table_bytes
 
 from .registry import ZooEntry, resolve_source, select
 
@@ -133,11 +134,12 @@ def run_zoo(
     summary = run_tasks(score_model, tasks, store, executor=executor, workers=workers, slurm=slurm,
                         progress=progress, desc=f"zoo {group or 'all'}")
     merged = store.merge([t.key for t in tasks])
-    if len(merged):
-        write_table(merged, out / "merged.parquet")
-        write_table(merged, out / "merged.csv")
     failures = [{"id": key, "error": msg} for key, msg in summary.failed.items()]
-    atomic_write_json(out / "failures.json", failures)
+    files = {"failures.json": json_text(failures)}  # one result: a reader never pairs old tables with new failures
+    if len(merged):
+        files.update({name: table_bytes(merged, name) for name in ("merged.parquet", "merged.csv")})
+    write_result_set(out, files, {"group": group, **settings}, kind="zoo-survey",
+                     replaces=("merged.parquet", "merged.csv"))
     merged.attrs["summary"] = summary
     merged.attrs["failures"] = dict(summary.failed)
     return merged
