@@ -128,3 +128,12 @@ def test_atlas_names_the_model_alike_by_path_and_zoo_id(tinycoder_gguf):
         assert set(res.table["model"]) == set(res.correlations["model"]) == {TINY}
         assert res.info["model"] == TINY and res.info["source"] == given and set(res.table["source"]) == {given}
     assert by_path.table["symmetry"].equals(by_id.table["symmetry"])
+
+
+def test_a_zoo_id_and_its_copys_path_are_one_source(tinycoder_gguf):
+    from attnscope.cli._common import distinct_sources
+    from attnscope.errors import InputError
+
+    with pytest.raises(InputError, match="given twice"):
+        distinct_sources([TINY, str(tinycoder_gguf)])
+    distinct_sources([TINY, MINILM])  # two models: fine

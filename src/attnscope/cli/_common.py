@@ -283,10 +283,13 @@ def old_name(old_value: Any, value: Any, default: Any, old: str, new: str) -> An
 
 
 def distinct_sources(sources: list[str]) -> None:
-    """Refuse the same SOURCE given twice (same string, or two spellings of one local path)."""
+    """Refuse the same SOURCE given twice (same string, two spellings of one local path, or a zoo id and
+    the path of its installed copy)."""
+    from attnscope.zoo.registry import resolve_spec
+
     seen: dict[str, str] = {}
     for s in sources:
-        p = Path(s).expanduser()
+        p = Path(str(resolve_spec(s))).expanduser()
         ident = str(p.resolve()) if p.exists() else s
         if ident in seen:
             same = f" ({seen[ident]} and {s} are the same path)" if seen[ident] != s else ""
