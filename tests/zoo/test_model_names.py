@@ -137,3 +137,16 @@ def test_a_zoo_id_and_its_copys_path_are_one_source(tinycoder_gguf):
     with pytest.raises(InputError, match="given twice"):
         distinct_sources([TINY, str(tinycoder_gguf)])
     distinct_sources([TINY, MINILM])  # two models: fine
+
+
+def test_two_models_of_one_name_are_refused_before_scoring(tmp_path, tinycoder_gguf):
+    from attnscope.cli._common import distinct_sources
+    from attnscope.errors import InputError
+
+    import shutil
+
+    for d in ("a", "b"):  # two files (not links: one file twice is "given twice")
+        (tmp_path / d).mkdir()
+        shutil.copy(tinycoder_gguf, tmp_path / d / "tiny.gguf")
+    with pytest.raises(InputError, match="both be named tiny"):
+        distinct_sources([str(tmp_path / "a" / "tiny.gguf"), str(tmp_path / "b" / "tiny.gguf")])
