@@ -136,7 +136,7 @@ def open_model(source: str | os.PathLike, device: str = "cpu") -> MapModel:
     return model
 
 
-def _open_spec(source: str, device: str) -> MapModel:
+def _open_spec(source: "str | os.PathLike", device: str) -> MapModel:
     from .load import open_runnable
 
     path = Path(str(source)).expanduser()
