@@ -34,7 +34,7 @@ def model_label(name: str) -> str:
     model there (the bundled all-MiniLM-L6-v2 says ``nreimers/MiniLM-L6-H384-uncased``).
     """
     s = str(name).strip()
-    if not _looks_like_path(s) and not Path(s).suffix.lower() in _WEIGHT_SUFFIXES:
+    if not _looks_like_path(s) and Path(s).suffix.lower() not in _WEIGHT_SUFFIXES:
         return s
     parts = [p for p in re.split(r"[/\\]", s) if p and p not in (".", "..")]
     for p in parts:  # the Hugging Face cache layout

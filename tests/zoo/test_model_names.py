@@ -116,15 +116,48 @@ def test_heads_and_geometry_tables_join_on_the_model(minilm_dir, hub_cache_minil
     assert set(joined["source_geometry"]) == {str(minilm_dir)} and set(joined["source_heads"]) == {MINILM}
 
 
-@pytest.mark.skipif(any(importlib.util.find_spec(n) is None for n in ("transformers", "accelerate", "gguf")),
-                    reason="needs transformers and the gguf extra (accelerate, gguf)")
-def test_atlas_names_the_model_alike_by_path_and_zoo_id(tinycoder_gguf):
+NEEDS_GGUF_RUNTIME = pytest.mark.skipif(
+    any(importlib.util.find_spec(n) is None for n in ("transformers", "accelerate", "gguf")),
+    reason="needs transformers and the gguf extra (accelerate, gguf)")
+SMALL = dict(windows=1, length=24, random_windows=2, random_length=8, n_boot=20)
+
+
+@NEEDS_GGUF_RUNTIME
+def test_atlas_by_zoo_id_runs_the_copy_and_names_it_by_the_id(tinycoder_gguf):
     import attnscope
 
-    small = dict(windows=1, length=24, random_windows=2, random_length=8, n_boot=20)
-    by_path = attnscope.atlas(str(tinycoder_gguf), **small)
-    by_id = attnscope.atlas(TINY, **small)
-    for res, given in ((by_path, str(tinycoder_gguf)), (by_id, TINY)):
-        assert set(res.table["model"]) == set(res.correlations["model"]) == {TINY}
-        assert res.info["model"] == TINY and res.info["source"] == given and set(res.table["source"]) == {given}
-    assert by_path.table["symmetry"].equals(by_id.table["symmetry"])
+    res = attnscope.atlas(TINY, **SMALL)
+    assert set(res.table["model"]) == set(res.correlations["model"]) == {TINY} == {model_label(str(tinycoder_gguf))}
+    assert res.info["model"] == TINY and res.info["source"] == TINY and set(res.table["source"]) == {TINY}
+
+
+@pytest.mark.slow
+@NEEDS_GGUF_RUNTIME
+def test_atlas_by_path_and_by_zoo_id_are_one_table(tinycoder_gguf):
+    import attnscope
+
+    by_path, by_id = attnscope.atlas(str(tinycoder_gguf), **SMALL), attnscope.atlas(TINY, **SMALL)
+    assert by_path.info["model"] == by_id.info["model"] == TINY and by_path.info["source"] == str(tinycoder_gguf)
+    assert by_path.table.drop(columns="source").equals(by_id.table.drop(columns="source"))
+
+
+def test_a_zoo_id_and_its_copys_path_are_one_source(tinycoder_gguf):
+    from attnscope.cli._common import distinct_sources
+    from attnscope.errors import InputError
+
+    with pytest.raises(InputError, match="given twice"):
+        distinct_sources([TINY, str(tinycoder_gguf)])
+    distinct_sources([TINY, MINILM])  # two models: fine
+
+
+def test_two_models_of_one_name_are_refused_before_scoring(tmp_path, tinycoder_gguf):
+    from attnscope.cli._common import distinct_sources
+    from attnscope.errors import InputError
+
+    import shutil
+
+    for d in ("a", "b"):  # two files (not links: one file twice is "given twice")
+        (tmp_path / d).mkdir()
+        shutil.copy(tinycoder_gguf, tmp_path / d / "tiny.gguf")
+    with pytest.raises(InputError, match="both be named tiny"):
+        distinct_sources([str(tmp_path / "a" / "tiny.gguf"), str(tmp_path / "b" / "tiny.gguf")])

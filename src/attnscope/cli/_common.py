@@ -338,15 +338,25 @@ def old_name(old_value: Any, value: Any, default: Any, old: str, new: str) -> An
 
 
 def distinct_sources(sources: list[str]) -> None:
-    """Refuse the same SOURCE given twice (same string, or two spellings of one local path)."""
+    """Refuse the same SOURCE given twice (same string, two spellings of one local path, or a zoo id and
+    the path of its installed copy), and two SOURCEs that the tables would give one ``model`` name."""
+    from attnscope.naming import model_label
+    from attnscope.zoo.registry import resolve_spec
+
     seen: dict[str, str] = {}
+    named: dict[str, str] = {}
     for s in sources:
-        p = Path(s).expanduser()
+        p = Path(str(resolve_spec(s))).expanduser()
         ident = str(p.resolve()) if p.exists() else s
         if ident in seen:
             same = f" ({seen[ident]} and {s} are the same path)" if seen[ident] != s else ""
             raise InputError(f"SOURCE {s} is given twice{same}")
         seen[ident] = s
+        name = model_label(s)
+        if name in named:
+            raise InputError(f"SOURCE {named[name]} and {s} would both be named {name} in the tables' model column; "
+                             "score them in separate runs (or rename one's file or folder)")
+        named[name] = s
 
 
 class DefaultCommandGroup(TyperGroup):

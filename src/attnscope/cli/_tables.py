@@ -75,13 +75,12 @@ def print_table(
     for i, h in enumerate(header):
         w = max([len(h)] + [_cell_width(r[i]) for r in rows])
         widths.append(max(len(h), min(w, fold_at)) if h in fold else w)
-    if not isinstance(keys, int):
-        unknown = [k for k in keys if k not in header]
-        if unknown:
-            raise ValueError(f"keys: {', '.join(unknown)} not in the header {list(header)}")
-        keys = [header.index(k) for k in keys]
-    _narrow_folded_keys(widths, header, keys, fold, width)
-    groups = split_columns(widths, width, keys)
+    key_cols: int | list[int] = keys if isinstance(keys, int) else [header.index(k) for k in keys if k in header]
+    unknown = [] if isinstance(keys, int) else [k for k in keys if k not in header]
+    if unknown:
+        raise ValueError(f"keys: {', '.join(unknown)} not in the header {list(header)}")
+    _narrow_folded_keys(widths, header, key_cols, fold, width)
+    groups = split_columns(widths, width, key_cols)
     for n, cols in enumerate(groups, 1):
         con.print(escape(title) + (f" ({n}/{len(groups)})" if len(groups) > 1 else ""), style="italic", highlight=False)
         t = Table()

@@ -142,7 +142,7 @@ def open_model(source: str | os.PathLike, device: str = "cpu", plan: "WindowPlan
     return model
 
 
-def _open_spec(source: str, device: str, plan: "WindowPlan | None") -> MapModel:
+def _open_spec(source: "str | os.PathLike", device: str, plan: "WindowPlan | None") -> MapModel:
     from attnscope.sources.base import check_local_path
 
     from .load import open_runnable
