@@ -33,6 +33,8 @@ from typing import Any, BinaryIO, Callable
 
 from attnscope.errors import FormatError
 
+from .base import shown
+
 GGUF_MAGIC = b"GGUF"
 #: GGUF versions read here (version 1 used 32-bit counts and is long gone)
 VERSIONS = (2, 3)
@@ -217,8 +219,8 @@ class _Walk:
         for i in range(n_keys):
             key = cur.name(f"metadata key {i}")
             if key in types:
-                raise cur.fail(f"metadata key {key!r} appears twice")
-            vtype = cur.u32(f"the type of {key!r}")
+                raise cur.fail(f"metadata key {shown(key)} appears twice")
+            vtype = cur.u32(f"the type of {shown(key)}")
             types[key] = vtype
             value, kept = self._value(vtype, key, key == "general.alignment" or self.keep(key), 0)
             if kept:
@@ -229,7 +231,7 @@ class _Walk:
         if "general.alignment" in types:
             align = head.metadata.get("general.alignment")
             if types["general.alignment"] != UINT32 or not isinstance(align, int) or align <= 0 or align & (align - 1):
-                raise cur.fail(f"general.alignment must be a uint32 power of two, not {align!r}")
+                raise cur.fail(f"general.alignment must be a uint32 power of two, not {shown(align)}")
             head.alignment = align
         head.data_offset = cur.pos + (-cur.pos % head.alignment)
         if head.data_offset > cur.size:
@@ -240,7 +242,7 @@ class _Walk:
     def _check_count(self, n: int, cap: int, smallest: int, what: str) -> None:
         if n > cap:
             raise self.cur.fail(f"it claims {n} {what} (attnscope reads at most {cap})")
-        self.cur.need(n * smallest, f"{n} {what}")
+        self.cur.need(n * smallest, f"the count of {what} ({n})")
 
     def _value(self, vtype: int, key: str, keep: bool, depth: int) -> tuple[Any, bool]:
         """(value, kept) of one metadata value of type ``vtype``; skipped values are (None, False)."""
@@ -248,29 +250,29 @@ class _Walk:
         if vtype in SCALARS:
             fmt, n = SCALARS[vtype]
             if not keep:
-                cur.skip(n, f"the value of {key!r}")
+                cur.skip(n, f"the value of {shown(key)}")
                 return None, False
-            return cur.scalar(vtype, f"the value of {key!r}"), True
+            return cur.scalar(vtype, f"the value of {shown(key)}"), True
         if vtype == STRING:
-            n = cur.u64(f"the length of {key!r}")
+            n = cur.u64(f"the length of {shown(key)}")
             if not keep or n > KEEP_STRING:
-                cur.skip(n, f"the string {key!r}")
+                cur.skip(n, f"the string {shown(key)}")
                 return None, False
-            raw = cur.take(n, f"the string {key!r}")
+            raw = cur.take(n, f"the string {shown(key)}")
             try:
                 return raw.decode("utf-8"), True
             except UnicodeDecodeError:  # not config: left out, as a value nobody reads
                 return None, False
         if vtype == ARRAY:
             return self._array(key, keep, depth)
-        raise cur.fail(f"{key!r} has an unknown value type {vtype}")
+        raise cur.fail(f"{shown(key)} has an unknown value type {vtype}")
 
     def _array(self, key: str, keep: bool, depth: int) -> tuple[Any, bool]:
         cur = self.cur
         if depth >= MAX_NESTING:
-            raise cur.fail(f"{key!r} nests arrays more than {MAX_NESTING} deep")
-        itype = cur.u32(f"the element type of {key!r}")
-        count = cur.u64(f"the length of {key!r}")
+            raise cur.fail(f"{shown(key)} nests arrays more than {MAX_NESTING} deep")
+        itype = cur.u32(f"the element type of {shown(key)}")
+        count = cur.u64(f"the length of {shown(key)}")
         if itype in SCALARS:
             smallest = SCALARS[itype][1]
         elif itype == STRING:
@@ -278,18 +280,18 @@ class _Walk:
         elif itype == ARRAY:
             smallest = 4 + 8
         else:
-            raise cur.fail(f"{key!r} is an array of an unknown value type {itype}")
-        cur.need(count * smallest, f"the array {key!r} of {count} entries")
+            raise cur.fail(f"{shown(key)} is an array of an unknown value type {itype}")
+        cur.need(count * smallest, f"the array {shown(key)} of {count} entries")
         self.entries += count
         if self.entries > MAX_ARRAY_ENTRIES:
             raise cur.fail(f"its metadata arrays hold more than {MAX_ARRAY_ENTRIES} entries in all "
-                           f"({key!r} alone claims {count})")
+                           f"({shown(key)} alone claims {count})")
         keep = keep and count <= KEEP_ARRAY
         if itype in SCALARS and not keep:
-            cur.skip(count * smallest, f"the array {key!r}")
+            cur.skip(count * smallest, f"the array {shown(key)}")
             return None, False
         if itype == STRING and not keep:
-            cur.skip_strings(count, f"the array {key!r}")
+            cur.skip_strings(count, f"the array {shown(key)}")
             return None, False
         out = []
         for _ in range(count):
@@ -301,12 +303,12 @@ class _Walk:
     def _tensor_record(self, i: int) -> tuple[str, tuple[int, ...], int, int]:
         cur = self.cur
         name = cur.name(f"the name of tensor {i}")
-        n_dims = cur.u32(f"the dim count of {name!r}")
+        n_dims = cur.u32(f"the dim count of {shown(name)}")
         if n_dims > MAX_DIMS:
-            raise cur.fail(f"tensor {name!r} claims {n_dims} dims (GGUF allows at most {MAX_DIMS})")
-        dims = struct.unpack(f"{cur.order}{n_dims}Q", cur.take(8 * n_dims, f"the dims of {name!r}"))
-        ggml_type = cur.u32(f"the type of {name!r}")
-        offset = cur.u64(f"the offset of {name!r}")
+            raise cur.fail(f"tensor {shown(name)} claims {n_dims} dims (GGUF allows at most {MAX_DIMS})")
+        dims = struct.unpack(f"{cur.order}{n_dims}Q", cur.take(8 * n_dims, f"the dims of {shown(name)}"))
+        ggml_type = cur.u32(f"the type of {shown(name)}")
+        offset = cur.u64(f"the offset of {shown(name)}")
         return name, tuple(int(d) for d in dims), ggml_type, offset
 
     def _tensors(self, records: list[tuple[str, tuple[int, ...], int, int]], head: GGUFHeader) -> dict[str, TensorInfo]:
@@ -315,28 +317,28 @@ class _Walk:
         cur, out = self.cur, {}
         for name, dims, raw_type, offset in records:
             if name in out:
-                raise cur.fail(f"tensor {name!r} appears twice")
+                raise cur.fail(f"tensor {shown(name)} appears twice")
             try:
                 block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(raw_type)]
             except (ValueError, KeyError):
-                raise cur.fail(f"tensor {name!r} has an unknown ggml type {raw_type}") from None
+                raise cur.fail(f"tensor {shown(name)} has an unknown ggml type {raw_type}") from None
             if dims and dims[0] % block:
-                raise cur.fail(f"tensor {name!r}: its first dim {dims[0]} is not a whole number of "
+                raise cur.fail(f"tensor {shown(name)}: its first dim {dims[0]} is not a whole number of "
                                f"{block}-element blocks of its type")
             n_elems = 1
             for d in dims:
                 n_elems *= d
             n_bytes = n_elems // block * type_size
             if offset % head.alignment:
-                raise cur.fail(f"tensor {name!r} starts at data offset {offset}, not a multiple of the "
+                raise cur.fail(f"tensor {shown(name)} starts at data offset {offset}, not a multiple of the "
                                f"alignment {head.alignment}")
             start = head.data_offset + offset
             if start + n_bytes > cur.size:
-                raise FormatError(f"{self.path}: truncated GGUF file: tensor {name} needs bytes up to "
+                raise FormatError(f"{self.path}: truncated GGUF file: tensor {shown(name)} needs bytes up to "
                                   f"{start + n_bytes}, the file has {cur.size}")
             out[name] = TensorInfo(name, raw_type, dims, start, n_bytes)
         spans = sorted((t.offset, t.offset + t.n_bytes, t.name) for t in out.values() if t.n_bytes)
         for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
             if start < end:
-                raise cur.fail(f"the data of tensors {a!r} and {b!r} overlap")
+                raise cur.fail(f"the data of tensors {shown(a)} and {shown(b)} overlap")
         return out

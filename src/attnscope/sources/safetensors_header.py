@@ -21,6 +21,8 @@ from typing import Any
 
 from attnscope.errors import FormatError
 
+from .base import shown
+
 #: the safetensors library's own bound on the JSON header (bytes)
 MAX_HEADER = 100_000_000
 #: bits per element of each safetensors dtype
@@ -80,16 +82,16 @@ def check_header(header: dict[str, Any], data_len: int | None, label: str) -> di
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        where = f"{label}: corrupt safetensors file: tensor {name!r}"
+        where = f"{label}: corrupt safetensors file: tensor {shown(name)}"
         if not isinstance(entry, dict):
             raise FormatError(f"{where} is not an object")
         dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
         if not isinstance(dtype, str):
             raise FormatError(f"{where} has no dtype")
         if not isinstance(shape, list) or not all(_count(d) for d in shape):
-            raise FormatError(f"{where} has shape {shape!r}; expected a list of integers >= 0")
+            raise FormatError(f"{where} has shape {shown(shape)}; expected a list of integers >= 0")
         if not (isinstance(offsets, list) and len(offsets) == 2 and all(_count(x) for x in offsets)):
-            raise FormatError(f"{where} has data_offsets {offsets!r}; expected [begin, end], integers >= 0")
+            raise FormatError(f"{where} has data_offsets {shown(offsets)}; expected [begin, end], integers >= 0")
         begin, end = offsets
         if begin > end:
             raise FormatError(f"{where} ends (byte {end}) before it begins (byte {begin})")
@@ -99,13 +101,13 @@ def check_header(header: dict[str, Any], data_len: int | None, label: str) -> di
         if bits is not None:  # dtypes newer than this table: bounds and overlap only
             need = -(-math.prod(shape) * bits // 8)
             if end - begin != need:
-                raise FormatError(f"{where} spans {end - begin} bytes; shape {shape} of {dtype} needs {need}")
+                raise FormatError(f"{where} spans {end - begin} bytes; shape {shown(shape)} of {dtype} needs {need}")
         if end > begin:
             spans.append((begin, end, name))
     spans.sort()
     for (_, end, a), (begin, _, b) in zip(spans, spans[1:]):
         if begin < end:
-            raise FormatError(f"{label}: corrupt safetensors file: tensors {a!r} and {b!r} share bytes")
+            raise FormatError(f"{label}: corrupt safetensors file: tensors {shown(a)} and {shown(b)} share bytes")
     return header
 
 
