@@ -233,9 +233,7 @@ class _Walk:
             if types["general.alignment"] != UINT32 or not isinstance(align, int) or align <= 0 or align & (align - 1):
                 raise cur.fail(f"general.alignment must be a uint32 power of two, not {shown(align)}")
             head.alignment = align
-        head.data_offset = cur.pos + (-cur.pos % head.alignment)
-        if head.data_offset > cur.size:
-            raise cur.fail(f"the tensor data would start at offset {head.data_offset}, past the end ({cur.size})")
+        head.data_offset = cur.pos + (-cur.pos % head.alignment)  # each tensor's end is checked against the size
         head.tensors = self._tensors(records, head)
         return head
 
