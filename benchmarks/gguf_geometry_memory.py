@@ -1,0 +1,117 @@
+"""Benchmark: peak memory and wall time of `attnscope geometry FILE.gguf`, header walk vs the gguf package's reader.
+
+"walk" is the code as it is: the GGUF header is read by :mod:`attnscope.sources.gguf_header`, which
+keeps only the scalar metadata and the tensor index and seeks past the tokenizer's arrays. "reader"
+is the same run with the header also parsed by ``gguf.GGUFReader`` and held by the source for the
+whole run, as a source built on that reader does (it materialises every vocabulary entry, merge
+and score as numpy objects). The two run interleaved (walk, reader, walk, ...), each in its own
+process; the table gives the median and the range of the peak resident set size (``ru_maxrss``)
+and of the wall seconds.
+
+    python benchmarks/gguf_geometry_memory.py smollm2 gemma3-270m [--repeats 3] [--append docs/benchmarks/zoo.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from _markdown import emit  # benchmarks/: print the section, append it to docs
+from atlas_speed import _path  # model names -> offline GGUF paths
+
+CONFIGS = ("walk", "reader")
+
+
+def _with_reader() -> None:
+    """Make every GGUFSource also parse its header with gguf.GGUFReader and keep it, as a reader-based source does."""
+    from gguf import GGUFReader
+
+    import attnscope.sources.gguf as g
+
+    init = g.GGUFSource.__init__
+
+    def init_with_reader(self, path):
+        self._reader = GGUFReader(path, "r")
+        init(self, path)
+
+    g.GGUFSource.__init__ = init_with_reader
+
+
+def one(config: str, source: str) -> dict:
+    """Run the geometry CLI in this process; its peak RSS and wall seconds."""
+    import contextlib
+    import io
+    import resource
+
+    if config == "reader":
+        _with_reader()
+    from attnscope.cli import main as cli
+
+    with tempfile.TemporaryDirectory() as out:
+        sys.argv = ["attnscope", "geometry", source, "--out", os.path.join(out, "scores.csv")]
+        t = time.perf_counter()
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            try:
+                cli()
+            except SystemExit as exc:
+                code = exc.code
+            else:
+                code = 0
+        if code:
+            raise RuntimeError(f"geometry exited {code}: {log.getvalue()[-1500:]}")
+        wall = time.perf_counter() - t
+    return {"config": config, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "wall_s": wall}
+
+
+def _row(name: str, config: str, runs: list[dict]) -> str:
+    peaks = [r["peak_mb"] for r in runs]
+    walls = [r["wall_s"] for r in runs]
+    return (f"| {name} | {config} | {statistics.median(peaks):.0f} MB ({min(peaks):.0f}-{max(peaks):.0f}) | "
+            f"{statistics.median(walls):.1f} s ({min(walls):.1f}-{max(walls):.1f}) | {len(runs)} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--append", default=None, help="Append a markdown section to this file.")
+    ap.add_argument("--one", nargs=2, default=None, help=argparse.SUPPRESS)  # subprocess: CONFIG SOURCE
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(one(*a.one)))
+        return
+    load = os.getloadavg()[0]
+    lines = [f"## geometry on GGUF files: peak memory, header walk and gguf reader ({time.strftime('%Y-%m-%d')}, "
+             f"{platform.node()}, {os.cpu_count()} CPUs)", "",
+             "`attnscope geometry FILE --out scores.csv`, each run its own process; median (range) over the runs; "
+             "peak RSS is ``ru_maxrss`` in MB (2^20 bytes).", "",
+             "| model | header | peak RSS | wall | runs |", "|---|---|---|---|---|"]
+    for m in a.models:
+        src = _path(m)
+        runs: dict[str, list[dict]] = {c: [] for c in CONFIGS}
+        for _ in range(a.repeats):
+            for c in CONFIGS:
+                proc = subprocess.run([sys.executable, __file__, "x", "--one", c, src], capture_output=True, text=True)
+                if proc.returncode:
+                    sys.exit(f"{m} ({c}) failed:\n{proc.stderr[-2000:]}")
+                runs[c].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        name = os.path.basename(src)
+        lines += [_row(name, c, runs[c]) for c in CONFIGS]
+        ratio = statistics.median(r["peak_mb"] for r in runs["reader"]) / statistics.median(
+            r["peak_mb"] for r in runs["walk"])
+        lines.append(f"| {name} | reader / walk | **{ratio:.2f}x** | | |")
+    lines.append(f"\nload average at the start / end: {load:.1f} / {os.getloadavg()[0]:.1f} "
+                 f"(on {os.cpu_count()} CPUs: above that, wall times are slowed by other work)")
+    emit("\n".join(lines) + "\n", a.append)
+
+
+if __name__ == "__main__":
+    main()
