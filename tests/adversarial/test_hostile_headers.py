@@ -88,8 +88,8 @@ MORE_HOSTILE = {
     "alignment 3": (gguf_bytes(BASE_KV + [kv_u32("general.alignment", 3)]), "alignment"),
     "alignment as a string": (gguf_bytes(BASE_KV + [kv_str("general.alignment", "32")]), "alignment"),
     "unknown value type": (gguf_bytes(BASE_KV + [_s("x") + struct.pack("<I", 99)]), "unknown value type"),
-    "arrays nested too deep": (gguf_bytes(BASE_KV + [_s("x") + struct.pack("<I", ARR) + struct.pack("<IQ", ARR, 1) * 3
-                                                     + struct.pack("<IQB", U8, 1, 1)]), "nests"),
+    "an array of arrays": (gguf_bytes(BASE_KV + [_s("x") + struct.pack("<I", ARR) + struct.pack("<IQ", ARR, 1)
+                                                 + struct.pack("<IQB", U8, 1, 1)]), "array of arrays"),
     "unknown ggml type": (gguf_bytes(tensors=[tensor_info("blk.0.attn_q.weight", (8, 8), 0, ggml_type=999)]),
                           "ggml type"),
     "misaligned tensor offset": (gguf_bytes(tensors=[tensor_info("blk.0.attn_q.weight", (8, 8), 4)],

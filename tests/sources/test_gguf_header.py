@@ -125,3 +125,13 @@ def test_unreadable_path_is_one_line(tmp_path):
     with pytest.raises(FormatError) as ei:
         read_gguf_header(tmp_path)  # a directory
     assert str(tmp_path) in str(ei.value) and "\n" not in str(ei.value)
+
+
+@pytest.mark.parametrize("chunk", [9, 16, 64, 1000])
+def test_reads_across_buffer_refills(tmp_path, monkeypatch, chunk):
+    """The cursor's buffer refilled every few bytes (mid-length, mid-string) gives the same header."""
+    from attnscope.sources import gguf_header
+
+    path = write_gguf(tmp_path / "base.gguf")
+    monkeypatch.setattr(gguf_header, "_CHUNK", chunk)
+    assert_same_as_gguf_reader(path)

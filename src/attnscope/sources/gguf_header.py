@@ -9,7 +9,7 @@ the bytes left in the file *before* it reads or allocates what the claim describ
 * counts: metadata keys (at most :data:`MAX_KEYS`), tensors (at most :data:`MAX_TENSORS`), each also
   against the smallest record that many keys / tensors need;
 * string lengths (a key or tensor name at most :data:`MAX_NAME` bytes) and array lengths x element size;
-  all metadata arrays together hold at most :data:`MAX_ARRAY_ENTRIES` entries;
+  all metadata arrays together hold at most :data:`MAX_ARRAY_ENTRIES` entries; no arrays of arrays;
 * tensors: at most 4 dims, a known ggml type, a first dim that is whole blocks of that type, an offset
   that is a multiple of the alignment, data that ends inside the file and overlaps no other tensor;
 * ``general.alignment``: a uint32 power of two; names that are UTF-8 and not repeated.
@@ -29,7 +29,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Union
 
 from attnscope.errors import FormatError
 
@@ -44,8 +44,9 @@ DEFAULT_ALIGNMENT = 32
 MAX_KEYS = 1 << 16
 #: most tensors a header may claim (the largest published models have a few thousand)
 MAX_TENSORS = 1 << 16
-#: most entries of all metadata arrays together (a 262k vocabulary with scores and types is 0.8M)
-MAX_ARRAY_ENTRIES = 1 << 22
+#: most entries of all metadata arrays together (a 262k vocabulary with scores and types is 0.8M; the gguf package's
+#: reader, which transformers uses, holds about 1 KB per entry)
+MAX_ARRAY_ENTRIES = 1 << 21
 #: longest key or tensor name, in bytes
 MAX_NAME = 1 << 16
 #: longest array kept as a value (longer ones are skipped: token lists, merges, scores)
@@ -54,8 +55,6 @@ KEEP_ARRAY = 64
 KEEP_STRING = 1 << 16
 #: most dims of a tensor (ggml's GGML_MAX_DIMS)
 MAX_DIMS = 4
-#: deepest nesting of arrays inside arrays
-MAX_NESTING = 2
 
 STRING, ARRAY = 8, 9
 #: struct format and size of each scalar value type (GGUFValueType)
@@ -65,6 +64,9 @@ SCALARS: dict[int, tuple[str, int]] = {
 }
 UINT32 = 4
 _CHUNK = 1 << 20  # bytes read per refill of the cursor's buffer
+
+#: what a read is for, in an error message: a string, or a function making it (built only on failure)
+What = Union[str, Callable[[], str]]
 
 
 @dataclass(frozen=True)
@@ -127,12 +129,13 @@ class _Cursor:
     def fail(self, what: str) -> FormatError:
         return FormatError(f"{self.label}: corrupt GGUF header: {what}")
 
-    def need(self, n: int, what: str) -> None:
+    def need(self, n: int, what: What) -> None:
         left = self.size - self.pos
         if n > left:
-            raise self.fail(f"{what} needs {n} bytes at offset {self.pos}, the file has {left} left")
+            text = what() if callable(what) else what
+            raise self.fail(f"{text} needs {n} bytes at offset {self.pos}, the file has {left} left")
 
-    def take(self, n: int, what: str) -> bytes:
+    def take(self, n: int, what: What) -> bytes:
         self.need(n, what)
         off = self.pos - self._at
         if off < 0 or off + n > len(self._buf):
@@ -144,18 +147,18 @@ class _Cursor:
         self.pos += n
         return self._buf[off:off + n]
 
-    def skip(self, n: int, what: str) -> None:
+    def skip(self, n: int, what: What) -> None:
         self.need(n, what)
         self.pos += n
 
-    def scalar(self, vtype: int, what: str) -> Any:
+    def scalar(self, vtype: int, what: What) -> Any:
         fmt, n = SCALARS[vtype]
         return struct.unpack(self.order + fmt, self.take(n, what))[0]
 
-    def u32(self, what: str) -> int:
+    def u32(self, what: What) -> int:
         return struct.unpack(self.order + "I", self.take(4, what))[0]
 
-    def u64(self, what: str) -> int:
+    def u64(self, what: What) -> int:
         return struct.unpack(self.order + "Q", self.take(8, what))[0]
 
     def name(self, what: str) -> str:
@@ -172,23 +175,27 @@ class _Cursor:
 
     def skip_strings(self, count: int, what: str) -> None:
         """Skip ``count`` length-prefixed strings, each length checked (the vocabulary walk: kept tight)."""
-        unpack, order = struct.unpack_from, self.order + "Q"
-        for _ in range(count):
-            pos, size = self.pos, self.size
+        unpack, order, size = struct.unpack_from, self.order + "Q", self.size
+        pos, left = self.pos, count
+        while left:
             if pos + 8 > size:
+                self.pos = pos
                 self.need(8, f"a string length in {what}")
-            off = pos - self._at
-            if off < 0 or off + 8 > len(self._buf):
-                self.fh.seek(pos)
-                self._buf, self._at, off = self.fh.read(_CHUNK), pos, 0
-                if len(self._buf) < 8:
-                    raise FormatError(f"{self.label}: truncated GGUF file (it ends at offset {pos + len(self._buf)})")
-            n = unpack(order, self._buf, off)[0]
-            if n > size - pos - 8:
-                self.pos = pos + 8
-                self.need(n, f"a string in {what}")
-            self.pos = pos + 8 + n
-
+            self.fh.seek(pos)
+            buf, at = self.fh.read(_CHUNK), pos
+            if len(buf) < 8:
+                raise FormatError(f"{self.label}: truncated GGUF file (it ends at offset {pos + len(buf)})")
+            off, end, limit = 0, len(buf) - 8, size - at - 8  # a length at off is whole while off <= end
+            while left and off <= end:
+                n = unpack(order, buf, off)[0]
+                if n > limit - off:
+                    self.pos = at + off + 8
+                    self.need(n, f"a string in {what}")
+                off += 8 + n
+                left -= 1
+            pos = at + off
+        self.pos = pos
+        self._buf, self._at = b"", 0  # the next read refills
 
 class _Walk:
     """One pass over a header: metadata, tensor records, alignment, tensor bounds."""
@@ -220,9 +227,9 @@ class _Walk:
             key = cur.name(f"metadata key {i}")
             if key in types:
                 raise cur.fail(f"metadata key {shown(key)} appears twice")
-            vtype = cur.u32(f"the type of {shown(key)}")
+            vtype = cur.u32(lambda: f"the type of {shown(key)}")
             types[key] = vtype
-            value, kept = self._value(vtype, key, key == "general.alignment" or self.keep(key), 0)
+            value, kept = self._value(vtype, key, key == "general.alignment" or self.keep(key))
             if kept:
                 head.metadata[key] = value
             else:
@@ -240,73 +247,71 @@ class _Walk:
     def _check_count(self, n: int, cap: int, smallest: int, what: str) -> None:
         if n > cap:
             raise self.cur.fail(f"it claims {n} {what} (attnscope reads at most {cap})")
-        self.cur.need(n * smallest, f"the count of {what} ({n})")
+        self.cur.need(n * smallest, lambda: f"the count of {what} ({n})")
 
-    def _value(self, vtype: int, key: str, keep: bool, depth: int) -> tuple[Any, bool]:
+    def _value(self, vtype: int, key: str, keep: bool) -> tuple[Any, bool]:
         """(value, kept) of one metadata value of type ``vtype``; skipped values are (None, False)."""
         cur = self.cur
         if vtype in SCALARS:
-            fmt, n = SCALARS[vtype]
+            n = SCALARS[vtype][1]
             if not keep:
-                cur.skip(n, f"the value of {shown(key)}")
+                cur.skip(n, lambda: f"the value of {shown(key)}")
                 return None, False
-            return cur.scalar(vtype, f"the value of {shown(key)}"), True
+            return cur.scalar(vtype, lambda: f"the value of {shown(key)}"), True
         if vtype == STRING:
-            n = cur.u64(f"the length of {shown(key)}")
+            n = cur.u64(lambda: f"the length of {shown(key)}")
             if not keep or n > KEEP_STRING:
-                cur.skip(n, f"the string {shown(key)}")
+                cur.skip(n, lambda: f"the string {shown(key)}")
                 return None, False
-            raw = cur.take(n, f"the string {shown(key)}")
+            raw = cur.take(n, lambda: f"the string {shown(key)}")
             try:
                 return raw.decode("utf-8"), True
             except UnicodeDecodeError:  # not config: left out, as a value nobody reads
                 return None, False
-        if vtype == ARRAY:
-            return self._array(key, keep, depth)
+        if vtype == ARRAY:  # its elements are scalars or strings (_array refuses arrays of arrays)
+            return self._array(key, keep)
         raise cur.fail(f"{shown(key)} has an unknown value type {vtype}")
 
-    def _array(self, key: str, keep: bool, depth: int) -> tuple[Any, bool]:
+    def _array(self, key: str, keep: bool) -> tuple[Any, bool]:
         cur = self.cur
-        if depth >= MAX_NESTING:
-            raise cur.fail(f"{shown(key)} nests arrays more than {MAX_NESTING} deep")
-        itype = cur.u32(f"the element type of {shown(key)}")
-        count = cur.u64(f"the length of {shown(key)}")
+        itype = cur.u32(lambda: f"the element type of {shown(key)}")
+        count = cur.u64(lambda: f"the length of {shown(key)}")
         if itype in SCALARS:
             smallest = SCALARS[itype][1]
         elif itype == STRING:
             smallest = 8
-        elif itype == ARRAY:
-            smallest = 4 + 8
+        elif itype == ARRAY:  # llama.cpp refuses these too
+            raise cur.fail(f"{shown(key)} is an array of arrays, which llama.cpp does not read either")
         else:
             raise cur.fail(f"{shown(key)} is an array of an unknown value type {itype}")
-        cur.need(count * smallest, f"the array {shown(key)} of {count} entries")
+        cur.need(count * smallest, lambda: f"the array {shown(key)} of {count} entries")
         self.entries += count
         if self.entries > MAX_ARRAY_ENTRIES:
             raise cur.fail(f"its metadata arrays hold more than {MAX_ARRAY_ENTRIES} entries in all "
                            f"({shown(key)} alone claims {count})")
         keep = keep and count <= KEEP_ARRAY
         if itype in SCALARS and not keep:
-            cur.skip(count * smallest, f"the array {shown(key)}")
+            cur.skip(count * smallest, lambda: f"the array {shown(key)}")
             return None, False
         if itype == STRING and not keep:
             cur.skip_strings(count, f"the array {shown(key)}")
             return None, False
         out = []
         for _ in range(count):
-            value, kept = self._value(itype, key, keep, depth + 1)
-            keep = keep and kept
+            value, kept = self._value(itype, key, keep)
+            keep = keep and kept  # a long string inside: the rest is skipped, the array not kept
             out.append(value)
         return (out, True) if keep else (None, False)
 
     def _tensor_record(self, i: int) -> tuple[str, tuple[int, ...], int, int]:
         cur = self.cur
         name = cur.name(f"the name of tensor {i}")
-        n_dims = cur.u32(f"the dim count of {shown(name)}")
+        n_dims = cur.u32(lambda: f"the dim count of {shown(name)}")
         if n_dims > MAX_DIMS:
             raise cur.fail(f"tensor {shown(name)} claims {n_dims} dims (GGUF allows at most {MAX_DIMS})")
-        dims = struct.unpack(f"{cur.order}{n_dims}Q", cur.take(8 * n_dims, f"the dims of {shown(name)}"))
-        ggml_type = cur.u32(f"the type of {shown(name)}")
-        offset = cur.u64(f"the offset of {shown(name)}")
+        dims = struct.unpack(f"{cur.order}{n_dims}Q", cur.take(8 * n_dims, lambda: f"the dims of {shown(name)}"))
+        ggml_type = cur.u32(lambda: f"the type of {shown(name)}")
+        offset = cur.u64(lambda: f"the offset of {shown(name)}")
         return name, tuple(int(d) for d in dims), ggml_type, offset
 
     def _tensors(self, records: list[tuple[str, tuple[int, ...], int, int]], head: GGUFHeader) -> dict[str, TensorInfo]:
