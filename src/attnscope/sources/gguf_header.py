@@ -197,6 +197,7 @@ class _Cursor:
         self.pos = pos
         self._buf, self._at = b"", 0  # the next read refills
 
+
 class _Walk:
     """One pass over a header: metadata, tensor records, alignment, tensor bounds."""
 
@@ -206,9 +207,9 @@ class _Walk:
 
     def run(self) -> GGUFHeader:
         cur = self.cur
-        if cur.size < 4 or cur.take(4, "the magic") != GGUF_MAGIC:
-            head = cur._buf[:4] if cur.size else b""
-            raise FormatError(f"{self.path}: not a GGUF file (magic {bytes(head)!r})")
+        magic = cur.take(min(4, cur.size), "the magic")
+        if magic != GGUF_MAGIC:
+            raise FormatError(f"{self.path}: not a GGUF file (magic {bytes(magic)!r})")
         raw = cur.take(4, "the version")
         version = struct.unpack("<I", raw)[0]
         if version & 0xFFFF == 0:  # written on a machine of the other byte order
