@@ -9,10 +9,27 @@ median (range) of the peak resident set size (``ru_maxrss``) and of the wall sec
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import subprocess
 import sys
+from typing import Callable
+
+
+def arguments(one: Callable[[str, str], dict]) -> argparse.Namespace | None:
+    """The command line every such script takes (models, ``--repeats``, ``--append``); None after a child's run
+    (``--one CONFIG SOURCE``: ``one`` called and its result printed as JSON)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("models", nargs="+")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--append", default=None, help="Append a markdown section to this file.")
+    ap.add_argument("--one", nargs=2, default=None, help=argparse.SUPPRESS)  # a child: CONFIG SOURCE
+    a = ap.parse_args()
+    if a.one:
+        print(json.dumps(one(*a.one)))
+        return None
+    return a
 
 
 def cli_peak(config: str, argv: list[str]) -> dict:

@@ -13,15 +13,13 @@ and of the wall seconds.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import tempfile
 import time
 
 from _markdown import emit  # benchmarks/: print the section, append it to docs
-from _peak import cli_peak, interleave, ratio, row  # one process per run, runs interleaved
+from _peak import arguments, cli_peak, interleave, ratio, row  # one process per run, runs interleaved
 from atlas_speed import _path  # model names -> offline GGUF paths
 
 CONFIGS = ("walk", "reader")
@@ -51,14 +49,8 @@ def one(config: str, source: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("models", nargs="+")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--append", default=None, help="Append a markdown section to this file.")
-    ap.add_argument("--one", nargs=2, default=None, help=argparse.SUPPRESS)  # subprocess: CONFIG SOURCE
-    a = ap.parse_args()
-    if a.one:
-        print(json.dumps(one(*a.one)))
+    a = arguments(one)
+    if a is None:  # a child run: its result printed
         return
     load = os.getloadavg()[0]
     lines = [f"## geometry on GGUF files: peak memory, header walk and gguf reader ({time.strftime('%Y-%m-%d')}, "
