@@ -13,17 +13,13 @@ table gives the median and the range of the peak resident set size (``ru_maxrss`
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
 
 from _markdown import emit  # benchmarks/: print the section, append it to docs
+from _peak import arguments, cli_peak, interleave, ratio, row  # one process per run, runs interleaved
 from atlas_speed import _path  # model names -> offline GGUF paths
 
 CONFIGS = ("now", "previous")
@@ -47,47 +43,15 @@ def _previous() -> None:
 
 def one(config: str, source: str) -> dict:
     """Run the atlas CLI in this process; its peak RSS and wall seconds."""
-    import contextlib
-    import io
-    import resource
-
     if config == "previous":
         _previous()
-    from attnscope.cli import main as cli
-
     with tempfile.TemporaryDirectory() as out:
-        sys.argv = ["attnscope", "atlas", source, "--out", os.path.join(out, "atlas")]
-        t = time.perf_counter()
-        log = io.StringIO()
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            try:
-                cli()
-            except SystemExit as exc:
-                code = exc.code
-            else:
-                code = 0
-        if code:
-            raise RuntimeError(f"atlas exited {code}: {log.getvalue()[-1500:]}")
-        wall = time.perf_counter() - t
-    return {"config": config, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "wall_s": wall}
-
-
-def _row(name: str, config: str, runs: list[dict]) -> str:
-    peaks = [r["peak_mb"] for r in runs]
-    walls = [r["wall_s"] for r in runs]
-    return (f"| {name} | {config} | {statistics.median(peaks) / 1024:.2f} GiB ({min(peaks) / 1024:.2f}-"
-            f"{max(peaks) / 1024:.2f}) | {statistics.median(walls):.0f} s ({min(walls):.0f}-{max(walls):.0f}) | {len(runs)} |")
+        return cli_peak(config, ["atlas", source, "--out", os.path.join(out, "atlas")])
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("models", nargs="+")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--append", default=None, help="Append a markdown section to this file.")
-    ap.add_argument("--one", nargs=2, default=None, help=argparse.SUPPRESS)  # subprocess: CONFIG SOURCE
-    a = ap.parse_args()
-    if a.one:
-        print(json.dumps(one(*a.one)))
+    a = arguments(one)
+    if a is None:  # a child run: its result printed
         return
     lines = [f"## atlas peak memory, now and previous ({time.strftime('%Y-%m-%d')}, {platform.node()}, "
              f"{os.cpu_count()} CPUs)", "",
@@ -96,18 +60,10 @@ def main() -> None:
              "| model | code | peak RSS | wall | runs |", "|---|---|---|---|---|"]
     for m in a.models:
         src = _path(m)
-        runs: dict[str, list[dict]] = {c: [] for c in CONFIGS}
-        for _ in range(a.repeats):
-            for c in CONFIGS:
-                proc = subprocess.run([sys.executable, __file__, "x", "--one", c, src], capture_output=True, text=True)
-                if proc.returncode:
-                    sys.exit(f"{m} ({c}) failed:\n{proc.stderr[-2000:]}")
-                runs[c].append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        runs = interleave(__file__, CONFIGS, src, a.repeats, m)
         name = os.path.basename(src)
-        lines += [_row(name, c, runs[c]) for c in CONFIGS]
-        ratio = statistics.median(r["peak_mb"] for r in runs["previous"]) / statistics.median(
-            r["peak_mb"] for r in runs["now"])
-        lines.append(f"| {name} | previous / now | **{ratio:.2f}x** | | |")
+        lines += [row(name, c, runs[c], gib=True) for c in CONFIGS]
+        lines.append(f"| {name} | previous / now | **{ratio(runs, 'previous', 'now'):.2f}x** | | |")
     lines.append(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
     emit("\n".join(lines) + "\n", a.append)
 

@@ -8,8 +8,10 @@ directories, hub ids and attnscope checkpoints stay with ``open_model``).
 A GGUF file is loaded with transformers' own GGUF support
 (``AutoModel.from_pretrained(dir, gguf_file=name)``), which dequantises every tensor to float32 and
 rebuilds the tokenizer from the file's vocabulary; the weights are therefore the file's quantised
-values, not the original checkpoint's. Only the base model is kept: attention maps never need the
-language-model head, whose [vocab, d_model] matrix (untied in many GGUF files) would add a second
+values, not the original checkpoint's. transformers' GGUF reader holds the whole header in memory, so
+the header is walked and checked first (:mod:`attnscope.sources.gguf_header`): a file whose counts,
+lengths or offsets do not fit it is refused in one line before transformers opens it. Only the base
+model is kept: attention maps never need the language-model head, whose [vocab, d_model] matrix (untied in many GGUF files) would add a second
 embedding-sized float32 matrix (0.5 GB for Qwen2.5-0.5B) and a logits tensor per forward. (transformers
 4.x fills only the ``...ForCausalLM`` class from a GGUF file: there the full model is loaded and its base
 kept.) A weight the file did not fill is never left at random: that is a one-line refusal. transformers

@@ -40,6 +40,12 @@ def metadata_count(value: Any, what: str, label: str, minimum: int = 1) -> int:
     return int(value)
 
 
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for a message quoting what a file claims (names, shapes)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def relative_name(name: Any, where: str, folder: str = "the model's folder") -> str:
     """``name`` if it is a relative path that stays inside the folder it is read from, else one FormatError.
 

@@ -1,16 +1,17 @@
 """GGUF files (llama.cpp / Ollama): metadata as an HF-style config, tensors read and dequantised one at a time.
 
-The header and tensor index are parsed with the ``gguf`` package's reader (memory-mapped). Tensor
-*data* is read with ``os.pread`` at the recorded offset rather than through the memory map, so the
-resident set stays at one tensor even when a 70B model is streamed layer by layer. Quantised
-tensors (Q8_0, Q4_K, ...) are dequantised with ``gguf.quants.dequantize``.
+The header and tensor index are read by :func:`attnscope.sources.gguf_header.read_gguf_header`,
+which checks every count, length and offset against the file before using it and skips what a run
+does not need (the tokenizer's vocabulary, merges and scores). Tensor *data* is read with ``os.pread``
+at the recorded offset, so the resident set stays at one tensor even when a 70B model is streamed
+layer by layer. Quantised tensors (Q8_0, Q4_K, ...) are dequantised with ``gguf.quants.dequantize``.
 
 ggml lists dimensions innermost first (``ne0`` = input dim); tensors come back in numpy / torch
 order, i.e. ``[out, in]`` like ``nn.Linear.weight``.
 
 The config exposes ``model_type = "gguf:<arch>"`` and Hugging Face keys (``num_attention_heads``,
 ``num_key_value_heads``, ``hidden_size``, ``num_hidden_layers``, ``head_dim`` when the file states
-``key_length``), plus the raw metadata under ``gguf_metadata`` (scalars only).
+``key_length``), plus the raw metadata under ``gguf_metadata`` (scalars and short arrays; no tokenizer keys).
 """
 
 from __future__ import annotations
@@ -24,21 +25,10 @@ import numpy as np
 from attnscope.errors import FormatError, InputError
 
 from .base import WeightSource, metadata_count
+from .gguf_header import GGUF_MAGIC, TensorInfo, read_gguf_header
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
-
-GGUF_MAGIC = b"GGUF"
-
-
-def _field_value(field: Any) -> Any:
-    """A reader field's value as plain Python (None for arrays longer than a few entries)."""
-    try:
-        if len(field.data) > 64:  # token lists etc.: not config
-            return None
-        return field.contents()
-    except Exception:  # noqa: BLE001 - odd field types are not config either
-        return None
 
 
 class GGUFSource(WeightSource):
@@ -47,30 +37,9 @@ class GGUFSource(WeightSource):
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.name = str(path)
-        from gguf import GGUFReader
-
-        size = self.path.stat().st_size
-        try:
-            with open(self.path, "rb") as fh:
-                magic = fh.read(4)
-            if magic != GGUF_MAGIC:
-                raise FormatError(f"{path}: not a GGUF file (magic {magic!r})")
-            self._reader = GGUFReader(self.path, "r")
-        except FormatError:
-            raise
-        except Exception as exc:  # the reader raises ValueError/IndexError/... on bad files
-            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            if "version" in msg:
-                raise FormatError(f"{path}: unsupported GGUF file: {msg}") from None
-            raise FormatError(f"{path}: truncated or corrupt GGUF file (the header does not parse: {msg})") from None
-        self._tensors = {}
-        for t in self._reader.tensors:
-            end = int(t.data_offset) + int(t.n_bytes)
-            if end > size:
-                raise FormatError(
-                    f"{path}: truncated GGUF file: tensor {t.name} needs bytes up to {end}, file has {size}"
-                )
-            self._tensors[t.name] = t
+        header = read_gguf_header(self.path)
+        self._tensors: dict[str, TensorInfo] = header.tensors
+        self._meta = header.metadata
         self._config = self._build_config()
 
     # -- WeightSource -------------------------------------------------------------------------
@@ -117,10 +86,12 @@ class GGUFSource(WeightSource):
         t = self._tensors.get(name)
         if t is None:
             raise FormatError(f"{self.name}: no tensor named {name!r}")
-        shape = tuple(int(x) for x in reversed([int(s) for s in t.shape]))  # numpy order
-        qtype = GGMLQuantizationType(int(t.tensor_type))
-        n_bytes = int(t.n_bytes)
-        raw = np.frombuffer(_pread(self.path, int(t.data_offset), n_bytes, self.name, name), dtype=np.uint8)
+        shape = tuple(reversed(t.shape))  # numpy order
+        qtype = GGMLQuantizationType(t.ggml_type)
+        n_bytes = t.n_bytes
+        raw = np.frombuffer(_pread(self.path, t.offset, n_bytes, self.name, name), dtype=np.uint8)
+        if n_bytes == 0:  # a dim of 0: nothing to read or dequantise
+            return np.zeros(shape, dtype=np.float32)
         if qtype == GGMLQuantizationType.F32:
             out = raw.view(np.float32).reshape(shape)
         elif qtype == GGMLQuantizationType.F16:
@@ -137,20 +108,16 @@ class GGUFSource(WeightSource):
 
     def tensor_type(self, name: str) -> str:
         """The ggml type name of a tensor (F32, F16, BF16, Q8_0, Q4_K, ...)."""
-        return self._tensors[name].tensor_type.name
+        from gguf import GGMLQuantizationType
+
+        return GGMLQuantizationType(self._tensors[name].ggml_type).name
 
     def close(self) -> None:
-        self._reader = None  # drops the memory map
+        pass  # nothing held open: every read opens the file
 
     # -- config ---------------------------------------------------------------------------------
     def _build_config(self) -> dict[str, Any]:
-        meta: dict[str, Any] = {}
-        for key, field in self._reader.fields.items():
-            if key.startswith("tokenizer.") or key.startswith("GGUF."):
-                continue
-            val = _field_value(field)
-            if val is not None:
-                meta[key] = val
+        meta = dict(self._meta)
         arch = meta.get("general.architecture")
         if not isinstance(arch, str):
             raise FormatError(f"{self.name}: GGUF file has no general.architecture")

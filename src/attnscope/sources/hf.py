@@ -8,7 +8,8 @@ Layouts understood (the first found wins):
 * ``pytorch_model.bin`` (legacy; ``torch.load(weights_only=True, mmap=True)``, never arbitrary code).
 
 Safetensors files are opened per read and memory-mapped, so peak memory stays near the tensors in
-use, whatever the model size. :class:`ShardedWeights` holds the one mechanism (index -> file ->
+use, whatever the model size; each header is checked against its file first
+(:mod:`attnscope.sources.safetensors_header`). :class:`ShardedWeights` holds the one mechanism (index -> file ->
 tensor) and takes a ``resolve(filename) -> Path`` function, which is all that differs between a local
 directory and the hub (:mod:`attnscope.sources.hub`).
 """
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from attnscope.errors import FormatError, InputError
 
 from .base import WeightSource, path_inside, readable_file, relative_name
+from .safetensors_header import open_safetensors
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -103,13 +105,7 @@ class ShardedWeights:
         return list(self._load_bin(filename))
 
     def _safe_open(self, filename: str) -> Any:
-        from safetensors import safe_open
-
-        path = self._path(filename)
-        try:
-            return safe_open(str(path), framework="pt", device="cpu")
-        except Exception as exc:  # SafetensorError, OSError: a truncated or corrupt file
-            raise FormatError(f"{path}: not a readable safetensors file ({_short(exc)})") from None
+        return open_safetensors(self._path(filename))  # the header checked against the file first
 
     def _load_bin(self, filename: str) -> dict[str, Any]:
         """A legacy torch file, loaded with weights_only=True (memory-mapped when it is a zip file)."""

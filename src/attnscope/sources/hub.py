@@ -36,6 +36,7 @@ from attnscope.tables import atomic_write_bytes, atomic_write_text
 
 from .download import cache_dir, get_range
 from .hf import INDEX_FILES, SINGLE_FILES, ShardedSource, ShardedWeights, read_config, read_json
+from .safetensors_header import check_header, check_header_length, open_safetensors, parse_header
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -324,23 +325,23 @@ class RangeReader:
         if filename in self._headers:
             return self._headers[filename]
         cached = self.root / (filename + ".header.json")
+        label = f"{self.repo.repo_id}: {filename}"
         if cached.is_file():
             obj = read_json(cached, "a cached safetensors header")
-            self._headers[filename] = (int(obj["start"]), obj["header"])
+            start, header = obj.get("start"), obj.get("header")
+            if not isinstance(start, int) or not isinstance(header, dict):
+                raise FormatError(f"{cached}: not a cached safetensors header (delete it to fetch it again)")
+            self._headers[filename] = (start, check_header(header, None, label))
             return self._headers[filename]
         head = self._get(filename, 0, 8)
         if head is None:
             raise _RangesRefused
         (n,) = struct.unpack("<Q", head)
-        if not 0 < n < 100_000_000:
-            raise FormatError(f"{self.repo.repo_id}: {filename} is not a safetensors file (header length {n})")
+        check_header_length(n, None, label)
         raw = self._get(filename, 8, 8 + n)
         if raw is None:
             raise _RangesRefused
-        try:
-            header = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise FormatError(f"{self.repo.repo_id}: {filename} has a corrupt safetensors header") from None
+        header = check_header(parse_header(raw, label), None, label)
         atomic_write_text(cached, json.dumps({"start": 8 + n, "header": header}))
         self._headers[filename] = (8 + n, header)
         return self._headers[filename]
@@ -352,7 +353,7 @@ class RangeReader:
                 return [k for k in self.header(filename)[1] if k != "__metadata__"]
             except _RangesRefused:
                 path = self.repo.fetch(filename)
-        with _safe_open(path) as fh:
+        with open_safetensors(path) as fh:
             return list(fh.keys())
 
     def tensor(self, filename: str, name: str) -> "torch.Tensor":
@@ -378,7 +379,7 @@ class RangeReader:
                 blob = _one_tensor_file(name, entry["dtype"], entry["shape"], data)
                 atomic_write_bytes(cached, blob)
                 return load(blob)[name]
-        with _safe_open(path) as fh:
+        with open_safetensors(path) as fh:
             return fh.get_tensor(name)
 
 
@@ -393,13 +394,6 @@ def _one_tensor_file(name: str, dtype: str, shape: list[int], data: bytes) -> by
     return struct.pack("<Q", len(header)) + header + data
 
 
-def _safe_open(path: Path) -> Any:
-    from safetensors import safe_open
-
-    try:
-        return safe_open(str(path), framework="pt", device="cpu")
-    except Exception as exc:  # SafetensorError, OSError: a truncated or corrupt file
-        raise FormatError(f"{path}: not a readable safetensors file ({_first_line(exc)})") from None
 
 
 # --------------------------------------------------------------------------- the source
