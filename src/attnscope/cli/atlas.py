@@ -84,7 +84,7 @@ def write_atlas(table, correlations, info, out: Path, hue: str, maps=None) -> li
                                                           title=f"{name}: {x} of W_qk vs behaviour")
                for x in GEOMETRY}  # fmt: skip
     figures["atlas_correlations.png"] = ap.correlation_forest(correlations, title=f"{name}: Spearman rho across heads")
-    images = {fname: figure_bytes(fig, "png", dpi=110) for fname, fig in figures.items()}
+    images = {fname: figure_bytes(fig, "png") for fname, fig in figures.items()}  # print resolution (plots.base.DPI)
     page = atlas_page(table, correlations, info, maps=maps)
     paths = [write_table(table, out / "atlas.parquet"), write_table(table, out / "atlas.csv"),
              write_table(correlations, out / "correlations.csv"), atomic_write_json(out / "atlas.json", info)]
