@@ -102,10 +102,8 @@ def _rho_title(correlations: "pd.DataFrame | None", x: str, y: str) -> str:
         return ""
     r = row.iloc[0]
     text = f"rho = {r.rho:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}], n = {r.n}"
-    if "q_run" in row.columns:
-        from attnscope.atlas.stats import pvalue
-
-        text += f", q = {pvalue(r.q_run)}"
+    if "q_run" in row.columns and r.q_run == r.q_run:
+        text += f", q = {r.q_run:.2g}"
     return text
 
 
@@ -132,10 +130,8 @@ def correlation_forest(correlations: "pd.DataFrame", title: str = "", *, ax: "Ax
     ax.set_yticks(ypos, labels, fontsize=7)
     ax.set_xlim(-1.05, 1.05)
     interval = str(correlations["interval"].iloc[0]) if len(correlations) else ""
-    from attnscope.atlas.stats import ALPHA
-
-    judged = (f"red: Benjamini-Hochberg q <= {ALPHA} (permutation test of whole layers)" if "q_run" in correlations
-              else "red: a relation")
+    judged = ("red: a relation by the verdict, read from the Benjamini-Hochberg q of a permutation test of whole layers"
+              if "q_run" in correlations else "red: a relation by the verdict")
     ax.set_xlabel(f"Spearman rho across heads ({interval})\n{judged}", fontsize=7)
     if title:
         ax.set_title(title, fontsize=9)
