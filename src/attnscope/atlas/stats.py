@@ -3,25 +3,26 @@
 Pure functions on arrays (numpy, vectorised over resamples).
 
 * :func:`spearman` -- Spearman's rho (Pearson correlation of average ranks, ties averaged).
-* :func:`spearman_ci` -- rho with a percentile bootstrap 95% interval. The resampling unit is the
-  *cluster* (``clusters``: one label per head, the layer in the atlas): whole layers are drawn with
-  replacement (within each ``strata`` label, e.g. the model of a pooled table), because heads of one
-  layer read one residual stream and are not independent. One head per cluster is the ordinary
-  bootstrap over heads.
+* :func:`cluster_bootstrap` / :func:`spearman_ci` -- rho of bootstrap resamples / its percentile
+  bootstrap 95% interval. The resampling unit is the *cluster* (``clusters``: one label per head, the
+  layer in the atlas): whole layers are drawn with replacement (within each ``strata`` label, e.g. the
+  model of a pooled table), because heads of one layer read one residual stream and are not
+  independent. One head per cluster is the ordinary bootstrap over heads, draw for draw.
 * :func:`block_permutation_p` -- the two-sided p-value of rho from a permutation test that permutes
   whole layers: layer i's geometry meets layer j's behaviour, head by head, for a random pairing of
   the layers (only layers with the same number of heads, and of one stratum, are exchanged). Under the
   null hypothesis "the behaviour of a layer's heads is independent of their geometry, layers
   exchangeable" every such pairing is equally likely, so the test holds its level exactly, however
   strongly heads of one layer resemble each other. ``p = (1 + #{|rho*| >= |rho|}) / (1 + n_perm)``.
+* :func:`spearman_test` -- rho, its interval and its p-value for one pair of columns.
 * :func:`bh_adjust` -- Benjamini-Hochberg adjusted p-values (q): the false-discovery rate across a family of tests.
 * :func:`correlation_table` -- all of this for every (geometry score, behaviour) pair of a table; the
   verdict is read from q (``q_run``: the Benjamini-Hochberg family of every test in the table).
 
 Why not the alternatives: a percentile-bootstrap p-value over layers is only right when there are many
-layers (6 in MiniLM); a permutation of single heads, or of heads within each layer, treats heads of a
-layer as exchangeable across layers (the first over-flags exactly as a head bootstrap does; the second
-tests only the relation left inside layers, blind to one carried by depth).
+layers (6 in MiniLM); a permutation of single heads treats heads of one layer as independent draws and
+over-flags exactly as a bootstrap over heads does; a permutation of heads within each layer is valid
+but asks another question (is there a relation left inside layers?), blind to one carried by depth.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def interval_label(unit: str, n_boot: int) -> str:
     return f"percentile bootstrap 95% CI over {unit}s ({n_boot} resamples)"
 
 
-def test_label(unit: str, n_perm: int) -> str:
+def p_label(unit: str, n_perm: int) -> str:
     """What the p-value is, e.g. ``two-sided permutation test of whole layers (2000 permutations)``."""
     what = "whole layers" if unit == "layer" else f"{unit}s"
     return f"two-sided permutation test of {what} ({n_perm} permutations)"
@@ -375,6 +376,6 @@ def correlation_table(
                 rows.append({by: key, **row} if by else row)
         part = pd.DataFrame(rows)
         part["q"] = bh_adjust(part["p"].to_numpy(float))
-        part["test"] = test_label(unit_name, n_boot)
+        part["test"] = p_label(unit_name, n_boot)
         parts.append(part)
     return judge(pd.concat(parts, ignore_index=True), alpha)
