@@ -137,6 +137,24 @@ def test_cli_writes_tables_figures_and_a_self_contained_page(tiny_gguf, tmp_path
     assert (data["maps"]["0,0"]["block"], data["maps"]["0,0"]["length"]) == (1, 25)
 
 
+def test_cli_prints_p_and_q_and_the_verdict_read_from_q(tiny_gguf, tmp_path, cli_inproc):
+    out = tmp_path / "out"
+    args = [f"--{k.replace('_', '-')}={v}" for k, v in SMALL.items()]
+    code, _, err = cli_inproc("atlas", str(tiny_gguf), "--out", str(out), *args)
+    assert code == 0, err
+    corr = pd.read_csv(out / "correlations.csv")
+    assert {"p", "q", "q_run", "unit", "n_units", "test"} <= set(corr.columns)
+    assert (corr["unit"] == "layer").all() and (corr["n_units"].isin([0, 2])).all()  # the tiny model: 2 layers
+    assert "permutation test of whole layers" in err and "Benjamini-Hochberg over the model's tests" in err
+    found = (~corr["relation"].str.startswith(("no relation", "undefined"))).sum()
+    assert f"{found} of {len(corr)} relations survive the correction." in " ".join(err.split())
+    # 2 layers of 4 heads: 2 pairings of the layers, the observed one among them, so the exact p is 1/2 or 1
+    # (its estimate from SMALL's n_boot random pairings: near that) and nothing can be "related"
+    assert (corr["p"].dropna() > 0.3).all() and found == 0
+    info = json.loads((out / "atlas.json").read_text())
+    assert "permutation test of whole layers" in info["p_value"] and "Benjamini-Hochberg" in info["fdr"]
+
+
 def test_bad_input_is_one_line(tiny_gguf, tmp_path, cli_inproc):
     short = tmp_path / "short.txt"
     short.write_text("abc " * 10)
@@ -172,6 +190,12 @@ def test_zoo_atlas_is_resumable_and_pooled(tiny_gguf, tmp_path, monkeypatch):
     assert res.table["model"].unique().tolist() == ["tiny-a"] and len(res.table) == 8
     assert "CTranslate2" in res.info["skipped"]["tiny-ct2"]
     assert set(res.correlations["model"]) == {"tiny-a", "all"}
+    from attnscope.atlas.stats import bh_adjust
+
+    corr = res.correlations  # q: per model's tests; q_run: the whole run's, and the verdict reads it
+    np.testing.assert_allclose(corr["q_run"], bh_adjust(corr["p"].to_numpy(float)), equal_nan=True)
+    for _, part in corr.groupby("model"):
+        np.testing.assert_allclose(part["q"], bh_adjust(part["p"].to_numpy(float)), equal_nan=True)
     lines.clear()
     again = run_zoo_atlas("t", tmp_path / "z", log=lines.append, n_boot=100, **opts)
     assert "tiny-a: reused from the store" in lines

@@ -51,6 +51,10 @@ def test_page_embeds_every_head_and_fetches_nothing():
     assert "symmetry|induction_random" in d["corr"] and "percentile bootstrap" in d["corr"]["symmetry|induction_random"]
     assert " src=" not in page and "href=" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
     assert "no relation distinguishable from chance" in page or "positive" in page or "negative" in page
+    head = page.split("<thead>")[1].split("</thead>")[0]
+    assert [h in head for h in ("heads / layers", ">p<", ">q<", "relation")] == [True] * 4
+    assert "3 layers" in d["corr"]["symmetry|induction_random"] and "q = " in d["corr"]["symmetry|induction_random"]
+    assert "permutation test of whole layers" in page and "Benjamini-Hochberg" in page
 
 
 def test_pooled_section_colours_by_model_and_names_models_in_the_table():
@@ -59,6 +63,7 @@ def test_pooled_section_colours_by_model_and_names_models_in_the_table():
     sec = atlas_section(t, corr, {})
     assert _data(sec)["hue"] == "model" and _data(sec)["models"] == ["a", "b"]
     assert "<th class=\"l\">model</th>" in sec
+    assert "<th>q (model)</th><th>q (run)</th>" in sec and "the relation reads q (run)" in sec
 
 
 def test_page_embeds_each_heads_whole_map_as_block_maxima_and_says_so():

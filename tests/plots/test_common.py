@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from attnscope.plots import axes_for, figure_for, model_label, new_figure, save_figure
@@ -37,6 +39,19 @@ def test_save_figure_is_atomic_and_by_extension(tmp_path):
     svg = save_figure(fig, tmp_path / "f.svg")
     assert png.read_bytes()[:4] == b"\x89PNG" and b"<svg" in svg.read_bytes()[:400]
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["f.png", "f.svg", "sub"]
+
+
+def test_saved_figures_are_print_resolution_unless_asked_otherwise(tmp_path):
+    from PIL import Image
+
+    from attnscope.plots.base import DPI, figure_bytes
+
+    fig = new_figure(figsize=(4, 3))
+    fig.add_subplot().plot([0, 1], [1, 0])
+    with Image.open(save_figure(fig, tmp_path / "f.png", tight=False)) as im:
+        assert DPI == 200 and im.size == (800, 600) and im.info["dpi"] == pytest.approx((200, 200), abs=0.5)
+    with Image.open(io.BytesIO(figure_bytes(fig, "png", dpi=100, tight=False))) as im:
+        assert im.size == (400, 300)
 
 
 def figure_functions():

@@ -51,11 +51,29 @@ def test_metric_scatter_one_point_per_head_per_model():
     fig = hp.metric_scatter(df, pairs=(("distance", "entropy"),), hue="model")
     ax = fig.axes[0]
     assert sum(len(c.get_offsets()) for c in ax.collections) == len(df)
-    by_label = {t.get_text() for t in ax.get_legend().get_texts()}
+    assert ax.get_legend() is None and len(fig.legends) == 1  # the legend sits below the panels, off the data
+    by_label = {t.get_text() for t in fig.legends[0].get_texts()}
     assert by_label == {"pkg", "gpt2"}  # model names, not truncated paths
     gpt2 = next(c for c in ax.collections if c.get_label() == "gpt2")
     sub = df[df["model"] == "gpt2"]
     np.testing.assert_array_equal(gpt2.get_offsets(), sub[["distance", "entropy"]].to_numpy())
+
+
+def test_metric_scatter_by_layer_is_a_sequential_map_with_a_colour_bar():
+    df = metrics_table(n_layers=30, n_heads=3)
+    fig = hp.metric_scatter(df, pairs=(("distance", "entropy"), ("sparsity", "entropy")), hue="layer")
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and not fig.legends  # nothing drawn over the points
+    (points,) = ax.collections
+    np.testing.assert_array_equal(points.get_offsets(), df[["distance", "entropy"]].to_numpy())
+    np.testing.assert_array_equal(points.get_array(), df["layer"].to_numpy(float))  # colour = the head's layer
+    assert points.get_cmap().name == "viridis" and points.norm.vmin == 0 and points.norm.vmax == 29
+    colours = points.to_rgba(np.arange(30.0))
+    assert len({tuple(np.round(c, 6)) for c in colours}) == 30  # layers 0, 10, 20 no longer share a colour
+    bars = [a for a in fig.axes if a.get_ylabel() == "layer"]
+    assert len(bars) == 1  # one colour bar for both panels
+    ticks = bars[0].get_yticks()
+    assert np.all(ticks == np.round(ticks))
 
 
 def test_example_maps_images_are_sqrt_of_the_maps():

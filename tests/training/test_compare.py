@@ -92,7 +92,14 @@ def test_compare_tables_figures_and_baselines(tmp_path):
     assert s.loc["dec-symmetric", "speedup"] is None or np.isnan(s.loc["dec-symmetric", "speedup"])
     assert s.loc["enc-default", "final_eval_loss"] == pytest.approx(2.6)
     md = res.markdown
-    assert "| enc-symmetric | - | mlm | symmetric | 40 | 2.500 -> 1.900 | 50.0% |" in md
+    # the held-out curve is logged at steps 0, 20, 40: the speed-up rests on 2 points (steps > 0), and says so
+    assert s.loc["enc-symmetric", "curve"] == "held-out" and s.loc["enc-symmetric", "curve_points"] == 2
+    assert list(res.runs.columns).index("curve_points") == list(res.runs.columns).index("speedup") + 1
+    assert np.isnan(s.loc["enc-default", "curve_points"])  # the baseline has no speed-up over itself
+    assert "| enc-symmetric | - | mlm | symmetric | 40 | 2.500 -> 1.900 | 50.0% (2 points) |" in md
+    assert "(N points): the logged points (steps > 0) of the shorter of the two curves" in md
+    train = compare(runs, curve="train").runs.set_index("run")
+    assert train.loc["enc-symmetric", "curve_points"] == 4  # the training loss at steps 10..40
     assert "| dec-symmetric | - | clm | symmetric | 30 | 3.000 -> 4.000 | never reaches 3.000 |" in md
     # four groups of one run each: one note per group, no intervals
     assert sum("no interval" in n for n in res.notes) == 4

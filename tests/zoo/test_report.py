@@ -70,6 +70,11 @@ def test_geometry_plot_writes_the_report_files(table, tmp_path, monkeypatch, cap
     assert names == ["survey_encdec.png", "survey_scores.png", "survey_summary.csv", "survey_table.md", "survey_table.tex"]
     assert all((tmp_path / "fig" / n).stat().st_size > 0 for n in names)
     assert (tmp_path / "fig" / "survey_scores.png").read_bytes()[:4] == b"\x89PNG"
+    from PIL import Image
+
+    for name in ("survey_scores.png", "survey_encdec.png"):  # print resolution
+        with Image.open(tmp_path / "fig" / name) as im:
+            assert im.info["dpi"] == pytest.approx((200, 200), abs=0.5)
     assert (tmp_path / "fig" / "survey_table.md").read_text() == summary_markdown(survey_summary(table))
     no_params = table[table.model == "my/local_model"]  # no parameter count: tables only
     no_params.to_csv(tmp_path / "local.csv", index=False)

@@ -39,7 +39,7 @@ class AtlasResult:
     """What :func:`atlas` returns: the per-head table, the correlations across heads, and how it was made."""
 
     table: "pd.DataFrame"  # one row per (model, stack, layer, head)
-    correlations: "pd.DataFrame"  # x, y, n, rho, ci_low, ci_high, interval, relation
+    correlations: "pd.DataFrame"  # x, y, n, unit, n_units, rho, ci_low, ci_high, interval, p, q, q_run, test, relation
     info: dict[str, Any] = field(default_factory=dict)
     #: (layer, head) -> [n, n] float16 example map: the whole first window of ``info["map_probe"]``
     #: (``info["map_length"]`` tokens), each cell the largest weight of a ``info["map_block"]``-square
@@ -153,7 +153,7 @@ def check_atlas_options(source: Any, **opts: Any) -> None:
         check_type(value, integer, param, "an integer")
         if value < least:
             raise InputError(f"{param} must be at least {least}, not {value}", params=param)
-    if opts["n_boot"] > MAX_BOOT:  # the bootstrap holds n_boot x heads resample indices in memory
+    if opts["n_boot"] > MAX_BOOT:  # resamples and permutations: time grows with n_boot x heads
         raise InputError(f"n_boot must be at most {MAX_BOOT:,}, not {opts['n_boot']:,}", params="n_boot")
     check_type(opts["probes"], (str, list, tuple), "probes", "'both', 'random', 'text' or a list of them")
     check_probes(opts["probes"])
@@ -184,15 +184,17 @@ def atlas(
 
     Text probe: ``windows`` x ``length`` tokens of ``data``; random probe: ``random_windows`` sequences
     of ``random_length`` tokens, repeated (defaults: 256 and 127, shortened for short models; see
-    :func:`attnscope.heads.probes.run_probes`). Correlations: Spearman across heads, percentile bootstrap 95%
-    CI with ``n_boot`` resamples (seeded by ``seed``).
+    :func:`attnscope.heads.probes.run_probes`). Correlations: Spearman across heads with a percentile
+    bootstrap 95% CI over layers and a permutation test of whole layers (``n_boot`` resamples and
+    permutations, seeded by ``seed``); the verdict reads the Benjamini-Hochberg q over the model's tests
+    (:mod:`attnscope.atlas.stats`).
     """
     import warnings
 
     from attnscope.geometry import PositionNote, score
     from attnscope.heads.probes import MAP_SIDE, as_map_model, check_probes, probe_plan, run_probes
 
-    from .stats import correlation_table
+    from .stats import correlation_table, statistics_info
 
     check_atlas_options(source, probes=probes, data=data, windows=windows, length=length,
                         random_windows=random_windows, random_length=random_length, seed=seed, n_boot=n_boot,
@@ -244,7 +246,7 @@ def atlas(
             "n_heads": model.n_heads, "probes": list(beh["probe"].unique()), "data": data,
             "windows": {"text": windows, "random": random_windows}, "lengths": lengths,
             "cluster_k": k, "n_boot": n_boot, "seed": seed, "offsets": offsets,
-            "position_notes": position_notes}
+            "position_notes": position_notes, **statistics_info()}
     map_probe = "random" if "random" in examples else next(iter(examples))
     length = int(lengths[map_probe])
     info.update(map_probe=map_probe, map_length=length, map_block=-(-length // MAP_SIDE))  # ceil(L / side)

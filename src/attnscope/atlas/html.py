@@ -161,8 +161,12 @@ def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str, maps
     rows = [{k: _num(v) for k, v in zip(keep, r)} for r in table[keep].itertuples(index=False, name=None)]
     corr = {}
     if "model" not in correlations.columns or correlations["model"].nunique() <= 1:
+        from .stats import pvalue
+
         for r in correlations.itertuples():
-            corr[f"{r.x}|{r.y}"] = f"Spearman rho = {r.rho:+.2f}, {r.interval}: [{r.ci_low:+.2f}, {r.ci_high:+.2f}], n = {r.n} ({r.relation})"
+            corr[f"{r.x}|{r.y}"] = (f"Spearman rho = {r.rho:+.2f}, {r.interval}: [{r.ci_low:+.2f}, {r.ci_high:+.2f}], "
+                                    f"n = {r.n} heads in {r.n_units} {r.unit}s, p = {pvalue(r.p)}, "
+                                    f"q = {pvalue(r.q_run)} ({r.relation})")
     info = info or {}
     data = {"rows": rows, "columns": cols, "hue": hue, "models": list(dict.fromkeys(table["model"])),
             "maxLayer": int(table["layer"].max()) if len(table) else 0, "corr": corr,
@@ -170,19 +174,42 @@ def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str, maps
     return json.dumps(data).replace("</", "<\\/")  # never closes the script element early
 
 
+def _pooled(correlations: "pd.DataFrame") -> bool:
+    return "model" in correlations.columns and correlations["model"].nunique() > 1
+
+
 def _corr_table(correlations: "pd.DataFrame") -> str:
+    from .stats import pvalue
+
     esc = html.escape
-    lead = ["model"] if "model" in correlations.columns and correlations["model"].nunique() > 1 else []
+    lead = ["model"] if _pooled(correlations) else []
+    unit = str(correlations["unit"].iloc[0]) if len(correlations) else "layer"
+    qs = ["q (model)", "q (run)"] if lead else ["q"]
     head = "".join(f'<th class="l">{h}</th>' for h in [*lead, "geometry", "behaviour"])
-    head += "".join(f"<th>{h}</th>" for h in ("n", "rho", "95% CI")) + '<th class="l">relation</th>'
+    head += "".join(f"<th>{h}</th>" for h in (f"heads / {unit}s", "rho", "95% CI", "p", *qs)) + '<th class="l">relation</th>'
     body = []
     for r in correlations.itertuples():
         cells = [f'<td class="l">{esc(str(getattr(r, c)))}</td>' for c in [*lead, "x", "y"]]
         ci = "&ndash;" if not math.isfinite(r.ci_low) else f"[{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
         rho = "&ndash;" if not math.isfinite(r.rho) else f"{r.rho:+.2f}"
-        cells += [f"<td>{r.n}</td>", f"<td>{rho}</td>", f"<td>{ci}</td>", f'<td class="l">{esc(str(r.relation))}</td>']
+        ps = [pvalue(r.p), pvalue(r.q), *([pvalue(r.q_run)] if lead else [])]
+        cells += [f"<td>{r.n} / {r.n_units}</td>", f"<td>{rho}</td>", f"<td>{ci}</td>",
+                  *(f"<td>{v}</td>" for v in ps), f'<td class="l">{esc(str(r.relation))}</td>']
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _judged_by(correlations: "pd.DataFrame") -> str:
+    """The sentence under the table: what the interval, p and q are and which q the relation reads."""
+    from .stats import ALPHA
+
+    if not len(correlations):
+        return ""
+    r = correlations.iloc[0]
+    family = ("q (model): over each model's tests, q (run): over every test of this run; the relation reads q (run)"
+              if _pooled(correlations) else "over the model's tests; the relation reads q")
+    return (f"95% CI: {r['interval']}. p: {r['test']}. q: Benjamini-Hochberg adjusted p ({family} <= {ALPHA}: "
+            "a false-discovery rate of 5% among the relations reported).")
 
 
 def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any],
@@ -198,7 +225,6 @@ def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dic
 
     xs = "".join(f'<option value="{c}">{c}</option>' for c in GEOMETRY_COLUMNS if usable(c))
     ys = "".join(f'<option value="{c}">{c}</option>' for c in behaviour_columns(table) if usable(c))
-    interval = str(correlations["interval"].iloc[0]) if len(correlations) else ""
     lengths = info.get("lengths", {})
     note = (f"One point per head ({len(table)} heads), coloured by {hue}. Behaviour columns are "
             f"<code>&lt;metric&gt;_&lt;probe&gt;</code>: <code>random</code> = BOS + random tokens + their repeat "
@@ -221,7 +247,8 @@ def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dic
         '<svg id="atlas-plot" width="760" height="440" viewBox="0 0 760 440"></svg>',
         '<p class="note" id="atlas-rho"></p><div id="atlas-tip"></div>',
         '<p class="note" id="atlas-map-title"></p><svg id="atlas-map" width="360" height="360" viewBox="0 0 360 360"></svg>',
-        f"<h3>Spearman rho across heads ({esc(interval)})</h3>", _corr_table(correlations),
+        "<h3>Spearman rho across heads</h3>", f'<p class="note">{esc(_judged_by(correlations), quote=False)}</p>',
+        _corr_table(correlations),
         f'<script type="application/json" id="atlas-data">{_payload(table, correlations, hue, maps, info)}</script>',
         f"<script>{_JS}</script>",
     ])  # fmt: skip

@@ -5,7 +5,9 @@ the offline groups included), runs :func:`attnscope.atlas.atlas` on it and store
 under ``OUT/store`` (one validated Parquet file per model, keyed by the registry id, with the run's
 settings: a finished model is reused, a changed setting recomputes). Models that cannot be run for maps
 (CTranslate2, ONNX, encoder-decoder) are recorded as skipped with their one-line reason. Correlations
-are given per model and pooled over all heads (``model`` = ``all``).
+are given per model and pooled over all heads (``model`` = ``all``; layers resampled and permuted within
+their model); ``q`` is Benjamini-Hochberg over each model's tests, ``q_run`` over every test of the run,
+and the verdict is read from ``q_run``.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def run_zoo_atlas(
     from attnscope.zoo.survey import split_group_spec
 
     from .build import atlas
-    from .stats import correlation_table
+    from .stats import correlation_table, judge, statistics_info
 
     entries = select(*split_group_spec(group, None))  # a group, FILE.yaml or FILE.yaml:GROUP, as `geometry --zoo`
     if not entries:
@@ -89,10 +91,12 @@ def run_zoo_atlas(
         raise InputError(f"zoo group {group!r}: no model could be run for maps ({'; '.join(skipped.values())})")
     behaviours = behaviour_columns(table)
     per_model = correlation_table(table, GEOMETRY_COLUMNS, behaviours, n_boot=n_boot, seed=seed, by="model")
-    pooled = correlation_table(table.assign(model=POOLED), GEOMETRY_COLUMNS, behaviours, n_boot=n_boot, seed=seed,
-                               by="model")
+    # pooled: layers are resampled and permuted within their own model (a layer of one model is no draw of another's)
+    pooled = correlation_table(table.assign(of_model=table["model"], model=POOLED), GEOMETRY_COLUMNS, behaviours,
+                               n_boot=n_boot, seed=seed, by="model", strata="of_model")
     info = {"model": f"zoo {group}", "group": group, "models": list(dict.fromkeys(table["model"])),
-            "skipped": skipped, "settings": settings, "n_boot": n_boot}
+            "skipped": skipped, "settings": settings, "n_boot": n_boot, **statistics_info()}
     import pandas as pd
 
-    return AtlasResult(table=table, correlations=pd.concat([per_model, pooled], ignore_index=True), info=info)
+    correlations = judge(pd.concat([per_model, pooled], ignore_index=True))  # q_run: BH over the whole run
+    return AtlasResult(table=table, correlations=correlations, info=info)

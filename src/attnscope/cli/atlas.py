@@ -30,7 +30,7 @@ def atlas(
     length: Optional[int] = typer.Option(None, "--length", help="Text-probe window length in tokens (default 256, or the model's max if shorter)."),
     random_windows: int = typer.Option(8, "--random-windows", help="Random-probe sequences."),
     random_length: Optional[int] = typer.Option(None, "--random-length", help="Random tokens per copy T (window 2T+1; default 127, shortened for short models)."),
-    n_boot: int = typer.Option(2000, "--n-boot", help="Bootstrap resamples of the 95% interval of Spearman's rho (1 to 100,000)."),
+    n_boot: int = typer.Option(2000, "--n-boot", help="Resamples of the 95% interval of Spearman's rho (whole layers) and permutations of its p-value (1 to 100,000; the smallest p is 1/(n+1))."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random probe, the bootstrap and the clustering."),
     batch_size: int = typer.Option(1, "--batch-size", help="Windows per forward pass."),
     device: str = typer.Option("cpu", "--device", help="torch device."),
@@ -86,19 +86,21 @@ def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, setti
 
     def scatter(x: str):
         return lambda: figure_bytes(ap.geometry_vs_behaviour(table, x, metrics, corr, hue=hue,
-                                                             title=f"{name}: {x} of W_qk vs behaviour"), "png", dpi=110)
+                                                             title=f"{name}: {x} of W_qk vs behaviour"), "png")
 
     files = {"atlas.parquet": table_bytes(table, "atlas.parquet"), "atlas.csv": table_bytes(table, "atlas.csv"),
              "correlations.csv": table_bytes(correlations, "correlations.csv"),
              "atlas.json": lambda: json_text(info)}
     files.update({f"atlas_{x}.png": scatter(x) for x in GEOMETRY})
     files["atlas_correlations.png"] = lambda: figure_bytes(
-        ap.correlation_forest(correlations, title=f"{name}: Spearman rho across heads"), "png", dpi=110)
+        ap.correlation_forest(correlations, title=f"{name}: Spearman rho across heads"), "png")
     files["atlas.html"] = lambda: atlas_page(table, correlations, info, maps=maps)
     return write_result_set(out, files, settings, kind="atlas")
 
 
 def _finish(correlations, model: str, written: list[Path], as_json: bool) -> None:
+    from attnscope.atlas.stats import ALPHA, pvalue
+
     if as_json:
         from attnscope.tables import records_to_json
 
@@ -109,12 +111,25 @@ def _finish(correlations, model: str, written: list[Path], as_json: bool) -> Non
     def num(v: float) -> str:
         return "-" if v != v else f"{v:+.2f}"  # an undefined rho (NaN) prints as "-", as on the page
 
-    rows = [[str(r.x), str(r.y), str(r.n), num(r.rho),
-             "-" if r.ci_low != r.ci_low else f"[{num(r.ci_low)}, {num(r.ci_high)}]", str(r.relation)]
+    pooled = correlations["model"].nunique() > 1
+    lead = ["model"] if pooled else []
+    rows = [[*(str(getattr(r, c)) for c in lead), str(r.x), str(r.y), f"{r.n}/{r.n_units}", num(r.rho),
+             "-" if r.ci_low != r.ci_low else f"[{num(r.ci_low)}, {num(r.ci_high)}]", pvalue(r.p), pvalue(r.q),
+             *([pvalue(r.q_run)] if pooled else []), str(r.relation)]
             for r in correlations.itertuples()]
-    interval = str(correlations["interval"].iloc[0]) if len(correlations) else ""
-    print_table(con, f"{model}: Spearman rho across heads ({interval})", ["geometry", "behaviour", "n", "rho", "95% CI", "relation"],
-                rows, keys=("geometry", "behaviour"))
+    first = correlations.iloc[0] if len(correlations) else None
+    unit = str(first["unit"]) if first is not None else "layer"
+    q_cols = ["q (model)", "q (run)"] if pooled else ["q"]
+    print_table(con, f"{model}: Spearman rho across heads", [*lead, "geometry", "behaviour", f"heads/{unit}s", "rho",
+                                                             "95% CI", "p", *q_cols, "relation"], rows,
+                keys=(*lead, "geometry", "behaviour"))
+    if first is not None:
+        family = ("over each model's tests (model) and over every test of the run (run); relation: q (run)"
+                  if pooled else "over the model's tests; relation: q")
+        con.print(f"95% CI: {first['interval']}; p: {first['test']}; q: Benjamini-Hochberg {family} <= {ALPHA}.",
+                  highlight=False, soft_wrap=True)
+        found = (~correlations["relation"].str.startswith(("no relation", "undefined"))).sum()
+        con.print(f"{found} of {len(correlations)} relations survive the correction.", highlight=False)
     con.print(f"wrote {len(written)} files into {written[0].parent}")
 
 

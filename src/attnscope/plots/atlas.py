@@ -2,9 +2,9 @@
 
 * :func:`geometry_vs_behaviour`  one panel per behaviour metric: a geometry score (s or d) on x, the
   metric on y, one point per head coloured by layer (or by model for a pooled table), the strongest
-  heads of each metric labelled ``L<layer>H<head>``, Spearman's rho and its interval in the title
+  heads of each metric labelled ``L<layer>H<head>``, Spearman's rho, its interval and q in the title
 * :func:`correlation_forest`     rho with its 95% interval per (geometry score, metric): a dot and a bar,
-  the zero line drawn, so "no relation" is visible as a bar crossing it
+  the zero line drawn; red where the verdict (read from the Benjamini-Hochberg q) is a relation
 
 Both take the tidy tables of :func:`attnscope.atlas.atlas` and return the Figure (``fig=`` / ``ax=``).
 """
@@ -101,7 +101,10 @@ def _rho_title(correlations: "pd.DataFrame | None", x: str, y: str) -> str:
     if row.empty:
         return ""
     r = row.iloc[0]
-    return f"rho = {r.rho:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}], n = {r.n}"
+    text = f"rho = {r.rho:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}], n = {r.n}"
+    if "q_run" in row.columns and r.q_run == r.q_run:
+        text += f", q = {r.q_run:.2g}"
+    return text
 
 
 def correlation_forest(correlations: "pd.DataFrame", title: str = "", *, ax: "Axes | None" = None) -> "Figure":
@@ -127,7 +130,9 @@ def correlation_forest(correlations: "pd.DataFrame", title: str = "", *, ax: "Ax
     ax.set_yticks(ypos, labels, fontsize=7)
     ax.set_xlim(-1.05, 1.05)
     interval = str(correlations["interval"].iloc[0]) if len(correlations) else ""
-    ax.set_xlabel(f"Spearman rho across heads ({interval}); red: interval excludes 0", fontsize=7)
+    judged = ("red: a relation by the verdict, read from the Benjamini-Hochberg q of a permutation test of whole layers"
+              if "q_run" in correlations else "red: a relation by the verdict")
+    ax.set_xlabel(f"Spearman rho across heads ({interval})\n{judged}", fontsize=7)
     if title:
         ax.set_title(title, fontsize=9)
     return fig

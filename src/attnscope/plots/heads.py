@@ -1,7 +1,7 @@
 """Figures of head anatomy: one function per figure, each taking tidy tables (matplotlib, Agg).
 
 * :func:`metric_heatmaps`   layer x head heatmap of each metric (one figure per model)
-* :func:`metric_scatter`    pairs of metrics, one point per head, coloured by layer
+* :func:`metric_scatter`    pairs of metrics, one point per head, coloured by layer (colour bar) or model
 * :func:`example_maps`      attention maps of a few heads (window 0, top-left corner)
 * :func:`silhouette_curve`  mean silhouette per k and method, best k marked from the data
 * :func:`cluster_map`       layer x head grid coloured by cluster
@@ -16,7 +16,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .base import axes_for, color_scale, drop_overlapping, figure_for, integer_ticks, laid_out, model_label
+from .base import (
+    SEQUENTIAL_CMAP,
+    axes_for,
+    color_scale,
+    drop_overlapping,
+    figure_for,
+    integer_ticks,
+    laid_out,
+    model_label,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -88,19 +97,37 @@ def metric_scatter(
     df: "pd.DataFrame", pairs: Sequence[tuple[str, str]] = (("distance", "entropy"), ("sparsity", "entropy"), ("sink_first", "confidence")),
     hue: str = "model", title: str = "", *, fig: "Figure | None" = None,
 ) -> "Figure":
-    """Scatter plots of metric pairs, one point per head; colour = ``hue`` column (model or layer)."""
+    """Scatter plots of metric pairs, one point per head; colour = ``hue`` column.
+
+    A numeric ``hue`` (``layer``) is a sequential colour map with a colour bar (integer ticks), so 30 layers
+    stay 30 distinguishable shades in order; a categorical one (``model``) gets one colour per value and a
+    legend below the panels, off the data."""
+    import numpy as np
+    import pandas as pd
+
     pairs = [(x, y) for x, y in pairs if x in df.columns and y in df.columns]
     fig = figure_for(fig, figsize=(4.2 * max(1, len(pairs)), 3.6))
     axes = fig.subplots(1, max(1, len(pairs)), squeeze=False)
-    groups = list(df.groupby(hue)) if hue in df.columns else [("heads", df)]
+    numeric = hue in df.columns and hue != "model" and pd.api.types.is_numeric_dtype(df[hue])
+    groups = list(df.groupby(hue)) if hue in df.columns and not numeric else [("heads", df)]
+    sc = None
     for ax, (x, y) in zip(axes.flat, pairs):
-        for name, sub in groups:
-            label = model_label(name) if hue == "model" else f"{hue} {name}"
-            ax.scatter(sub[x], sub[y], s=14, alpha=0.75, label=label)
+        if numeric:
+            values = df[hue].to_numpy(float)
+            sc = ax.scatter(df[x], df[y], c=values, cmap=SEQUENTIAL_CMAP, vmin=np.nanmin(values),
+                            vmax=np.nanmax(values), s=14, alpha=0.8, linewidths=0)
+        else:
+            for name, sub in groups:
+                label = model_label(name) if hue == "model" else f"{hue} {name}"
+                ax.scatter(sub[x], sub[y], s=14, alpha=0.75, label=label)
         ax.set_xlabel(x)
         ax.set_ylabel(y)
-    if len(groups) > 1:
-        axes.flat[0].legend(fontsize=7, ncol=1 + len(groups) // 9)
+    if sc is not None:
+        cb = fig.colorbar(sc, ax=list(axes.flat), label=hue, shrink=0.9)
+        cb.ax.yaxis.get_major_locator().set_params(integer=True)
+    elif len(groups) > 1:
+        handles, labels = axes.flat[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside lower center", fontsize=7, ncols=min(4, len(groups)))
     fig.suptitle(title or "metric pairs, one point per head (mean over windows)", fontsize=10)
     return fig
 

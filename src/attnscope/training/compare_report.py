@@ -50,7 +50,15 @@ def _speedup_cell(r: "pd.Series") -> str:
         if r["step_star"] is None or r["step_star"] != r["step_star"]:
             return f"never reaches {_f(r['target'])}"
         return "n/a (the baseline never reaches the target)"
-    return _pct(r["speedup"])
+    points = r.get("curve_points")
+    if points is None or points != points:
+        return _pct(r["speedup"])
+    return f"{_pct(r['speedup'])} ({int(points)} points)"  # what the number rests on: few points, coarse steps
+
+
+#: how the speed-up cell's "(N points)" reads
+POINTS_NOTE = (" (N points): the logged points (steps > 0) of the shorter of the two curves the speed-up reads; "
+               "with few, the steps to the target are coarse.")
 
 
 def speedup_caption(summary: "pd.DataFrame") -> str:
@@ -63,13 +71,13 @@ def speedup_caption(summary: "pd.DataFrame") -> str:
     at = f" at the target loss {summary['target'].iloc[0]:g}" if given else ""
     if method == "paper" and given:
         return (f"Speed-up (paper){at}: 1 - step*(run) / step*(baseline), step* = the first logged step whose "
-                f"training loss is below the target (curve: {curves}).\n")
+                f"training loss is below the target (curve: {curves}).{POINTS_NOTE}\n")
     if method == "paper":
         return ("Speed-up (paper): 1 - step*/total, step* = the first logged step whose training loss is below the "
-                f"baseline's final training loss (curve: {curves}); biased towards noisy curves.\n")
+                f"baseline's final training loss (curve: {curves}); biased towards noisy curves.{POINTS_NOTE}\n")
     goal = "the target" if given else "the baseline's final loss"
     return (f"Speed-up (matched){at}: 1 - steps for the run to reach {goal} / steps the baseline "
-            f"needed, both on the same curve ({curves}), interpolated between logged steps; 0 = no faster.\n")
+            f"needed, both on the same curve ({curves}), interpolated between logged steps; 0 = no faster.{POINTS_NOTE}\n")
 
 
 def markdown_table(summary: "pd.DataFrame") -> str:

@@ -118,6 +118,7 @@ class Speedup:
     step: float | None
     reference: float | None
     value: float | None
+    points: int = 0  # logged points (steps > 0, after smoothing) of the shorter of the two curves read
 
 
 def measure_speedup(losses: "pd.DataFrame", baseline: "pd.DataFrame", smooth: int = 1, method: str = "matched",
@@ -130,8 +131,9 @@ def measure_speedup(losses: "pd.DataFrame", baseline: "pd.DataFrame", smooth: in
     run, base = curve(losses, column, smooth), curve(baseline, column, smooth)
     label = "held-out" if column == "eval_loss" else "train" if smooth == 1 else f"train (smooth {smooth})"
     goal = target if target is not None else float(base["value"].iloc[-1]) if len(base) else math.nan
-    if len(run) < MIN_CURVE_POINTS or len(base) < MIN_CURVE_POINTS or goal != goal:  # one point: 0 by construction
-        return Speedup(method, label, goal, None, None, None)
+    points = min(len(run), len(base))
+    if points < MIN_CURVE_POINTS or goal != goal:  # one point: 0 by construction
+        return Speedup(method, label, goal, None, None, None, points)
     step: float | None
     if method == "paper":
         step = steps_to(losses, goal, smooth)
@@ -139,7 +141,7 @@ def measure_speedup(losses: "pd.DataFrame", baseline: "pd.DataFrame", smooth: in
     else:
         step, reference = reach_step(run["step"], run["value"], goal), reach_step(base["step"], base["value"], goal)
     value = None if step is None or not reference else 1.0 - step / reference
-    return Speedup(method, label, goal, step, reference, value)
+    return Speedup(method, label, goal, step, reference, value, points)
 
 
 def speedup(losses: "pd.DataFrame", baseline: "pd.DataFrame", smooth: int = 1, method: str = "matched",
@@ -174,7 +176,8 @@ def run_table(
     """One row per run: group, seed, last logged and configured steps, final losses, paired baseline,
     whether the pair is comparable (``paired``: both end at the same step), the speed-up's definition
     (``speedup_method``, ``curve``), ``target``, the run's steps to it (``step_star``, ``reached``), the
-    baseline's (``baseline_steps``), ``speedup``, and the final scores (median and IQR over layers). A pair
+    baseline's (``baseline_steps``), ``speedup`` and the points it rests on (``curve_points``: logged steps
+    of the shorter of the two curves read), and the final scores (median and IQR over layers). A pair
     that ends at different steps has no speed-up (and no step* for the baseline's target)."""
     import pandas as pd
 
@@ -199,7 +202,7 @@ def run_table(
                    step_star=s.step if counted or target is not None else None,
                    reached=(s.step is not None) if counted or target is not None else None,
                    baseline_steps=s.reference if counted and method == "matched" else None,
-                   speedup=s.value if counted else None)
+                   speedup=s.value if counted else None, curve_points=s.points if counted else None)
         row.update(_score_cells(summ, r.name))
         rows.append(row)
     return pd.DataFrame(rows)
