@@ -98,10 +98,10 @@ def measure(
 
         name = model_label(model.name)
         write_result_set(plot_dir, {
-            "heads_heatmaps.png": lambda: figure_bytes(hp.metric_heatmaps(df, title=f"{name}: per-head metrics"), dpi=120),
-            "heads_scatter.png": lambda: figure_bytes(hp.metric_scatter(df, hue="layer"), dpi=120),
+            "heads_heatmaps.png": lambda: figure_bytes(hp.metric_heatmaps(df, title=f"{name}: per-head metrics")),
+            "heads_scatter.png": lambda: figure_bytes(hp.metric_scatter(df, hue="layer")),
             "heads_maps.png": lambda: figure_bytes(hp.example_maps(
-                res.examples, title=f"{name}: attention maps (sqrt scale, window 0)"), dpi=120),
+                res.examples, title=f"{name}: attention maps (sqrt scale, window 0)")),
         }, {"source": source, "data": data, "windows": windows, "length": length}, kind="heads")
     if as_json:
         from attnscope.tables import records_to_json
@@ -187,7 +187,7 @@ def cluster(
             from attnscope.plots import heads as hp
             from attnscope.plots import save_figure
 
-            save_figure(hp.js_mds(emb), plot_dir / "cluster_js_mds.png", dpi=120)
+            save_figure(hp.js_mds(emb), plot_dir / "cluster_js_mds.png")
     if as_json:
         best_rows = res.labels[res.labels["best"]]
         payload = {
@@ -283,10 +283,10 @@ def _cluster_figures(plot_dir: Path, res, silhouette_name: str, map_name: str, n
     from attnscope.plots import heads as hp
     from attnscope.plots import save_figure
 
-    save_figure(hp.silhouette_curve(res.silhouette), plot_dir / silhouette_name, dpi=120)
+    save_figure(hp.silhouette_curve(res.silhouette), plot_dir / silhouette_name)
     for m, k in res.best_k.items():
         best = res.labels[(res.labels["method"] == m) & (res.labels["k"] == k)]
-        save_figure(hp.cluster_map(best, title=f"{m}, k = {k} ({note})"), plot_dir / map_name.format(m), dpi=120)
+        save_figure(hp.cluster_map(best, title=f"{m}, k = {k} ({note})"), plot_dir / map_name.format(m))
 
 
 def _write_study(out: Path, res: dict) -> None:
@@ -302,9 +302,9 @@ def _write_study(out: Path, res: dict) -> None:
     figs = out / "figures"
     figs.mkdir(exist_ok=True)
     for name, sub in res["metrics"].groupby("model"):
-        save_figure(hp.metric_heatmaps(sub, title=f"{name} model: per-head metrics"), figs / f"{name}_heatmaps.png", dpi=120)
+        save_figure(hp.metric_heatmaps(sub, title=f"{name} model: per-head metrics"), figs / f"{name}_heatmaps.png")
         save_figure(hp.example_maps(res["examples"][name], title=f"{name} model: attention maps (window 0, first 96 bytes)"),
-                    figs / f"{name}_maps.png", dpi=120)
-    save_figure(hp.metric_scatter(res["metrics"], hue="model"), figs / "scatter.png", dpi=120)
+                    figs / f"{name}_maps.png")
+    save_figure(hp.metric_scatter(res["metrics"], hue="model"), figs / "scatter.png")
     _cluster_figures(figs, res["clusters"], "silhouette.png", "clusters_{}.png",
                      "best silhouette; clustered jointly")
