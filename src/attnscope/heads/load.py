@@ -139,12 +139,12 @@ def open_gguf(path: str | os.PathLike, device: str = "cpu", plan: WindowPlan | N
     from .maps import MapModel
 
     p = Path(path)
+    config = check_weights(lambda: GGUFSource.open(str(p)), str(p))
     missing = missing_gguf_runtime()
     if missing:
         raise UnsupportedError(f"{p}: running a GGUF file needs {', '.join(missing)}: {GGUF_FIX}")
     from attnscope.memory import release_free_memory
 
-    config = check_weights(lambda: GGUFSource.open(str(p)), str(p))
     model, tok = _load_gguf(p, None if plan is None else (lambda t: plan.check(t, context_length(config))))
     release_free_memory()  # the loader's dequantisation buffers (about 0.9 GB for a 0.5B model)
     model = model.to(device)
