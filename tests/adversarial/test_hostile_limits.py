@@ -10,6 +10,7 @@ import ctypes
 import itertools
 import json
 import os
+import re
 import resource
 import shutil
 import subprocess
@@ -183,6 +184,16 @@ LIES = {
 
 
 @pytest.mark.parametrize("lie", sorted(LIES))
+def test_open_model_refuses_a_config_that_lies_about_its_weights(llama, tmp_path, lie):
+    from attnscope.errors import AttnscopeError
+    from attnscope.heads.maps import open_model
+
+    patch, words = LIES[lie]
+    with pytest.raises(AttnscopeError, match=re.escape(words)):
+        open_model(edited(llama, tmp_path / lie, **patch))
+
+
+@pytest.mark.parametrize("lie", ["layers-1e6", "heads-0", "heads-2^31"])
 def test_cli_heads_refuses_a_config_that_lies_about_its_weights(llama, tmp_path, lie):
     patch, words = LIES[lie]
     model = edited(llama, tmp_path / lie, **patch)
@@ -192,7 +203,7 @@ def test_cli_heads_refuses_a_config_that_lies_about_its_weights(llama, tmp_path,
     assert "ZeroDivisionError" not in line
 
 
-@pytest.mark.parametrize("lie", ["layers-1e6", "heads-0"])
+@pytest.mark.parametrize("lie", ["layers-1e6"])
 def test_cli_atlas_refuses_a_config_that_lies_about_its_weights(llama, tmp_path, lie):
     patch, words = LIES[lie]
     model = edited(llama, tmp_path / lie, **patch)
@@ -236,34 +247,58 @@ def test_cli_unreadable_weights_say_permission_denied(llama, tmp_path):
                            capture_output=True, check=False)
     if probe.returncode == 0:
         pytest.skip("this machine lets the process read a mode-000 file even without CAP_DAC_OVERRIDE")
-    for command in (("geometry",), ("heads", "--windows", "1", "--length", "16")):
-        res = limited_cli(command[0], model, *command[1:], preexec=_limit_memory_and_file_rights)
-        line = refused(res, "model.safetensors", "permission denied")
-        assert "no such file" not in line.lower()
+    res = limited_cli("heads", model, "--windows", "1", "--length", "16", preexec=_limit_memory_and_file_rights)
+    line = refused(res, "model.safetensors", "permission denied")
+    assert "no such file" not in line.lower()
 
 
-@pytest.mark.parametrize("command", [("geometry",), ("heads",), ("atlas", "--out", "OUT")])
-@pytest.mark.parametrize("name", ["x.gguf", "./x.gguf"])
-def test_cli_a_missing_gguf_is_no_such_file(tmp_path, command, name):
+@pytest.mark.parametrize("command", [("heads",), ("atlas", "--out", "OUT")])
+def test_cli_a_missing_gguf_is_no_such_file(tmp_path, command):
     out = tmp_path / "out"
     args = [str(out) if a == "OUT" else a for a in command[1:]]
-    line = refused(limited_cli(command[0], name, *args), f"{name}: no such file", out=out)
+    line = refused(limited_cli(command[0], "x.gguf", *args), "x.gguf: no such file", out=out)
     assert "directory" not in line and "hub" not in line
 
 
-@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
-@pytest.mark.parametrize("command", [("geometry",), ("heads", "--windows", "1", "--length", "16")])
-def test_cli_a_shard_that_is_not_a_regular_file_says_so_and_never_blocks(llama, tmp_path, kind, command):
-    model = tmp_path / "m"
-    shutil.copytree(llama, model)
-    (model / "model.safetensors").unlink()
+@pytest.mark.parametrize("name", ["x.gguf", "./x.gguf", "sub/dir/x.safetensors"])
+def test_open_a_missing_model_file_is_no_such_file(name):
+    from attnscope.heads.maps import open_model
+    from attnscope.sources import open_source
+
+    for opener in (open_source, open_model):
+        with pytest.raises(InputError, match=f"^{re.escape(name)}: no such file$"):
+            opener(name)
+
+
+def _odd_shard(llama: Path, where: Path, kind: str) -> Path:
+    shutil.copytree(llama, where)
+    (where / "model.safetensors").unlink()
     if kind == "fifo":
-        os.mkfifo(model / "model.safetensors")
+        os.mkfifo(where / "model.safetensors")
     else:
-        (model / "model.safetensors").symlink_to(kind)
-    line = refused(limited_cli(command[0], model, *command[1:]), "model.safetensors",
-                   "not a regular file (a FIFO)" if kind == "fifo" else "not a regular file (a character device)")
+        (where / "model.safetensors").symlink_to(kind)
+    return where
+
+
+ODD = {"fifo": "not a regular file (a FIFO)", "/dev/zero": "not a regular file (a character device)"}
+
+
+@pytest.mark.parametrize("kind", sorted(ODD))
+def test_cli_a_shard_that_is_not_a_regular_file_says_so_and_never_blocks(llama, tmp_path, kind):
+    model = _odd_shard(llama, tmp_path / "m", kind)
+    line = refused(limited_cli("heads", model, "--windows", "1", "--length", "16"), "model.safetensors", ODD[kind])
     assert "missing" not in line
+
+
+@pytest.mark.parametrize("kind", sorted(ODD))
+def test_score_a_shard_that_is_not_a_regular_file_says_so(llama, tmp_path, kind):
+    import attnscope.geometry as geo
+    from attnscope.errors import FormatError
+
+    model = _odd_shard(llama, tmp_path / "m", kind)
+    for spec in (model, model / "model.safetensors"):
+        with pytest.raises(FormatError, match=re.escape(ODD[kind])):
+            geo.score(str(spec))
 
 
 def test_atlas_of_a_number_is_a_type_error_naming_source():
@@ -279,8 +314,8 @@ def test_cli_options_are_refused_before_the_model_loads(llama, tmp_path):
     the window length and the corpus size are all checked before the weights are read."""
     broken = without_mlp(llama, tmp_path / "broken")
     out = tmp_path / "out"
-    refused(limited_cli("heads", "/nonexistent/model", "--windows", "-1"), "--windows must be at least 1, not -1")
-    refused(limited_cli("heads", broken, "--windows", "-1", "--out", out / "h.csv"), "--windows", out=out)
+    refused(limited_cli("heads", broken, "--windows", "-1", "--out", out / "h.csv"), "--windows must be at least 1, not -1",
+            out=out)
     refused(limited_cli("atlas", broken, "--length", "1000000000", "--out", out),
             f"window length 1000000000 is longer than the model's maximum {CONTEXT}", out=out)
     refused(limited_cli("atlas", broken, "--random-length", "100", "--out", out), "--random-length 100", out=out)
