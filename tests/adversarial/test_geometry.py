@@ -189,7 +189,7 @@ def test_cli_a_device_or_fifo_is_not_a_model(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
     for spec in ("/dev/zero", str(fifo)):
-        assert_one_line_error(cli("geometry", spec), f"{spec}: not a regular file or a directory")
+        assert_one_line_error(cli("geometry", spec), f"{spec}: not a regular file")
 
 
 @pytest.mark.parametrize("args, needle", [
