@@ -364,3 +364,21 @@ def test_cli_report_atlas_of_a_ctranslate2_model_keeps_the_report(tmp_path):
     page = (out / "report.html").read_text()
     assert "No atlas section for this model" in page and "CTranslate2 model cannot be run" in page
 
+
+
+def test_window_plan_tokenizes_only_when_the_corpus_size_does_not_settle_it(llama, monkeypatch):
+    from attnscope.heads.load import WindowPlan
+    from attnscope.training import data
+    from attnscope.training.tokenizers import load_tokenizer
+
+    calls = []
+    real = data.heldout_windows
+    monkeypatch.setattr(data, "heldout_windows", lambda *a, **k: calls.append(a) or real(*a, **k))
+    tok = load_tokenizer(llama)
+    WindowPlan("builtin", 1, 16).check(tok, CONTEXT)  # 16 tokens: the held-out bytes settle it
+    assert calls == []
+    with pytest.raises(InputError, match="only 77 windows of 60, not 100"):
+        WindowPlan("builtin", 100, 60).check(tok, CONTEXT)
+    assert len(calls) == 1
+    with pytest.raises(InputError, match=f"window length {CONTEXT + 1} is longer than the model's maximum {CONTEXT}"):
+        WindowPlan("builtin", 1, CONTEXT + 1).check(tok, CONTEXT)
