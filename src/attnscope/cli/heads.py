@@ -58,7 +58,7 @@ def measure(
     All metric columns come from the corpus windows (the text probe) except the ``*_random`` columns,
     which come from the repeated-random-tokens probe (BOS, T random tokens, the same T again).
     """
-    from attnscope.heads.maps import window_plan, check_extract_args, extract, open_model
+    from attnscope.heads.maps import check_extract_args, extract, open_model, window_plan
     from attnscope.tables import write_table
 
     if js is not None and js_rows < 1:

@@ -68,13 +68,18 @@ def fold_gains(
     return np.asarray(q, dtype=np.float32), np.asarray(k, dtype=np.float32)
 
 
+def check_grouping(n_q: int, n_kv: int) -> None:
+    """ConfigError unless ``n_q`` query heads group evenly over ``n_kv`` key/value heads (nothing allocated)."""
+    if n_kv <= 0 or n_q <= 0 or n_q % n_kv:
+        raise ConfigError(f"{n_q} query heads cannot be grouped over {n_kv} key/value heads")
+
+
 def kv_head_index(n_q: int, n_kv: int) -> np.ndarray:
     """Key/value head used by each query head: ``g(h) = h // (n_q / n_kv)`` (Hugging Face ``repeat_kv``).
 
     The ONE place this mapping lives (MHA: identity; GQA: groups of n_q/n_kv; MQA: all zero).
     """
-    if n_kv <= 0 or n_q <= 0 or n_q % n_kv:
-        raise ConfigError(f"{n_q} query heads cannot be grouped over {n_kv} key/value heads")
+    check_grouping(n_q, n_kv)
     return np.arange(n_q) // (n_q // n_kv)
 
 

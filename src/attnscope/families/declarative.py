@@ -24,7 +24,7 @@ import numpy as np
 
 from attnscope.errors import AttnscopeError, ConfigError, FormatError, UnsupportedError
 
-from .base import AttentionFactors, FamilySpec, StackInfo, fold_gains, kv_head_index
+from .base import AttentionFactors, FamilySpec, StackInfo, check_grouping, fold_gains
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -256,7 +256,7 @@ class DeclarativeSpec(FamilySpec):
                 raise ConfigError(f"{mt} config: width {d_model} is not divisible by {n_heads} heads")
             d_head = d_model // n_heads
         d_kv = _config_int(config, st.d_model_kv, "key-side width", mt) or d_model
-        kv_head_index(n_heads, n_kv)  # validates the grouping (one clear ConfigError)
+        check_grouping(n_heads, n_kv)  # one clear ConfigError (an index array of a config's 2^31 heads would not fit)
         return StackInfo(st.stack, n_layers, n_heads, n_kv, d_model, d_head, d_kv if d_kv != d_model else None)
 
     def stacks(self, config: dict[str, Any], source: "WeightSource | None" = None) -> list[StackInfo]:

@@ -76,8 +76,23 @@ class WindowPlan:
         if max_len is not None and length > max_len:
             raise InputError(f"window length {length} is longer than the model's maximum {max_len}")
         body = length - 2 if {"cls", "sep"} <= set(_special_ids(tokenizer)) else length  # [CLS] + text + [SEP]
-        if body >= 1:  # (a window with no room for text is refused by make_windows, naming the model)
-            heldout_windows(open_corpus(self.data), tokenizer, body, self.windows)
+        if body < 1:  # a window with no room for text is refused by make_windows, naming the model
+            return
+        corpus = open_corpus(self.data)
+        held_out = sum(hi - lo for lo, hi in corpus.ranges("valid"))  # bytes
+        longest = _longest_token(tokenizer)
+        if longest is not None and held_out // longest >= self.windows * body:
+            return  # it surely holds enough tokens: a large corpus is not tokenized twice
+        heldout_windows(corpus, tokenizer, body, self.windows)
+
+
+def _longest_token(tokenizer: Any) -> int | None:
+    """The most UTF-8 bytes of one vocabulary entry (so a text of B bytes holds at least B // it tokens, but
+    for unknown-word tokens); None when the tokenizer does not list its vocabulary."""
+    vocab = getattr(getattr(tokenizer, "tok", None), "get_vocab", None)
+    if vocab is None:
+        return None
+    return max((len(t.encode("utf-8")) for t in vocab(with_added_tokens=False)), default=None) or None
 
 
 def check_weights(open_source: Callable[[], Any], name: str) -> dict[str, Any]:
@@ -141,12 +156,12 @@ def open_gguf(path: str | os.PathLike, device: str = "cpu", plan: WindowPlan | N
     from .maps import MapModel
 
     p = Path(path)
+    config = check_weights(lambda: GGUFSource.open(str(p)), str(p))
     missing = missing_gguf_runtime()
     if missing:
         raise UnsupportedError(f"{p}: running a GGUF file needs {', '.join(missing)}: {GGUF_FIX}")
     from attnscope.heap import release_free_memory
 
-    config = check_weights(lambda: GGUFSource.open(str(p)), str(p))
     model, tok = _load_gguf(p, None if plan is None else (lambda t: plan.check(t, context_length(config))))
     release_free_memory()  # the loader's dequantisation buffers (about 0.9 GB for a 0.5B model)
     model = model.to(device)
