@@ -53,6 +53,9 @@ def lazy_exports(
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = _resolve(package, module, name)
+        room = sys.modules.get(f"{package}.{name}")
+        if room is not None and callable(room):  # a callable room (``attnscope.atlas``): keep the module bound,
+            value = room  # or ``import attnscope.atlas.html as h`` would look for ``html`` on the function
         sys.modules[package].__dict__[name] = value  # cache: later lookups skip __getattr__
         return value
 

@@ -93,3 +93,13 @@ def test_attnscope_atlas_is_callable_lazily():
             " sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.stdout.strip() == "True True True []", r.stdout + r.stderr
+
+
+def test_the_atlas_room_stays_a_module_when_its_function_was_used_first():
+    """``attnscope.atlas`` used as a function first (a notebook's first cell), then a submodule imported by
+    name: the room stays bound (it is callable), so ``import attnscope.atlas.html as h`` works."""
+    code = ("import attnscope; f = attnscope.atlas; import attnscope.atlas.html as h; import attnscope.atlas.build as b;"
+            "print(callable(attnscope.atlas), attnscope.atlas is __import__('sys').modules['attnscope.atlas'],"
+            " hasattr(h, 'atlas_page'), f is attnscope.atlas)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.stdout.strip() == "True True True True", r.stdout + r.stderr
