@@ -149,3 +149,20 @@ def test_cli_writes_the_table_and_reports_bytes(neox_hub, cli_inproc, tmp_path):
     assert "read" in err and "%" in err
     for name in ("revisions.csv", "formation.csv", "emergence_layers.png", "emergence_heads.png"):
         assert (out / name).is_file()
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_hub_refusing_ranges_downloads_whole_files_and_they_are_removed_unless_kept(neox_hub, suite, tmp_path,
+                                                                                      online_env, keep):
+    neox_hub.ranges = False
+    res = sweep(REPO, tmp_path / "out", revisions="step0,step1", executor="inline", progress=False,
+                keep_downloads=keep)
+    assert res.summary.ok
+    revisions, trees = suite
+    for _, row in res.revisions.iterrows():
+        size = len(trees[revisions[row["revision"]]]["model.safetensors"])
+        assert row["bytes_read"] == row["shard_bytes"] == size  # the whole file, and it says so
+    cached = list((online_env / "hf" / "hub").rglob("model.safetensors"))
+    blobs = [p for p in (online_env / "hf" / "hub").rglob("blobs/*") if p.stat().st_size > 10_000]
+    assert (len(cached), len(blobs)) == ((2, 2) if keep else (0, 0))
+    assert list((online_env / "hf" / "hub").rglob("config.json"))  # the small files stay

@@ -68,9 +68,29 @@ def score_revision(payload: dict[str, Any]) -> "pd.DataFrame":
         moved = src.transfer() if hub else {}
     finally:
         src.close()
-        if cache is not None and not payload["keep_downloads"]:
-            shutil.rmtree(cache, ignore_errors=True)
+        if hub and not payload["keep_downloads"]:
+            _drop_downloads(src, cache)
     return _with_axis(df, payload, moved)
+
+
+def _drop_downloads(src: Any, cache: Path | None) -> None:
+    """Remove what scoring one hub revision put on disk: its tensors read by range and any weight file it had
+    to download whole (a ``pytorch_model.bin``, or a shard where ranges were refused): the hub cache's blob
+    and the snapshot's link to it. config.json and the index stay (small, and they let a rerun skip requests)."""
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
+    repo = getattr(src, "repo", None)
+    if repo is None:
+        return
+    snap = repo.storage(repo.repo_id) / "snapshots" / repo.sha
+    if not snap.is_dir():
+        return
+    for link in snap.rglob("*"):
+        if link.suffix in (".bin", ".safetensors", ".pt", ".pth") and (link.is_file() or link.is_symlink()):
+            blob = link.resolve()
+            link.unlink(missing_ok=True)
+            if blob != link and blob.is_file():
+                blob.unlink(missing_ok=True)
 
 
 def _logged(payload: dict[str, Any]) -> "pd.DataFrame":

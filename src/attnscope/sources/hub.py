@@ -322,10 +322,16 @@ class RangeReader:
         """The whole file when it is cached, or when ranges cannot be used (then downloaded)."""
         path = self.repo.local(filename)
         if path is None and self.refused:
-            path = self.repo.fetch(filename)
-            self.bytes_read += path.stat().st_size
+            return self._download(filename)
         if path is not None:
             self.file_bytes[filename] = path.stat().st_size
+        return path
+
+    def _download(self, filename: str) -> Path:
+        """The whole file (ranges refused), counted in ``bytes_read``."""
+        path = self.repo.fetch(filename)
+        self.bytes_read += path.stat().st_size
+        self.file_bytes[filename] = path.stat().st_size
         return path
 
     def header(self, filename: str) -> tuple[int, dict[str, Any]]:
@@ -365,7 +371,7 @@ class RangeReader:
             try:
                 return [k for k in self.header(filename)[1] if k != "__metadata__"]
             except _RangesRefused:
-                path = self.repo.fetch(filename)
+                path = self._download(filename)
         with _safe_open(path) as fh:
             return list(fh.keys())
 
@@ -387,7 +393,7 @@ class RangeReader:
                 if data is None:
                     raise _RangesRefused
             except _RangesRefused:
-                path = self.repo.fetch(filename)
+                path = self._download(filename)
             else:
                 blob = _one_tensor_file(name, entry["dtype"], entry["shape"], data)
                 atomic_write_bytes(cached, blob)
@@ -471,9 +477,10 @@ class HubSource(ShardedSource):
     def transfer(self) -> dict[str, int | None]:
         """What byte-range reading cost so far: ``bytes_read`` (received by this source: headers, q/k
         tensors, whole files where ranges were refused) and ``shard_bytes`` (the size of the weight files
-        those bytes came from, i.e. what downloading them whole would cost). Both None without ranges."""
+        those bytes came from, i.e. what downloading them whole would cost). Both None without ranges or when
+        no safetensors file was read by range (a ``pytorch_model.bin`` is downloaded whole)."""
         reader = self._weights._reader
-        if not isinstance(reader, RangeReader):
+        if not isinstance(reader, RangeReader) or not reader.file_bytes:  # no ranges, or no safetensors read
             return {"bytes_read": None, "shard_bytes": None}
         return {"bytes_read": reader.bytes_read, "shard_bytes": sum(reader.file_bytes.values())}
 
