@@ -119,3 +119,8 @@ def test_local_pool_gives_the_inline_table(run_dir, tmp_path):
     inline = sweep(str(run_dir), tmp_path / "a", executor="inline", progress=False)
     pool = sweep(str(run_dir), tmp_path / "b", executor="local", workers=2, progress=False)
     pd.testing.assert_frame_equal(inline.table, pool.table)
+
+
+def test_cli_behaviour_options_need_behaviour(run_dir, tmp_path, cli_inproc):
+    code, _, err = cli_inproc("emergence", str(run_dir), "--out", str(tmp_path / "o"), "--windows", "2")
+    assert code == 2 and "--windows configure the probes of --behaviour" in err

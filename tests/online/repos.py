@@ -115,7 +115,17 @@ def neox_repo(seed: int = 0, n_layers: int = 2, d: int = 32, n_heads: int = 4, v
     model = GPTNeoXForCausalLM(cfg)
     with tempfile.TemporaryDirectory() as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
+        _word_tokenizer(vocab).save(str(Path(tmp) / "tokenizer.json"))
         return {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
+
+
+def _word_tokenizer(vocab: int):  # noqa: ANN202 - a tokenizers.Tokenizer
+    """A word-level tokenizer of ``vocab`` ids (``w0`` ... ; unknown words -> ``w0``), so the model can be run."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tok
 
 
 def checkpoint_suite(steps: list[int], builder=neox_repo) -> tuple[dict[str, str], dict[str, dict[str, bytes]]]:  # noqa: ANN001

@@ -8,6 +8,9 @@ files scored from a local directory; the request log says what was fetched.
 from __future__ import annotations
 
 import json
+import tempfile
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +22,7 @@ from attnscope.errors import InputError, OfflineError
 from attnscope.geometry import score
 
 STEPS = [0, 1, 2, 4, 8]
+START = time.time()
 REPO = "org/neox-suite"
 
 
@@ -166,3 +170,25 @@ def test_a_hub_refusing_ranges_downloads_whole_files_and_they_are_removed_unless
     blobs = [p for p in (online_env / "hf" / "hub").rglob("blobs/*") if p.stat().st_size > 10_000]
     assert (len(cached), len(blobs)) == ((2, 2) if keep else (0, 0))
     assert list((online_env / "hf" / "hub").rglob("config.json"))  # the small files stay
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_behaviour_downloads_each_revision_for_the_probes_and_removes_it(neox_hub, suite, tmp_path, online_env, keep):
+    from attnscope.heads.probes import run_probes
+
+    opts = {"probes": "random", "random_windows": 1}
+    res = sweep(REPO, tmp_path / "out", revisions="step0,step8", executor="inline", progress=False, behaviour=opts,
+                keep_downloads=keep)
+    assert res.summary.ok, res.summary.failed
+    revisions, trees = suite
+    heads = res.table[res.table["level"] == "head"]
+    for rev, grp in heads.groupby("revision"):
+        root = tmp_path / "local" / rev
+        root.mkdir(parents=True)
+        for fname, blob in trees[revisions[rev]].items():
+            (root / fname).write_bytes(blob)
+        ref = run_probes(str(root), "random", random_windows_n=1).sort_values(["layer", "head"])
+        np.testing.assert_allclose(grp["induction_random"].to_numpy(float), ref["induction"].to_numpy(float))
+    weights = [p for p in (online_env / "hf" / "hub").rglob("*.safetensors")]
+    assert len(weights) == (2 if keep else 0)  # the snapshots the probes ran on, kept or gone
+    assert not [p for p in Path(tempfile.gettempdir()).glob("attnscope-revision-*") if p.stat().st_mtime > START]

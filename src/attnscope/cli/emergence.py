@@ -44,6 +44,15 @@ def emergence(
                                      "counts (docs/emergence.md)."),
     keep_downloads: bool = typer.Option(False, "--keep-downloads", help="Keep each hub revision's q/k tensors in the "
                                         "cache (default: removed once the revision is scored)."),
+    behaviour: bool = typer.Option(False, "--behaviour", help="Also run the atlas's probes (induction, previous token, "
+                                   "sink, ...) at each revision, and correlate across heads when geometry settles "
+                                   "with when behaviour appears."),
+    probe: str = typer.Option("both", "--probe", help="--behaviour: probes, both, random or text."),
+    data: str = typer.Option("builtin", "--data", help="--behaviour: corpus of the text probe."),
+    windows: int = typer.Option(4, "--windows", help="--behaviour: text-probe windows per revision."),
+    random_windows: int = typer.Option(4, "--random-windows", help="--behaviour: random-probe sequences per revision."),
+    n_boot: int = typer.Option(2000, "--n-boot", help="--behaviour: bootstrap resamples of the 95% interval."),
+    seed: int = typer.Option(0, "--seed", help="--behaviour: seed of the random probe and the bootstrap."),
     executor: str = typer.Option("local", "--executor", help="local (process pool), inline or slurm."),
     workers: int = typer.Option(2, "--workers", help="Parallel worker processes (--executor local)."),
     slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Slurm partition (--executor slurm)."),
@@ -60,6 +69,14 @@ def emergence(
     if level not in ("head", "layer", "both"):
         raise InputError(f"--level must be head, layer or both, not {level!r}")
     slurm = slurm_options(executor, slurm_partition, slurm_time, slurm_mem)
+    probes = None
+    if behaviour:
+        from attnscope.emergence.behaviour import behaviour_options
+
+        probes = behaviour_options(probes=probe, data=data, windows=windows, random_windows=random_windows, seed=seed)
+        positive(n_boot, "--n-boot")
+    else:
+        _refuse_probe_options(probe, data, windows, random_windows, n_boot, seed)
     if not list_only:
         if out is None:
             raise InputError("give --out DIR (the tables, figures and resumable store go there), or --list")
@@ -73,11 +90,12 @@ def emergence(
     levels = ("head", "layer") if level == "both" else (level,)
     res = sweep(source, out, revisions=revisions, k=k, levels=levels, stacks=stack,
                 fold_norms="all" if fold_input_norm else fold_norms, executor=executor, workers=workers, slurm=slurm,
-                progress=True, keep_downloads=keep_downloads)
+                progress=True, keep_downloads=keep_downloads, behaviour=probes or False)
     for note in res.info.get("notes", []):
         print(f"attnscope: note: {note}", file=sys.stderr)
     formed = _formation(res, min_change)
-    paths = _write_outputs(out, res, formed)
+    settled = _settling(res, min_change, n_boot, seed) if behaviour else None
+    paths = _write_outputs(out, res, formed, settled)
     if len(res.table):
         print_summary(res)
     failed = res.summary.failed
@@ -104,9 +122,28 @@ def _formation(res: "EmergenceResult", min_change: float) -> "pd.DataFrame | Non
     return pd.concat(parts, ignore_index=True)
 
 
-def _write_outputs(out: Path, res: "EmergenceResult", formed: "pd.DataFrame | None") -> list[Path]:
-    """Every file of a sweep into ``out``: emergence.parquet/.csv (the table), revisions.csv, formation.csv and
-    the figures. One function, so the whole set is written by one mechanism."""
+def _refuse_probe_options(probe: str, data: str, windows: int, random_windows: int, n_boot: int, seed: int) -> None:
+    given = [flag for flag, value, default in (("--probe", probe, "both"), ("--data", data, "builtin"),
+                                               ("--windows", windows, 4), ("--random-windows", random_windows, 4),
+                                               ("--n-boot", n_boot, 2000), ("--seed", seed, 0)) if value != default]
+    if given:
+        raise InputError(f"{', '.join(given)} configure the probes of --behaviour; add --behaviour or leave them out")
+
+
+def _settling(res: "EmergenceResult", min_change: float, n_boot: int, seed: int) -> "pd.DataFrame | None":
+    from attnscope.emergence.behaviour import behaviour_columns, settling
+
+    scored = res.table[res.table["level"] == "head"]
+    beh = behaviour_columns(res.table)
+    if not beh or scored.dropna(subset=beh[:1])["revision"].nunique() < 2:
+        return None
+    return settling(res.table, min_change=min_change, n_boot=n_boot, seed=seed)
+
+
+def _write_outputs(out: Path, res: "EmergenceResult", formed: "pd.DataFrame | None",
+                   settled: "pd.DataFrame | None" = None) -> list[Path]:
+    """Every file of a sweep into ``out``: emergence.parquet/.csv (the table), revisions.csv, formation.csv,
+    settling.csv (--behaviour) and the figures. One function, so the whole set is written by one mechanism."""
     from attnscope.plots import save_figure
     from attnscope.plots.emergence import emergence_figures
     from attnscope.tables import write_table
@@ -117,6 +154,8 @@ def _write_outputs(out: Path, res: "EmergenceResult", formed: "pd.DataFrame | No
     paths += [write_table(res.table, out / "emergence.parquet"), write_table(res.table, out / "emergence.csv")]
     if formed is not None:
         paths.append(write_table(formed, out / "formation.csv"))
+    if settled is not None:
+        paths.append(write_table(settled, out / "settling.csv"))
     heads = formed[formed["level"] == "head"] if formed is not None else None
     paths += [save_figure(fig, out / name) for name, fig in emergence_figures(res.table, heads)]
     return paths

@@ -70,7 +70,23 @@ def score_revision(payload: dict[str, Any]) -> "pd.DataFrame":
         src.close()
         if hub and not payload["keep_downloads"]:
             _drop_downloads(src, cache)
+    if payload.get("behaviour"):
+        df = _add_behaviour(df, payload)
     return _with_axis(df, payload, moved)
+
+
+def _add_behaviour(df: "pd.DataFrame", payload: dict[str, Any]) -> "pd.DataFrame":
+    """The probes' ``<metric>_<probe>`` columns on the head rows of the stack they ran on (other rows: NaN)."""
+    from .behaviour import revision_behaviour
+
+    wide = revision_behaviour(payload)
+    wide["level"] = "head"
+    wide["layer"] = wide["layer"].astype("Int64")
+    wide["head"] = wide["head"].astype("Int64")
+    out = df.merge(wide, on=["stack", "level", "layer", "head"], how="left", validate="many_to_one")
+    if out.loc[out["level"] == "head", wide.columns[-1]].notna().sum() != len(wide):
+        raise InputError(f"{payload['spec']}: the weights and the attention maps disagree on the heads; cannot pair them")
+    return out
 
 
 def _drop_downloads(src: Any, cache: Path | None) -> None:
@@ -143,13 +159,16 @@ def sweep(
     slurm: dict[str, Any] | None = None,
     progress: bool = True,
     keep_downloads: bool = False,
+    behaviour: bool | dict[str, Any] = False,
 ) -> EmergenceResult:
     """Score the W_qk geometry of ``source`` at each chosen revision into ``out_dir/store`` (resumable).
 
     source: a hub model id (revisions = its branches and tags named by step), an ``attnscope train`` run
     directory or a folder of checkpoints. revisions: a SPEC (:func:`.revisions.select_revisions`).
     k, levels, stacks, fold_norms: as :func:`attnscope.geometry.score`. executor, workers, slurm: as
-    :func:`attnscope.runs.run_tasks`. keep_downloads: keep each hub revision's q/k tensors in the cache.
+    :func:`attnscope.runs.run_tasks`. keep_downloads: keep each hub revision's downloads (q/k tensors; with behaviour its files) in the cache.
+    behaviour: also run the atlas's probes at each revision (True, or a dict of :data:`.behaviour.DEFAULTS`
+    options: probes, data, windows, random_windows, seed): ``<metric>_<probe>`` columns on the head rows.
     A revision that fails (hub down, revision gone) is recorded and the others go on; rerun to resume.
     """
     import math
@@ -180,14 +199,25 @@ def sweep(
                              params="revisions")
     source = str(source)
     model = model_label(source.removeprefix("hub:")) if kind == "hub" else model_label(str(Path(source).resolve()))
+    beh = None
+    if behaviour is not False and behaviour is not None:
+        from .behaviour import behaviour_options
+
+        if behaviour is not True and not isinstance(behaviour, dict):
+            raise InputError(f"behaviour must be True, False or a dict of probe options, not {behaviour!r}",
+                             params="behaviour")
+        beh = behaviour_options(**({} if behaviour is True else behaviour))
+        if "head" not in lv:
+            raise InputError("behaviour is measured per head: levels must include head", params="levels")
     settings = {"source": _canonical_source(source, kind), "k": float(k), "levels": lv, "stacks": stacks,
-                "fold_norms": fold}
+                "fold_norms": fold, "behaviour": beh}
     out.mkdir(parents=True, exist_ok=True)
     _check_settings(out, settings, SETTINGS_FILE)
     store = ResultsStore(out / "store", settings=settings, columns=[*RECORD_COLUMNS, *AXIS_COLUMNS])
     tasks = [Task(r.key, {"kind": kind, "spec": r.spec, "commit": r.commit if kind == "hub" else "",
                           "origin": r.origin, "revision": r.name, "step": r.step, "tokens": r.tokens, "model": model, "k": float(k),
-                          "levels": lv, "stacks": stacks, "fold_norms": fold, "keep_downloads": keep_downloads})
+                          "levels": lv, "stacks": stacks, "fold_norms": fold, "keep_downloads": keep_downloads,
+                          "behaviour": beh if r.origin != "run log" else None})
              for r in chosen]
     summary = run_tasks(score_revision, tasks, store, executor=executor, workers=workers, slurm=slurm,
                         progress=progress, desc=f"{model_label(model)}: revisions")

@@ -3,7 +3,7 @@
 * :func:`plot_layer_trajectories` median s and d over each layer's heads against step (log axis), a
   line per layer coloured by depth, one row per stack;
 * :func:`plot_head_steps`          a step-indexed heat map: rows are heads (layer by layer), columns the
-  revisions in training order, colour s or d;
+  revisions in training order, colour s or d (or behaviour: induction, previous token, sink);
 * :func:`plot_formation`           the step at which each head forms (layer x head, log colour scale),
   for s and d (the rule: :mod:`attnscope.emergence.formation`).
 
@@ -79,12 +79,17 @@ def plot_layer_trajectories(table: "pd.DataFrame", title: str | None = None, *, 
     return fig
 
 
-def plot_head_steps(table: "pd.DataFrame", title: str | None = None, *, fig: "Figure | None" = None) -> "Figure":
+def plot_head_steps(table: "pd.DataFrame", title: str | None = None, *, metrics: "tuple[str, ...] | None" = None,
+                    fig: "Figure | None" = None) -> "Figure":
     """Step-indexed heat maps: one row per head (layer by layer, layer 0 at the bottom), one column per revision
-    in training order (labelled by step), colour s or d (-1 to 1); one row of panels per stack."""
+    in training order (labelled by step), colour s or d (-1 to 1; ``metrics``: other columns of the table, such
+    as ``induction_random``, each on its own scale); one row of panels per stack."""
     import numpy as np
 
+    from .base import color_scale
+
     _check(table)
+    shown_metrics = SCORES if metrics is None else tuple((m, m.replace("_", " ")) for m in metrics)
     heads = table[table["level"] == "head"]
     stacks = list(dict.fromkeys(heads["stack"])) or ["encoder"]
     revs = list(dict.fromkeys(table["revision"]))
@@ -92,20 +97,26 @@ def plot_head_steps(table: "pd.DataFrame", title: str | None = None, *, fig: "Fi
     n_rows = max(heads.groupby("stack")[["layer", "head"]].apply(lambda g: len(g.drop_duplicates())).max()
                  if not heads.empty else 1, 1)
     fig = figure_for(fig, figsize=(min(16, 4 + 0.25 * len(revs)) * 1.6, min(10, 1.5 + 0.12 * n_rows) * len(stacks)))
-    axes = np.atleast_2d(fig.subplots(len(stacks), 2, squeeze=False))
+    axes = np.atleast_2d(fig.subplots(len(stacks), len(shown_metrics), squeeze=False))
     for r, stack in enumerate(stacks):
         grp = heads[heads["stack"] == stack]
         ids = grp[["layer", "head"]].drop_duplicates().sort_values(["layer", "head"])
         row_of = {(int(a), int(b)): i for i, (a, b) in enumerate(ids.itertuples(index=False))}
         col_of = {rev: j for j, rev in enumerate(revs)}
-        for c, (col, name) in enumerate(SCORES):
+        for c, (col, name) in enumerate(shown_metrics):
             grid = np.full((max(len(row_of), 1), len(revs)), np.nan)  # [heads, revisions]
             if not grp.empty:
                 ri = [row_of[(int(a), int(b))] for a, b in zip(grp["layer"], grp["head"])]
                 ci = [col_of[v] for v in grp["revision"]]
                 grid[ri, ci] = grp[col].to_numpy(float)
             ax = axes[r, c]
-            im = ax.imshow(grid, cmap="RdBu_r", vmin=-1, vmax=1, aspect="auto", origin="lower", interpolation="nearest")
+            if metrics is None:
+                scale = {"cmap": "RdBu_r", "vmin": -1, "vmax": 1}
+            elif col.startswith(("induction", "previous_token", "sink", "entropy_norm")):  # fractions: 0 to 1
+                scale = {"cmap": "viridis", "vmin": 0, "vmax": 1}
+            else:
+                scale = color_scale(grid)
+            im = ax.imshow(grid, aspect="auto", origin="lower", interpolation="nearest", **scale)
             ax.set_title(f"{stack}: {name}", fontsize=10)
             ax.set_xlabel("training step")
             ax.set_ylabel("head (layer by layer)")
@@ -172,3 +183,7 @@ def emergence_figures(table: "pd.DataFrame", formed: "pd.DataFrame | None") -> I
         yield "emergence_heads.png", plot_head_steps(table)
         if formed is not None and len(formed) and formed["head"].notna().any():
             yield "emergence_formation.png", plot_formation(formed)
+        beh = [c for c in ("induction_random", "previous_token_random", "sink_random") if c in table.columns
+               and table[c].notna().any()]
+        if beh:
+            yield "emergence_behaviour.png", plot_head_steps(table, metrics=tuple(beh))
