@@ -32,11 +32,29 @@ def _check(table: "pd.DataFrame") -> None:
     check_table(table, _NEEDS, "table", "an emergence table (attnscope.emergence.sweep(...).table)")
 
 
-def log_step_axis(ax: "Axes", steps: "list[float]", axis: str = "x") -> None:
-    """A log step axis that also shows step 0: symlog, linear below the smallest positive step."""
+def step_label(step: float) -> str:
+    """1500 -> '1.5k', 143000 -> '143k', 2e6 -> '2M'."""
+    for unit, size in (("M", 1e6), ("k", 1e3)):
+        if step >= size:
+            return f"{step / size:.3g}{unit}"
+    return f"{step:g}"
+
+
+def log_step_axis(ax: "Axes", steps: "list[float]", axis: str = "x", max_ticks: int = 8) -> None:
+    """A log step axis that also shows step 0: symlog, linear below the smallest positive step; ticks at
+    (at most ``max_ticks`` of) the revisions' own steps."""
+    import numpy as np
+    from matplotlib.ticker import NullLocator
+
     pos = [s for s in steps if s > 0]
     lin = min(pos) if pos else 1.0
     (ax.set_xscale if axis == "x" else ax.set_yscale)("symlog", linthresh=lin, linscale=0.5)
+    ticks = sorted(set(steps))
+    if len(ticks) > max_ticks:  # spread over the revisions, both ends kept
+        ticks = [ticks[i] for i in sorted(set(np.linspace(0, len(ticks) - 1, max_ticks).round().astype(int)))]
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_ticks(ticks, [step_label(t) for t in ticks])
+    target.set_minor_locator(NullLocator())
 
 
 def plot_layer_trajectories(table: "pd.DataFrame", title: str | None = None, *, fig: "Figure | None" = None) -> "Figure":
@@ -122,7 +140,7 @@ def plot_head_steps(table: "pd.DataFrame", title: str | None = None, *, metrics:
             ax.set_ylabel("head (layer by layer)")
             cols = np.arange(len(revs))
             shown = cols[:: max(1, len(revs) // 10)]
-            ax.set_xticks(shown, [str(step_of[revs[j]]) for j in shown], rotation=45, fontsize=7, ha="right")
+            ax.set_xticks(shown, [step_label(step_of[revs[j]]) for j in shown], rotation=45, fontsize=7, ha="right")
             starts = [row_of[k] for k in row_of if k[1] == min(h for (la, h) in row_of if la == k[0])]
             layers = sorted({k[0] for k in row_of})
             for y in starts[1:]:
