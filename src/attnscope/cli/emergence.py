@@ -87,6 +87,7 @@ def emergence(
         return
     from attnscope.emergence import sweep
 
+    assert out is not None  # checked above
     levels = ("head", "layer") if level == "both" else (level,)
     res = sweep(source, out, revisions=revisions, k=k, levels=levels, stacks=stack,
                 fold_norms="all" if fold_input_norm else fold_norms, executor=executor, workers=workers, slurm=slurm,
@@ -161,12 +162,12 @@ def _write_outputs(out: Path, res: "EmergenceResult", formed: "pd.DataFrame | No
     return paths
 
 
-def _size(n: object) -> str:
+def _size(value: object) -> str:
     import pandas as pd
 
-    if n is None or pd.isna(n):
+    if value is None or pd.isna(value):
         return "-"
-    n = float(n)  # type: ignore[arg-type]
+    n = float(value)  # type: ignore[arg-type]
     for unit in ("B", "kB", "MB", "GB", "TB"):
         if n < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -174,12 +175,12 @@ def _size(n: object) -> str:
     return "-"  # pragma: no cover
 
 
-def _tokens(n: object) -> str:
+def _tokens(value: object) -> str:
     import pandas as pd
 
-    if n is None or pd.isna(n):
+    if value is None or pd.isna(value):
         return "-"
-    n = int(n)  # type: ignore[call-overload]
+    n = int(value)  # type: ignore[call-overload]
     for unit, size in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("k", 10**3)):
         if n >= size:
             return f"{n / size:.3g}{unit}"

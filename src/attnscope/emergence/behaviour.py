@@ -55,11 +55,11 @@ def _hub_snapshot(spec: str, commit: str, keep: bool) -> tuple[Path, Path | None
 
     repo_id, _, rev = spec.partition("@")
     tmp = None if keep else Path(tempfile.mkdtemp(prefix="attnscope-revision-"))
+    where: dict[str, Any] = {"local_dir": str(tmp)} if tmp else {"cache_dir": str(hub_cache())}
     try:
         with _quiet_client(), _no_bars(snapshot_download) as quiet:
-            path = snapshot_download(repo_id, revision=commit or rev, allow_patterns=RUN_FILES,
-                                     endpoint=hub_endpoint(),
-                                     **({"local_dir": str(tmp)} if tmp else {"cache_dir": str(hub_cache())}), **quiet)
+            path = snapshot_download(repo_id, revision=commit or rev, allow_patterns=RUN_FILES,  # type: ignore[call-overload]
+                                     endpoint=hub_endpoint(), **where, **quiet)
     except Exception as exc:  # one line
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

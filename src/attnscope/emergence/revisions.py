@@ -184,7 +184,8 @@ def _run_revisions(run: Path) -> list[Revision]:
 
 
 def _folder_revisions(folder: Path) -> list[Revision]:
-    revs, seen = [], {}
+    revs: list[Revision] = []
+    seen: dict[tuple[str, int], str] = {}
     for p in sorted(folder.iterdir()):
         if not p.is_dir():
             continue
@@ -311,7 +312,7 @@ def select_revisions(revisions: Sequence[Revision], spec: str | Sequence[str] = 
             near = ", ".join(r.name for r in list(revisions)[:5])
             raise InputError(f"revisions {item}: no such revision with a training step (have {near}, ...)",
                              params="revisions")
-    chosen = order(picked.values() if filters else revisions)
+    chosen = order(list(picked.values()) if filters else revisions)
     if thin is not None:
         chosen = log_spaced(chosen, thin)
     if not chosen:

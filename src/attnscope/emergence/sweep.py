@@ -58,7 +58,8 @@ def score_revision(payload: dict[str, Any]) -> "pd.DataFrame":
     if payload["origin"] == "run log":
         return _logged(payload)
     hub = payload["kind"] == "hub"
-    src = open_source(payload["spec"], **({"ranges": True} if hub else {}))
+    opts: dict[str, Any] = {"ranges": True} if hub else {}  # hub: q/k by byte range
+    src: Any = open_source(payload["spec"], **opts)  # a HubSource for hub revisions
     cache = getattr(src, "range_cache", None)
     try:
         if hub and payload["commit"] and src.repo.sha != payload["commit"]:
