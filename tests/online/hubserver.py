@@ -22,6 +22,7 @@ stops listening (every later connection is refused), as a hub that goes away in 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -127,6 +128,7 @@ class HubServer:
             return len(self.log) <= self.max_requests
 
 
+@functools.lru_cache(maxsize=256)  # a big file is hashed once, not on every range request (bytes cache their hash)
 def etag(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
