@@ -87,7 +87,7 @@ def test_cli_on_a_run(run_dir, tmp_path, cli_inproc):
     formed = pd.read_csv(out / "formation.csv")
     assert set(formed["metric"]) == {"symmetry", "directionality"}
     for name in ("emergence.csv", "revisions.csv", "emergence_layers.png", "emergence_heads.png",
-                 "emergence_formation.png"):
+                 "emergence_formation.png", "emergence.html"):
         assert (out / name).is_file(), name
     assert "enc-sym" in stdout and "step-12" in stdout
     code, stdout, err = cli_inproc("emergence", str(run_dir), "--list")

@@ -144,7 +144,8 @@ def _settling(res: "EmergenceResult", min_change: float, n_boot: int, seed: int)
 def _write_outputs(out: Path, res: "EmergenceResult", formed: "pd.DataFrame | None",
                    settled: "pd.DataFrame | None" = None) -> list[Path]:
     """Every file of a sweep into ``out``: emergence.parquet/.csv (the table), revisions.csv, formation.csv,
-    settling.csv (--behaviour) and the figures. One function, so the whole set is written by one mechanism."""
+    settling.csv (--behaviour), the figures and emergence.html. One function, so the whole set is written by one
+    mechanism."""
     from attnscope.plots import save_figure
     from attnscope.plots.emergence import emergence_figures
     from attnscope.tables import write_table
@@ -159,6 +160,11 @@ def _write_outputs(out: Path, res: "EmergenceResult", formed: "pd.DataFrame | No
         paths.append(write_table(settled, out / "settling.csv"))
     heads = formed[formed["level"] == "head"] if formed is not None else None
     paths += [save_figure(fig, out / name) for name, fig in emergence_figures(res.table, heads)]
+    if (res.table["level"] == "head").any():
+        from attnscope.emergence.html import emergence_page
+        from attnscope.tables import atomic_write_text
+
+        paths.append(atomic_write_text(out / "emergence.html", emergence_page(res.table)))
     return paths
 
 

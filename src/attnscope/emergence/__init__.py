@@ -5,6 +5,8 @@
 * :mod:`.sweep`     -- :func:`sweep`: every chosen revision scored through the results store (resumable;
   local pool or Slurm), hub revisions read by byte range
 * :mod:`.formation` -- the step at which a head forms (half of its change reached, and kept)
+* :mod:`.behaviour` -- the atlas's probes at a revision; when geometry settles against when behaviour appears
+* :mod:`.html`      -- the sweep as one self-contained page with a step slider
 
 Figures live in :mod:`attnscope.plots.emergence`; the command is ``attnscope emergence``.
 """
