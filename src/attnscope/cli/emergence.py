@@ -42,8 +42,9 @@ def emergence(
     fold_input_norm: bool = typer.Option(False, "--fold-input-norm", help="With --fold-norms: also the input-norm gain."),
     min_change: float = typer.Option(0.05, "--min-change", help="Formation: smallest |final - initial| of s or d that "
                                      "counts (docs/emergence.md)."),
-    keep_downloads: bool = typer.Option(False, "--keep-downloads", help="Keep each hub revision's q/k tensors in the "
-                                        "cache (default: removed once the revision is scored)."),
+    keep_downloads: bool = typer.Option(False, "--keep-downloads", help="Keep each hub revision's downloads (q/k "
+                                        "tensors; with --behaviour its files) in the cache (default: removed once "
+                                        "the revision is scored)."),
     behaviour: bool = typer.Option(False, "--behaviour", help="Also run the atlas's probes (induction, previous token, "
                                    "sink, ...) at each revision, and correlate across heads when geometry settles "
                                    "with when behaviour appears."),
