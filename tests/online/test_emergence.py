@@ -192,3 +192,14 @@ def test_behaviour_downloads_each_revision_for_the_probes_and_removes_it(neox_hu
     weights = [p for p in (online_env / "hf" / "hub").rglob("*.safetensors")]
     assert len(weights) == (2 if keep else 0)  # the snapshots the probes ran on, kept or gone
     assert not [p for p in Path(tempfile.gettempdir()).glob("attnscope-revision-*") if p.stat().st_mtime > START]
+
+
+def test_offline_the_cached_branches_are_listed_and_a_finished_sweep_is_reused(neox_hub, tmp_path, monkeypatch):
+    first = sweep(REPO, tmp_path / "out", revisions="step1,step4", executor="inline", progress=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    neox_hub.clear()
+    assert [r.name for r in list_revisions(REPO)] == ["step1", "step4"]  # what earlier runs resolved
+    again = sweep(REPO, tmp_path / "out", executor="inline", progress=False)
+    assert sorted(again.summary.skipped) == sorted(first.summary.done) and neox_hub.log == []
+    pd_equal = again.table.reset_index(drop=True).equals(first.table.reset_index(drop=True))
+    assert pd_equal
