@@ -228,7 +228,8 @@ def _hub_revisions(repo_id: str) -> list[Revision]:
         refs = {p.relative_to(root).as_posix(): p.read_text().strip() for p in root.rglob("*") if p.is_file()} \
             if root.is_dir() else {}
         if not refs:
-            raise OfflineError(f"{repo_id}: cannot list its revisions: {why}, and the hub cache has none")
+            raise OfflineError(f"{repo_id}: no local path of that name, and as a hub model cannot list its revisions: "
+                               f"{why}, and the hub cache has none")
     revs, no_step = [], []
     for name, sha in refs.items():
         step, tokens = parse_step(name)
