@@ -4,6 +4,8 @@ Serves in-memory repositories the way ``huggingface_hub`` expects them:
 
 * ``GET /api/models/{repo}[/revision/{rev}]`` and ``/api/datasets/...``: the repo's commit ``sha`` and
   its ``siblings`` (file names);
+* ``GET /api/models/{repo}/refs``: its branches and tags (``name``, ``ref``, ``targetCommit``), as
+  ``list_repo_refs`` reads them (a revision named in ``Repo.tags`` is a tag, every other one a branch);
 * ``HEAD|GET /{repo}/resolve/{rev}/{file}`` (datasets: ``/datasets/{repo}/resolve/...``): ``ETag``,
   ``X-Repo-Commit``, ``Content-Length``; weight files (``*.safetensors``, ``*.parquet``) answer with a
   302 to ``/cdn/...`` and ``X-Linked-Etag`` / ``X-Linked-Size``, as LFS files do on the hub;
@@ -13,11 +15,14 @@ Serves in-memory repositories the way ``huggingface_hub`` expects them:
 
 Every request is logged (method, path, range, body bytes sent). The server stops itself after
 ``max_requests`` requests or ``max_seconds`` (bounded even when a test forgets it), and
-``die_after`` makes one file's body stop half-way (a server dying mid-download).
+``die_after`` makes one file's body stop half-way (a server dying mid-download); ``down_after = N``
+makes the hub go down for good after N requests: request N + 1 is dropped unanswered and the server
+stops listening (every later connection is refused), as a hub that goes away in the middle of a sweep.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -39,6 +44,7 @@ class Repo:
     token: str | None = None
     kind: str = "models"
     trees: dict[str, dict[str, bytes]] = field(default_factory=dict)  # files of other commits, by sha
+    tags: set[str] = field(default_factory=set)  # revisions listed as tags (the others are branches)
 
     def __post_init__(self) -> None:
         self.revisions.setdefault("main", self.sha)
@@ -67,6 +73,7 @@ class HubServer:
         self.log: list[Hit] = []
         self.die_after: dict[str, int] = {}  # file name -> bytes sent before the connection drops
         self.raw: dict[str, bytes | list[bytes]] = {}  # plain URLs ("/enwik8.zip") -> body (or bodies in turn)
+        self.down_after: int | None = None  # requests answered before the hub goes down for good
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._httpd.daemon_threads = True
@@ -121,12 +128,14 @@ class HubServer:
             return len(self.log) <= self.max_requests
 
 
+@functools.lru_cache(maxsize=256)  # a big file is hashed once, not on every range request (bytes cache their hash)
 def etag(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
 _RESOLVE = re.compile(r"^/(?:(datasets)/)?(.+?)/resolve/([^/]+)/(.+)$")
 _TREE = re.compile(r"^/api/(models|datasets)/([^/]+/[^/]+)/tree/([^/]+)(/.*)?$")
+_REFS = re.compile(r"^/api/(models|datasets)/([^/]+/[^/]+)/refs$")
 _API = re.compile(r"^/api/(models|datasets)/(.+?)(?:/revision/([^/]+))?$")
 _CDN = re.compile(r"^/cdn/(models|datasets)/(.+?)/([0-9a-f]{40})/(.+)$")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
@@ -261,13 +270,39 @@ def _handler(server: HubServer) -> type[BaseHTTPRequestHandler]:
                         if p not in found and any(f.startswith(p + "/") for f in repo.tree(sha))]
             self._send(200, {"Content-Type": "application/json"}, json.dumps(entries).encode())
 
+        def _refs(self, kind: str, name: str, head: bool) -> None:
+            repo = self._repo(kind, name, head, gate=False)
+            if repo is None:
+                return
+            out: dict[str, list] = {"branches": [], "tags": [], "converts": []}
+            for rev, sha in sorted(repo.revisions.items()):
+                tag = rev in repo.tags
+                out["tags" if tag else "branches"].append(
+                    {"name": rev, "ref": f"refs/{'tags' if tag else 'heads'}/{rev}", "targetCommit": sha})
+            self._send(200, {"Content-Type": "application/json"}, json.dumps(out).encode(), head)
+
+        def _going_down(self) -> bool:
+            """True (the request dropped, the server stopping) once ``down_after`` requests were answered."""
+            with server._lock:
+                down = server.down_after is not None and len(server.log) >= server.down_after
+            if down:
+                self.close_connection = True
+                threading.Thread(target=server.stop, daemon=True).start()
+            return down
+
         def _serve(self, head: bool) -> None:
+            if self._going_down():
+                return
             path = unquote(urlsplit(self.path).path)
             if path in server.raw:
                 data = server.raw[path]
                 if isinstance(data, list):  # bodies served in turn, the last one from then on
                     data = data.pop(0) if len(data) > 1 else data[0]
                 self._body(data, {"ETag": f'"{etag(data)}"'}, head, path)
+                return
+            m = _REFS.match(path)
+            if m:
+                self._refs(m.group(1), m.group(2), head)
                 return
             m = _TREE.match(path)
             if m:

@@ -98,3 +98,42 @@ def qk_bytes(files: dict[str, bytes]) -> int:
         if name.endswith(".safetensors"):
             total += sum(a.nbytes for k, a in load(blob).items() if k.endswith(("q_proj.weight", "k_proj.weight")))
     return total
+
+
+def neox_repo(seed: int = 0, n_layers: int = 2, d: int = 32, n_heads: int = 4, vocab: int = 64) -> dict[str, bytes]:
+    """A tiny random GPT-NeoX (Pythia's layout: one fused query_key_value per layer) as transformers saves it:
+    config.json and one model.safetensors."""
+    import tempfile
+    from pathlib import Path
+
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = GPTNeoXConfig(hidden_size=d, num_attention_heads=n_heads, num_hidden_layers=n_layers,
+                        intermediate_size=2 * d, vocab_size=vocab, max_position_embeddings=64, rotary_pct=0.25)
+    model = GPTNeoXForCausalLM(cfg)
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        _word_tokenizer(vocab).save(str(Path(tmp) / "tokenizer.json"))
+        return {p.name: p.read_bytes() for p in Path(tmp).iterdir() if p.is_file()}
+
+
+def _word_tokenizer(vocab: int):  # noqa: ANN202 - a tokenizers.Tokenizer
+    """A word-level tokenizer of ``vocab`` ids (``w0`` ... ; unknown words -> ``w0``), so the model can be run."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(vocab)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return tok
+
+
+def checkpoint_suite(steps: list[int], builder=neox_repo) -> tuple[dict[str, str], dict[str, dict[str, bytes]]]:  # noqa: ANN001
+    """Branches ``step<N>`` of one model at several training steps, Pythia-style: (branch -> commit sha,
+    sha -> files). Each step's weights are another random draw (seed = its index)."""
+    revisions, trees = {}, {}
+    for i, step in enumerate(steps):
+        sha = f"{i + 1:040x}"
+        revisions[f"step{step}"] = sha
+        trees[sha] = builder(seed=i)
+    return revisions, trees

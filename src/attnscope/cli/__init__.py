@@ -1,7 +1,7 @@
 """The ``attnscope`` command line: a thin layer over the Python API.
 
 Each sub-app lives in its own module (``geometry``, ``zoo``, ``train``, ``compare``, ``heads``,
-``dynamics``, ``report``, ``atlas``); they parse options, call the API, and print with rich. Known errors
+``dynamics``, ``report``, ``atlas``, ``emergence``); they parse options, call the API, and print with rich. Known errors
 (:class:`attnscope.errors.AttnscopeError`, and OSErrors such as a full disk) become one line on
 stderr and exit code 2; any other exception is a bug: one line and exit code 1 (the traceback with
 ``attnscope --debug ...`` or ``ATTNSCOPE_DEBUG=1``). Warnings print as one line each.
@@ -36,6 +36,7 @@ _SUBAPPS = [
     ("dynamics", "app", "dynamics"),
     ("report", "report", "report"),
     ("atlas", "atlas", "atlas"),
+    ("emergence", "emergence", "emergence"),
 ]
 
 

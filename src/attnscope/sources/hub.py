@@ -276,7 +276,9 @@ class RangeReader:
 
     ``keys``/``tensor`` mirror what :class:`~attnscope.sources.hf.ShardedWeights` needs. A file already
     whole in the hub cache is read from there; a server that refuses ranges makes the reader download
-    whole files (``HubRepo.fetch``) from then on.
+    whole files (``HubRepo.fetch``) from then on. ``bytes_read`` counts the bytes this reader received
+    (headers, tensors, whole files it had to download); ``file_bytes`` the size of each safetensors
+    file it read from (header + data section), so their ratio is what ranges saved.
     """
 
     def __init__(self, repo: HubRepo) -> None:
@@ -285,6 +287,8 @@ class RangeReader:
         self.refused = False
         self._headers: dict[str, tuple[int, dict[str, Any]]] = {}
         self._where: dict[str, str] = {}
+        self.bytes_read = 0
+        self.file_bytes: dict[str, int] = {}
 
     def _get(self, filename: str, lo: int, hi: int) -> bytes | None:
         if not self.repo.online:
@@ -311,13 +315,24 @@ class RangeReader:
             raise _hub_error(self.repo.repo_id, filename, exc) from None
         if data is None:
             self.refused = True
+        else:
+            self.bytes_read += len(data)
         return data
 
     def _whole(self, filename: str) -> Path | None:
         """The whole file when it is cached, or when ranges cannot be used (then downloaded)."""
         path = self.repo.local(filename)
         if path is None and self.refused:
-            path = self.repo.fetch(filename)
+            return self._download(filename)
+        if path is not None:
+            self.file_bytes[filename] = path.stat().st_size
+        return path
+
+    def _download(self, filename: str) -> Path:
+        """The whole file (ranges refused), counted in ``bytes_read``."""
+        path = self.repo.fetch(filename)
+        self.bytes_read += path.stat().st_size
+        self.file_bytes[filename] = path.stat().st_size
         return path
 
     def header(self, filename: str) -> tuple[int, dict[str, Any]]:
@@ -331,8 +346,7 @@ class RangeReader:
             start, header = obj.get("start"), obj.get("header")
             if not isinstance(start, int) or not isinstance(header, dict):
                 raise FormatError(f"{cached}: not a cached safetensors header (delete it to fetch it again)")
-            self._headers[filename] = (start, check_header(header, None, label))
-            return self._headers[filename]
+            return self._keep_header(filename, start, check_header(header, None, label))
         head = self._get(filename, 0, 8)
         if head is None:
             raise _RangesRefused
@@ -343,7 +357,13 @@ class RangeReader:
             raise _RangesRefused
         header = check_header(parse_header(raw, label), None, label)
         atomic_write_text(cached, json.dumps({"start": 8 + n, "header": header}))
-        self._headers[filename] = (8 + n, header)
+        return self._keep_header(filename, 8 + n, header)
+
+    def _keep_header(self, filename: str, start: int, header: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Remember a file's header and its size (the data section ends at the largest tensor end)."""
+        ends = [int(e["data_offsets"][1]) for k, e in header.items() if k != "__metadata__" and isinstance(e, dict)]
+        self.file_bytes[filename] = start + max(ends, default=0)
+        self._headers[filename] = (start, header)
         return self._headers[filename]
 
     def keys(self, filename: str) -> list[str]:
@@ -352,7 +372,7 @@ class RangeReader:
             try:
                 return [k for k in self.header(filename)[1] if k != "__metadata__"]
             except _RangesRefused:
-                path = self.repo.fetch(filename)
+                path = self._download(filename)
         with open_safetensors(path) as fh:
             return list(fh.keys())
 
@@ -374,7 +394,7 @@ class RangeReader:
                 if data is None:
                     raise _RangesRefused
             except _RangesRefused:
-                path = self.repo.fetch(filename)
+                path = self._download(filename)
             else:
                 blob = _one_tensor_file(name, entry["dtype"], entry["shape"], data)
                 atomic_write_bytes(cached, blob)
@@ -447,3 +467,20 @@ class HubSource(ShardedSource):
         reader = RangeReader(repo) if ranges else None
         weights = ShardedWeights(repo_id, layout[0], layout[1], repo.fetch, reader=reader)
         return cls(repo, config, weights, ranges)
+
+    def transfer(self) -> dict[str, int | None]:
+        """What byte-range reading cost so far: ``bytes_read`` (received by this source: headers, q/k
+        tensors, whole files where ranges were refused) and ``shard_bytes`` (the size of the weight files
+        those bytes came from, i.e. what downloading them whole would cost). Both None without ranges or when
+        no safetensors file was read by range (a ``pytorch_model.bin`` is downloaded whole)."""
+        reader = self._weights._reader
+        if not isinstance(reader, RangeReader) or not reader.file_bytes:  # no ranges, or no safetensors read
+            return {"bytes_read": None, "shard_bytes": None}
+        return {"bytes_read": reader.bytes_read, "shard_bytes": sum(reader.file_bytes.values())}
+
+    @property
+    def range_cache(self) -> Path | None:
+        """Where this revision's tensors read by range are kept (None without ranges); a sweep over many
+        revisions removes it once a revision is scored."""
+        reader = self._weights._reader
+        return reader.root if isinstance(reader, RangeReader) else None

@@ -58,7 +58,7 @@ def _payload(e: ZooEntry, k: float, stacks: tuple[str, ...] | None) -> dict[str,
 SETTINGS_FILE = "survey.json"
 
 
-def _check_settings(out: Path, settings: dict[str, Any]) -> None:
+def _check_settings(out: Path, settings: dict[str, Any], filename: str = SETTINGS_FILE) -> None:
     """Refuse to mix results computed with different settings in one store (they would be reused silently).
 
     A missing or unreadable ``survey.json`` is (re)written; the per-file settings checked by the
@@ -67,7 +67,7 @@ def _check_settings(out: Path, settings: dict[str, Any]) -> None:
     import json
     import warnings
 
-    path = out / SETTINGS_FILE
+    path = out / filename
     old: Any = None
     if path.is_file():
         try:

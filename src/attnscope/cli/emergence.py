@@ -1,0 +1,235 @@
+"""``attnscope emergence``: W_qk geometry across a model's training checkpoints.
+
+    attnscope emergence SOURCE --out DIR [--revisions SPEC] [--k K] [--level L] [--stack S] ...
+    attnscope emergence SOURCE --list [--revisions SPEC]       the revisions it would score, nothing else
+
+Its own command rather than an option of ``geometry``: it has its own axis (revisions, steps, tokens), its
+own resumable store in DIR and its own figures. Thin layer over :mod:`attnscope.emergence`; every file it
+writes goes through :func:`_write_outputs`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, List, Optional
+
+import typer
+
+from attnscope.errors import InputError
+
+from ._common import check_out_dir, positive, slurm_options, stderr_console
+from ._tables import print_table
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from attnscope.emergence import EmergenceResult
+
+
+def emergence(
+    source: str = typer.Argument(..., help="Hub model id (org/name), an `attnscope train` run directory, or a folder "
+                                           "of checkpoint directories named by step."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory for the tables, figures and the resumable "
+                                                                  "store (required unless --list)."),
+    revisions: str = typer.Option("all", "--revisions", "-r", help="all; names, globs (stage1-*) or step ranges "
+                                  "(1000:5000), comma-separated; log:N thins to N revisions evenly in log(step)."),
+    list_only: bool = typer.Option(False, "--list", help="Print the chosen revisions (step, tokens) and stop."),
+    k: float = typer.Option(2.0, "--k", help="Outlier threshold: mean + k std of row/column norms."),
+    level: str = typer.Option("both", "--level", help="head, layer or both."),
+    stack: Optional[List[str]] = typer.Option(None, "--stack", help="Only this stack (encoder/decoder/cross); repeatable."),
+    fold_norms: bool = typer.Option(False, "--fold-norms", help="Fold q/k-norm gains (QK-norm models) into W_q, W_k."),
+    fold_input_norm: bool = typer.Option(False, "--fold-input-norm", help="With --fold-norms: also the input-norm gain."),
+    min_change: float = typer.Option(0.05, "--min-change", help="Formation: smallest |final - initial| of s or d that "
+                                     "counts (docs/emergence.md)."),
+    keep_downloads: bool = typer.Option(False, "--keep-downloads", help="Keep each hub revision's downloads (q/k "
+                                        "tensors; with --behaviour its files) in the cache (default: removed once "
+                                        "the revision is scored)."),
+    behaviour: bool = typer.Option(False, "--behaviour", help="Also run the atlas's probes (induction, previous token, "
+                                   "sink, ...) at each revision, and correlate across heads when geometry settles "
+                                   "with when behaviour appears."),
+    probe: str = typer.Option("both", "--probe", help="--behaviour: probes, both, random or text."),
+    data: str = typer.Option("builtin", "--data", help="--behaviour: corpus of the text probe."),
+    windows: int = typer.Option(4, "--windows", help="--behaviour: text-probe windows per revision."),
+    random_windows: int = typer.Option(4, "--random-windows", help="--behaviour: random-probe sequences per revision."),
+    n_boot: int = typer.Option(2000, "--n-boot", help="--behaviour: bootstrap resamples of the 95% interval."),
+    seed: int = typer.Option(0, "--seed", help="--behaviour: seed of the random probe and the bootstrap."),
+    executor: str = typer.Option("local", "--executor", help="local (process pool), inline or slurm."),
+    workers: int = typer.Option(2, "--workers", help="Parallel worker processes (--executor local)."),
+    slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Slurm partition (--executor slurm)."),
+    slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Minutes per Slurm job (--executor slurm)."),
+    slurm_mem: Optional[float] = typer.Option(None, "--slurm-mem", help="Memory per Slurm job, GB (--executor slurm)."),
+) -> None:
+    """Symmetry and directionality of every head's W_qk at each training checkpoint of a model: a tidy table with
+    revision, step and tokens, the step at which each head forms, and figures. Resumable: rerun to continue."""
+    from attnscope.emergence import plan
+
+    positive(k, "--k", minimum=0, strict=True)
+    positive(workers, "--workers")
+    positive(min_change, "--min-change", minimum=0)
+    if level not in ("head", "layer", "both"):
+        raise InputError(f"--level must be head, layer or both, not {level!r}")
+    slurm = slurm_options(executor, slurm_partition, slurm_time, slurm_mem)
+    probes = None
+    if behaviour:
+        from attnscope.emergence.behaviour import behaviour_options
+
+        probes = behaviour_options(probes=probe, data=data, windows=windows, random_windows=random_windows, seed=seed)
+        positive(n_boot, "--n-boot")
+    else:
+        _refuse_probe_options(probe, data, windows, random_windows, n_boot, seed)
+    if not list_only:
+        if out is None:
+            raise InputError("give --out DIR (the tables, figures and resumable store go there), or --list")
+        check_out_dir(out, "--out")
+    kind, chosen = plan(source, revisions)
+    if list_only:
+        _print_revisions(source, kind, chosen)
+        return
+    from attnscope.emergence import sweep
+
+    assert out is not None  # checked above
+    levels = ("head", "layer") if level == "both" else (level,)
+    res = sweep(source, out, revisions=revisions, k=k, levels=levels, stacks=stack,
+                fold_norms="all" if fold_input_norm else fold_norms, executor=executor, workers=workers, slurm=slurm,
+                progress=True, keep_downloads=keep_downloads, behaviour=probes or False)
+    for note in res.info.get("notes", []):
+        print(f"attnscope: note: {note}", file=sys.stderr)
+    formed = _formation(res, min_change)
+    settled = _settling(res, min_change, n_boot, seed) if behaviour else None
+    paths = _write_outputs(out, res, formed, settled)
+    if len(res.table):
+        print_summary(res)
+    failed = res.summary.failed
+    for key, msg in failed.items():
+        print(f"attnscope: warning: {key.split('@')[0]} failed: {msg}", file=sys.stderr)
+    stderr_console().print(f"wrote {len(paths)} files to {out}/", highlight=False)
+    if failed:
+        n_ok = int((res.revisions["status"] != "failed").sum())
+        print(f"attnscope: {len(failed)} revision(s) failed, {n_ok} scored; rerun the same command to resume",
+              file=sys.stderr)
+        raise typer.Exit(1)
+
+
+def _formation(res: "EmergenceResult", min_change: float) -> "pd.DataFrame | None":
+    """Formation of every head (and layer form) when at least two revisions were scored."""
+    import pandas as pd
+
+    from attnscope.emergence import formation
+
+    if res.table.empty or res.table["revision"].nunique() < 2:
+        return None
+    parts = [formation(res.table, min_change=min_change, level=lv) for lv in ("head", "layer")
+             if (res.table["level"] == lv).any()]
+    return pd.concat(parts, ignore_index=True)
+
+
+def _refuse_probe_options(probe: str, data: str, windows: int, random_windows: int, n_boot: int, seed: int) -> None:
+    given = [flag for flag, value, default in (("--probe", probe, "both"), ("--data", data, "builtin"),
+                                               ("--windows", windows, 4), ("--random-windows", random_windows, 4),
+                                               ("--n-boot", n_boot, 2000), ("--seed", seed, 0)) if value != default]
+    if given:
+        raise InputError(f"{', '.join(given)} configure the probes of --behaviour; add --behaviour or leave them out")
+
+
+def _settling(res: "EmergenceResult", min_change: float, n_boot: int, seed: int) -> "pd.DataFrame | None":
+    from attnscope.emergence.behaviour import behaviour_columns, settling
+
+    scored = res.table[res.table["level"] == "head"]
+    beh = behaviour_columns(res.table)
+    if not beh or scored.dropna(subset=beh[:1])["revision"].nunique() < 2:
+        return None
+    return settling(res.table, min_change=min_change, n_boot=n_boot, seed=seed)
+
+
+def _write_outputs(out: Path, res: "EmergenceResult", formed: "pd.DataFrame | None",
+                   settled: "pd.DataFrame | None" = None) -> list[Path]:
+    """Every file of a sweep into ``out``: emergence.parquet/.csv (the table), revisions.csv, formation.csv,
+    settling.csv (--behaviour), the figures and emergence.html. One function, so the whole set is written by one
+    mechanism."""
+    from attnscope.plots import save_figure
+    from attnscope.plots.emergence import emergence_figures
+    from attnscope.tables import write_table
+
+    paths = [write_table(res.revisions, out / "revisions.csv")]
+    if res.table.empty:
+        return paths
+    paths += [write_table(res.table, out / "emergence.parquet"), write_table(res.table, out / "emergence.csv")]
+    if formed is not None:
+        paths.append(write_table(formed, out / "formation.csv"))
+    if settled is not None:
+        paths.append(write_table(settled, out / "settling.csv"))
+    heads = formed[formed["level"] == "head"] if formed is not None else None
+    paths += [save_figure(fig, out / name) for name, fig in emergence_figures(res.table, heads)]
+    if (res.table["level"] == "head").any():
+        from attnscope.emergence.html import emergence_page
+        from attnscope.tables import atomic_write_text
+
+        paths.append(atomic_write_text(out / "emergence.html", emergence_page(res.table)))
+    return paths
+
+
+def _size(value: object) -> str:
+    import pandas as pd
+
+    if value is None or pd.isna(value):
+        return "-"
+    n = float(value)  # type: ignore[arg-type]
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return "-"  # pragma: no cover
+
+
+def _tokens(value: object) -> str:
+    import pandas as pd
+
+    if value is None or pd.isna(value):
+        return "-"
+    n = int(value)  # type: ignore[call-overload]
+    for unit, size in (("T", 10**12), ("B", 10**9), ("M", 10**6), ("k", 10**3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
+
+
+def _print_revisions(source: str, kind: str, chosen: list) -> None:
+    from ._common import console
+
+    rows = [[r.name, str(r.step), _tokens(r.tokens), r.origin] for r in chosen]
+    print_table(console(stderr=False), f"{source}: {len(chosen)} revision(s) ({kind})", ["revision", "step", "tokens",
+                                                                                           "from"], rows)
+
+
+def print_summary(res: "EmergenceResult") -> None:
+    """Per stack: one line per revision with the median [Q1, Q3] over layers of s and d (layer form M_L, else
+    the heads), and for hub sources the bytes read against the weight files they came from."""
+    from ._common import console
+    from .geometry import _fmt
+
+    table = res.table
+    rows_of = table[table["level"] == "layer"]
+    over = "layers (M_L)"
+    if rows_of.empty:
+        rows_of, over = table[table["level"] == "head"], "heads"
+    revs = res.revisions.set_index("revision")
+    hub = res.info.get("kind") == "hub"
+    con = console(stderr=False)
+    for stack, grp in rows_of.groupby("stack", sort=False):
+        rows = []
+        for rev, one in grp.groupby("revision", sort=False):
+            s, d = one["symmetry"], one["directionality"]
+            row = [str(rev), str(one["step"].iloc[0]), _tokens(one["tokens"].iloc[0]),
+                   _fmt(s.median(), s.quantile(0.25), s.quantile(0.75)),
+                   _fmt(d.median(), d.quantile(0.25), d.quantile(0.75))]
+            if hub:
+                row += [_size(revs.loc[rev, "bytes_read"]), _size(revs.loc[rev, "shard_bytes"])]
+            rows.append(row)
+        header = ["revision", "step", "tokens", "s", "d"] + (["read", "of files"] if hub else [])
+        print_table(con, f"{res.info['model']} · {stack}: median [Q1, Q3] over {over}", header, rows)
+    if hub:
+        read, files = res.revisions["bytes_read"].sum(), res.revisions["shard_bytes"].sum()
+        if files:
+            stderr_console().print(f"read {_size(read)} of {_size(files)} in the weight files holding q/k "
+                                   f"({100 * read / files:.1f}%), this run", highlight=False)

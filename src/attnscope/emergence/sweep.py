@@ -1,0 +1,243 @@
+"""The sweep over training time: every chosen revision scored by ``geometry.score``, one stored result each.
+
+``sweep(source, out_dir)`` lists the revisions (:mod:`.revisions`), turns each into a
+:class:`attnscope.runs.Task` (key: revision name @ commit) and runs :func:`score_revision` through
+:func:`attnscope.runs.run_tasks` (inline, local pool or Slurm). Each result lands in
+``out_dir/store`` as soon as it is computed, so a killed sweep or a hub that went away loses only the
+revisions in flight; a rerun scores the rest. A stored result is reused only with the same settings
+(the store checks them per file; ``out_dir/emergence.json`` refuses a different source or settings up
+front).
+
+Hub revisions are read by byte range (q and k tensors only; the fused q|k|v tensor of GPT-NeoX whole),
+and the tensors of a revision are removed from the cache once it is scored unless ``keep_downloads``:
+the disk holds one revision's q/k at a time. Each revision's bytes received and the size of the weight
+files they came from are reported in :attr:`EmergenceResult.revisions`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from attnscope.errors import InputError
+
+from .revisions import Revision, list_revisions, select_revisions, source_kind
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from attnscope.runs import RunSummary
+
+#: the columns an emergence table adds to the score record
+AXIS_COLUMNS = ("revision", "step", "tokens")
+#: per-revision transfer numbers, kept in the store and moved to the revisions table
+TRANSFER_COLUMNS = ("bytes_read", "shard_bytes")
+SETTINGS_FILE = "emergence.json"
+
+
+@dataclass
+class EmergenceResult:
+    """``table``: the score records of every scored revision with ``revision``, ``step``, ``tokens``, in
+    training order; ``revisions``: one row per chosen revision (step, tokens, commit, status, error,
+    bytes_read, shard_bytes); ``summary``: the run's :class:`~attnscope.runs.RunSummary`; ``info``: how it
+    was made (source, kind, settings)."""
+
+    table: "pd.DataFrame"
+    revisions: "pd.DataFrame"
+    summary: "RunSummary"
+    info: dict[str, Any]
+
+
+def score_revision(payload: dict[str, Any]) -> "pd.DataFrame":
+    """Score one revision (top level, picklable: runs in pool workers and Slurm jobs)."""
+    from attnscope.geometry import score
+    from attnscope.sources import open_source
+
+    if payload["origin"] == "run log":
+        return _logged(payload)
+    hub = payload["kind"] == "hub"
+    opts: dict[str, Any] = {"ranges": True} if hub else {}  # hub: q/k by byte range
+    src: Any = open_source(payload["spec"], **opts)  # a HubSource for hub revisions
+    cache = getattr(src, "range_cache", None)
+    try:
+        if hub and payload["commit"] and src.repo.sha != payload["commit"]:
+            raise InputError(f"{payload['spec']}: the branch moved to another commit during the sweep; run it again")
+        df = score(src, k=payload["k"], levels=payload["levels"], stacks=payload["stacks"],
+                   fold_norms=payload["fold_norms"], name=payload["model"])
+        moved = src.transfer() if hub else {}
+    finally:
+        src.close()
+        if hub and not payload["keep_downloads"]:
+            _drop_downloads(src, cache)
+    if payload.get("behaviour"):
+        df = _add_behaviour(df, payload)
+    return _with_axis(df, payload, moved)
+
+
+def _add_behaviour(df: "pd.DataFrame", payload: dict[str, Any]) -> "pd.DataFrame":
+    """The probes' ``<metric>_<probe>`` columns on the head rows of the stack they ran on (other rows: NaN)."""
+    from .behaviour import revision_behaviour
+
+    wide = revision_behaviour(payload)
+    wide["level"] = "head"
+    wide["layer"] = wide["layer"].astype("Int64")
+    wide["head"] = wide["head"].astype("Int64")
+    out = df.merge(wide, on=["stack", "level", "layer", "head"], how="left", validate="many_to_one")
+    if out.loc[out["level"] == "head", wide.columns[-1]].notna().sum() != len(wide):
+        raise InputError(f"{payload['spec']}: the weights and the attention maps disagree on the heads; cannot pair them")
+    return out
+
+
+def _drop_downloads(src: Any, cache: Path | None) -> None:
+    """Remove what scoring one hub revision put on disk: its tensors read by range and any weight file it had
+    to download whole (a ``pytorch_model.bin``, or a shard where ranges were refused): the hub cache's blob
+    and the snapshot's link to it. config.json and the index stay (small, and they let a rerun skip requests)."""
+    if cache is not None:
+        shutil.rmtree(cache, ignore_errors=True)
+    repo = getattr(src, "repo", None)
+    if repo is None:
+        return
+    snap = repo.storage(repo.repo_id) / "snapshots" / repo.sha
+    if not snap.is_dir():
+        return
+    for link in snap.rglob("*"):
+        if link.suffix in (".bin", ".safetensors", ".pt", ".pth") and (link.is_file() or link.is_symlink()):
+            blob = link.resolve()
+            link.unlink(missing_ok=True)
+            if blob != link and blob.is_file():
+                blob.unlink(missing_ok=True)
+
+
+def _logged(payload: dict[str, Any]) -> "pd.DataFrame":
+    """Step 0 of a training run, from the scores its trainer logged (no checkpoint is written at step 0)."""
+    from attnscope.geometry.scoring import records_frame
+
+    from .revisions import logged_scores
+
+    recs = [r for r in logged_scores(payload["spec"]) if r.get("level") in payload["levels"]
+            and (payload["stacks"] is None or r.get("stack") in payload["stacks"])]
+    df = records_frame([{**r, "model": payload["model"], "fold_norms": payload["fold_norms"]} for r in recs])
+    return _with_axis(df, payload, {})
+
+
+def _with_axis(df: "pd.DataFrame", payload: dict[str, Any], moved: dict[str, Any]) -> "pd.DataFrame":
+    for i, col in enumerate(AXIS_COLUMNS, start=1):
+        df.insert(i, col, payload[col])
+    df["tokens"] = df["tokens"].astype("Int64")
+    for col in TRANSFER_COLUMNS:
+        df[col] = moved.get(col)
+        df[col] = df[col].astype("Int64")
+    return df
+
+
+def _canonical_source(source: str, kind: str) -> str:
+    return source.removeprefix("hub:") if kind == "hub" else str(Path(source).expanduser().resolve())
+
+
+def plan(source: str, revisions: str | Sequence[str] = "all") -> tuple[str, list[Revision]]:
+    """(kind, the chosen revisions in training order) of ``source``: nothing is scored."""
+    from attnscope.errors import check_type
+
+    check_type(source, (str, Path), "source", "a hub model id, a run directory or a folder of checkpoints")
+    source = str(source)
+    kind = source_kind(source)
+    return kind, select_revisions(list_revisions(source), revisions)
+
+
+def sweep(
+    source: str,
+    out_dir: str | Path,
+    *,
+    revisions: str | Sequence[str] = "all",
+    k: float = 2.0,
+    levels: Sequence[str] = ("head", "layer"),
+    stacks: Sequence[str] | None = None,
+    fold_norms: bool | str = False,
+    executor: str = "local",
+    workers: int = 2,
+    slurm: dict[str, Any] | None = None,
+    progress: bool = True,
+    keep_downloads: bool = False,
+    behaviour: bool | dict[str, Any] = False,
+) -> EmergenceResult:
+    """Score the W_qk geometry of ``source`` at each chosen revision into ``out_dir/store`` (resumable).
+
+    source: a hub model id (revisions = its branches and tags named by step), an ``attnscope train`` run
+    directory or a folder of checkpoints. revisions: a SPEC (:func:`.revisions.select_revisions`).
+    k, levels, stacks, fold_norms: as :func:`attnscope.geometry.score`. executor, workers, slurm: as
+    :func:`attnscope.runs.run_tasks`. keep_downloads: keep each hub revision's downloads (q/k tensors; with behaviour its files) in the cache.
+    behaviour: also run the atlas's probes at each revision (True, or a dict of :data:`.behaviour.DEFAULTS`
+    options: probes, data, windows, random_windows, seed): ``<metric>_<probe>`` columns on the head rows.
+    A revision that fails (hub down, revision gone) is recorded and the others go on; rerun to resume.
+    """
+    import math
+
+    import pandas as pd
+
+    from attnscope.families.base import check_fold
+    from attnscope.geometry.scoring import RECORD_COLUMNS, _check_levels
+    from attnscope.naming import model_label
+    from attnscope.runs import ResultsStore, Task, run_tasks
+    from attnscope.tables import check_writable
+    from attnscope.zoo.survey import _check_settings
+
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or not math.isfinite(k) or k < 0:
+        raise InputError(f"k must be a finite number >= 0, not {k!r}", params="k")
+    lv = list(_check_levels(levels))
+    fold = check_fold(fold_norms)
+    if stacks is not None:
+        stacks = [stacks] if isinstance(stacks, str) else sorted(stacks)
+    out = check_writable(out_dir, "out_dir", directory=True)
+    kind, chosen = plan(source, revisions)
+    notes = []
+    if any(r.origin == "run log" for r in chosen) and (float(k) != 2.0 or fold != "none"):
+        chosen = [r for r in chosen if r.origin != "run log"]
+        notes.append("step 0 of a run is read from its log, scored with k = 2 and no folding: left out here")
+        if not chosen:
+            raise InputError("revisions: only step 0 was chosen, and it is left out with these settings",
+                             params="revisions")
+    source = str(source)
+    model = model_label(source.removeprefix("hub:")) if kind == "hub" else model_label(str(Path(source).resolve()))
+    beh = None
+    if behaviour is not False and behaviour is not None:
+        from .behaviour import behaviour_options
+
+        if behaviour is not True and not isinstance(behaviour, dict):
+            raise InputError(f"behaviour must be True, False or a dict of probe options, not {behaviour!r}",
+                             params="behaviour")
+        beh = behaviour_options(**({} if behaviour is True else behaviour))
+        if "head" not in lv:
+            raise InputError("behaviour is measured per head: levels must include head", params="levels")
+    settings = {"source": _canonical_source(source, kind), "k": float(k), "levels": lv, "stacks": stacks,
+                "fold_norms": fold, "behaviour": beh}
+    out.mkdir(parents=True, exist_ok=True)
+    _check_settings(out, settings, SETTINGS_FILE)
+    store = ResultsStore(out / "store", settings=settings, columns=[*RECORD_COLUMNS, *AXIS_COLUMNS])
+    tasks = [Task(r.key, {"kind": kind, "spec": r.spec, "commit": r.commit if kind == "hub" else "",
+                          "origin": r.origin, "revision": r.name, "step": r.step, "tokens": r.tokens, "model": model, "k": float(k),
+                          "levels": lv, "stacks": stacks, "fold_norms": fold, "keep_downloads": keep_downloads,
+                          "behaviour": beh if r.origin != "run log" else None})
+             for r in chosen]
+    summary = run_tasks(score_revision, tasks, store, executor=executor, workers=workers, slurm=slurm,
+                        progress=progress, desc=f"{model_label(model)}: revisions")
+    merged = store.merge([t.key for t in tasks])
+    rows = []
+    for r, t in zip(chosen, tasks):
+        status = "failed" if t.key in summary.failed else "stored" if t.key in summary.skipped else "scored"
+        rows.append({"revision": r.name, "step": r.step, "tokens": r.tokens, "series": r.series, "origin": r.origin,
+                     "commit": r.commit, "status": status, "error": summary.failed.get(t.key)})
+    revs = pd.DataFrame(rows)
+    if len(merged):
+        moved = merged.groupby("revision", sort=False)[list(TRANSFER_COLUMNS)].first().reset_index()
+        revs = revs.merge(moved, on="revision", how="left")
+        merged = merged.drop(columns=list(TRANSFER_COLUMNS))
+    else:
+        for col in TRANSFER_COLUMNS:
+            revs[col] = pd.array([None] * len(revs), dtype="Int64")
+    for col in ("tokens", *TRANSFER_COLUMNS):
+        revs[col] = revs[col].astype("Int64")
+    info = {"source": settings["source"], "kind": kind, "model": model, "notes": notes,
+            **{key: val for key, val in settings.items() if key != "source"}}
+    return EmergenceResult(table=merged, revisions=revs, summary=summary, info=info)

@@ -1,0 +1,83 @@
+"""The emergence page: self-contained, the right values at each revision, the inline script draws them (node)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnscope.emergence.html import emergence_page, page_payload
+from attnscope.errors import InputError
+
+
+def _table():
+    rows = []
+    for i, step in enumerate((0, 100, 1000)):
+        for layer in range(2):
+            for head in range(3):
+                rows.append({"model": "org/m", "revision": f"step{step}", "step": step, "tokens": step * 8,
+                             "stack": "decoder", "level": "head", "layer": layer, "head": head,
+                             "symmetry": 0.1 * i + 0.01 * head, "directionality": -0.2 * i,
+                             "induction_random": np.nan if i == 0 else 0.3 * i})
+            rows.append({"model": "org/m", "revision": f"step{step}", "step": step, "tokens": step * 8,
+                         "stack": "decoder", "level": "layer", "layer": layer, "head": None, "symmetry": 0.5,
+                         "directionality": 0.0, "induction_random": np.nan})
+    return pd.DataFrame(rows)
+
+
+def test_payload_holds_every_head_at_every_revision():
+    got = page_payload(_table(), ["symmetry", "induction_random"])
+    assert [r["step"] for r in got["revisions"]] == [0, 100, 1000] and got["revisions"][2]["tokens"] == 8000
+    assert got["stacks"] == [{"stack": "decoder", "layers": 2, "heads": 3}]
+    sym = got["values"]["symmetry"]["decoder"]
+    assert sym[1][1 * 3 + 2] == pytest.approx(0.12)  # revision 1, layer 1, head 2
+    assert got["values"]["induction_random"]["decoder"][0] == [None] * 6  # NaN travels as null, never as 0
+    assert got["signed"] == {"symmetry": True, "induction_random": False}
+
+
+def test_page_is_self_contained():
+    page = emergence_page(_table())
+    assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page
+    assert "<option value=\"induction_random\">" in page and "max='2'" in page
+    with pytest.raises(InputError, match="emergence table"):
+        emergence_page(pd.DataFrame({"symmetry": [1.0]}))
+
+
+_SHIM = r"""
+const fs = require('fs'); const html = fs.readFileSync(process.argv[2], 'utf8');
+const data = html.split("id='em-data'>")[1].split('</script>')[0];
+const script = html.split('<script>')[1].split('</script>')[0];
+function node(tag){return {tag, attrs: {}, children: [], listeners: {}, textContent: '', style: {}, innerHTML: '',
+  setAttribute(k, v){this.attrs[k] = v;}, addEventListener(e, f){this.listeners[e] = f;},
+  appendChild(c){this.children.push(c); return c;}};}
+const els = {'em-data': Object.assign(node('script'), {textContent: data}), 'em-step': Object.assign(node('input'), {value: '1'}),
+  'em-metric': Object.assign(node('select'), {value: process.argv[3]}), 'em-label': node('span'), 'em-tip': node('div'),
+  'em-grids': node('div')};
+global.document = {getElementById: id => els[id], createElementNS: (ns, tag) => node(tag)};
+eval(script);
+const svg = els['em-grids'].children[0]; const rects = svg.children.filter(c => c.tag === 'rect');
+rects[5].listeners['mousemove']({pageX: 1, pageY: 1});
+console.log(JSON.stringify({rects: rects.length, fills: rects.map(r => r.attrs.fill), label: els['em-label'].textContent,
+  tip: els['em-tip'].textContent}));
+"""
+
+
+@pytest.mark.parametrize("metric", ["symmetry", "induction_random"])
+def test_inline_script_draws_the_chosen_revision(tmp_path, metric):
+    node = shutil.which("node") or shutil.which("nodejs")
+    if node is None:
+        pytest.skip("no node on PATH")
+    page = tmp_path / "emergence.html"
+    page.write_text(emergence_page(_table()))
+    (tmp_path / "shim.js").write_text(_SHIM)
+    r = subprocess.run([node, str(tmp_path / "shim.js"), str(page), metric], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["rects"] == 6 and got["label"].startswith("step100 (step 100")
+    value = 0.12 if metric == "symmetry" else 0.3  # rect 5: layer 1, head 2 at revision 1
+    assert got["tip"] == f"decoder L1H2\n{metric} = {value:.3f}"
+    assert len(set(got["fills"])) > 1 or metric == "induction_random"
