@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -90,6 +91,11 @@ def test_cli_on_a_run(run_dir, tmp_path, cli_inproc):
                  "emergence_formation.png", "emergence.html"):
         assert (out / name).is_file(), name
     assert "enc-sym" in stdout and "step-12" in stdout
+    from attnscope.outputs import check_result_set
+
+    check_result_set(out)  # one whole result: every file listed in the manifest, none changed
+    manifest = json.loads((out / "attnscope-manifest.json").read_text())
+    assert "emergence.html" in json.dumps(manifest)
     code, stdout, err = cli_inproc("emergence", str(run_dir), "--list")
     assert code == 0 and "run log" in stdout and not (tmp_path / "o2").exists()
 

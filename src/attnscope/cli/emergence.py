@@ -5,7 +5,7 @@
 
 Its own command rather than an option of ``geometry``: it has its own axis (revisions, steps, tokens), its
 own resumable store in DIR and its own figures. Thin layer over :mod:`attnscope.emergence`; every file it
-writes goes through :func:`_write_outputs`.
+writes goes through :func:`_write_outputs` (one result, replaced whole).
 """
 
 from __future__ import annotations
@@ -144,29 +144,31 @@ def _settling(res: "EmergenceResult", min_change: float, n_boot: int, seed: int)
 
 def _write_outputs(out: Path, res: "EmergenceResult", formed: "pd.DataFrame | None",
                    settled: "pd.DataFrame | None" = None) -> list[Path]:
-    """Every file of a sweep into ``out``: emergence.parquet/.csv (the table), revisions.csv, formation.csv,
-    settling.csv (--behaviour), the figures and emergence.html. One function, so the whole set is written by one
-    mechanism."""
-    from attnscope.plots import save_figure
+    """Every file of a sweep into ``out`` as one result (:func:`attnscope.outputs.write_result_set`: it replaces
+    the previous sweep's files whole, listed in ``attnscope-manifest.json``): emergence.parquet/.csv (the table),
+    revisions.csv, formation.csv, settling.csv (--behaviour), the figures and emergence.html. Every figure and
+    the page are rendered before the first file moves in, so a kill leaves the old result or the new one."""
+    from attnscope.outputs import write_result_set
+    from attnscope.plots.base import figure_bytes
     from attnscope.plots.emergence import emergence_figures
-    from attnscope.tables import write_table
+    from attnscope.tables import table_bytes
 
-    paths = [write_table(res.revisions, out / "revisions.csv")]
-    if res.table.empty:
-        return paths
-    paths += [write_table(res.table, out / "emergence.parquet"), write_table(res.table, out / "emergence.csv")]
-    if formed is not None:
-        paths.append(write_table(formed, out / "formation.csv"))
-    if settled is not None:
-        paths.append(write_table(settled, out / "settling.csv"))
-    heads = formed[formed["level"] == "head"] if formed is not None else None
-    paths += [save_figure(fig, out / name) for name, fig in emergence_figures(res.table, heads)]
-    if (res.table["level"] == "head").any():
-        from attnscope.emergence.html import emergence_page
-        from attnscope.tables import atomic_write_text
+    files: dict = {"revisions.csv": table_bytes(res.revisions, "revisions.csv")}
+    if not res.table.empty:
+        files["emergence.parquet"] = table_bytes(res.table, "emergence.parquet")
+        files["emergence.csv"] = table_bytes(res.table, "emergence.csv")
+        if formed is not None:
+            files["formation.csv"] = table_bytes(formed, "formation.csv")
+        if settled is not None:
+            files["settling.csv"] = table_bytes(settled, "settling.csv")
+        heads = formed[formed["level"] == "head"] if formed is not None else None
+        for name, fig in emergence_figures(res.table, heads):
+            files[name] = figure_bytes(fig, "png")
+        if (res.table["level"] == "head").any():
+            from attnscope.emergence.html import emergence_page
 
-        paths.append(atomic_write_text(out / "emergence.html", emergence_page(res.table)))
-    return paths
+            files["emergence.html"] = emergence_page(res.table)
+    return write_result_set(out, files, dict(res.info), kind="emergence")
 
 
 def _size(value: object) -> str:
