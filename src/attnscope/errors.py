@@ -118,6 +118,8 @@ def install_one_line_warnings(wording: Callable[[str, tuple[str, ...]], str] | N
         text = (str(message).strip().splitlines() or [category.__name__])[0]
         if wording is not None and isinstance(message, AttnscopeWarning):
             text = wording(text, message.params)
-        print(f"attnscope: warning: {text}", file=sys.stderr if file is None else file)
+        stream = sys.stderr if file is None else file
+        stream.write(f"attnscope: warning: {text}\n")  # one write: pool workers sharing stderr never splice lines
+        stream.flush()
 
     warnings.showwarning = show

@@ -126,14 +126,20 @@ def test_atlas_correlations_keep_the_behaviour_name(width, monkeypatch, capsys, 
     monkeypatch.setenv("COLUMNS", width)
     corr = pd.DataFrame({"x": ["symmetry", "directionality"], "y": ["induction", "sink_first"],
                          "n": [60, 60], "rho": [0.31, -0.02], "ci_low": [0.05, -0.3], "ci_high": [0.52, 0.25],
-                         "relation": ["positive (95% CI excludes 0)", "none (CI includes 0)"],
-                         "interval": ["95% bootstrap CI over heads"] * 2})
+                         "relation": ["positive", "no relation distinguishable from chance"],
+                         "interval": ["95% percentile bootstrap over layers"] * 2, "model": ["a-model"] * 2,
+                         "n_units": [6, 6], "unit": ["layer"] * 2, "p": [0.004, 0.8], "q": [0.008, 0.8],
+                         "q_run": [0.008, 0.8], "test": ["permutation of whole layers"] * 2})
     _finish(corr, "a-model", [tmp_path / "atlas.csv"], as_json=False)
     err = capsys.readouterr().err
     parts = err.split("Spearman rho across heads")[1:]
     assert len(parts) > 1
     for part in parts:
         assert " geometry " in part and " behaviour " in part and "induction" in part and "sink_first" in part
+        assert "directionality" in part  # the key columns keep their whole width in every part
+        assert max(len(line) for line in part.splitlines() if line.startswith(("┃", "│", "┏"))) <= int(width)
+    last = "".join(ln.strip("│ ") for ln in parts[-1].splitlines())
+    assert "chance" in last  # a verdict too long for the width wraps, never cut
 
 
 @pytest.mark.parametrize("width", ["60", "80"])

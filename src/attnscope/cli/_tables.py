@@ -2,7 +2,8 @@
 
 A table wider than the console is split into several tables by columns; each part repeats all the
 key columns the caller names (e.g. ``model``, ``stack``, ``offset``) so it can be read on its own. Column names are never truncated: a
-column is as wide as its name or its widest cell. ``--json`` and ``--out`` still carry everything;
+column is as wide as its name or its widest cell; a long text column too wide for any part wraps its
+cells rather than squeezing the key columns. ``--json`` and ``--out`` still carry everything;
 this is only what a person reads (``COLUMNS`` wide, or 80 columns when the output is not a terminal).
 """
 
@@ -81,15 +82,34 @@ def print_table(
         raise ValueError(f"keys: {', '.join(unknown)} not in the header {list(header)}")
     _narrow_folded_keys(widths, header, key_cols, fold, width)
     groups = split_columns(widths, width, key_cols)
+    key_set = set(range(min(key_cols, len(widths)))) if isinstance(key_cols, int) else set(key_cols)
     for n, cols in enumerate(groups, 1):
         con.print(escape(title) + (f" ({n}/{len(groups)})" if len(groups) > 1 else ""), style="italic", highlight=False)
+        own, wraps = _wrap_to_fit({i: widths[i] for i in cols}, header, key_set, width)
         t = Table()
         for i in cols:
-            t.add_column(escape(header[i]), justify="left" if header[i] in left else "right", width=widths[i],
-                         no_wrap=header[i] not in fold, overflow="fold")  # fmt: skip
+            t.add_column(escape(header[i]), justify="left" if header[i] in left else "right", width=own[i],
+                         no_wrap=header[i] not in fold and i not in wraps, overflow="fold")  # fmt: skip
         for r in rows:
             t.add_row(*[r[i] for i in cols])
         con.print(t)
+
+
+def _wrap_to_fit(widths: dict[int, int], header: Sequence[str], keys: set[int], width: int) -> tuple[dict[int, int], set[int]]:
+    """A part still wider than ``width`` (one long text column, e.g. a verdict): its widest non-key columns are
+    narrowed (never below their name) and their cells wrap, so the key columns keep their whole width."""
+    own = dict(widths)
+    over = 1 + sum(w + 3 for w in own.values()) - width
+    wraps: set[int] = set()
+    for i in sorted((i for i in own if i not in keys), key=lambda i: -own[i]):
+        if over <= 0:
+            break
+        cut = min(over, own[i] - len(header[i]))
+        if cut > 0:
+            own[i] -= cut
+            over -= cut
+            wraps.add(i)
+    return own, wraps
 
 
 def _narrow_folded_keys(widths: list[int], header: Sequence[str], keys: int | Sequence[int], fold: Sequence[str],
