@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import platform
 import tempfile
-import time
 
 from _markdown import emit  # benchmarks/: print the section, append it to docs
 from _peak import arguments, cli_peak, interleave, ratio, row  # one process per run, runs interleaved
@@ -53,8 +52,7 @@ def main() -> None:
     a = arguments(one)
     if a is None:  # a child run: its result printed
         return
-    lines = [f"## atlas peak memory, now and previous ({time.strftime('%Y-%m-%d')}, {platform.node()}, "
-             f"{os.cpu_count()} CPUs)", "",
+    lines = ["## atlas peak memory, now and previous", "", f"Machine: {platform.node()}, {os.cpu_count()} CPUs.", "",
              "`attnscope atlas FILE --out DIR` with defaults (both probes, 8 windows of 256 tokens), each run its own "
              "process; median (range) over the runs; peak RSS is ``ru_maxrss`` in GiB (2^30 bytes).", "",
              "| model | code | peak RSS | wall | runs |", "|---|---|---|---|---|"]

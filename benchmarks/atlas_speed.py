@@ -75,8 +75,8 @@ def measure(source: str, windows: int, length: int) -> dict:
 
 
 def _markdown(results: list[dict]) -> str:
-    lines = [f"## atlas speed ({time.strftime('%Y-%m-%d')}, {platform.node()}, {os.cpu_count()} CPUs, "
-             f"load average {os.getloadavg()[0]:.1f} at the end)", "",
+    lines = ["## atlas speed", "", f"Machine: {platform.node()}, {os.cpu_count()} CPUs, "
+             f"load average {os.getloadavg()[0]:.1f} at the end.", "",
              "| model | stage | wall s | CPU s | peak RSS after (MB) |", "|---|---|---|---|---|"]
     for r in results:
         name = os.path.basename(r["source"])

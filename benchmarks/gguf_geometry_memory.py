@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import platform
 import tempfile
-import time
 
 from _markdown import emit  # benchmarks/: print the section, append it to docs
 from _peak import arguments, cli_peak, interleave, ratio, row  # one process per run, runs interleaved
@@ -53,8 +52,8 @@ def main() -> None:
     if a is None:  # a child run: its result printed
         return
     load = os.getloadavg()[0]
-    lines = [f"## geometry on GGUF files: peak memory, header walk and gguf reader ({time.strftime('%Y-%m-%d')}, "
-             f"{platform.node()}, {os.cpu_count()} CPUs)", "",
+    lines = ["## geometry on GGUF files: peak memory, header walk and gguf reader", "",
+             f"Machine: {platform.node()}, {os.cpu_count()} CPUs.", "",
              "`attnscope geometry FILE --out scores.csv`, each run its own process; median (range) over the runs; "
              "peak RSS is ``ru_maxrss`` in MB (2^20 bytes).", "",
              "| model | header | peak RSS | wall | runs |", "|---|---|---|---|---|"]
