@@ -31,11 +31,16 @@ def _previous() -> None:
 
     heap._malloc_trim = lambda: None
 
-    def load_with_head(p):  # what _load_gguf did: the causal-LM class, head included
+    def load_with_head(p, before_weights=None):  # what _load_gguf did: the causal-LM class, head included
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from attnscope.heads.maps import _as_tokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+        if before_weights is not None:
+            before_weights(_as_tokenizer(tok, str(p)))
         model = AutoModelForCausalLM.from_pretrained(str(p.parent), gguf_file=p.name, attn_implementation="eager")
-        return model.eval(), AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+        return model.eval(), tok
 
     load._load_gguf = load_with_head
 
