@@ -68,7 +68,9 @@ def test_cli_summaries_fit_80_columns(minilm_dir) -> None:
     assert geo.returncode == 0 and heads.returncode == 0, geo.stderr + heads.stderr
     for text, names in ((geo.stdout, ("symmetry s", "directionality d", "outliers r/c", "s heads", "d heads")),
                         (heads.stderr, ("entropy_norm", "sparsity", "sink_first", "prev_mass"))):  # fmt: skip
-        assert max(len(line) for line in text.splitlines()) <= 80
+        # tables fit 80 columns; a line of prose stays one line off a terminal (cli._common.console), whatever its length
+        table_lines = [line for line in text.splitlines() if line[:1] in "┏┃┡│└"]
+        assert table_lines and max(len(line) for line in table_lines) <= 80
         assert "…" not in text
         for name in names:
             assert name in text
