@@ -119,3 +119,29 @@ def correlation_table(
                        "interval": f"{INTERVAL} ({n_boot} resamples)", "relation": verdict(rho, low, high)}
                 rows.append({by: key, **row} if by else row)
     return pd.DataFrame(rows)
+
+
+def benjamini_hochberg(p: Sequence[float]) -> np.ndarray:
+    """Benjamini-Hochberg adjusted p values (false discovery rate) of ``p``, in its order.
+
+    q_(k) = min over j >= k of p_(j) m / j for the sorted finite p values (m of them), capped at 1; NaN stays
+    NaN and does not count in m. A test is declared at FDR level alpha where q <= alpha.
+    """
+    p = np.asarray(p, dtype=float)
+    if p.ndim != 1:
+        raise InputError(f"p must be a vector of p values, got shape {p.shape}", params="p")
+    ok = np.isfinite(p)
+    if np.any((p[ok] < 0) | (p[ok] > 1)):
+        raise InputError("p values must lie in [0, 1]", params="p")
+    out = np.full(p.shape, np.nan)
+    vals = p[ok]
+    m = len(vals)
+    if m == 0:
+        return out
+    order = np.argsort(vals, kind="stable")
+    scaled = vals[order] * m / np.arange(1, m + 1)
+    q = np.minimum(np.minimum.accumulate(scaled[::-1])[::-1], 1.0)
+    adj = np.empty(m)
+    adj[order] = q
+    out[ok] = adj
+    return out
