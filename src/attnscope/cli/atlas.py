@@ -39,7 +39,7 @@ def atlas(
     as_json: bool = typer.Option(False, "--json", help="Print the correlations as JSON records on stdout."),
     interventions: Optional[str] = typer.Option(None, "--interventions", help="Also intervene on each head: any of sym, anti (keep only the symmetric / antisymmetric part of its scores), ablate, mean (zero / mean its output); comma-separated."),
     heads: Optional[str] = typer.Option(None, "--heads", help="With --interventions: only these heads, LAYER.HEAD comma-separated (e.g. 3.1,10.4)."),
-    top: Optional[str] = typer.Option(None, "--top", help="With --interventions: only the K heads scoring highest on an atlas column, K:COLUMN (e.g. 10:previous_token_random)."),
+    top: Optional[str] = typer.Option(None, "--top", help="With --interventions: only the K heads scoring highest on an atlas column, K:COLUMN; several joined by commas (e.g. 4:induction_random,4:sink_random)."),
     intervention_windows: int = typer.Option(4, "--intervention-windows", help="With --interventions: text windows (loss and behaviour) and random-probe windows (behaviour) per head."),
 ) -> None:
     """Geometry meets behaviour: s and d of every head's W_qk (at offset 0, at offset 1 and over offsets for
@@ -94,10 +94,12 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo) -> dict | N
     plan = {"kinds": check_kinds(interventions), "heads": parse_heads(heads) if heads else None, "top": None,
             "windows": windows}
     if top is not None:
-        k, colon, column = top.partition(":")
-        if not (colon and k.isdigit() and int(k) > 0 and column):
-            raise InputError(f"--top must be K:COLUMN with K >= 1, e.g. 10:previous_token_random, not {top!r}")
-        plan["top"] = (int(k), column)
+        plan["top"] = []
+        for part in (p.strip() for p in top.split(",")):
+            k, colon, column = part.partition(":")
+            if not (colon and k.isdigit() and int(k) > 0 and column):
+                raise InputError(f"--top must be K:COLUMN with K >= 1, e.g. 10:previous_token_random, not {part!r}")
+            plan["top"].append((int(k), column))
     return plan
 
 
@@ -107,11 +109,12 @@ def _intervene(source, res, plan: dict, out: Path, opts: dict):
 
     chosen = plan["heads"]
     if plan["top"] is not None:
-        k, column = plan["top"]
-        if column not in res.table.columns:
-            raise InputError(f"--top: the atlas table has no column {column!r}")
-        best = res.table.nlargest(k, column)
-        chosen = list(zip(best["layer"].astype(int), best["head"].astype(int)))
+        chosen = []
+        for k, column in plan["top"]:
+            if column not in res.table.columns:
+                raise InputError(f"--top: the atlas table has no column {column!r}")
+            best = res.table.nlargest(k, column)
+            chosen += [pair for pair in zip(best["layer"].astype(int), best["head"].astype(int)) if pair not in chosen]
     random_n = plan["windows"] if opts["probes"] in ("both", "random") else 0
     iv = intervene(source, interventions=plan["kinds"], heads=chosen, data=opts["data"], windows=plan["windows"],
                    length=opts["length"], random_windows=random_n, random_length=opts["random_length"],
