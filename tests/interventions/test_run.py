@@ -63,10 +63,7 @@ def test_clean_behaviour_is_the_atlas_measurement(tiny_gguf):
 
 
 @needs_gguf
-def test_api_and_cli_give_the_same_head_and_a_run_resumes_per_layer(tiny_gguf, tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
-    from attnscope.cli import app
+def test_api_and_cli_give_the_same_head_and_a_run_resumes_per_layer(tiny_gguf, tmp_path, monkeypatch, cli_inproc):
     from attnscope.interventions import intervene, run
 
     api = intervene(str(tiny_gguf), interventions="sym,ablate", heads=[(1, 2)], **{**SMALL, "random_windows": 3}).table
@@ -74,8 +71,9 @@ def test_api_and_cli_give_the_same_head_and_a_run_resumes_per_layer(tiny_gguf, t
     args = ["atlas", str(tiny_gguf), "--out", str(out), "--windows", "2", "--length", "40", "--random-windows", "2",
             "--random-length", "10", "--n-boot", "50", "--interventions", "sym,ablate", "--heads", "1.2",
             "--intervention-windows", "3"]
-    res = CliRunner().invoke(app, args)
-    assert res.exit_code == 0, res.output
+    code, _, err = cli_inproc(*args)
+    assert code == 0, err
+    assert "heads that need their directional part" in err
     cli = pd.read_parquet(out / "interventions.parquet")
     assert set(zip(cli["layer"], cli["head"])) == {(1, 2)}
     assert "symmetry" in cli.columns and "previous_token_random" in cli.columns  # joined to the atlas row
@@ -87,8 +85,8 @@ def test_api_and_cli_give_the_same_head_and_a_run_resumes_per_layer(tiny_gguf, t
     assert "Heads that need their directional part" in page
     # a second run reuses the stored layer: the layer pass is not called again
     monkeypatch.setattr(run, "layer_pass", lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed")))
-    res = CliRunner().invoke(app, args)
-    assert res.exit_code == 0, res.output
+    code, _, err = cli_inproc(*args)
+    assert code == 0, err
     np.testing.assert_allclose(pd.read_parquet(out / "interventions.parquet")["delta"], cli["delta"])
 
 
@@ -100,13 +98,9 @@ def test_api_and_cli_give_the_same_head_and_a_run_resumes_per_layer(tiny_gguf, t
     (["--heads", "1.2"], "give --interventions too"),
     (["--interventions", "sym", "--heads", "1.2", "--top", "3:sink_random"], "not both"),
 ])
-def test_bad_options_are_one_line_before_any_work(tiny_gguf, tmp_path, argv, message):
-    from typer.testing import CliRunner
-
-    from attnscope.cli import app
-
-    res = CliRunner().invoke(app, ["atlas", str(tiny_gguf), "--out", str(tmp_path / "o"), *argv])
-    assert res.exit_code == 2 and message in res.output and "Traceback" not in res.output
+def test_bad_options_are_one_line_before_any_work(tiny_gguf, tmp_path, argv, message, cli_inproc):
+    code, _, err = cli_inproc("atlas", str(tiny_gguf), "--out", str(tmp_path / "o"), *argv)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "o" / "atlas.parquet").exists()
 
 
