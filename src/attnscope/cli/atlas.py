@@ -119,7 +119,7 @@ def _intervene(source, res, plan: dict, out: Path, opts: dict):
     iv = intervene(source, interventions=plan["kinds"], heads=chosen, data=opts["data"], windows=plan["windows"],
                    length=opts["length"], random_windows=random_n, random_length=opts["random_length"],
                    seed=opts["seed"], device=opts["device"], store=out / "interventions-store",
-                   name=res.info["model"], progress=sys.stderr.isatty())
+                   name=res.info["model"], progress=True)  # a long job: progress lines in a log too
     keep = [c for c in res.table.columns if c not in ("stack",)]
     return iv.table.merge(res.table[keep], on=["model", "layer", "head"], how="left", validate="many_to_one")
 

@@ -59,8 +59,12 @@ def summarise(raw: "pd.DataFrame") -> "pd.DataFrame":
         mean, low, high, p, n = t_interval(sub["delta"].to_numpy(float))
         rows.append({**dict(zip(KEYS, key)), "n": n, "clean": float(sub["clean"].mean()),
                      "value": float(sub["value"].mean()), "delta": mean, "ci_low": low, "ci_high": high, "p": p})
+    from .attention import KINDS
+
     out = pd.DataFrame(rows, columns=[*KEYS, "n", "clean", "value", "delta", "ci_low", "ci_high", "p"])
-    return out.astype({"layer": int, "head": int, "n": int})
+    order = out["intervention"].map({k: i for i, k in enumerate(KINDS)})
+    out = out.assign(_order=order).sort_values(["layer", "head", "_order", "measure"], kind="stable")
+    return out.drop(columns="_order").reset_index(drop=True).astype({"layer": int, "head": int, "n": int})
 
 
 def add_bh(table: "pd.DataFrame") -> "pd.DataFrame":
