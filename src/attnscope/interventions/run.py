@@ -241,6 +241,10 @@ def clean_pass(subject: Subject, windows: dict[str, "torch.Tensor"], ctl: Any) -
             ctl.plan = Plan(on_maps=lambda layer, p, tok=tok, per_layer=per_layer: per_layer.__setitem__(
                 layer, _metrics(subject, p, tok)), on_output=on_output if probe == "text" else None)
             hidden = _forward(subject, tok)
+            if len(per_layer) != subject.n_layers:  # e.g. an older transformers whose BERT picks its attention class itself
+                raise UnsupportedError(
+                    f"{subject.name}: only {len(per_layer)} of {subject.n_layers} layers call transformers' attention "
+                    f"interface here ({type(subject.model).__name__}); their heads cannot be intervened on")
             behaviour[probe].append(per_layer)
             if probe == "text":
                 losses.append(_loss(subject, hidden, tok)[0])
