@@ -134,8 +134,10 @@ def _finish_interventions(table) -> None:
         if sub["delta"].notna().any():
             con.print(f"{kind}: median delta loss {sub['delta'].median():+.4f} nats over {len(sub)} heads; "
                       f"{int(((sub['p_bh'] < 0.05) & (sub['delta'] > 0)).sum())} heads raise it (p_bh < 0.05)")
-    names = ", ".join(f"L{r.layer}H{r.head} ({r.measure} {r.clean:.2f} -> {r.value:.2f})" for r in hit.itertuples())
-    con.print(f"heads that need their directional part (behaviour collapses under sym): {names or 'none'}",
+    shown = 8  # the strongest; the page and interventions.csv hold them all
+    names = ", ".join(f"L{r.layer}H{r.head} ({r.measure} {r.clean:.2f} -> {r.value:.2f})" for r in hit.head(shown).itertuples())
+    more = f" and {len(hit) - shown} more (atlas.html)" if len(hit) > shown else ""
+    con.print(f"heads that need their directional part (behaviour collapses under sym): {names or 'none'}{more}",
               soft_wrap=True, highlight=False)
 
 
