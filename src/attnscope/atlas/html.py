@@ -259,9 +259,10 @@ def interventions_section(table: "pd.DataFrame") -> str:
         body = "".join(
             f'<tr><td class="l">L{int(r.layer)}H{int(r.head)}</td><td class="l">{esc(str(r.measure))}</td>'
             f"<td>{_fmt(r.clean, False)}</td><td>{_fmt(r.value, False)}</td><td>{_fmt(r.delta)}</td>"
-            f"<td>[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]</td><td>{r.p_bh:.2g}</td></tr>" for r in hit.itertuples())
+            f"<td>[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]</td><td>{r.p_bh:.2g}</td><td>{_fmt(r.anti_value, False)}</td></tr>"
+            for r in hit.itertuples())
         heads = ("<table><thead><tr><th class=\"l\">head</th><th class=\"l\">behaviour</th><th>clean</th>"
-                 "<th>under sym</th><th>delta</th><th>95% CI</th><th>p_bh</th></tr></thead>"
+                 "<th>under sym</th><th>delta</th><th>95% CI</th><th>p_bh</th><th>under anti</th></tr></thead>"
                  f"<tbody>{body}</tbody></table>")
     else:
         heads = '<p class="note">No head\'s behaviour collapses under sym by this rule.</p>'
@@ -270,7 +271,10 @@ def interventions_section(table: "pd.DataFrame") -> str:
             "replace it by its mean (<code>mean</code>). Deltas are intervened minus clean, "
             f"mean over windows with a 95% t interval (n = {n} windows); p_bh: Benjamini-Hochberg across heads.")
     rule = (f"A head needs its directional part when it scores at least {STRONG} on a behaviour (induction, "
-            f"previous token, sink), keeps less than {KEEP:.0%} of it under <code>sym</code>, and p_bh &lt; {ALPHA}.")
+            f"previous token, sink), keeps less than {KEEP:.0%} of it under <code>sym</code>, and p_bh &lt; {ALPHA}. "
+            "Either part alone carries about half of a pattern that is neither symmetric nor antisymmetric (a sink "
+            "column, a diagonal stripe), so read the score under <code>anti</code> beside it: a behaviour lost under "
+            "both needs the whole form; one kept under <code>anti</code> lives in the directional part.")
     return "\n".join(["<h2>Interventions: does a head need its directional part?</h2>", f'<p class="note">{note}</p>',
                       "<h3>Change in loss</h3>", loss, "<h3>Heads that need their directional part</h3>",
                       f'<p class="note">{rule}</p>', heads])

@@ -83,9 +83,13 @@ def add_bh(table: "pd.DataFrame") -> "pd.DataFrame":
 def needs_direction(table: "pd.DataFrame") -> "pd.DataFrame":
     """The heads whose named behaviour collapses under ``sym``: clean score >= :data:`STRONG`, under sym
     below :data:`KEEP` of it, ``p_bh`` < :data:`ALPHA`. Columns: model, layer, head, measure, clean, value,
-    delta, ci_low, ci_high, p_bh (sorted by the clean score, strongest first)."""
-    sym = table[(table["intervention"] == "sym") & table["measure"].str.rsplit("_", n=1).str[0].isin(NAMED)]
+    delta, ci_low, ci_high, p_bh, and ``anti_value``: the score under ``anti`` where it ran (a head whose
+    behaviour needs both parts loses it under either; sorted by the clean score, strongest first)."""
+    named = table["measure"].str.rsplit("_", n=1).str[0].isin(NAMED)
+    sym = table[(table["intervention"] == "sym") & named]
     hit = sym[(sym["clean"] >= STRONG) & (sym["value"] < KEEP * sym["clean"]) & (sym["p_bh"] < ALPHA)]
-    cols = [c for c in ("model", "layer", "head", "measure", "clean", "value", "delta", "ci_low", "ci_high", "p_bh")
-            if c in hit.columns]
+    anti = table[(table["intervention"] == "anti") & named].set_index(["layer", "head", "measure"])["value"]
+    hit = hit.assign(anti_value=[float(anti.get((r.layer, r.head, r.measure), float("nan"))) for r in hit.itertuples()])
+    cols = [c for c in ("model", "layer", "head", "measure", "clean", "value", "delta", "ci_low", "ci_high", "p_bh",
+                        "anti_value") if c in hit.columns]
     return hit[cols].sort_values("clean", ascending=False).reset_index(drop=True)
