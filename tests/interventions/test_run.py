@@ -166,3 +166,30 @@ def test_needs_direction_names_only_strong_heads_that_collapse():
                          p=p))
     hit = needs_direction(add_bh(pd.DataFrame(rows)))
     assert hit["head"].tolist() == [0]
+
+
+def test_an_hf_directory_and_the_same_model_in_memory_agree(tmp_path, minilm_dir):
+    """A decoder directory is loaded with its LM head (the loss); the loaded model with tokenizer= gives the same."""
+    import shutil
+
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from attnscope.interventions import intervene
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).eval()
+    model.save_pretrained(tmp_path / "m")
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (minilm_dir / name).is_file():
+            shutil.copy(minilm_dir / name, tmp_path / "m" / name)
+    opts = dict(interventions="sym,mean", heads=[(1, 3)], windows=2, length=32, random_windows=0)
+    from_dir = intervene(str(tmp_path / "m"), **opts).table
+    in_memory = intervene(model, tokenizer=AutoTokenizer.from_pretrained(minilm_dir), name=str(tmp_path / "m"), **opts).table
+    loss = from_dir[from_dir["measure"] == "loss"]
+    assert len(loss) == 2 and np.isfinite(loss["delta"]).all() and loss["clean"].between(9, 12).all()  # ~ln 30522
+    key = ["intervention", "measure"]
+    np.testing.assert_allclose(from_dir.set_index(key).sort_index()["delta"],
+                               in_memory.set_index(key).sort_index()["delta"], rtol=1e-5, atol=1e-7)
