@@ -3,7 +3,8 @@
 * :func:`sym_vs_symmetry` one panel per named behaviour: the change of the head's behaviour when only the
   symmetric part of its scores is kept, against the head's s, one point per head coloured by layer,
   its 95% interval over windows as a bar, heads with p_bh < 0.05 drawn filled
-* :func:`loss_heatmap`    layer x head heat map of the change in loss, one panel per intervention
+* :func:`loss_heatmap`    layer x head heat map of the change in loss, one panel per intervention (heads
+  not run grey)
 
 Both take the interventions table (``sym_vs_symmetry`` joined with the atlas table on model, layer,
 head) and return the Figure (``fig=``).
@@ -95,7 +96,10 @@ def loss_heatmap(table: "pd.DataFrame", title: str = "", *, fig: "Figure | None"
             ax.set_axis_off()
         return fig
     n_layers, n_heads = int(loss["layer"].max()) + 1, int(loss["head"].max()) + 1
+    import matplotlib as mpl
+
     scale = color_scale(vals[np.isfinite(vals)], signed=True)
+    scale["cmap"] = mpl.colormaps[scale["cmap"]].with_extremes(bad="#e6e6e6")  # heads not run: grey, not 0
     im = None
     for ax, kind in zip(axes, kinds):
         grid = np.full((n_layers, n_heads), np.nan)
