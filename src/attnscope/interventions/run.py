@@ -119,6 +119,7 @@ def open_subject(source: Any, tokenizer: Any = None, device: str = "cpu", name: 
     """A :class:`Subject` from a GGUF file, an HF directory / hub id, or a loaded transformers model with its tokenizer."""
     from attnscope.heads.maps import MapModel
 
+    label: str | None
     if isinstance(source, (str, os.PathLike)):
         if tokenizer is not None:
             raise InputError(f"{source}: tokenizer= is for a model loaded in memory; a directory or file brings its own")
@@ -165,7 +166,7 @@ def _load(source: str | os.PathLike, device: str) -> tuple[Any, Any, str]:
         raise InputError(f"{source}: cannot read the model config ({exc.__class__.__name__})") from None
     cls = AutoModelForCausalLM if _is_decoder_config(config) else AutoModel
     try:
-        model = cls.from_pretrained(str(local), attn_implementation="eager", trust_remote_code=False)
+        model = cls.from_pretrained(str(local), attn_implementation="eager", trust_remote_code=False)  # type: ignore[arg-type]
     except Exception as exc:
         raise UnsupportedError(f"{source}: cannot load the model ({exc.__class__.__name__}: {str(exc)[:160]})") from None
     return model.to(device).eval(), load_tokenizer(local), str(source)
@@ -174,10 +175,12 @@ def _load(source: str | os.PathLike, device: str) -> tuple[Any, Any, str]:
 # --------------------------------------------------------------------------- the passes
 
 
-def _loss(subject: Subject, hidden: "torch.Tensor", idx: "torch.Tensor") -> np.ndarray:
+def _loss(subject: Subject, hidden: "torch.Tensor | None", idx: "torch.Tensor") -> np.ndarray:
     """Mean next-token cross-entropy per copy: hidden [c, i, e], idx [1, i] -> [c] (NaN without an output matrix)."""
     import torch
 
+    if hidden is None:
+        raise RuntimeError("a text window's forward stopped before the output")
     if subject.out_weight is None:
         return np.full(hidden.shape[0], np.nan)
     target = idx[0, 1:].to(hidden.device)
@@ -359,13 +362,14 @@ def intervene(
     frames = []
     with torch.inference_mode(), patched(subject.model) as ctl:
         pending = [l for l in sorted(by_layer) if results is None or not results.is_done(_key(l, by_layer[l]))]
-        clean = clean_pass(subject, wins, ctl) if pending else None
+        clean = clean_pass(subject, wins, ctl) if pending else None  # every layer stored: no forward at all
         with progress_bar(len(by_layer), f"interventions {mm.name}", enabled=progress, unit="layers") as bar:
             for layer in sorted(by_layer):
                 key = _key(layer, by_layer[layer])
                 if results is not None and results.is_done(key):
                     df = results.read(key)
                 else:
+                    assert clean is not None  # a pending layer had its clean pass
                     raw = layer_pass(subject, layer, by_layer[layer], kinds, wins, clean, ctl)
                     df = summarise(raw)
                     if results is not None:
