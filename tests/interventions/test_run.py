@@ -138,22 +138,22 @@ def _bh_reference(p):
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.floats(0, 1), min_size=1, max_size=30))
-def test_benjamini_hochberg_matches_the_slow_reference(p):
-    from attnscope.atlas.stats import benjamini_hochberg
+def test_bh_adjust_matches_the_slow_reference(p):
+    from attnscope.atlas.stats import bh_adjust
 
-    q = benjamini_hochberg(p)
+    q = bh_adjust(p)
     np.testing.assert_allclose(q, _bh_reference(p), rtol=1e-12, atol=1e-15)
     assert np.all(q >= np.asarray(p) - 1e-15) and np.all(q <= 1)
 
 
-def test_benjamini_hochberg_keeps_nan_and_refuses_bad_p():
-    from attnscope.atlas.stats import benjamini_hochberg
+def test_bh_adjust_keeps_nan_and_refuses_bad_p():
+    from attnscope.atlas.stats import bh_adjust
     from attnscope.errors import InputError
 
-    q = benjamini_hochberg([0.01, np.nan, 0.04, 0.03])
+    q = bh_adjust([0.01, np.nan, 0.04, 0.03])
     assert np.isnan(q[1]) and q[[0, 2, 3]] == pytest.approx([0.03, 0.04, 0.04])
     with pytest.raises(InputError):
-        benjamini_hochberg([0.5, 1.5])
+        bh_adjust([0.5, 1.5])
 
 
 def test_needs_direction_names_only_strong_heads_that_collapse():

@@ -121,7 +121,7 @@ def correlation_table(
     return pd.DataFrame(rows)
 
 
-def benjamini_hochberg(p: Sequence[float]) -> np.ndarray:
+def bh_adjust(p: Sequence[float]) -> np.ndarray:
     """Benjamini-Hochberg adjusted p values (false discovery rate) of ``p``, in its order.
 
     q_(k) = min over j >= k of p_(j) m / j for the sorted finite p values (m of them), capped at 1; NaN stays

@@ -70,12 +70,12 @@ def summarise(raw: "pd.DataFrame") -> "pd.DataFrame":
 def add_bh(table: "pd.DataFrame") -> "pd.DataFrame":
     """``p_bh``: Benjamini-Hochberg across the heads of each (intervention, measure); ``interval`` says what
     the interval is."""
-    from attnscope.atlas.stats import benjamini_hochberg
+    from attnscope.atlas.stats import bh_adjust
 
     out = table.copy()
     out["p_bh"] = np.nan
     for _, sub in out.groupby(["intervention", "measure"], sort=False):
-        out.loc[sub.index, "p_bh"] = benjamini_hochberg(sub["p"].to_numpy(float))
+        out.loc[sub.index, "p_bh"] = bh_adjust(sub["p"].to_numpy(float))
     out["interval"] = [f"{INTERVAL} (n={n})" for n in out["n"]]
     return out
 
