@@ -136,7 +136,7 @@ def _attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "
         coef[0] = 1.0
         for ci, (kind, head) in enumerate(plan.copies):
             if kind in _COEF:
-                coef[:, ci, head] = torch.tensor(_COEF[kind], dtype=query.dtype).view(3, 1, 1)
+                coef[:, ci, head] = torch.tensor(_COEF[kind], dtype=query.dtype, device=query.device).view(3, 1, 1)
         a, b, cc = coef
         query, key = torch.cat([a * query, b * key], dim=-1), torch.cat([a * key, cc * query], dim=-1)
         module_view: Any = _Flat(module)
