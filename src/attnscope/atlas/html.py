@@ -1,7 +1,9 @@
 """The atlas as HTML: an interactive geometry-vs-behaviour scatter and the correlation table.
 
 :func:`atlas_section` is a fragment (for the model report, :mod:`attnscope.report`);
-:func:`atlas_page` wraps it as a whole document (``attnscope atlas`` writes it as ``atlas.html``).
+:func:`atlas_page` wraps it as a whole document (``attnscope atlas`` writes it as ``atlas.html``), with
+:func:`interventions_section` (change in loss per intervention, the heads that need the directional part
+of their W_qk) when ``attnscope atlas --interventions`` ran.
 Self-contained: the per-head table travels as JSON inside the page and a few lines of inline
 JavaScript draw an SVG scatter (choose x = s or d, y = any behaviour column); hovering a point shows
 its model, layer, head and every metric; clicking a point selects the head and draws its example
@@ -254,9 +256,62 @@ def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dic
     ])  # fmt: skip
 
 
+def _fmt(v: float, signed: bool = True) -> str:
+    return "&ndash;" if not math.isfinite(v) else (f"{v:+.3f}" if signed else f"{v:.3f}")
+
+
+def interventions_section(table: "pd.DataFrame") -> str:
+    """The HTML fragment of :func:`attnscope.interventions.intervene`'s table: per intervention, the change
+    in loss over heads; the heads whose behaviour collapses under ``sym`` (they need the directional part
+    of their W_qk, :func:`attnscope.interventions.needs_direction`)."""
+    import numpy as np
+
+    from attnscope.interventions.summary import ALPHA, KEEP, STRONG, needs_direction
+
+    esc = html.escape
+    n = int(table["n"].max()) if len(table) else 0
+    rows = []
+    for kind, sub in table[table["measure"] == "loss"].groupby("intervention", sort=False):
+        d = sub["delta"].to_numpy(float)
+        up = int(((sub["p_bh"] < ALPHA) & (sub["delta"] > 0)).sum())
+        big = sub.loc[sub["delta"].idxmax()] if np.isfinite(d).any() else None
+        worst = f"L{int(big['layer'])}H{int(big['head'])} {_fmt(float(big['delta']))}" if big is not None else "&ndash;"
+        rows.append(f'<tr><td class="l">{esc(str(kind))}</td><td>{len(sub)}</td><td>{_fmt(float(np.nanmedian(d)) if np.isfinite(d).any() else float("nan"))}</td>'
+                    f"<td>{up}</td><td>{worst}</td></tr>")
+    loss = ("<table><thead><tr><th class=\"l\">intervention</th><th>heads</th><th>median delta loss</th>"
+            f"<th>loss up, p_bh &lt; {ALPHA}</th><th>largest increase</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            if rows else '<p class="note">No loss (an encoder has no output matrix).</p>')
+    hit = needs_direction(table)
+    if len(hit):
+        body = "".join(
+            f'<tr><td class="l">L{int(r.layer)}H{int(r.head)}</td><td class="l">{esc(str(r.measure))}</td>'
+            f"<td>{_fmt(r.clean, False)}</td><td>{_fmt(r.value, False)}</td><td>{_fmt(r.delta)}</td>"
+            f"<td>[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]</td><td>{r.p_bh:.2g}</td><td>{_fmt(r.anti_value, False)}</td></tr>"
+            for r in hit.itertuples())
+        heads = ("<table><thead><tr><th class=\"l\">head</th><th class=\"l\">behaviour</th><th>clean</th>"
+                 "<th>under sym</th><th>delta</th><th>95% CI</th><th>p_bh</th><th>under anti</th></tr></thead>"
+                 f"<tbody>{body}</tbody></table>")
+    else:
+        heads = '<p class="note">No head\'s behaviour collapses under sym by this rule.</p>'
+    note = (f"Per head: keep only the symmetric part of its scores (<code>sym</code>, (QK<sup>T</sup> + KQ<sup>T</sup>)/2 "
+            "after rotary), only the antisymmetric part (<code>anti</code>), zero its output (<code>ablate</code>) or "
+            "replace it by its mean (<code>mean</code>). Deltas are intervened minus clean, "
+            f"mean over windows with a 95% t interval (n = {n} windows); p_bh: Benjamini-Hochberg across heads.")
+    rule = (f"A head needs its directional part when it scores at least {STRONG} on a behaviour (induction, "
+            f"previous token, sink), keeps less than {KEEP:.0%} of it under <code>sym</code>, and p_bh &lt; {ALPHA}. "
+            "Either part alone carries about half of a pattern that is neither symmetric nor antisymmetric (a sink "
+            "column, a diagonal stripe), so read the score under <code>anti</code> beside it: a behaviour lost under "
+            "both needs the whole form; one kept under <code>anti</code> lives in the directional part.")
+    return "\n".join(["<h2>Interventions: does a head need its directional part?</h2>", f'<p class="note">{note}</p>',
+                      "<h3>Change in loss</h3>", loss, "<h3>Heads that need their directional part</h3>",
+                      f'<p class="note">{rule}</p>', heads])
+
+
 def atlas_page(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any],
-               maps: "Mapping[tuple[int, int], Any] | None" = None) -> str:
-    """A whole self-contained HTML document holding :func:`atlas_section`."""
+               maps: "Mapping[tuple[int, int], Any] | None" = None,
+               interventions: "pd.DataFrame | None" = None) -> str:
+    """A whole self-contained HTML document holding :func:`atlas_section` (and :func:`interventions_section`
+    when ``interventions`` is given)."""
     from attnscope.naming import model_label
 
     label = model_label(str(info.get("model", "atlas")))
@@ -265,4 +320,5 @@ def atlas_page(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[s
     where = f'<p class="note">{html.escape(source)}</p>' if source != label else ""
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>attnscope atlas: {name}</title>'
             f"<style>{_PAGE_CSS}</style></head><body><h1>{name}</h1>{where}\n"
-            f"{atlas_section(table, correlations, info, maps)}\n</body></html>\n")
+            f"{atlas_section(table, correlations, info, maps)}\n"
+            f"{interventions_section(interventions) if interventions is not None else ''}</body></html>\n")

@@ -2,6 +2,7 @@
 
     attnscope atlas SOURCE --out DIR [--probe both|random|text] [--data CORPUS] [--windows N] [--length L] ...
     attnscope atlas --zoo offline-real --out DIR
+    attnscope atlas SOURCE --out DIR --interventions sym,anti,ablate [--heads 3.1,4.2 | --top 10:previous_token_random]
 
 Thin layer over :mod:`attnscope.atlas`: checks the options and DIR before any work, calls the API,
 writes the tables (Parquet and CSV), the figures and a self-contained atlas.html, prints a summary.
@@ -36,9 +37,15 @@ def atlas(
     device: str = typer.Option("cpu", "--device", help="torch device."),
     as_json: bool = typer.Option(False, "--json", help="Print the correlations as JSON records on stdout."),
     threads: Optional[int] = THREADS,
+    interventions: Optional[str] = typer.Option(None, "--interventions", help="Also intervene on each head: any of sym, anti (keep only the symmetric / antisymmetric part of its scores), ablate, mean (zero / mean its output); comma-separated."),
+    heads: Optional[str] = typer.Option(None, "--heads", help="With --interventions: only these heads, LAYER.HEAD comma-separated (e.g. 3.1,10.4)."),
+    top: Optional[str] = typer.Option(None, "--top", help="With --interventions: only the K heads scoring highest on an atlas column, K:COLUMN; several joined by commas (e.g. 4:induction_random,4:sink_random)."),
+    intervention_windows: int = typer.Option(4, "--intervention-windows", help="With --interventions: text windows (loss and behaviour) and random-probe windows (behaviour) per head."),
 ) -> None:
     """Geometry meets behaviour: s and d of every head's W_qk (at offset 0, at offset 1 and over offsets for
-    rotary models) against what the head does on the probes."""
+    rotary models) against what the head does on the probes; with --interventions, what each head does
+    to the loss and to its own behaviour when its scores keep only their symmetric or antisymmetric part,
+    or its output is zeroed or replaced by its mean (resumable per layer in DIR/interventions-store)."""
     from attnscope.heads.probes import check_probes
 
     check_out_dir(out, "--out")
@@ -51,6 +58,7 @@ def atlas(
     if (source is None) == (zoo is None):
         raise InputError("give a SOURCE or --zoo GROUP (one of them)")
     use_threads(threads)
+    plan = _intervention_plan(interventions, heads, top, intervention_windows, zoo)
     opts = dict(probes=probe, data=data, windows=windows, length=length, random_windows=random_windows,
                 random_length=random_length, seed=seed, n_boot=n_boot, batch_size=batch_size, device=device)
     if zoo is not None:
@@ -61,16 +69,87 @@ def atlas(
     res = run_atlas(source, progress=True, **opts)
     for note in res.info.get("position_notes", []):
         stderr_console().print(f"attnscope: note: {note}", highlight=False, soft_wrap=True)
-    written = write_atlas(res.table, res.correlations, res.info, out, hue="layer", maps=res.maps,
-                          settings={"source": source, **opts})
+    iv = None
+    if plan is not None:
+        iv = _intervene(source, res, plan, out, opts)
+    written = write_atlas(res.table, res.correlations, res.info, out, hue="layer", maps=res.maps, interventions=iv,
+                          settings={"source": source, **opts, "interventions": plan})
     _finish(res.correlations, res.info["model"], written, as_json)
+    if iv is not None:
+        _finish_interventions(iv)
 
 
-def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, settings=None) -> list[Path]:
+def _intervention_plan(interventions, heads, top, windows: int, zoo) -> dict | None:
+    """The checked --interventions options (before any work), or None without --interventions."""
+    if interventions is None:
+        if heads is not None or top is not None:
+            raise InputError("--heads and --top choose the heads of --interventions; give --interventions too")
+        return None
+    from attnscope.interventions import check_kinds, parse_heads
+
+    if zoo is not None:
+        raise InputError("--interventions runs on one model: give a SOURCE, not --zoo")
+    if heads is not None and top is not None:
+        raise InputError("give --heads or --top, not both")
+    if windows < 1:
+        raise InputError(f"--intervention-windows must be at least 1, not {windows}")
+    plan = {"kinds": check_kinds(interventions), "heads": parse_heads(heads) if heads else None, "top": None,
+            "windows": windows}
+    if top is not None:
+        plan["top"] = []
+        for part in (p.strip() for p in top.split(",")):
+            k, colon, column = part.partition(":")
+            if not (colon and k.isdigit() and int(k) > 0 and column):
+                raise InputError(f"--top must be K:COLUMN with K >= 1, e.g. 10:previous_token_random, not {part!r}")
+            plan["top"].append((int(k), column))
+    return plan
+
+
+def _intervene(source, res, plan: dict, out: Path, opts: dict):
+    """The interventions of ``plan`` on ``source``, joined to the atlas table on (model, layer, head)."""
+    from attnscope.interventions import intervene
+
+    chosen = plan["heads"]
+    if plan["top"] is not None:
+        chosen = []
+        for k, column in plan["top"]:
+            if column not in res.table.columns:
+                raise InputError(f"--top: the atlas table has no column {column!r}")
+            best = res.table.nlargest(k, column)
+            chosen += [pair for pair in zip(best["layer"].astype(int), best["head"].astype(int)) if pair not in chosen]
+    random_n = plan["windows"] if opts["probes"] in ("both", "random") else 0
+    iv = intervene(source, interventions=plan["kinds"], heads=chosen, data=opts["data"], windows=plan["windows"],
+                   length=opts["length"], random_windows=random_n, random_length=opts["random_length"],
+                   seed=opts["seed"], device=opts["device"], store=out / "interventions-store",
+                   name=res.info["model"], progress=True)  # a long job: progress lines in a log too
+    keep = [c for c in res.table.columns if c not in ("stack",)]
+    return iv.table.merge(res.table[keep], on=["model", "layer", "head"], how="left", validate="many_to_one")
+
+
+def _finish_interventions(table) -> None:
+    from attnscope.interventions import needs_direction
+
+    con = stderr_console()
+    hit = needs_direction(table)
+    loss = table[table["measure"] == "loss"]
+    for kind, sub in loss.groupby("intervention", sort=False):
+        if sub["delta"].notna().any():
+            con.print(f"{kind}: median delta loss {sub['delta'].median():+.4f} nats over {len(sub)} heads; "
+                      f"{int(((sub['p_bh'] < 0.05) & (sub['delta'] > 0)).sum())} heads raise it (p_bh < 0.05)")
+    shown = 8  # the strongest; the page and interventions.csv hold them all
+    names = ", ".join(f"L{r.layer}H{r.head} ({r.measure} {r.clean:.2f} -> {r.value:.2f})" for r in hit.head(shown).itertuples())
+    more = f" and {len(hit) - shown} more (atlas.html)" if len(hit) > shown else ""
+    con.print(f"heads that need their directional part (behaviour collapses under sym): {names or 'none'}{more}",
+              soft_wrap=True, highlight=False)
+
+
+def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, interventions=None,
+                settings=None) -> list[Path]:
     """Tables, figures and the HTML page of an atlas (one model or pooled) into ``out``, as one result
     (:func:`attnscope.outputs.write_result_set`): every file is rendered before the first one moves into
     ``out``, so an interrupt, a failure or a kill leaves the previous atlas there whole, never a mix.
-    ``settings``: the options, stored in the folder's manifest.
+    With ``interventions`` (their table joined to the atlas table) also interventions.parquet/.csv,
+    interventions_sym.png and interventions_loss.png. ``settings``: the options, stored in the manifest.
     """
     from attnscope.atlas.build import GEOMETRY, behaviour_columns
     from attnscope.atlas.html import atlas_page
@@ -94,7 +173,16 @@ def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, setti
     files.update({f"atlas_{x}.png": scatter(x) for x in GEOMETRY})
     files["atlas_correlations.png"] = lambda: figure_bytes(
         ap.correlation_forest(correlations, title=f"{name}: Spearman rho across heads"), "png")
-    files["atlas.html"] = lambda: atlas_page(table, correlations, info, maps=maps)
+    if interventions is not None:
+        from attnscope.plots import interventions as ip
+
+        files["interventions.parquet"] = table_bytes(interventions, "interventions.parquet")
+        files["interventions.csv"] = table_bytes(interventions, "interventions.csv")
+        files["interventions_sym.png"] = lambda: figure_bytes(ip.sym_vs_symmetry(
+            interventions, title=f"{name}: behaviour when only the symmetric part of the scores is kept"), "png")
+        files["interventions_loss.png"] = lambda: figure_bytes(ip.loss_heatmap(
+            interventions, title=f"{name}: change in loss per head"), "png")
+    files["atlas.html"] = lambda: atlas_page(table, correlations, info, maps=maps, interventions=interventions)
     return write_result_set(out, files, settings, kind="atlas")
 
 

@@ -168,9 +168,12 @@ def open_gguf(path: str | os.PathLike, device: str = "cpu", plan: WindowPlan | N
     return MapModel.from_hf(model, tok, name=str(p))
 
 
-def _load_gguf(p: Path, before_weights: Callable[[Any], None] | None = None) -> tuple[Any, Any]:
+def _load_gguf(p: Path, before_weights: Callable[[Any], None] | None = None, lm_head: bool = False) -> tuple[Any, Any]:
     """(model, tokenizer) from one GGUF file, progress bars and chatter of transformers silenced; the tokenizer
-    comes first, and ``before_weights(tokenizer)`` (training-lab interface) runs before the weights load."""
+    comes first, and ``before_weights(tokenizer)`` (training-lab interface) runs before the weights load.
+
+    ``lm_head``: keep the whole ``...ForCausalLM`` (its output matrix: the loss of
+    :mod:`attnscope.interventions`) instead of the base model the maps need."""
     import transformers
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
@@ -193,10 +196,10 @@ def _load_gguf(p: Path, before_weights: Callable[[Any], None] | None = None) -> 
                                                   trust_remote_code=False, output_loading_info=True)
         except Exception as exc:  # transformers raises ValueError/KeyError/... for architectures it cannot map
             raise UnsupportedError(f"{p}: transformers cannot load this GGUF file ({_first_line(exc)})") from None
-        return model, [k for k in info.get("missing_keys", ()) if not k.startswith("lm_head")]
+        return model, [k for k in info.get("missing_keys", ()) if lm_head or not k.startswith("lm_head")]
 
-    model, missing = load(AutoModel)
-    if missing:  # transformers 4.x maps GGUF tensor names onto the ...ForCausalLM class only
+    model, missing = load(AutoModelForCausalLM) if lm_head else load(AutoModel)
+    if missing and not lm_head:  # transformers 4.x maps GGUF tensor names onto the ...ForCausalLM class only
         del model
         full, missing = load(AutoModelForCausalLM)
         model = full.base_model  # the head is dropped with ``full``

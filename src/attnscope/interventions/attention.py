@@ -1,0 +1,258 @@
+"""The registered attention function that intervenes on single heads, and the context that switches it on.
+
+Einstein legend: c batch copy, h query head, g key/value head, i/j query/key position, d head dim.
+
+transformers' attention modules hand their post-rotary q [c, h, i, d], k and v [c, g, j, d], the mask,
+the scaling and (Gemma) the softcap to whatever ``config._attn_implementation`` names in
+``ALL_ATTENTION_FUNCTIONS``. :func:`patched` registers :data:`NAME` there (and the eager mask builder
+under the same name in ``ALL_MASK_ATTENTION_FUNCTIONS``, so the mask, sliding windows included, is the
+one eager attention gets) and switches the model to it; :func:`_attention` then calls the model's own
+``eager_attention_forward`` (its modeling file's: scaling, softcap, mask add, softmax all stay the
+model's code), changing only its inputs or its output for the heads a :class:`Plan` names:
+
+* ``sym`` / ``anti``: the head's scores become S_sym = (Q K^T + K Q^T) / 2 or S_anti = (Q K^T - K Q^T) / 2
+  before scaling, softcap and mask. Both are inner products of longer vectors, so the model's own
+  function computes them: with q' = [a q, b k] and k' = [a k, c q] (head dim 2d), q'_i . k'_j =
+  a^2 q_i.k_j + b c k_i.q_j; (a, b, c) = (1, 0, 0) keeps the scores, (1/sqrt2, 1/sqrt2, +-1/sqrt2) gives
+  sym / anti. k and v are repeated to the query heads first (GQA), and the function sees a view of the
+  module with ``num_key_value_groups = 1``; the scaling is passed as the model passes it (never from the
+  longer head dim).
+* ``ablate`` / ``mean``: the head's output [c, i, h, d] (before the output projection) becomes 0 or the
+  head's mean output over the clean text windows' positions (:attr:`Plan.means`).
+
+Each batch copy c of the intervened layer carries its own (kind, head) (:attr:`Plan.copies`): one forward
+intervenes on every head of a layer, the batch being expanded at that layer (:func:`expand_at`), the
+layers before it running once on the clean input.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+from attnscope.errors import InputError, UnsupportedError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+NAME = "attnscope_intervene"
+#: interventions on the head's scores (its W_qk geometry) and on its output
+SCORE_KINDS = ("sym", "anti")
+OUTPUT_KINDS = ("ablate", "mean")
+KINDS = SCORE_KINDS + OUTPUT_KINDS
+#: (a, b, c) of the module docstring per score intervention
+_COEF = {"sym": (math.sqrt(0.5), math.sqrt(0.5), math.sqrt(0.5)),
+         "anti": (math.sqrt(0.5), math.sqrt(0.5), -math.sqrt(0.5))}
+
+
+class StopForward(Exception):
+    """Raised by the attention function after the intervened layer when nothing later is needed."""
+
+
+@dataclass
+class Plan:
+    """What the attention function does in the current forward of one model.
+
+    ``layer``: the layer intervened (None: a clean forward). ``copies``: (kind, head) of each batch copy
+    at that layer. ``means``: layer -> [h, d] mean head output (for ``mean``). ``on_maps(layer, probs)``
+    receives every layer's probabilities [c, h, i, j] of a clean forward, and the intervened copies'
+    own maps [1, c, i, j] of the intervened layer. ``on_output(layer, out)`` receives each layer's head
+    outputs [c, i, h, d] of a clean forward. ``on_scores(layer, q, k)``: the (intervened) q' and k'
+    handed to the model's function (tests). ``stop``: raise :class:`StopForward` after the intervened layer.
+    """
+
+    layer: int | None = None
+    copies: Sequence[tuple[str, int]] = ()
+    means: dict[int, "torch.Tensor"] = field(default_factory=dict)
+    on_maps: Callable[[int, "torch.Tensor"], None] | None = None
+    on_output: Callable[[int, "torch.Tensor"], None] | None = None
+    on_scores: Callable[[int, "torch.Tensor", "torch.Tensor"], None] | None = None
+    stop: bool = False
+
+
+class _Controller:
+    """The plan of one patched model and the layer each of its submodules belongs to."""
+
+    def __init__(self, layer_of: dict[int, int]) -> None:
+        self.layer_of = layer_of
+        self.plan = Plan()
+
+
+#: id(attention submodule) -> its model's controller (only while the model is patched)
+_ACTIVE: dict[int, _Controller] = {}
+
+
+class _Flat:
+    """A view of an attention module whose k and v were already repeated to the query heads."""
+
+    num_key_value_groups = 1
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+
+def _own_eager(module: Any) -> Callable[..., Any]:
+    """The ``eager_attention_forward`` of the module's modeling file (softcap, scaling as the model has them)."""
+    fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    if fn is None:
+        raise UnsupportedError(f"{type(module).__name__}: its modeling file has no eager attention function to wrap")
+    return fn
+
+
+def _repeat(x: "torch.Tensor", groups: int) -> "torch.Tensor":
+    """[c, g, j, d] -> [c, g * groups, j, d], each key/value head repeated for its query heads."""
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
+def _attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor",
+               attention_mask: "torch.Tensor | None", **kwargs: Any) -> tuple["torch.Tensor", Any]:
+    """The function registered as :data:`NAME` (see the module docstring)."""
+    import torch
+
+    ctl = _ACTIVE.get(id(module))
+    eager = _own_eager(module)
+    if ctl is None:  # a module of a model that is not patched now: plain eager attention
+        return eager(module, query, key, value, attention_mask, **kwargs)
+    plan, layer = ctl.plan, ctl.layer_of[id(module)]
+    here = plan.layer == layer
+    if kwargs.get("scaling") is None:  # never let a longer head dim change the scale
+        kwargs["scaling"] = getattr(module, "scaling", None) or query.shape[-1] ** -0.5
+    if attention_mask is not None and attention_mask.shape[0] not in (1, query.shape[0]):
+        attention_mask = attention_mask.repeat_interleave(query.shape[0] // attention_mask.shape[0], dim=0)
+    scored = here and any(kind in SCORE_KINDS for kind, _ in plan.copies)
+    if scored:
+        c, h = query.shape[:2]
+        if c != len(plan.copies):
+            raise RuntimeError(f"layer {layer}: batch of {c} copies, plan of {len(plan.copies)}")
+        groups = h // key.shape[1]
+        key, value = _repeat(key, groups), _repeat(value, groups)  # [c, h, j, d]
+        coef = torch.zeros(3, c, h, 1, 1, dtype=query.dtype, device=query.device)
+        coef[0] = 1.0
+        for ci, (kind, head) in enumerate(plan.copies):
+            if kind in _COEF:
+                coef[:, ci, head] = torch.tensor(_COEF[kind], dtype=query.dtype, device=query.device).view(3, 1, 1)
+        a, b, cc = coef
+        query, key = torch.cat([a * query, b * key], dim=-1), torch.cat([a * key, cc * query], dim=-1)
+        module_view: Any = _Flat(module)
+    else:
+        module_view = module
+    if here and plan.on_scores is not None:
+        plan.on_scores(layer, query, key)
+    out, probs = eager(module_view, query, key, value, attention_mask, **kwargs)  # out [c, i, h, d]
+    if plan.layer is None:
+        if plan.on_maps is not None:
+            plan.on_maps(layer, probs)
+        if plan.on_output is not None:
+            plan.on_output(layer, out)
+    elif here:
+        out = _replace_outputs(out, plan, layer)
+        if plan.on_maps is not None and scored:
+            idx = [(ci, head) for ci, (kind, head) in enumerate(plan.copies)]
+            own = torch.stack([probs[ci, head] for ci, head in idx])[None]  # [1, c, i, j]
+            plan.on_maps(layer, own)
+        if plan.stop:
+            raise StopForward
+    return out, probs
+
+
+def _replace_outputs(out: "torch.Tensor", plan: Plan, layer: int) -> "torch.Tensor":
+    """The copies' head outputs [c, i, h, d] with ``ablate`` / ``mean`` applied."""
+    kinds = [k for k, _ in plan.copies]
+    if not any(k in OUTPUT_KINDS for k in kinds):
+        return out
+    out = out.clone()
+    for ci, (kind, head) in enumerate(plan.copies):
+        if kind == "ablate":
+            out[ci, :, head] = 0
+        elif kind == "mean":
+            if layer not in plan.means:
+                raise InputError(f"mean ablation of layer {layer} needs its mean head outputs (a clean pass first)")
+            out[ci, :, head] = plan.means[layer][head].to(out.dtype)
+    return out
+
+
+def register() -> None:
+    """Register :data:`NAME` with transformers' attention interface (and the eager mask under that name)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(NAME, _attention)
+    try:  # transformers >= 4.53 builds masks per implementation name
+        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, eager_mask
+    except ImportError:  # pragma: no cover - older transformers build the eager mask for unknown names
+        return
+    if NAME not in ALL_MASK_ATTENTION_FUNCTIONS._global_mapping:
+        AttentionMaskInterface.register(NAME, eager_mask)
+
+
+def layer_list(model: Any) -> Any:
+    """The model's ModuleList of transformer layers (the one as long as the config's layer count)."""
+    import torch
+
+    cfg = model.config
+    n = getattr(cfg, "num_hidden_layers", None) or getattr(getattr(cfg, "text_config", None), "num_hidden_layers", None)
+    found = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) == n]
+    if not found:
+        raise UnsupportedError(f"{type(model).__name__}: no list of {n} layers to intervene on")
+    return found[0]
+
+
+def _configs(model: Any) -> list[Any]:
+    """The model's config and its sub-configs (Gemma 3's text config) that carry an attention implementation."""
+    seen, out = set(), []
+    for m in model.modules():
+        cfg = getattr(m, "config", None)
+        if cfg is not None and id(cfg) not in seen and hasattr(cfg, "_attn_implementation"):
+            seen.add(id(cfg))
+            out.append(cfg)
+    return out
+
+
+@contextmanager
+def patched(model: Any) -> Iterator[_Controller]:
+    """Within the block, ``model`` (a transformers model) runs its attention through :data:`NAME`;
+    set ``ctl.plan`` to intervene. The model's implementation and training flag are put back after."""
+    register()
+    layers = layer_list(model)
+    layer_of = {id(sub): li for li, block in enumerate(layers) for sub in block.modules()}
+    ctl = _Controller(layer_of)
+    configs = _configs(model)
+    before = [cfg._attn_implementation for cfg in configs]
+    training = model.training
+    for cfg in configs:
+        cfg._attn_implementation = NAME
+    for key in layer_of:
+        _ACTIVE[key] = ctl
+    model.eval()
+    try:
+        yield ctl
+    finally:
+        for key in layer_of:
+            _ACTIVE.pop(key, None)
+        for cfg, impl in zip(configs, before):
+            cfg._attn_implementation = impl
+        model.train(training)
+
+
+@contextmanager
+def expand_at(layers: Any, layer: int, copies: int) -> Iterator[None]:
+    """Within the block, the hidden states entering ``layers[layer]`` [1, i, e] become ``copies`` copies."""
+
+    def hook(mod: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        if args:
+            hs = args[0]
+            return (hs.expand(copies, *hs.shape[1:]).contiguous(), *args[1:]), kwargs
+        hs = kwargs["hidden_states"]
+        kwargs["hidden_states"] = hs.expand(copies, *hs.shape[1:]).contiguous()
+        return args, kwargs
+
+    handle = layers[layer].register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        yield
+    finally:
+        handle.remove()

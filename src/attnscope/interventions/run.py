@@ -1,0 +1,418 @@
+"""Interventions on every head of a model: the change in loss and in each behaviour score, per window.
+
+Einstein legend: c batch copy (one (intervention, head) each), w window, i position, v vocabulary.
+
+:func:`intervene` runs, on the text windows (loss and behaviour) and the random probe's windows
+(behaviour only), one clean forward per window (every head's clean behaviour, the clean loss, the heads'
+mean outputs for ``mean``) and then, layer by layer, one forward per window in which the batch is
+expanded at that layer to one copy per (intervention, head) (:mod:`.attention`): the layers before it run
+once, the copies share nothing after it. On the random probe the forward stops after the intervened
+layer (its behaviour is all that is measured there).
+
+* loss: mean next-token cross-entropy of the window (the model's output matrix: its LM head, or the
+  input embeddings when they are tied; Gemma's final logit softcap applied); encoders have none (NaN).
+* behaviour: the intervened head's own ``<metric>_<probe>`` (:data:`attnscope.atlas.build.BEHAVIOUR_METRICS`,
+  as the atlas measures them) under ``sym`` / ``anti``; an output intervention leaves the head's own map as
+  it is, so it has no behaviour rows.
+
+Each (model, layer, head, intervention, measure) row holds the per-window deltas' mean, its 95% t
+interval over the n windows and a one-sample t-test p value (:mod:`.summary`); the Benjamini-Hochberg
+adjustment is made across heads once every layer is in. Layers are stored as they finish
+(:class:`attnscope.runs.store.ResultsStore`, key = layer) so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from attnscope.errors import InputError, UnsupportedError, check_type
+
+from .attention import KINDS, SCORE_KINDS, Plan, StopForward, expand_at, layer_list, patched
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    import torch
+
+    from attnscope.heads.maps import MapModel
+
+#: the interventions run when none are named (``mean`` also needs its clean pass: same cost)
+DEFAULT_KINDS = ("sym", "anti", "ablate")
+#: copies of one forward at most (memory: copies x window x hidden and copies x heads x window^2)
+MAX_COPIES = 32
+
+
+@dataclass
+class Subject:
+    """A loaded transformers model ready for interventions: the module to run, its output matrix, windows."""
+
+    model: Any  # the module whose forward gives last_hidden_state (the base model)
+    out_weight: "torch.Tensor | None"  # [v, e] output matrix, None for an encoder
+    softcap: float | None  # final logit softcap (Gemma 2)
+    maps: "MapModel"  # tokenizer, causal flag, special ids, windows
+    name: str
+
+    @property
+    def n_layers(self) -> int:
+        return len(layer_list(self.model))
+
+
+@dataclass
+class InterventionResult:
+    """What :func:`intervene` returns: one row per (layer, head, intervention, measure), and how it was made."""
+
+    table: "pd.DataFrame"
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def check_kinds(kinds: str | Sequence[str]) -> tuple[str, ...]:
+    """``"sym,anti"`` or a sequence of names -> validated tuple in :data:`KINDS` order."""
+    if isinstance(kinds, str):
+        kinds = [k.strip() for k in kinds.split(",") if k.strip()]
+    check_type(kinds, (list, tuple), "interventions", "a list of sym, anti, ablate, mean")
+    bad = [str(k) for k in kinds if k not in KINDS]
+    if bad or not kinds:
+        raise InputError(f"interventions must be among {', '.join(KINDS)}, not {', '.join(bad) or 'nothing'}",
+                         params="interventions")
+    return tuple(k for k in KINDS if k in kinds)
+
+
+def parse_heads(spec: str) -> list[tuple[int, int]]:
+    """``"3.1,10.4"`` -> [(3, 1), (10, 4)] (layer.head, both counted from 0)."""
+    out = []
+    for part in (p.strip() for p in spec.split(",")):
+        layer, dot, head = part.partition(".")
+        if not (dot and layer.isdigit() and head.isdigit()):
+            raise InputError(f"heads must be LAYER.HEAD pairs such as 3.1,10.4, not {part!r}", params="heads")
+        out.append((int(layer), int(head)))
+    return out
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _is_decoder_config(config: Any) -> bool:
+    archs = getattr(config, "architectures", None) or []
+    return bool(getattr(config, "is_decoder", False)) or any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
+
+
+def _out_weight(full: Any, base: Any) -> "torch.Tensor | None":
+    """The [v, e] output matrix: the LM head of ``full`` or, for a base model with tied embeddings, its input embeddings."""
+    head = full.get_output_embeddings() if hasattr(full, "get_output_embeddings") else None
+    if head is not None and hasattr(head, "weight"):
+        return head.weight
+    cfg = base.config
+    tied = getattr(cfg, "tie_word_embeddings", False) or getattr(getattr(cfg, "text_config", None), "tie_word_embeddings", False)
+    return base.get_input_embeddings().weight if tied else None
+
+
+def _softcap(model: Any) -> float | None:
+    cfg = model.config
+    return getattr(cfg, "final_logit_softcapping", None) or getattr(getattr(cfg, "text_config", None),
+                                                                     "final_logit_softcapping", None)
+
+
+def open_subject(source: Any, tokenizer: Any = None, device: str = "cpu", name: str | None = None) -> Subject:
+    """A :class:`Subject` from a GGUF file, an HF directory / hub id, or a loaded transformers model with its tokenizer."""
+    from attnscope.heads.maps import MapModel
+
+    label: str | None
+    if isinstance(source, (str, os.PathLike)):
+        if tokenizer is not None:
+            raise InputError(f"{source}: tokenizer= is for a model loaded in memory; a directory or file brings its own")
+        full, tok, label = _load(source, device)
+    else:
+        if tokenizer is None:
+            raise InputError(f"a loaded {type(source).__name__} needs tokenizer= (its transformers tokenizer)")
+        full, tok, label = source, tokenizer, name
+    base = getattr(full, "base_model", full)
+    maps = MapModel.from_hf(full, tok, name=name or label)
+    out_weight = _out_weight(full, base) if maps.causal else None
+    return Subject(model=base, out_weight=out_weight, softcap=_softcap(full), maps=maps, name=maps.name)
+
+
+def _load(source: str | os.PathLike, device: str) -> tuple[Any, Any, str]:
+    """(model, tokenizer, name): a GGUF file through :mod:`attnscope.heads.load`; an HF directory / hub id
+    with its LM head for a decoder (the base model for an encoder)."""
+    from pathlib import Path
+
+    from attnscope.heads.load import check_weights, open_runnable
+    from attnscope.sources.base import check_local_path
+    from attnscope.sources.gguf import GGUFSource
+    from attnscope.zoo.registry import resolve_spec
+
+    spec = str(Path(str(resolve_spec(source))).expanduser())  # a zoo id: its installed copy
+    check_local_path(spec)  # unreadable, a FIFO or device, a missing x.gguf: one line, now
+    if GGUFSource.detect(spec):
+        from attnscope.heads.load import GGUF_FIX, _load_gguf, missing_gguf_runtime
+
+        if missing_gguf_runtime():
+            raise UnsupportedError(f"{source}: running a GGUF file needs {', '.join(missing_gguf_runtime())}: {GGUF_FIX}")
+        check_weights(lambda: GGUFSource.open(spec), spec)  # the header and config checked before transformers reads it
+        model, tok = _load_gguf(Path(spec), lm_head=True)
+        return model.to(device), tok, spec
+    open_runnable(spec, device)  # CTranslate2 / ONNX: one-line refusal
+    import transformers
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
+
+    from attnscope.heads.maps import _hub_dir
+    from attnscope.training.tokenizers import load_tokenizer
+
+    transformers.logging.set_verbosity_error()
+    path = Path(spec)
+    local = path if path.is_dir() else _hub_dir(str(source))
+    from attnscope.sources.hf import HFDirectorySource
+
+    check_weights(lambda: HFDirectorySource.open(str(local)), str(source))  # config against weights, before the load
+    try:
+        config = AutoConfig.from_pretrained(str(local), trust_remote_code=False)
+    except Exception as exc:
+        raise InputError(f"{source}: cannot read the model config ({exc.__class__.__name__})") from None
+    cls = AutoModelForCausalLM if _is_decoder_config(config) else AutoModel
+    try:
+        model = cls.from_pretrained(str(local), attn_implementation="eager", trust_remote_code=False)  # type: ignore[arg-type]
+    except Exception as exc:
+        raise UnsupportedError(f"{source}: cannot load the model ({exc.__class__.__name__}: {str(exc)[:160]})") from None
+    return model.to(device).eval(), load_tokenizer(local), str(source)
+
+
+# --------------------------------------------------------------------------- the passes
+
+
+def _loss(subject: Subject, hidden: "torch.Tensor | None", idx: "torch.Tensor") -> np.ndarray:
+    """Mean next-token cross-entropy per copy: hidden [c, i, e], idx [1, i] -> [c] (NaN without an output matrix)."""
+    import torch
+
+    if hidden is None:
+        raise RuntimeError("a text window's forward stopped before the output")
+    if subject.out_weight is None:
+        return np.full(hidden.shape[0], np.nan)
+    target = idx[0, 1:].to(hidden.device)
+    out = np.empty(hidden.shape[0])
+    for ci in range(hidden.shape[0]):  # one copy's [i, v] logits at a time
+        logits = hidden[ci, :-1] @ subject.out_weight.T
+        if subject.softcap:
+            logits = torch.tanh(logits / subject.softcap) * subject.softcap
+        out[ci] = float(torch.nn.functional.cross_entropy(logits.float(), target))
+    return out
+
+
+def _forward(subject: Subject, idx: "torch.Tensor") -> "torch.Tensor | None":
+    """last_hidden_state [c, i, e] of one window idx [1, i] (None when the plan stopped the forward)."""
+    try:
+        res = subject.model(input_ids=idx.to(next(subject.model.parameters()).device), use_cache=False)
+    except StopForward:
+        return None
+    return res[0] if isinstance(res, tuple) else res.last_hidden_state
+
+
+def _metrics(subject: Subject, probs: "torch.Tensor", idx: "torch.Tensor") -> dict[str, np.ndarray]:
+    """The atlas's behaviour metrics of maps [1, n, i, j] -> metric -> [n]."""
+    from attnscope.atlas.build import BEHAVIOUR_METRICS
+    from attnscope.heads.metrics import window_metrics
+    from attnscope.heads.probes import BEHAVIOUR
+
+    m = subject.maps
+    vals = window_metrics(probs, m.causal, token_ids=idx, cls_id=m.cls_id, sep_id=m.sep_id)
+    return {name: vals[BEHAVIOUR.get(name, name)][0].float().cpu().numpy() for name in BEHAVIOUR_METRICS}
+
+
+@dataclass
+class _Clean:
+    """The clean pass: per probe, window -> layer -> metric -> [h]; text loss per window; mean head outputs."""
+
+    behaviour: dict[str, list[dict[int, dict[str, np.ndarray]]]]
+    loss: np.ndarray  # [w]
+    means: dict[int, "torch.Tensor"]  # layer -> [h, d]
+
+
+def clean_pass(subject: Subject, windows: dict[str, "torch.Tensor"], ctl: Any) -> _Clean:
+    """Every head's clean behaviour per probe window, the clean loss per text window, the heads' mean outputs
+    over the text windows' positions."""
+    import torch
+
+    behaviour: dict[str, list[dict[int, dict[str, np.ndarray]]]] = {}
+    sums: dict[int, torch.Tensor] = {}
+    count = [0]
+    losses = []
+    for probe, idx in windows.items():
+        behaviour[probe] = []
+        for w in range(len(idx)):
+            tok = idx[w : w + 1]
+            per_layer: dict[int, dict[str, np.ndarray]] = {}
+
+            def on_output(layer: int, out: "torch.Tensor") -> None:  # out [1, i, h, d]
+                total = out[0].double().sum(0)
+                sums[layer] = total if layer not in sums else sums[layer] + total
+
+            ctl.plan = Plan(on_maps=lambda layer, p, tok=tok, per_layer=per_layer: per_layer.__setitem__(
+                layer, _metrics(subject, p, tok)), on_output=on_output if probe == "text" else None)
+            hidden = _forward(subject, tok)
+            if len(per_layer) != subject.n_layers:  # e.g. an older transformers whose BERT picks its attention class itself
+                raise UnsupportedError(
+                    f"{subject.name}: only {len(per_layer)} of {subject.n_layers} layers call transformers' attention "
+                    f"interface here ({type(subject.model).__name__}); their heads cannot be intervened on")
+            behaviour[probe].append(per_layer)
+            if probe == "text":
+                losses.append(_loss(subject, hidden, tok)[0])
+                count[0] += tok.shape[1]
+    means = {layer: (s / max(count[0], 1)).float() for layer, s in sums.items()}
+    return _Clean(behaviour=behaviour, loss=np.asarray(losses, dtype=float), means=means)
+
+
+def layer_pass(subject: Subject, layer: int, heads: Sequence[int], kinds: Sequence[str],
+               windows: dict[str, "torch.Tensor"], clean: _Clean, ctl: Any) -> "pd.DataFrame":
+    """Per-window deltas of every (kind, head) of ``layer``: long table of window, head, intervention,
+    measure, clean, value, delta."""
+    import pandas as pd
+
+    layers = layer_list(subject.model)
+    rows: list[dict[str, Any]] = []
+    for probe, idx in windows.items():
+        text = probe == "text"
+        copies = [(k, h) for k in kinds for h in heads if text or k in SCORE_KINDS]
+        for w in range(len(idx)):
+            tok = idx[w : w + 1]
+            for c0 in range(0, len(copies), MAX_COPIES):
+                chunk = copies[c0 : c0 + MAX_COPIES]
+                scored = [(k, h) for k, h in chunk if k in SCORE_KINDS]
+                got: dict[str, np.ndarray] = {}
+                ctl.plan = Plan(layer=layer, copies=chunk, means=clean.means, stop=not text,
+                                on_maps=lambda _l, p, tok=tok, got=got: got.update(_metrics(subject, p, tok)))
+                with expand_at(layers, layer, len(chunk)):
+                    hidden = _forward(subject, tok)
+                if text:
+                    loss = _loss(subject, hidden, tok)
+                    base = clean.loss[w]
+                    rows += [dict(window=w, head=h, intervention=k, measure="loss", clean=base, value=v, delta=v - base)
+                             for (k, h), v in zip(chunk, loss)]
+                for name, vals in got.items():
+                    ref = clean.behaviour[probe][w][layer][name]
+                    rows += [dict(window=w, head=h, intervention=k, measure=f"{name}_{probe}", clean=float(ref[h]),
+                                  value=float(v), delta=float(v) - float(ref[h])) for (k, h), v in zip(scored, vals)]
+    df = pd.DataFrame(rows)
+    df.insert(0, "layer", layer)
+    return df
+
+
+# --------------------------------------------------------------------------- the whole run
+
+
+def check_intervene_options(kinds: Any, windows: int, random_windows: int, seed: int) -> tuple[str, ...]:
+    """Types and ranges before any model is loaded (a ValueError/TypeError naming the parameter)."""
+    for param, value, least in (("windows", windows, 1), ("random_windows", random_windows, 0), ("seed", seed, 0)):
+        check_type(value, (int, np.integer), param, "an integer")
+        if value < least:
+            raise InputError(f"{param} must be at least {least}, not {value}", params=param)
+    return check_kinds(kinds)
+
+
+def intervene(
+    source: Any,
+    *,
+    tokenizer: Any = None,
+    interventions: str | Sequence[str] = DEFAULT_KINDS,
+    heads: Sequence[tuple[int, int]] | None = None,
+    data: str = "builtin",
+    windows: int = 4,
+    length: int | None = None,
+    random_windows: int = 4,
+    random_length: int | None = None,
+    seed: int = 0,
+    device: str = "cpu",
+    store: str | os.PathLike | None = None,
+    name: str | None = None,
+    progress: bool = False,
+) -> InterventionResult:
+    """Intervene on every head of ``source`` (or the (layer, head) pairs ``heads``) with each of
+    ``interventions`` (sym, anti, ablate, mean): the change in loss on ``windows`` text windows of ``data``
+    (``length`` tokens, default 256 or the model's maximum) and in the head's behaviour on them and on
+    ``random_windows`` repeated-random-token windows (T = ``random_length``, default 127; 0: no random probe).
+
+    ``source``: a GGUF file, an HF directory / hub id, or a loaded transformers model with ``tokenizer=``
+    (a ``...ForCausalLM`` for the loss). ``store``: a directory keeping each finished layer (resumable).
+    Returns one row per (layer, head, intervention, measure): mean delta over windows, 95% t interval,
+    p value, and ``p_bh`` (Benjamini-Hochberg across the heads of one intervention and measure).
+    """
+    import torch
+
+    from attnscope.heads.maps import make_windows
+    from attnscope.heads.probes import default_length, default_random_length, random_windows as make_random
+    from attnscope.progress import progress as progress_bar
+
+    from .summary import add_bh, summarise
+
+    kinds = check_intervene_options(interventions, windows, random_windows, seed)
+    subject = open_subject(source, tokenizer=tokenizer, device=device, name=name)
+    mm = subject.maps
+    n_layers, n_heads = subject.n_layers, mm.n_heads
+    chosen = _check_heads(heads, n_layers, n_heads)
+    text = make_windows(mm, data, windows, default_length(mm) if length is None else length)
+    wins = {"text": text}
+    if random_windows:
+        half = default_random_length(mm) if random_length is None else random_length
+        wins["random"] = make_random(mm, random_windows, half, seed=seed)
+    settings = {"model": subject.name, "interventions": list(kinds), "data": str(data), "windows": windows,
+                "length": int(text.shape[1]), "random_windows": random_windows,
+                "random_length": int(wins["random"].shape[1]) if random_windows else None, "seed": seed}
+    results = None
+    if store is not None:
+        from attnscope.runs.store import ResultsStore
+
+        results = ResultsStore(store, settings=settings, columns=["layer", "head", "intervention", "measure"])
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in chosen:
+        by_layer.setdefault(layer, []).append(head)
+    frames = []
+    with torch.inference_mode(), patched(subject.model) as ctl:
+        pending = [l for l in sorted(by_layer) if results is None or not results.is_done(_key(l, by_layer[l]))]
+        clean = clean_pass(subject, wins, ctl) if pending else None  # every layer stored: no forward at all
+        with progress_bar(len(by_layer), f"interventions {mm.name}", enabled=progress, unit="layers") as bar:
+            for layer in sorted(by_layer):
+                key = _key(layer, by_layer[layer])
+                if results is not None and results.is_done(key):
+                    df = results.read(key)
+                else:
+                    assert clean is not None  # a pending layer had its clean pass
+                    raw = layer_pass(subject, layer, by_layer[layer], kinds, wins, clean, ctl)
+                    df = summarise(raw)
+                    if results is not None:
+                        results.write(key, df)
+                frames.append(df)
+                bar.advance()
+    import pandas as pd
+
+    table = add_bh(pd.concat(frames, ignore_index=True))
+    table.insert(0, "model", subject.name)
+    table.insert(1, "stack", "decoder" if mm.causal else "encoder")
+    info = {**settings, "n_layers": n_layers, "n_heads": n_heads, "heads": len(chosen),
+            "loss": "mean next-token cross-entropy (nats) per window" if subject.out_weight is not None else
+            "none (no output matrix: an encoder)",
+            "interval": "mean over windows, 95% t interval (n windows); p: one-sample t-test; p_bh: "
+                        "Benjamini-Hochberg across heads per intervention and measure"}
+    return InterventionResult(table=table, info=info)
+
+
+def _key(layer: int, heads: Sequence[int]) -> str:
+    return f"layer={layer};heads={','.join(map(str, heads))}"
+
+
+def _check_heads(heads: Sequence[tuple[int, int]] | None, n_layers: int, n_heads: int) -> list[tuple[int, int]]:
+    if heads is None:
+        return [(l, h) for l in range(n_layers) for h in range(n_heads)]
+    out = []
+    for pair in heads:
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise InputError(f"heads must be (layer, head) pairs, not {pair!r}", params="heads")
+        layer, head = int(pair[0]), int(pair[1])
+        if not (0 <= layer < n_layers and 0 <= head < n_heads):
+            raise InputError(f"head {layer}.{head} is not in the model ({n_layers} layers x {n_heads} heads)",
+                             params="heads")
+        if (layer, head) not in out:
+            out.append((layer, head))
+    if not out:
+        raise InputError("heads is empty", params="heads")
+    return out

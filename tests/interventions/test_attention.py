@@ -1,0 +1,202 @@
+"""The registered attention function on tiny random models of every family (no download): exact without an
+intervention, sym + anti = the scores, W_q = W_k heads, one batched forward = one head at a time."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
+
+V, L = 50, 12
+HEADS = 4
+
+
+def _models():
+    import torch
+    from transformers import (BertConfig, BertModel, Gemma3ForCausalLM, Gemma3TextConfig, GPT2Config, GPT2LMHeadModel,
+                              LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
+
+    torch.manual_seed(0)
+    small = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_attention_heads=HEADS, attn_implementation="eager")
+    return {
+        "llama": lambda: LlamaForCausalLM(LlamaConfig(num_hidden_layers=2, num_key_value_heads=2, **small)),
+        "qwen2": lambda: Qwen2ForCausalLM(Qwen2Config(num_hidden_layers=2, num_key_value_heads=2, **small)),
+        # local (sliding window 4 < 12 tokens) and global layers, one key/value head for four query heads
+        "gemma3": lambda: Gemma3ForCausalLM(Gemma3TextConfig(
+            num_hidden_layers=3, num_key_value_heads=1, head_dim=8, sliding_window=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"], **small)),
+        "gpt2": lambda: GPT2LMHeadModel(GPT2Config(vocab_size=V, n_embd=32, n_layer=2, n_head=HEADS, bos_token_id=0,
+                                                   eos_token_id=0, attn_implementation="eager")),
+        "bert": lambda: BertModel(BertConfig(num_hidden_layers=2, **small)),
+    }
+
+
+FAMILIES = ("llama", "qwen2", "gemma3", "gpt2", "bert")
+
+
+def _model(family: str):
+    import torch
+
+    torch.manual_seed(1)
+    return _models()[family]().eval()
+
+
+def _ids(seed: int = 0):
+    import torch
+
+    return torch.randint(0, V, (1, L), generator=torch.Generator().manual_seed(seed))
+
+
+def _run(model, ids, plan=None, layer=None, copies=1):
+    """The model's first output (logits, or last hidden state of an encoder) with ``plan``."""
+    import torch
+
+    from attnscope.interventions.attention import expand_at, layer_list, patched
+
+    with torch.no_grad(), patched(model) as ctl:
+        if plan is not None:
+            ctl.plan = plan
+        if layer is None:
+            return model(ids)[0]
+        with expand_at(layer_list(model), layer, copies):
+            return model(ids)[0]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_no_intervention_is_the_models_own_forward(family):
+    import torch
+
+    from attnscope.interventions.attention import Plan
+
+    model = _model(family)
+    ids = _ids()
+    with torch.no_grad():
+        ref = model(ids)[0]
+    seen = []
+    got = _run(model, ids, Plan(on_maps=lambda layer, p: seen.append(layer)))
+    torch.testing.assert_close(got, ref, rtol=0, atol=1e-6)
+    assert seen == list(range(len(seen))) and len(seen) == model.config.num_hidden_layers  # it ran, every layer
+    assert model.config._attn_implementation == "eager"  # put back
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids)[0], ref, rtol=0, atol=0)
+
+
+def _scores(model, ids, layer, kind):
+    """[c, h, i, j] q'.k' of ``layer`` with copy c intervening ``kind`` on head c (k repeated to the heads)."""
+    from attnscope.interventions.attention import Plan
+
+    got = {}
+
+    def keep(_layer, q, k):
+        got["s"] = q @ k.repeat_interleave(q.shape[1] // k.shape[1], dim=1).transpose(-1, -2)
+
+    _run(model, ids, Plan(layer=layer, copies=[(kind, h) for h in range(HEADS)], on_scores=keep), layer, HEADS)
+    return got["s"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_sym_plus_anti_is_the_scores_and_each_has_its_symmetry(family):
+    import torch
+
+    model = _model(family)
+    ids = _ids(3)
+    layer = model.config.num_hidden_layers - 1
+    clean = _scores(model, ids, layer, "ablate")  # an output intervention leaves the scores as they are
+    sym, anti = _scores(model, ids, layer, "sym"), _scores(model, ids, layer, "anti")
+    for h in range(HEADS):
+        s, a, c = sym[h, h], anti[h, h], clean[h, h]
+        torch.testing.assert_close(s + a, c, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(s, s.T, rtol=0, atol=1e-5)
+        torch.testing.assert_close(a, -a.T, rtol=0, atol=1e-5)
+        assert (a - c).abs().max() > 1e-3  # a random head is not symmetric
+        for other in set(range(HEADS)) - {h}:  # the other heads of the copy keep their scores
+            torch.testing.assert_close(sym[h, other], clean[h, other], rtol=1e-5, atol=1e-5)
+
+
+def _tie_query_to_key(model, family: str, layer: int, head: int) -> None:
+    """Make W_q = W_k (and the biases, norms) of ``head`` of ``layer``: its scores become symmetric."""
+    import torch
+
+    from attnscope.interventions.attention import layer_list
+
+    block = layer_list(model)[layer]
+    with torch.no_grad():
+        if family == "gpt2":
+            e = model.config.n_embd
+            d = e // HEADS
+            w, b = block.attn.c_attn.weight, block.attn.c_attn.bias  # Conv1D [e, 3e]: q | k | v
+            w[:, head * d : (head + 1) * d] = w[:, e + head * d : e + (head + 1) * d]
+            b[head * d : (head + 1) * d] = b[e + head * d : e + (head + 1) * d]
+            return
+        if family == "bert":
+            att = block.attention.self
+            q, k, d = att.query, att.key, att.attention_head_size
+            kv = head
+        else:
+            att = block.self_attn
+            q, k, d = att.q_proj, att.k_proj, att.head_dim
+            kv = head // att.num_key_value_groups
+            if hasattr(att, "q_norm"):
+                att.q_norm.weight.copy_(att.k_norm.weight)
+        q.weight[head * d : (head + 1) * d] = k.weight[kv * d : (kv + 1) * d]
+        if q.bias is not None:
+            q.bias[head * d : (head + 1) * d] = k.bias[kv * d : (kv + 1) * d]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_head_with_wq_equal_wk_is_unchanged_by_sym_and_has_zero_anti_scores(family):
+    import torch
+
+    from attnscope.interventions.attention import Plan
+
+    model = _model(family)
+    layer, head = 0, 1
+    _tie_query_to_key(model, family, layer, head)
+    ids = _ids(5)
+    clean = _run(model, ids)
+    sym = _run(model, ids, Plan(layer=layer, copies=[("sym", head)]), layer, 1)
+    torch.testing.assert_close(sym, clean, rtol=1e-4, atol=1e-5)
+    anti = _scores(model, ids, layer, "anti")
+    assert anti[head, head].abs().max() < 1e-5
+    maps = {}
+    _run(model, ids, Plan(layer=layer, copies=[("anti", head)], on_maps=lambda _l, p: maps.update(p=p[0, 0])), layer, 1)
+    p = maps["p"]  # zero scores: uniform over the keys the mask leaves (causal rows 1/(i+1), or 1/L)
+    visible = (p > 0).sum(-1, keepdim=True).float()
+    torch.testing.assert_close(p, torch.where(p > 0, 1 / visible, torch.zeros_like(p)), rtol=1e-5, atol=1e-6)
+    sym_scores = _scores(model, ids, layer, "sym")  # an untied (random) head of the same layer has an anti part
+    assert anti[0, 0].abs().max() > 1e-2 * sym_scores[0, 0].abs().max()
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3", "gpt2"])
+def test_one_batched_forward_equals_one_head_at_a_time(family):
+    import torch
+
+    from attnscope.interventions.attention import Plan
+
+    model = _model(family)
+    ids = _ids(7)
+    layer = 1
+    means = {layer: torch.randn(HEADS, 8 if family == "gemma3" else 32 // HEADS)}
+    copies = [(k, h) for k in ("sym", "anti", "ablate", "mean") for h in range(HEADS)]
+    batched = _run(model, ids, Plan(layer=layer, copies=copies, means=means), layer, len(copies))
+    for ci, copy in enumerate(copies):
+        single = _run(model, ids, Plan(layer=layer, copies=[copy], means=means), layer, 1)
+        torch.testing.assert_close(batched[ci], single[0], rtol=1e-4, atol=1e-5)
+
+
+def test_ablating_a_head_is_zeroing_its_slice_of_the_output_projection():
+    """ablate = the head's columns of o_proj set to 0 in an unpatched model (an independent route)."""
+    import torch
+
+    from attnscope.interventions.attention import Plan, layer_list
+
+    model = _model("llama")
+    ids = _ids(9)
+    got = _run(model, ids, Plan(layer=1, copies=[("ablate", 2)]), 1, 1)
+    d = model.config.hidden_size // HEADS
+    with torch.no_grad():
+        layer_list(model)[1].self_attn.o_proj.weight[:, 2 * d : 3 * d] = 0
+        ref = model(ids)[0]
+    torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)

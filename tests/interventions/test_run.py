@@ -1,0 +1,195 @@
+"""intervene() end to end on a tiny llama written as GGUF: table, API = CLI, resume per layer; the statistics."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "heads"))
+from _tiny_gguf import tiny_llama_model, write_llama_gguf_model  # noqa: E402
+
+needs_gguf = pytest.mark.skipif(
+    any(importlib.util.find_spec(n) is None for n in ("transformers", "accelerate", "gguf")),
+    reason="needs transformers and the gguf extra (accelerate, gguf)",
+)
+SMALL = dict(windows=3, length=40, random_windows=2, random_length=10)
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    root = tmp_path_factory.mktemp("interventions")
+    return write_llama_gguf_model(root / "tiny.gguf", tiny_llama_model(n_layers=2, d=32, n_heads=4, n_kv=2))
+
+
+@needs_gguf
+def test_table_has_every_head_intervention_and_measure(tiny_gguf):
+    from attnscope.interventions import intervene
+
+    res = intervene(str(tiny_gguf), interventions="sym,anti,ablate,mean", **SMALL)
+    t = res.table
+    loss = t[t["measure"] == "loss"]
+    assert len(loss) == 2 * 4 * 4 and loss["n"].eq(3).all()
+    assert np.isfinite(loss["delta"]).all() and (loss["delta"].abs() > 0).any()
+    assert loss["clean"].nunique() == 1  # one clean loss, the model's own
+    beh = t[t["measure"] != "loss"]
+    assert set(beh["intervention"]) == {"sym", "anti"}  # an output intervention leaves the head's map alone
+    assert {"induction_random", "previous_token_text", "sink_random", "entropy_norm_text"} <= set(beh["measure"])
+    np.testing.assert_allclose(t["value"] - t["clean"], t["delta"], atol=1e-9)
+    assert ((t["ci_low"] <= t["delta"]) & (t["delta"] <= t["ci_high"])).all()
+    assert (t["p_bh"] >= t["p"] - 1e-12).all() and t["interval"].str.contains("95% t interval").all()
+    assert res.info["loss"].startswith("mean next-token cross-entropy")
+
+
+@needs_gguf
+def test_clean_behaviour_is_the_atlas_measurement(tiny_gguf):
+    """The clean behaviour the deltas start from is what the atlas measures on the same windows."""
+    from attnscope.heads.probes import run_probes
+    from attnscope.interventions import intervene
+
+    res = intervene(str(tiny_gguf), interventions="sym", **SMALL)
+    beh = run_probes(str(tiny_gguf), windows=3, length=40, random_windows_n=2, random_length=10)
+    t = res.table
+    for probe in ("random", "text"):
+        ref = beh[beh["probe"] == probe].set_index(["layer", "head"])["previous_token"]
+        got = t[t["measure"] == f"previous_token_{probe}"].set_index(["layer", "head"])["clean"]
+        np.testing.assert_allclose(got.sort_index(), ref.sort_index(), rtol=1e-5, atol=1e-6)
+
+
+@needs_gguf
+def test_api_and_cli_give_the_same_head_and_a_run_resumes_per_layer(tiny_gguf, tmp_path, monkeypatch, cli_inproc):
+    from attnscope.interventions import intervene, run
+
+    api = intervene(str(tiny_gguf), interventions="sym,ablate", heads=[(1, 2)], **{**SMALL, "random_windows": 3}).table
+    out = tmp_path / "out"
+    args = ["atlas", str(tiny_gguf), "--out", str(out), "--windows", "2", "--length", "40", "--random-windows", "2",
+            "--random-length", "10", "--n-boot", "50", "--interventions", "sym,ablate", "--heads", "1.2",
+            "--intervention-windows", "3"]
+    code, _, err = cli_inproc(*args)
+    assert code == 0, err
+    assert "heads that need their directional part" in err
+    cli = pd.read_parquet(out / "interventions.parquet")
+    assert set(zip(cli["layer"], cli["head"])) == {(1, 2)}
+    assert "symmetry" in cli.columns and "previous_token_random" in cli.columns  # joined to the atlas row
+    key = ["intervention", "measure"]
+    a, c = api.set_index(key).sort_index(), cli.set_index(key).sort_index()
+    np.testing.assert_allclose(c["delta"], a["delta"], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(c["ci_high"], a["ci_high"], rtol=1e-6, atol=1e-9)
+    page = (out / "atlas.html").read_text()
+    assert "Heads that need their directional part" in page
+    # a second run reuses the stored layer: the layer pass is not called again
+    monkeypatch.setattr(run, "layer_pass", lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed")))
+    code, _, err = cli_inproc(*args)
+    assert code == 0, err
+    np.testing.assert_allclose(pd.read_parquet(out / "interventions.parquet")["delta"], cli["delta"])
+
+
+@needs_gguf
+@pytest.mark.parametrize("argv, message", [
+    (["--interventions", "flip"], "interventions must be among"),
+    (["--interventions", "sym", "--heads", "1-2"], "LAYER.HEAD"),
+    (["--interventions", "sym", "--top", "ten"], "K:COLUMN"),
+    (["--heads", "1.2"], "give --interventions too"),
+    (["--interventions", "sym", "--heads", "1.2", "--top", "3:sink_random"], "not both"),
+])
+def test_bad_options_are_one_line_before_any_work(tiny_gguf, tmp_path, argv, message, cli_inproc):
+    code, _, err = cli_inproc("atlas", str(tiny_gguf), "--out", str(tmp_path / "o"), *argv)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "o" / "atlas.parquet").exists()
+
+
+@needs_gguf
+def test_a_head_outside_the_model_is_refused(tiny_gguf):
+    from attnscope.errors import InputError
+    from attnscope.interventions import intervene
+
+    with pytest.raises(InputError, match="not in the model"):
+        intervene(str(tiny_gguf), heads=[(2, 0)], **SMALL)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def test_interval_is_zero_on_identical_inputs_and_covers_zero_on_noise():
+    from attnscope.interventions import t_interval
+
+    assert t_interval(np.zeros(4)) == (0.0, 0.0, 0.0, 1.0, 4)
+    rng = np.random.default_rng(0)
+    covered = [lo <= 0 <= hi for lo, hi in (t_interval(rng.normal(size=6))[1:3] for _ in range(400))]
+    assert 0.92 <= np.mean(covered) <= 0.98  # a 95% interval on pure noise
+    mean, lo, hi, p, n = t_interval(np.array([1.0, 1.2, 0.9, 1.1, np.nan]))
+    assert n == 4 and lo > 0 and p < 0.01 and mean == pytest.approx(1.05)
+    assert np.isnan(t_interval(np.array([0.5]))[1])  # one window: no interval
+
+
+def _bh_reference(p):
+    """Slow Benjamini-Hochberg: q_i = min over j with p_j >= p_i of p_j m / rank_j."""
+    p = np.asarray(p, float)
+    m = len(p)
+    ranks = np.argsort(np.argsort(p, kind="stable"), kind="stable") + 1
+    return np.array([min(min(p[j] * m / ranks[j] for j in range(m) if ranks[j] >= ranks[i]), 1.0) for i in range(m)])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=30))
+def test_bh_adjust_matches_the_slow_reference(p):
+    from attnscope.atlas.stats import bh_adjust
+
+    q = bh_adjust(p)
+    np.testing.assert_allclose(q, _bh_reference(p), rtol=1e-12, atol=1e-15)
+    assert np.all(q >= np.asarray(p) - 1e-15) and np.all(q <= 1)
+
+
+def test_bh_adjust_keeps_nan_and_refuses_bad_p():
+    from attnscope.atlas.stats import bh_adjust
+    from attnscope.errors import InputError
+
+    q = bh_adjust([0.01, np.nan, 0.04, 0.03])
+    assert np.isnan(q[1]) and q[[0, 2, 3]] == pytest.approx([0.03, 0.04, 0.04])
+    with pytest.raises(InputError):
+        bh_adjust([0.5, 1.5])
+
+
+def test_needs_direction_names_only_strong_heads_that_collapse():
+    from attnscope.interventions import add_bh, needs_direction
+
+    rows = []
+    for head, (clean, value, p) in enumerate([(0.8, 0.1, 1e-6), (0.8, 0.7, 1e-6), (0.1, 0.0, 1e-6), (0.8, 0.1, 0.5)]):
+        rows.append(dict(layer=0, head=head, intervention="sym", measure="previous_token_random", n=4, clean=clean,
+                         value=value, delta=value - clean, ci_low=value - clean - 0.1, ci_high=value - clean + 0.1,
+                         p=p))
+    hit = needs_direction(add_bh(pd.DataFrame(rows)))
+    assert hit["head"].tolist() == [0]
+
+
+def test_an_hf_directory_and_the_same_model_in_memory_agree(tmp_path, minilm_dir):
+    """A decoder directory is loaded with its LM head (the loss); the loaded model with tokenizer= gives the same."""
+    import shutil
+
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from attnscope.interventions import intervene
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=30522, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=128, tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).eval()
+    model.save_pretrained(tmp_path / "m")
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (minilm_dir / name).is_file():
+            shutil.copy(minilm_dir / name, tmp_path / "m" / name)
+    opts = dict(interventions="sym,mean", heads=[(1, 3)], windows=2, length=32, random_windows=0)
+    from_dir = intervene(str(tmp_path / "m"), **opts).table
+    in_memory = intervene(model, tokenizer=AutoTokenizer.from_pretrained(minilm_dir), name=str(tmp_path / "m"), **opts).table
+    loss = from_dir[from_dir["measure"] == "loss"]
+    assert len(loss) == 2 and np.isfinite(loss["delta"]).all() and loss["clean"].between(9, 12).all()  # ~ln 30522
+    key = ["intervention", "measure"]
+    np.testing.assert_allclose(from_dir.set_index(key).sort_index()["delta"],
+                               in_memory.set_index(key).sort_index()["delta"], rtol=1e-5, atol=1e-7)
