@@ -1,0 +1,85 @@
+"""A hostile user's session against the result folders, thread counts and option bounds.
+
+Each test is one thing such a user tried that once went wrong: a result folder (or a downloaded one)
+whose manifest or commit record lies about its files, a thread count no machine has, a probe size
+that allocates terabytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from attnscope.errors import FormatError, InputError
+from attnscope.outputs import MANIFEST, STAGING_PREFIX, check_result_set, write_result_set
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _result(folder):
+    write_result_set(folder, {"a.csv": "x\n1\n", "b.png": b"png"}, kind="atlas")
+    return json.loads((folder / MANIFEST).read_text())
+
+
+@pytest.mark.parametrize("outside", ["../victim.txt", "ABS"])
+def test_a_manifest_naming_files_outside_its_folder_never_removes_them(tmp_path, outside):
+    out = tmp_path / "out"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's")
+    name = str(victim) if outside == "ABS" else outside
+    manifest = _result(out)
+    manifest["results"]["atlas"]["files"][name] = {"sha256": "0" * 64, "bytes": 10}
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(FormatError, match="not a plain file name"):
+        check_result_set(out)
+    write_result_set(out, {"a.csv": "x\n2\n"}, kind="atlas")  # the lying manifest is replaced, nothing outside touched
+    assert victim.read_text() == "the user's"
+    assert set(check_result_set(out)) == {"atlas"} and (out / "b.png").exists()  # not ours to remove: unknown
+
+
+def test_a_commit_record_naming_files_outside_its_folder_is_refused(tmp_path):
+    out = tmp_path / "out"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's")
+    _result(out)
+    staging = out / f"{STAGING_PREFIX}atlas-1-abc"
+    staging.mkdir()
+    entry = {"files": {"a.csv": {"sha256": "0" * 64}}}
+    (staging / "commit.json").write_text(json.dumps({"kind": "atlas", "entry": entry, "replaces": ["../victim.txt"]}))
+    with pytest.raises(FormatError, match="replaces"):
+        write_result_set(out, {"a.csv": "x\n2\n"}, kind="atlas")
+    assert victim.read_text() == "the user's"
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 100_000 + "]" * 100_000,                                      # nested past Python's recursion limit
+    json.dumps({"results": {"atlas": {"files": ["a.csv"]}}}),           # files not a mapping
+    json.dumps({"results": {"atlas": {"files": {"a.csv": "abc"}}}}),    # a file without its hash
+    json.dumps({"results": {"atlas": "zzz"}}),
+    json.dumps({"results": {"../x": {"files": {}}}}),
+])
+def test_a_malformed_manifest_is_one_formaterror_for_readers_and_replaced_by_a_writer(tmp_path, text):
+    from attnscope.tables import read_table
+
+    _result(tmp_path)
+    (tmp_path / MANIFEST).write_text(text)
+    with pytest.raises(FormatError):
+        check_result_set(tmp_path)
+    with pytest.raises(FormatError):
+        read_table(tmp_path / "a.csv")
+    write_result_set(tmp_path, {"a.csv": "x\n3\n"}, kind="atlas")
+    assert read_table(tmp_path / "a.csv")["x"].tolist() == [3]
+
+
+def test_an_oversized_manifest_is_refused_without_reading_it(tmp_path):
+    from attnscope import outputs
+
+    _result(tmp_path)
+    with open(tmp_path / MANIFEST, "r+b") as fh:
+        fh.truncate(outputs.MAX_RECORD_BYTES + 1)  # sparse: no disk, no memory
+    with pytest.raises(FormatError, match="bytes is no manifest"):
+        check_result_set(tmp_path)
+    write_result_set(tmp_path, {"a.csv": "x\n4\n"}, kind="atlas")
+    assert os.path.getsize(tmp_path / MANIFEST) < 10_000
