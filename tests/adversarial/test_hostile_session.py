@@ -83,3 +83,51 @@ def test_an_oversized_manifest_is_refused_without_reading_it(tmp_path):
         check_result_set(tmp_path)
     write_result_set(tmp_path, {"a.csv": "x\n4\n"}, kind="atlas")
     assert os.path.getsize(tmp_path / MANIFEST) < 10_000
+
+
+@pytest.fixture
+def no_thread_setting(monkeypatch):
+    from attnscope import threads as th
+
+    monkeypatch.delenv(th.ENV, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # restored after the test
+    monkeypatch.setattr(th, "_chosen", [])
+    return monkeypatch
+
+
+@pytest.mark.parametrize("var", ["ATTNSCOPE_THREADS", "OMP_NUM_THREADS"])
+def test_a_thread_count_no_machine_has_is_refused_before_openmp_sizes_its_pool(no_thread_setting, var):
+    from attnscope import threads as th
+
+    no_thread_setting.setenv(var, str(10**9))  # libgomp: "Out of memory allocating 216000001344 bytes", abort
+    with pytest.raises(InputError, match=f"{var} must be at most {th.MAX_THREADS}"):
+        th.resolve_threads()
+    with pytest.raises(InputError, match="at most"):
+        th.set_threads(th.MAX_THREADS + 1)
+
+
+def test_openmps_nested_thread_list_is_read_as_its_outer_level(no_thread_setting):
+    from attnscope import threads as th
+
+    no_thread_setting.setenv("OMP_NUM_THREADS", "3,1")  # valid OpenMP; refused as "not a whole number" before
+    assert th.resolve_threads() == 3
+
+
+def test_cli_threads_beyond_the_bound_is_one_line(tmp_path):
+    from ._helpers import assert_one_line_error, cli
+
+    assert_one_line_error(cli("geometry", "--demo", "--threads", str(10**9)), "--threads must be at most")
+    assert_one_line_error(cli("train", "--steps", "1", "--threads", str(10**6), "--out", tmp_path / "run"),
+                          "threads must be at most")
+    assert not (tmp_path / "run").exists()
+
+
+def test_atlas_random_windows_is_bounded_before_the_model_loads():
+    from attnscope.atlas.build import check_atlas_options
+    from attnscope.heads.probes import MAX_RANDOM_WINDOWS
+
+    opts = dict(probes="both", data="builtin", windows=8, length=None, random_windows=10**9, random_length=None,
+                seed=0, n_boot=100, batch_size=1, device="cpu")
+    with pytest.raises(InputError, match="random_windows must be at most"):  # 2 TB of ids allocated at once before
+        check_atlas_options("no-such-model.gguf", **opts)
+    check_atlas_options("no-such-model.gguf", **{**opts, "random_windows": MAX_RANDOM_WINDOWS})

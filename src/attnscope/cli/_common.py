@@ -274,10 +274,12 @@ THREADS = typer.Option(None, "--threads", metavar="INTEGER", show_default=False,
 
 def use_threads(threads: int | None) -> int:
     """Set the CPU threads of this command (``--threads``; None: ATTNSCOPE_THREADS or the default rule)."""
-    from attnscope.threads import set_threads
+    from attnscope.threads import MAX_THREADS, available_cpus, set_threads
 
     if threads is not None and threads < 1:
         raise InputError(f"--threads must be at least 1, not {threads}")
+    if threads is not None and threads > MAX_THREADS:
+        raise InputError(f"--threads must be at most {MAX_THREADS} (this machine has {available_cpus()} CPUs), not {threads}")
     return set_threads(threads)
 
 
