@@ -131,3 +131,16 @@ def test_atlas_random_windows_is_bounded_before_the_model_loads():
     with pytest.raises(InputError, match="random_windows must be at most"):  # 2 TB of ids allocated at once before
         check_atlas_options("no-such-model.gguf", **opts)
     check_atlas_options("no-such-model.gguf", **{**opts, "random_windows": MAX_RANDOM_WINDOWS})
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_attention_maps_are_named_as_such(bad):
+    import torch
+
+    from attnscope.heads.metrics import check_rows
+
+    maps = torch.full((1, 2, 4, 4), 0.25)
+    maps[0, 1, 2, 3] = bad  # what a GGUF with a NaN norm epsilon gives: was "rows must sum to 1 (off by nan)"
+    with pytest.raises(InputError, match="hold 1 NaN or infinite weights of 32"):
+        check_rows(maps)
+    check_rows(torch.full((1, 2, 4, 4), 0.25))
