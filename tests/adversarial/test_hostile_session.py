@@ -144,3 +144,17 @@ def test_non_finite_attention_maps_are_named_as_such(bad):
     with pytest.raises(InputError, match="hold 1 NaN or infinite weights of 32"):
         check_rows(maps)
     check_rows(torch.full((1, 2, 4, 4), 0.25))
+
+
+def test_figure_names_of_odd_model_names_stay_short_safe_and_distinct(tmp_path):
+    from attnscope.naming import MAX_STEM, model_file_stem
+
+    assert model_file_stem("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB_SmolLM2-135M-Instruct"
+    assert model_file_stem(str(tmp_path / "my_bert" / "model")) == "my_bert"
+    long = model_file_stem(str(tmp_path / ("x" * 250)))  # a 250-character folder: "file name too long" after the work
+    assert len(long) <= MAX_STEM + 9 and long.startswith("x" * 80)
+    (tmp_path / f"{long}_wqk_decoder_L0.png").write_bytes(b"")  # the longest figure name a model gets
+    names = {model_file_stem(str(tmp_path / n)) for n in ("模型", "模型型", "ünï", "ïnü", "a b")}
+    assert len(names) == 5  # all became "model" / "n" before: one figure replaced the other
+    for n in names:
+        assert n and not n.startswith((".", "_")) and "/" not in n and n.isascii()
