@@ -158,3 +158,38 @@ def test_figure_names_of_odd_model_names_stay_short_safe_and_distinct(tmp_path):
     assert len(names) == 5  # all became "model" / "n" before: one figure replaced the other
     for n in names:
         assert n and not n.startswith((".", "_")) and "/" not in n and n.isascii()
+
+
+@pytest.fixture(scope="module")
+def hf_llama(tmp_path_factory):
+    """A 2-layer llama folder (config.json + model.safetensors) of transformers' own writing."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    root = tmp_path_factory.mktemp("llama")
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64)
+    LlamaForCausalLM(cfg).save_pretrained(root)
+    return root
+
+
+def test_out_never_replaces_the_models_own_files(hf_llama, tmp_path):
+    from ._helpers import assert_one_line_error, cli
+
+    config = (hf_llama / "config.json").read_bytes()
+    res = cli("geometry", hf_llama, "--level", "layer", "--out", hf_llama / "config.json")
+    assert_one_line_error(res, "is a file of the input", "choose another path")
+    assert (hf_llama / "config.json").read_bytes() == config  # was replaced by the score table: the model was gone
+    table = hf_llama / "scores.json"  # a table of ours in the model folder may be written and rewritten
+    for _ in range(2):
+        res = cli("geometry", hf_llama, "--level", "layer", "--out", table)
+        assert res.returncode == 0, res.stderr[-2000:]
+    table.unlink()
+
+
+def test_heads_cluster_out_is_not_its_own_input(tmp_path):
+    from ._helpers import assert_one_line_error, cli
+
+    metrics = tmp_path / "m.csv"
+    metrics.write_text("model,layer,head,entropy\nx,0,0,0.5\n")
+    assert_one_line_error(cli("heads", "cluster", metrics, "--out", metrics), "is the input")
+    assert metrics.read_text().startswith("model,layer,head,entropy")

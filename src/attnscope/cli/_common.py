@@ -285,9 +285,54 @@ def use_threads(threads: int | None) -> int:
 
 
 def check_out_file(path: Path | None, option: str = "--out",
-                   suffixes: tuple[str, ...] | None = TABLE_SUFFIXES) -> Path | None:
-    """Check an output file option (a table by default) is writable before any work starts (None passes)."""
-    return None if path is None else check_writable(path, option, suffixes=suffixes)
+                   suffixes: tuple[str, ...] | None = TABLE_SUFFIXES, inputs: Any = ()) -> Path | None:
+    """Check an output file option (a table by default) is writable before any work starts (None passes),
+    and that it is none of the command's ``inputs`` (model sources, tables read) nor a file inside an input
+    folder: ``geometry DIR --out DIR/config.json`` would replace the model's own config."""
+    if path is None:
+        return None
+    _not_an_input(path, option, inputs)
+    return check_writable(path, option, suffixes=suffixes)
+
+
+def _a_table(path: Path) -> bool:
+    """Whether ``path`` (in a model folder) may be a table of attnscope's: CSV, Parquet or JSON records (a list),
+    never a model's own JSON (config.json, tokenizer.json: objects)."""
+    if path.suffix.lower() != ".json":
+        return True
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(64).lstrip()[:1] == b"["
+    except OSError:
+        return False
+
+
+def _not_an_input(path: Path, option: str, inputs: Any) -> None:
+    target = Path(path).expanduser()
+    if not target.exists():
+        return
+    for given in inputs or ():
+        if given is None:
+            continue
+        local = Path(str(given)).expanduser()
+        if not local.exists():
+            from attnscope.zoo.registry import resolve_spec  # a zoo id: its installed copy
+
+            try:
+                local = Path(str(resolve_spec(str(given)))).expanduser()
+            except Exception:  # noqa: BLE001 - a source that does not resolve is refused later, in its own words
+                continue
+            if not local.exists():
+                continue
+        try:
+            inside = (local.is_dir() and target.is_file() and target.resolve().is_relative_to(local.resolve())
+                      and not _a_table(target))
+            same = not local.is_dir() and os.path.samefile(target, local)
+        except OSError:
+            continue
+        if same or inside:
+            raise InputError(f"{option} {path} is {'a file of ' if inside else ''}the input {given}: writing the result "
+                             "there would replace it; choose another path")
 
 
 def check_out_dir(path: Path | None, option: str = "--plot") -> Path | None:
