@@ -268,7 +268,7 @@ def in_flags(message: str, names: tuple[str, ...], params: list[Any]) -> str:
 
 #: ``--threads`` of every command that computes (the rule: attnscope.threads)
 THREADS = typer.Option(None, "--threads", metavar="INTEGER", show_default=False,
-                       help="CPU threads (torch, BLAS, numba). Default: ATTNSCOPE_THREADS, else OMP_NUM_THREADS, else "
+                       help="CPU threads (torch, BLAS, numba), 1 to 1024. Default: ATTNSCOPE_THREADS, else OMP_NUM_THREADS, else "
                             "the CPUs this process may use minus the 1-minute load average, at least 1.")
 
 
