@@ -209,3 +209,23 @@ def test_a_narrow_console_wraps_numbers_instead_of_cropping_them():
     print_table(con, "t", header, rows, keys=("model", "stack", "offset"), left=("model", "stack"), fold=("model",))
     last = "".join(ln.rsplit("│", 2)[1].strip() for ln in buf.getvalue().splitlines() if ln.startswith("│"))
     assert last.replace(" ", "") == "+0.05[+0.04,+0.07]-0.50[-0.75,-0.25]"  # COLUMNS=40 showed "+0.05 [+0.04, +0." (cropped)
+
+
+@pytest.mark.parametrize("command", ["geometry", "heads"])
+@pytest.mark.parametrize("config", ["{\"a\": " + "[" * 100_000 + "]" * 100_000 + "}", "[1, 2, 3]"])
+def test_a_config_json_nested_past_pythons_limit_or_not_an_object_is_one_line(hf_llama, tmp_path, command, config):
+    from ._helpers import assert_one_line_error, cli
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.safetensors").symlink_to(hf_llama / "model.safetensors")
+    (folder / "config.json").write_text(config)  # nested: "internal error: RecursionError" before
+    assert_one_line_error(cli(command, folder), "config.json")
+
+
+def test_a_zoo_file_nested_past_pythons_limit_is_one_line(tmp_path):
+    from ._helpers import assert_one_line_error, cli
+
+    deep = tmp_path / "zoo.yaml"
+    deep.write_text("models: " + "[" * 10_000 + "]" * 10_000 + "\n")
+    assert_one_line_error(cli("atlas", "--zoo", f"{deep}:g", "--out", tmp_path / "out"), "invalid YAML")
