@@ -229,3 +229,19 @@ def test_a_zoo_file_nested_past_pythons_limit_is_one_line(tmp_path):
     deep = tmp_path / "zoo.yaml"
     deep.write_text("models: " + "[" * 10_000 + "]" * 10_000 + "\n")
     assert_one_line_error(cli("atlas", "--zoo", f"{deep}:g", "--out", tmp_path / "out"), "invalid YAML")
+
+
+@pytest.mark.parametrize("kind", ["loop", "dangling"])
+def test_an_output_folder_that_is_a_broken_symlink_is_refused_before_the_work(tmp_path, kind):
+    from attnscope.errors import StorageError
+    from attnscope.tables import check_writable
+
+    link = tmp_path / "figures"
+    if kind == "loop":
+        (tmp_path / "other").symlink_to(link)
+        link.symlink_to(tmp_path / "other")
+    else:
+        link.symlink_to(tmp_path / "gone")
+    with pytest.raises(StorageError, match="symbolic link to nothing"):  # "file exists" after scoring before
+        check_writable(link, "--plot", directory=True)
+    assert check_writable(tmp_path / "fresh", "--plot", directory=True) == tmp_path / "fresh"
