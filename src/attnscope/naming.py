@@ -8,6 +8,7 @@ file) which entry an installed local copy belongs to.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -63,10 +64,23 @@ def _zoo_id(path: str) -> str | None:
     return entry.id if entry is not None else None
 
 
+#: the longest file-name stem a model gives (figure names add at most ~40 characters; file systems allow 255)
+MAX_STEM = 96
+
+
 def model_file_stem(name: str) -> str:
     """:func:`model_label` made safe for a file name (``HuggingFaceTB/SmolLM2-135M-Instruct`` ->
-    ``HuggingFaceTB_SmolLM2-135M-Instruct``): every figure and table a command names after a model."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", model_label(name)).strip("_.") or "model"
+    ``HuggingFaceTB_SmolLM2-135M-Instruct``): every figure and table a command names after a model.
+
+    Separators (``/``, spaces) become ``_``. A label that loses other characters (``模型``, ``ünï``) or is
+    longer than :data:`MAX_STEM` keeps what is left (cut to that length) plus ``-`` and 8 hex digits of its
+    hash, so that two such models never share a file name and no name is too long to write."""
+    label = model_label(name)
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_.") or "model"
+    if re.search(r"[^A-Za-z0-9._/ -]", label) or len(stem) > MAX_STEM:
+        digest = hashlib.sha1(label.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        stem = f"{stem[:MAX_STEM].rstrip('_.') or 'model'}-{digest}"
+    return stem
 
 
 def model_names(source: Any, opened_name: str, name: str | None = None, config: Any = None) -> tuple[str, str]:

@@ -118,25 +118,75 @@ def _set_hash(files: Mapping[str, Mapping[str, Any]]) -> str:
     return _sha256("".join(f"{name}\0{files[name]['sha256']}\n" for name in sorted(files)).encode())
 
 
+#: a manifest or commit record larger than this is no attnscope record (one entry per kind, a few files each)
+MAX_RECORD_BYTES = 8 << 20
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _load_record(path: Path, what: str) -> Any:
+    """The JSON of a manifest or commit record at ``path``; FormatError when it is too large or unreadable."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_RECORD_BYTES:
+            raise FormatError(f"{path}: {size:,} bytes is no {what} (at most {MAX_RECORD_BYTES:,}); rerun the command "
+                              "that wrote this folder")
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise FormatError(f"{path}: unreadable {what} ({exc.__class__.__name__}); rerun the command that wrote this "
+                          "folder") from None
+
+
+def _bad_name(name: Any) -> bool:
+    return (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
+            or "\0" in name or name.startswith(".") or name == MANIFEST)
+
+
+def _check_entry(entry: Any, where: str) -> None:
+    """FormatError unless ``entry`` is a manifest entry: {"files": {plain file name: {"sha256": hex, ...}}, ...}.
+
+    Every name is checked before a writer moves or removes a file it lists (a name with a ``/`` or ``..``
+    would reach outside the folder)."""
+    files = entry.get("files") if isinstance(entry, dict) else None
+    if not isinstance(files, dict):
+        raise FormatError(f"{where}: an entry without a 'files' mapping")
+    for name, info in files.items():
+        if _bad_name(name):
+            raise FormatError(f"{where}: {name!r:.80} is not a plain file name of this folder")
+        if not isinstance(info, dict) or not isinstance(info.get("sha256"), str) or not _SHA256.match(info["sha256"]):
+            raise FormatError(f"{where}: file {name!r:.80} has no SHA-256")
+
+
 def _read_manifest(folder: Path) -> dict[str, Any]:
-    """The manifest of ``folder`` ({} when there is none); an unreadable one is one line."""
+    """The manifest of ``folder`` ({} when there is none), its structure and file names checked; FormatError
+    (one line) for an unreadable, oversized or malformed one."""
     path = folder / MANIFEST
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise FormatError(f"{path}: unreadable manifest ({exc.__class__.__name__}); rerun the command that "
-                          "wrote this folder") from None
+    data = _load_record(path, "manifest")
     if not isinstance(data, dict) or not isinstance(data.get("results"), dict):
         raise FormatError(f"{path} is not an attnscope manifest (no 'results' mapping)")
+    for kind, entry in data["results"].items():
+        if not isinstance(kind, str) or not _KIND.match(kind):
+            raise FormatError(f"{path} is not an attnscope manifest (result kind {kind!r:.80})")
+        _check_entry(entry, f"{path} [{kind}]")
     return data
 
 
 def _check_name(name: str) -> None:
-    if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
-            or name.startswith(".") or name == MANIFEST):
+    if _bad_name(name):
         raise InputError(f"files: {name!r} is not a plain file name a result may have", params="files")
+
+
+def _read_commit(path: Path) -> dict[str, Any]:
+    """The commit record of a staging folder, checked as a manifest entry (its names stay inside the folder)."""
+    commit = _load_record(path, "commit record of a killed write")
+    if not isinstance(commit, dict) or not isinstance(commit.get("kind"), str) or not _KIND.match(commit["kind"]):
+        raise FormatError(f"{path}: not a commit record of a killed write; remove that folder")
+    _check_entry(commit.get("entry"), str(path))
+    replaces = commit.get("replaces", [])
+    if not isinstance(replaces, list) or any(_bad_name(n) for n in replaces):
+        raise FormatError(f"{path}: 'replaces' is not a list of plain file names; remove that folder")
+    return commit
 
 
 def write_result_set(out_dir: str | os.PathLike, files: Mapping[str, Content], settings: Mapping[str, Any] | None = None,
@@ -277,7 +327,7 @@ def clean_stale(folder: str | os.PathLike, *, _have_lock: bool = False) -> list[
                         continue  # a live writer
                     commit = Path(entry.path) / _COMMIT
                     if commit.is_file():  # decided: finish the move
-                        _apply(folder, Path(entry.path), json.loads(commit.read_text()))
+                        _apply(folder, Path(entry.path), _read_commit(commit))
                     else:
                         shutil.rmtree(entry.path, ignore_errors=True)
                 handled.append(name)

@@ -86,6 +86,9 @@ def check_writable(path: str | os.PathLike, option: str = "out", directory: bool
             raise StorageError(f"{where}: exists and is not a directory", params=option)
         if not directory and path.is_dir():
             raise StorageError(f"{where}: is a directory; give a file name", params=option)
+    if directory and not path.exists() and path.is_symlink():  # mkdir would fail after the work with "file exists"
+        raise StorageError(f"{where}: is a symbolic link to nothing (dangling, or a loop); give a directory",
+                           params=option)
     probe = path if directory and path.is_dir() else path.parent
     while not probe.exists():
         if probe.is_symlink() or probe == probe.parent:  # a dangling link / no existing ancestor

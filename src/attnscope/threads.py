@@ -28,10 +28,14 @@ from typing import Any
 
 from .errors import InputError
 
-__all__ = ["ENV", "available_cpus", "default_threads", "get_threads", "resolve_threads", "set_threads", "threads"]
+__all__ = ["ENV", "MAX_THREADS", "available_cpus", "default_threads", "get_threads", "resolve_threads", "set_threads", "threads"]
 
 #: the environment variable read when no number is given
 ENV = "ATTNSCOPE_THREADS"
+
+#: the most threads any source may ask for (or the machine's CPUs, where more): OpenMP sizes its pool by
+#: the number before it checks anything (10^9 threads ask libgomp for 216 GB and abort the process)
+MAX_THREADS = max(1024, os.cpu_count() or 1)
 
 _chosen: list[int] = []  # the number set by set_threads in this process (at most one entry)
 _blas_limit: list[Any] = []  # the threadpoolctl limiter in force (kept so that a later call can replace it)
@@ -60,6 +64,9 @@ def _check(n: Any, what: str) -> int:
         raise InputError(f"{what} must be a whole number of threads, not {n!r}", params="threads")
     if n < 1:
         raise InputError(f"{what} must be at least 1, not {n}", params="threads")
+    if n > MAX_THREADS:
+        raise InputError(f"{what} must be at most {MAX_THREADS} (this machine has {available_cpus()} CPUs), not {n}",
+                         params="threads")
     return n
 
 
@@ -71,6 +78,8 @@ def resolve_threads(n: int | None = None) -> int:
         return _chosen[0]
     for var in (ENV, "OMP_NUM_THREADS"):
         text = os.environ.get(var, "").strip()
+        if var == "OMP_NUM_THREADS":  # OpenMP's nested form "4,2": the outer level is the number that computes
+            text = text.split(",")[0].strip()
         if text.lower() in ("", "auto", "default"):
             continue
         try:

@@ -135,7 +135,7 @@ def check_atlas_options(source: Any, **opts: Any) -> None:
     """Types and ranges of :func:`atlas`'s options, before any model is loaded: an ArgumentTypeError
     (``windows="2"``, ``seed=None``) or InputError (``batch_size=0``) naming the parameter."""
     from attnscope.devices import check_device
-    from attnscope.heads.probes import check_probes
+    from attnscope.heads.probes import MAX_RANDOM_WINDOWS, check_probes
 
     from .stats import MAX_BOOT
 
@@ -153,6 +153,9 @@ def check_atlas_options(source: Any, **opts: Any) -> None:
         check_type(value, integer, param, "an integer")
         if value < least:
             raise InputError(f"{param} must be at least {least}, not {value}", params=param)
+    if opts["random_windows"] > MAX_RANDOM_WINDOWS:  # the probe's ids are allocated at once
+        raise InputError(f"random_windows must be at most {MAX_RANDOM_WINDOWS:,}, not {opts['random_windows']:,}",
+                         params="random_windows")
     if opts["n_boot"] > MAX_BOOT:  # resamples and permutations: time grows with n_boot x heads
         raise InputError(f"n_boot must be at most {MAX_BOOT:,}, not {opts['n_boot']:,}", params="n_boot")
     check_type(opts["probes"], (str, list, tuple), "probes", "'both', 'random', 'text' or a list of them")

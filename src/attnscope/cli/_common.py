@@ -268,24 +268,71 @@ def in_flags(message: str, names: tuple[str, ...], params: list[Any]) -> str:
 
 #: ``--threads`` of every command that computes (the rule: attnscope.threads)
 THREADS = typer.Option(None, "--threads", metavar="INTEGER", show_default=False,
-                       help="CPU threads (torch, BLAS, numba). Default: ATTNSCOPE_THREADS, else OMP_NUM_THREADS, else "
+                       help="CPU threads (torch, BLAS, numba), 1 to 1024. Default: ATTNSCOPE_THREADS, else OMP_NUM_THREADS, else "
                             "the CPUs this process may use minus the 1-minute load average, at least 1.")
 
 
 def use_threads(threads: int | None) -> int:
     """Set the CPU threads of this command (``--threads``; None: ATTNSCOPE_THREADS or the default rule)."""
-    from attnscope.threads import set_threads
+    from attnscope.threads import MAX_THREADS, available_cpus, set_threads
 
     if threads is not None and threads < 1:
         raise InputError(f"--threads must be at least 1, not {threads}")
+    if threads is not None and threads > MAX_THREADS:
+        raise InputError(f"--threads must be at most {MAX_THREADS} (this machine has {available_cpus()} CPUs), not {threads}")
     return set_threads(threads)
 
 
 
 def check_out_file(path: Path | None, option: str = "--out",
-                   suffixes: tuple[str, ...] | None = TABLE_SUFFIXES) -> Path | None:
-    """Check an output file option (a table by default) is writable before any work starts (None passes)."""
-    return None if path is None else check_writable(path, option, suffixes=suffixes)
+                   suffixes: tuple[str, ...] | None = TABLE_SUFFIXES, inputs: Any = ()) -> Path | None:
+    """Check an output file option (a table by default) is writable before any work starts (None passes),
+    and that it is none of the command's ``inputs`` (model sources, tables read) nor a file inside an input
+    folder: ``geometry DIR --out DIR/config.json`` would replace the model's own config."""
+    if path is None:
+        return None
+    _not_an_input(path, option, inputs)
+    return check_writable(path, option, suffixes=suffixes)
+
+
+def _a_table(path: Path) -> bool:
+    """Whether ``path`` (in a model folder) may be a table of attnscope's: CSV, Parquet or JSON records (a list),
+    never a model's own JSON (config.json, tokenizer.json: objects)."""
+    if path.suffix.lower() != ".json":
+        return True
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(64).lstrip()[:1] == b"["
+    except OSError:
+        return False
+
+
+def _not_an_input(path: Path, option: str, inputs: Any) -> None:
+    target = Path(path).expanduser()
+    if not target.exists():
+        return
+    for given in inputs or ():
+        if given is None:
+            continue
+        local = Path(str(given)).expanduser()
+        if not local.exists():
+            from attnscope.zoo.registry import resolve_spec  # a zoo id: its installed copy
+
+            try:
+                local = Path(str(resolve_spec(str(given)))).expanduser()
+            except Exception:  # noqa: BLE001 - a source that does not resolve is refused later, in its own words
+                continue
+            if not local.exists():
+                continue
+        try:
+            inside = (local.is_dir() and target.is_file() and target.resolve().is_relative_to(local.resolve())
+                      and not _a_table(target))
+            same = not local.is_dir() and os.path.samefile(target, local)
+        except OSError:
+            continue
+        if same or inside:
+            raise InputError(f"{option} {path} is {'a file of ' if inside else ''}the input {given}: writing the result "
+                             "there would replace it; choose another path")
 
 
 def check_out_dir(path: Path | None, option: str = "--plot") -> Path | None:

@@ -87,9 +87,10 @@ def print_table(
         con.print(escape(title) + (f" ({n}/{len(groups)})" if len(groups) > 1 else ""), style="italic", highlight=False)
         own, wraps = _wrap_to_fit({i: widths[i] for i in cols}, header, key_set, width)
         t = Table()
+        fits = 1 + sum(own[i] + 3 for i in cols) <= width  # else rich shrinks columns: wrap, never crop a number
         for i in cols:
             t.add_column(escape(header[i]), justify="left" if header[i] in left else "right", width=own[i],
-                         no_wrap=header[i] not in fold and i not in wraps, overflow="fold")  # fmt: skip
+                         no_wrap=fits and header[i] not in fold and i not in wraps, overflow="fold")  # fmt: skip
         for r in rows:
             t.add_row(*[r[i] for i in cols])
         con.print(t)

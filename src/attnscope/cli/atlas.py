@@ -29,7 +29,7 @@ def atlas(
     data: str = typer.Option("builtin", "--data", help="Corpus of the text probe: builtin, a text file/dir, enwik8, hf:NAME."),
     windows: int = typer.Option(8, "--windows", help="Text-probe windows."),
     length: Optional[int] = typer.Option(None, "--length", help="Text-probe window length in tokens (default 256, or the model's max if shorter)."),
-    random_windows: int = typer.Option(8, "--random-windows", help="Random-probe sequences."),
+    random_windows: int = typer.Option(8, "--random-windows", help="Random-probe sequences (at most 10,000)."),
     random_length: Optional[int] = typer.Option(None, "--random-length", help="Random tokens per copy T (window 2T+1; default 127, shortened for short models)."),
     n_boot: int = typer.Option(2000, "--n-boot", help="Resamples of the 95% interval of Spearman's rho (whole layers) and permutations of its p-value (1 to 100,000; the smallest p is 1/(n+1))."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random probe, the bootstrap and the clustering."),

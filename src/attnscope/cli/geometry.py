@@ -122,7 +122,7 @@ def score_cmd(
         raise InputError("give a SOURCE (model directory, weights file or hub id), --demo, or --zoo GROUP")
     if layer < 0:
         raise InputError(f"--layer must be >= 0, not {layer}")
-    check_out_file(out, "--out")
+    check_out_file(out, "--out", inputs=[spec for spec, _ in specs])
     check_out_dir(plot, "--plot")
     if frequencies:
         _refuse_given(ctx, ("level", "k", "layer", "stack"), "--frequencies scores every head and stack of the "

@@ -64,8 +64,8 @@ def measure(
     if js is not None and js_rows < 1:
         raise InputError(f"--js needs --js-rows of at least 1, not {js_rows}")
     check_extract_args(windows, length, batch_size, js_rows if js else 0)  # every option before the model loads
-    check_out_file(out, "--out")
-    check_out_file(js, "--js")
+    check_out_file(out, "--out", inputs=(source, data))
+    check_out_file(js, "--js", inputs=(source, data))
     check_device(device)
     if out is not None and js is not None and out.resolve() == js.resolve():
         raise InputError(f"--out and --js are the same file {out}")
@@ -168,7 +168,7 @@ def cluster(
     from attnscope.heads.cluster import check_js_matches, cluster_heads, cluster_profiles, embed_js
     from attnscope.tables import read_table, write_table
 
-    check_out_file(out, "--out")
+    check_out_file(out, "--out", inputs=(metrics, js))
     check_out_dir(plot, "--plot")
     df = read_table(metrics)
     js_table = read_table(js) if js is not None else None
@@ -234,7 +234,7 @@ def derive(
     from attnscope.heads.derive import derive_pattern
     from attnscope.tables import read_table
 
-    check_out_file(out, "--out", suffixes=(".yaml", ".yml", ".json"))
+    check_out_file(out, "--out", suffixes=(".yaml", ".yml", ".json"), inputs=(metrics,))
     df = read_table(metrics)
     pat, why = derive_pattern(df, layer=layer, model=model, min_window=min_window, max_window=max_window, sink_threshold=sink_threshold)
     if out is not None:

@@ -111,7 +111,7 @@ def _is_attnscope_dir(path: Path) -> Path | None:
     if cfg.is_file():
         try:
             mt = json.loads(cfg.read_text()).get("model_type")
-        except (OSError, ValueError):
+        except (OSError, ValueError, AttributeError, RecursionError):  # not an attnscope config
             return None
         return path if mt == "attnscope" else None
     if (path / "checkpoints").is_dir():

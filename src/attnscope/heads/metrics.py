@@ -119,7 +119,14 @@ def as_maps(maps: Any) -> "torch.Tensor":
 
 
 def check_rows(maps: "torch.Tensor", tol: float = 1e-3) -> None:
-    """Raise InputError unless every row is a probability distribution (>= 0, sums to 1)."""
+    """Raise InputError unless every row is a probability distribution (finite, >= 0, sums to 1)."""
+    import torch
+
+    finite = torch.isfinite(maps)
+    if not bool(finite.all()):
+        bad = int((~finite).sum())
+        raise InputError(f"attention maps hold {bad:,} NaN or infinite weights of {maps.numel():,}: the forward pass "
+                         "overflowed or the model's weights or config hold a NaN (e.g. its norm epsilon)")
     if (maps < -tol).any():
         raise InputError("attention maps have negative entries: pass post-softmax probabilities")
     err = (maps.sum(-1) - 1).abs().max().item()

@@ -48,6 +48,8 @@ TEXT_EXTRA = ("entropy_norm", "distance", "confidence", "dup_score")
 #: default text window (tokens) and random-sequence length T (the random window is 2T + 1 = 255 tokens)
 DEFAULT_LENGTH = 256
 DEFAULT_RANDOM_LENGTH = 127
+#: the most sequences the random probe takes (its ids are allocated at once; the text probe is bounded by its corpus)
+MAX_RANDOM_WINDOWS = 10_000
 #: the largest side of the example map kept per head (:func:`measure_windows`' ``examples``)
 MAP_SIDE = 64
 BOS_NAMES = ("<|begin_of_text|>", "<bos>", "<s>", "[CLS]", "<|endoftext|>")
@@ -129,6 +131,8 @@ def random_windows(model: "MapModel", n: int, half: int, seed: int = 0) -> "torc
 
     if n < 1:
         raise InputError(f"--random-windows must be at least 1, not {n}")
+    if n > MAX_RANDOM_WINDOWS:
+        raise InputError(f"--random-windows must be at most {MAX_RANDOM_WINDOWS:,}, not {n:,}")
     if half < 2:
         raise InputError(f"--random-length must be at least 2, not {half}")
     pool = ordinary_ids(model)

@@ -109,7 +109,7 @@ class ResultsStore:
             raise InvalidResult("not written by this store (no attnscope metadata)")
         try:
             meta = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise InvalidResult("its attnscope metadata is not JSON") from None
         if not isinstance(meta, dict) or meta.get("key") != key:
             other = meta.get("key") if isinstance(meta, dict) else None

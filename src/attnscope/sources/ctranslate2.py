@@ -197,6 +197,8 @@ class CT2Source(WeightSource):
                 raise FormatError(f"{cfg_path}: not a text file") from None
             except json.JSONDecodeError as exc:
                 raise FormatError(f"{cfg_path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+            except RecursionError:
+                raise FormatError(f"{cfg_path}: invalid JSON (nested deeper than Python reads)") from None
             if not isinstance(loaded, dict):
                 raise FormatError(f"{cfg_path}: must hold a JSON object, not a {type(loaded).__name__}")
             cfg.update(loaded)

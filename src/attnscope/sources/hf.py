@@ -40,8 +40,8 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as fh:
             obj = json.load(fh)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise FormatError(f"{path}: cannot read {what}: {exc}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # nested past Python's limit
+        raise FormatError(f"{path}: cannot read {what}: {str(exc)[:200]}") from None
     if not isinstance(obj, dict):
         raise FormatError(f"{path}: {what} is not a JSON object")
     return obj

@@ -188,7 +188,7 @@ def _find_config(path: Path) -> dict[str, Any] | None:
         if cand.is_file():
             try:
                 cfg = json.loads(cand.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
                 continue
             if isinstance(cfg, dict):
                 return cfg

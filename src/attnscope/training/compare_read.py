@@ -96,7 +96,7 @@ def load_run(path: str | Path) -> Run:
         config = json.loads(conf.read_text())
     except OSError as exc:
         raise InputError(f"{conf}: cannot read it ({exc.strerror})") from None
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise FormatError(f"{conf}: not valid JSON ({exc.__class__.__name__}); the run's configuration is lost") from None
     if not isinstance(config, dict) or not isinstance(config.get("model", {}), dict):
         raise FormatError(f"{conf}: not a run configuration (expected a JSON object with a 'model' object)")

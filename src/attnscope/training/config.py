@@ -124,6 +124,10 @@ class TrainConfig:
         for name in NON_NEGATIVE:
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative, not {getattr(self, name)!r}", params=name)
+        from attnscope.threads import MAX_THREADS
+
+        if self.threads is not None and self.threads > MAX_THREADS:
+            raise ConfigError(f"threads must be at most {MAX_THREADS}, not {self.threads}", params="threads")
         if self.lr <= 0:
             raise ConfigError(f"lr must be positive, not {self.lr!r}", params="lr")
         if not 0.0 < self.mask_prob < 1.0:

@@ -343,7 +343,7 @@ def read_config(ckpt_dir: str | Path) -> dict[str, Any]:
         raise InputError(f"{ckpt_dir}: not an attnscope checkpoint (no config.json)")
     try:
         cfg = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise FormatError(f"{path}: corrupt config ({exc})") from None
     if cfg.get("model_type") != MODEL_TYPE:
         raise FormatError(f"{path}: model_type is {cfg.get('model_type')!r}, not {MODEL_TYPE!r}")

@@ -53,7 +53,7 @@ def read_run_json(run_dir: Path) -> dict[str, Any] | None:
         return None
     try:
         stored = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         stored = exc
     if not isinstance(stored, dict):
         raise FormatError(f"{path} is corrupt ({type(stored).__name__}); restore it, or delete it to resume "

@@ -220,7 +220,7 @@ def _load_cached(path: str, mtime: float) -> tuple[ZooEntry, ...]:
     p = Path(path)
     try:
         data = yaml.safe_load(p.read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:  # not YAML, or not text at all
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:  # not YAML, not text, nested too deep
         raise ConfigError(f"{p}: invalid YAML ({str(exc).splitlines()[0]})") from None
     models = data.get("models") if isinstance(data, dict) else data
     if not isinstance(models, list):

