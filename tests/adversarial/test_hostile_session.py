@@ -245,3 +245,58 @@ def test_an_output_folder_that_is_a_broken_symlink_is_refused_before_the_work(tm
     with pytest.raises(StorageError, match="symbolic link to nothing"):  # "file exists" after scoring before
         check_writable(link, "--plot", directory=True)
     assert check_writable(tmp_path / "fresh", "--plot", directory=True) == tmp_path / "fresh"
+
+
+def test_sigterm_ends_a_native_call_at_once_and_the_handlers_come_back():
+    import signal
+    import subprocess
+    import sys
+
+    from attnscope.interrupts import native_call
+
+    def mine(*_):
+        pass
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        with native_call():
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_DFL
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    # a Python handler would wait for the kernel to return (an hour-long numba loop ignored `timeout`)
+    code = ("import os, signal, time\n"
+            "from attnscope.interrupts import native_call\n"
+            "signal.signal(signal.SIGTERM, lambda *a: print('handled'))\n"
+            "with native_call():\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    time.sleep(30)\n"
+            "print('survived')\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == -signal.SIGTERM and "survived" not in res.stdout
+
+
+def test_the_dynamics_kernels_run_inside_native_call(monkeypatch):
+    import contextlib
+
+    import numpy as np
+
+    from attnscope.dynamics import lyapunov, meanfield as mfm, model as dm, simulate
+
+    entered = []
+
+    @contextlib.contextmanager
+    def recording():
+        import signal
+
+        entered.append(signal.getsignal(signal.SIGTERM))
+        yield
+
+    monkeypatch.setattr(lyapunov, "native_call", recording)
+    monkeypatch.setattr(simulate, "native_call", recording)
+    cfg = dm.random_config(M=2, P=2, n_segments=4, seed=5, gamma=20.0)
+    mf = mfm.compile_config(cfg)
+    b, g, eps = mfm.params_arrays(cfg, beta_o=[0.5, 1.5])
+    out = lyapunov.lyapunov_spectrum(mf, mfm.initial_state(mf, 2), b, g, eps, n_steps=50, k=2, transient=10)
+    assert np.isfinite(out).all() and len(entered) == 1
