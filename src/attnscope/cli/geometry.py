@@ -407,7 +407,7 @@ def _run_zoo(
 @app.command("plot")
 def plot_cmd(
     results: Path = typer.Argument(..., help="A survey results table or directory (from --zoo)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory for the figures (default: next to RESULTS)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory for the figures (default: RESULTS/figures for a directory, figures/ beside a table file)."),
 ) -> None:
     """Figures and tables of a zoo survey: s and d against model size, Markdown/LaTeX tables vs the paper."""
     if not results.exists():
