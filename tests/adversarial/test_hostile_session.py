@@ -300,3 +300,16 @@ def test_the_dynamics_kernels_run_inside_native_call(monkeypatch):
     b, g, eps = mfm.params_arrays(cfg, beta_o=[0.5, 1.5])
     out = lyapunov.lyapunov_spectrum(mf, mfm.initial_state(mf, 2), b, g, eps, n_steps=50, k=2, transient=10)
     assert np.isfinite(out).all() and len(entered) == 1
+
+
+def test_a_closed_stdout_pipe_exits_0_quietly():
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "ATTNSCOPE_DEBUG"}
+    proc = subprocess.Popen([sys.executable, "-m", "attnscope", "zoo", "list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # `attnscope zoo list | head -1`, the reader gone before the table is printed
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err  # rich's own broken-pipe exit was 1
+    assert "Traceback" not in err and "error" not in err, err

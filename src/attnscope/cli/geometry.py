@@ -236,11 +236,9 @@ def _run_frequencies(specs: list[tuple[str, str | None]], out: Optional[Path], j
 def print_frequency_summary(df: "pd.DataFrame") -> None:
     """Per model and layer: the median over heads of the share of the fastest and slowest quarter of the
     pairs, of the unrotated dims, and the wavelength of the pair with the largest median share."""
-    from rich.console import Console
-
     from attnscope.plots import model_label
 
-    con = Console()
+    con = console(stderr=False)
     for (model, stack), grp in df.groupby(["model", "stack"], sort=False):
         rows = []
         for li, lay in grp.groupby("layer"):
