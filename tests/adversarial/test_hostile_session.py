@@ -313,3 +313,40 @@ def test_a_closed_stdout_pipe_exits_0_quietly():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0, err  # rich's own broken-pipe exit was 1
     assert "Traceback" not in err and "error" not in err, err
+
+
+def test_heldout_windows_of_a_huge_corpus_tokenise_a_bounded_prefix(tmp_path):
+    import numpy as np
+
+    from attnscope.heads.maps import HELDOUT_MAX_BYTES
+    from attnscope.training.data import heldout_windows, open_corpus
+
+    class Bytes:  # a byte tokenizer that records how much text it was given
+        name = "bytes"
+        seen: list[int] = []
+
+        def encode_array(self, data):
+            self.seen.append(len(data))
+            return np.frombuffer(bytes(data), dtype=np.uint8)
+
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as fh:
+        fh.truncate(64 * HELDOUT_MAX_BYTES)  # sparse: its held-out split alone is 3.2x the bound
+    corpus = open_corpus(str(big))
+    tok = Bytes()
+    win = heldout_windows(corpus, tok, 16, 4, max_bytes=HELDOUT_MAX_BYTES)
+    assert tuple(win.shape) == (4, 16) and tok.seen == [HELDOUT_MAX_BYTES]  # the whole split: 16 GB for heads
+    small = open_corpus("builtin")
+    full = heldout_windows(small, tok, 16, 4)
+    assert (heldout_windows(small, tok, 16, 4, max_bytes=HELDOUT_MAX_BYTES) == full).all()  # under the bound: same
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_or_device_corpus_is_named_as_such(tmp_path):
+    from attnscope.training.data import open_corpus
+
+    fifo = tmp_path / "corpus.txt"
+    os.mkfifo(fifo)
+    for spec, kind in ((fifo, "a FIFO"), ("/dev/zero", "a character device")):
+        with pytest.raises(FormatError, match=f"not a regular file \\({kind}\\)"):  # was "no such file or directory"
+            open_corpus(str(spec))

@@ -77,7 +77,9 @@ class WindowPlan:
             raise InputError(f"window length {length} is longer than the model's maximum {max_len}")
         body = length - 2 if {"cls", "sep"} <= set(_special_ids(tokenizer)) else length  # [CLS] + text + [SEP]
         if body >= 1:  # (a window with no room for text is refused by make_windows, naming the model)
-            heldout_windows(open_corpus(self.data), tokenizer, body, self.windows)
+            from .maps import HELDOUT_MAX_BYTES
+
+            heldout_windows(open_corpus(self.data), tokenizer, body, self.windows, max_bytes=HELDOUT_MAX_BYTES)
 
 
 def check_weights(open_source: Callable[[], Any], name: str) -> dict[str, Any]:
