@@ -80,7 +80,7 @@ def test_nan_weights_warning_line(monkeypatch, capsys, tiny_llama_dirs, tmp_path
     [
         ("missing", "no such file or directory"),
         ("noconfig", "no config.json"),
-        ("truncated", "not a readable safetensors file"),
+        ("truncated", "corrupt safetensors file"),
         ("absent_shard", "named in the index but missing"),
         ("wrong_shape", "layer"),
         ("unsupported", "unsupported model_type"),
