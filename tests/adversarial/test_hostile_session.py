@@ -245,3 +245,108 @@ def test_an_output_folder_that_is_a_broken_symlink_is_refused_before_the_work(tm
     with pytest.raises(StorageError, match="symbolic link to nothing"):  # "file exists" after scoring before
         check_writable(link, "--plot", directory=True)
     assert check_writable(tmp_path / "fresh", "--plot", directory=True) == tmp_path / "fresh"
+
+
+def test_sigterm_ends_a_native_call_at_once_and_the_handlers_come_back():
+    import signal
+    import subprocess
+    import sys
+
+    from attnscope.interrupts import native_call
+
+    def mine(*_):
+        pass
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        with native_call():
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_DFL
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    # a Python handler would wait for the kernel to return (an hour-long numba loop ignored `timeout`)
+    code = ("import os, signal, time\n"
+            "from attnscope.interrupts import native_call\n"
+            "signal.signal(signal.SIGTERM, lambda *a: print('handled'))\n"
+            "with native_call():\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "    time.sleep(30)\n"
+            "print('survived')\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert res.returncode == -signal.SIGTERM and "survived" not in res.stdout
+
+
+def test_the_dynamics_kernels_run_inside_native_call(monkeypatch):
+    import contextlib
+
+    import numpy as np
+
+    from attnscope.dynamics import lyapunov, meanfield as mfm, model as dm, simulate
+
+    entered = []
+
+    @contextlib.contextmanager
+    def recording():
+        import signal
+
+        entered.append(signal.getsignal(signal.SIGTERM))
+        yield
+
+    monkeypatch.setattr(lyapunov, "native_call", recording)
+    monkeypatch.setattr(simulate, "native_call", recording)
+    cfg = dm.random_config(M=2, P=2, n_segments=4, seed=5, gamma=20.0)
+    mf = mfm.compile_config(cfg)
+    b, g, eps = mfm.params_arrays(cfg, beta_o=[0.5, 1.5])
+    out = lyapunov.lyapunov_spectrum(mf, mfm.initial_state(mf, 2), b, g, eps, n_steps=50, k=2, transient=10)
+    assert np.isfinite(out).all() and len(entered) == 1
+
+
+def test_a_closed_stdout_pipe_exits_0_quietly():
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "ATTNSCOPE_DEBUG"}
+    proc = subprocess.Popen([sys.executable, "-m", "attnscope", "zoo", "list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # `attnscope zoo list | head -1`, the reader gone before the table is printed
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err  # rich's own broken-pipe exit was 1
+    assert "Traceback" not in err and "error" not in err, err
+
+
+def test_heldout_windows_of_a_huge_corpus_tokenise_a_bounded_prefix(tmp_path):
+    import numpy as np
+
+    from attnscope.heads.maps import HELDOUT_MAX_BYTES
+    from attnscope.training.data import heldout_windows, open_corpus
+
+    class Bytes:  # a byte tokenizer that records how much text it was given
+        name = "bytes"
+        seen: list[int] = []
+
+        def encode_array(self, data):
+            self.seen.append(len(data))
+            return np.frombuffer(bytes(data), dtype=np.uint8)
+
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as fh:
+        fh.truncate(64 * HELDOUT_MAX_BYTES)  # sparse: its held-out split alone is 3.2x the bound
+    corpus = open_corpus(str(big))
+    tok = Bytes()
+    win = heldout_windows(corpus, tok, 16, 4, max_bytes=HELDOUT_MAX_BYTES)
+    assert tuple(win.shape) == (4, 16) and tok.seen == [HELDOUT_MAX_BYTES]  # the whole split: 16 GB for heads
+    small = open_corpus("builtin")
+    full = heldout_windows(small, tok, 16, 4)
+    assert (heldout_windows(small, tok, 16, 4, max_bytes=HELDOUT_MAX_BYTES) == full).all()  # under the bound: same
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_or_device_corpus_is_named_as_such(tmp_path):
+    from attnscope.training.data import open_corpus
+
+    fifo = tmp_path / "corpus.txt"
+    os.mkfifo(fifo)
+    for spec, kind in ((fifo, "a FIFO"), ("/dev/zero", "a character device")):
+        with pytest.raises(FormatError, match=f"not a regular file \\({kind}\\)"):  # was "no such file or directory"
+            open_corpus(str(spec))

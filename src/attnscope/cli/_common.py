@@ -473,7 +473,14 @@ def console(stderr: bool = True) -> Any:
     """
     from rich.console import Console
 
-    con = Console(stderr=stderr)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich exits 1 here; the CLI's contract is exit 0 (run_app)
+            self.quiet = True
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail again
+            raise BrokenPipeError
+
+    con = _Console(stderr=stderr)
     if not con.is_terminal:
         con.soft_wrap = True
     return con

@@ -236,11 +236,9 @@ def _run_frequencies(specs: list[tuple[str, str | None]], out: Optional[Path], j
 def print_frequency_summary(df: "pd.DataFrame") -> None:
     """Per model and layer: the median over heads of the share of the fastest and slowest quarter of the
     pairs, of the unrotated dims, and the wavelength of the pair with the largest median share."""
-    from rich.console import Console
-
     from attnscope.plots import model_label
 
-    con = Console()
+    con = console(stderr=False)
     for (model, stack), grp in df.groupby(["model", "stack"], sort=False):
         rows = []
         for li, lay in grp.groupby("layer"):
@@ -407,7 +405,7 @@ def _run_zoo(
 @app.command("plot")
 def plot_cmd(
     results: Path = typer.Argument(..., help="A survey results table or directory (from --zoo)."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory for the figures (default: next to RESULTS)."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory for the figures (default: RESULTS/figures for a directory, figures/ beside a table file)."),
 ) -> None:
     """Figures and tables of a zoo survey: s and d against model size, Markdown/LaTeX tables vs the paper."""
     if not results.exists():

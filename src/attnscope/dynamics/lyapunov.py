@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from attnscope.errors import InputError
+from attnscope.interrupts import native_call
 
 from .meanfield import MeanField, State
 
@@ -136,16 +137,18 @@ def lyapunov_estimate(mf: MeanField, state: State, beta: np.ndarray, g: np.ndarr
     sums = np.zeros((B, k, blocks))
     Q0 = initial_tangents(D, k, seed)
     if B < 8 or kernel == "outer":
-        lyapunov_batch(mf.U, mf.Cf, mf.pos, beta, g, eps, state.mv, state.mk, state.A, state.t,
-                       transient + n_steps, transient, Q0, sums)
+        with native_call():  # hours of numba: SIGTERM / Ctrl-C must still stop it
+            lyapunov_batch(mf.U, mf.Cf, mf.pos, beta, g, eps, state.mv, state.mk, state.A, state.t,
+                           transient + n_steps, transient, Q0, sums)
     else:
         import numba
 
         mvT = np.ascontiguousarray(state.mv.transpose(1, 2, 0))
         mkT = np.ascontiguousarray(state.mk.transpose(1, 2, 0))
         AT = np.ascontiguousarray(state.A.T)
-        lyapunov_batch_inner(mf.U, mf.Cf, mf.pos, beta, g, eps, mvT, mkT, AT, state.t, transient + n_steps,
-                             transient, Q0, max(1, min(B // 4, numba.get_num_threads())), sums)
+        with native_call():
+            lyapunov_batch_inner(mf.U, mf.Cf, mf.pos, beta, g, eps, mvT, mkT, AT, state.t, transient + n_steps,
+                                 transient, Q0, max(1, min(B // 4, numba.get_num_threads())), sums)
         state.mv[...] = mvT.transpose(2, 0, 1)
         state.mk[...] = mkT.transpose(2, 0, 1)
         state.A[...] = AT.T

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from attnscope.errors import FormatError, InputError, check_type
+from attnscope.interrupts import native_call
 
 from .meanfield import MeanField, State, compile_config, initial_state, load_state, params_arrays
 from .model import DynamicsConfig
@@ -86,9 +87,10 @@ def advance(mf: MeanField, state: State, beta: np.ndarray, g: np.ndarray, eps: n
     n_tail = min(n_tail, n_saved)
     tail = np.zeros((B, n_tail, M))
     if record or B < 8 or kernel == "outer":
-        run_batch(mf.U, mf.Cf, mf.pos, beta, g, eps, state.mv, state.mk, state.A, state.t, n_steps,
-                  transient, rec_m, rec_mo, rec_A, feature, section_feature, section_tol,
-                  stats, series, sec_pts, sec_n, tail)
+        with native_call():  # hours of numba: SIGTERM / Ctrl-C must still stop it
+            run_batch(mf.U, mf.Cf, mf.pos, beta, g, eps, state.mv, state.mk, state.A, state.t, n_steps,
+                      transient, rec_m, rec_mo, rec_A, feature, section_feature, section_tol,
+                      stats, series, sec_pts, sec_n, tail)
     else:  # batch-innermost layout: SIMD across values, one contiguous part per thread
         import numba
 
@@ -99,9 +101,10 @@ def advance(mf: MeanField, state: State, beta: np.ndarray, g: np.ndarray, eps: n
         statsT = np.zeros((4, M, B))
         seriesT = np.zeros((series.shape[1], B))
         tailT = np.zeros((n_tail, M, B))
-        run_batch_inner(mf.U, mf.Cf, mf.pos, beta, g, eps, mvT, mkT, AT, state.t, n_steps, transient,
-                        max(1, min(B // 4, numba.get_num_threads())), feature, section_feature,
-                        section_tol, statsT, seriesT, sec_pts, sec_n, tailT)
+        with native_call():  # hours of numba: SIGTERM / Ctrl-C must still stop it
+            run_batch_inner(mf.U, mf.Cf, mf.pos, beta, g, eps, mvT, mkT, AT, state.t, n_steps, transient,
+                            max(1, min(B // 4, numba.get_num_threads())), feature, section_feature,
+                            section_tol, statsT, seriesT, sec_pts, sec_n, tailT)
         state.mv[...] = mvT.transpose(2, 0, 1)
         state.mk[...] = mkT.transpose(2, 0, 1)
         state.A[...] = AT.T

@@ -78,12 +78,14 @@ class WindowPlan:
         body = length - 2 if {"cls", "sep"} <= set(_special_ids(tokenizer)) else length  # [CLS] + text + [SEP]
         if body < 1:  # a window with no room for text is refused by make_windows, naming the model
             return
+        from .maps import HELDOUT_MAX_BYTES
+
         corpus = open_corpus(self.data)
-        held_out = sum(hi - lo for lo, hi in corpus.ranges("valid"))  # bytes
+        held_out = min(sum(hi - lo for lo, hi in corpus.ranges("valid")), HELDOUT_MAX_BYTES)  # bytes the windows use
         longest = _longest_token(tokenizer)
         if longest is not None and held_out // longest >= self.windows * body:
             return  # it surely holds enough tokens: a large corpus is not tokenized twice
-        heldout_windows(corpus, tokenizer, body, self.windows)
+        heldout_windows(corpus, tokenizer, body, self.windows, max_bytes=HELDOUT_MAX_BYTES)
 
 
 def _longest_token(tokenizer: Any) -> int | None:

@@ -487,8 +487,15 @@ def _probs_in(out: Any, t: int) -> "torch.Tensor | None":
 # --------------------------------------------------------------------------- windows
 
 
+#: the most bytes of a corpus split that heads and atlas tokenise for their windows (memory stays bounded by
+#: it, not by the corpus: a 3 GB text file took 16 GB; above enwik8's 5 MB held-out split); a larger split gives
+#: its windows from this prefix
+HELDOUT_MAX_BYTES = 8 << 20
+
+
 def make_windows(model: MapModel, corpus: str, n: int, length: int, split: str = "valid") -> "torch.Tensor":
-    """``n`` held-out windows [n, length] tokenised with the model's tokenizer.
+    """``n`` held-out windows [n, length] tokenised with the model's tokenizer (from at most the first
+    :data:`HELDOUT_MAX_BYTES` of the split).
 
     For models whose tokenizer has [CLS]/[SEP] (BERT-style encoders) each window is
     ``[CLS] + (length - 2) corpus tokens + [SEP]``, the input such models were trained on.
@@ -508,7 +515,8 @@ def make_windows(model: MapModel, corpus: str, n: int, length: int, split: str =
         raise InputError(f"length must be at least 3 for {model.name}, whose windows are [CLS] + text + [SEP], "
                          f"not {length}", params="length")
     corp = open_corpus(corpus)
-    body = heldout_windows(corp, model.tokenizer, length - 2 if wrap else length, n, split=split)
+    body = heldout_windows(corp, model.tokenizer, length - 2 if wrap else length, n, split=split,
+                           max_bytes=HELDOUT_MAX_BYTES)
     if len(body) == 0 or body.shape[1] == 0:
         raise InputError(f"corpus {corpus!r} gives no tokens in its {split} split")
     if wrap:

@@ -109,9 +109,17 @@ class Corpus:
                 out.append(lo_hi)
         return out
 
-    def split(self, name: str = "train") -> bytes:
-        """The raw bytes of one split (the concatenation of its ranges)."""
-        return b"".join(bytes(self.data[lo:hi]) for lo, hi in self.ranges(name))
+    def split(self, name: str = "train", max_bytes: int | None = None) -> bytes:
+        """The raw bytes of one split (the concatenation of its ranges); its first ``max_bytes`` when given."""
+        parts, left = [], max_bytes
+        for lo, hi in self.ranges(name):
+            if left is not None:
+                hi = min(hi, lo + left)
+                left -= hi - lo
+            parts.append(bytes(self.data[lo:hi]))
+            if left is not None and left <= 0:
+                break
+        return b"".join(parts)
 
     def text(self, name: str = "train") -> str:
         return self.split(name).decode("utf-8", errors="replace")
@@ -136,6 +144,10 @@ def open_corpus(spec: str, *, max_bytes: int | None = None) -> Corpus:
         return _text_dir(path)
     if path.is_file():
         return Corpus(path.name, _map_file(path))
+    if path.exists():  # a FIFO, a device (/dev/zero), a socket: say so, never read it
+        from attnscope.sources.base import readable_file
+
+        readable_file(path, f"corpus {spec!r}")
     raise _missing(spec)
 
 
@@ -349,16 +361,25 @@ def tokenize_split(corpus: Corpus, tokenizer: "Tokenizer", split: str = "train")
 
 
 def heldout_windows(
-    corpus: Corpus, tokenizer: "Tokenizer", seq_len: int, n: int, split: str = "valid"
+    corpus: Corpus, tokenizer: "Tokenizer", seq_len: int, n: int, split: str = "valid", max_bytes: int | None = None
 ) -> "torch.Tensor":
-    """``n`` non-overlapping windows [n, seq_len] spread evenly over a split (deterministic)."""
+    """``n`` non-overlapping windows [n, seq_len] spread evenly over a split (deterministic); over its first
+    ``max_bytes`` only when given (a multi-GB corpus is not tokenised whole for a few windows)."""
     import torch
 
-    ids = tokenize_split(corpus, tokenizer, split)
+    capped = max_bytes is not None and sum(hi - lo for lo, hi in corpus.ranges(split)) > max_bytes
+    if capped:
+        key = (tokenizer.name, split, max_bytes)
+        if key not in corpus._cache:
+            corpus._cache[key] = tokenizer.encode_array(corpus.split(split, max_bytes))
+        ids = corpus._cache[key]
+    else:
+        ids = tokenize_split(corpus, tokenizer, split)
     fit = len(ids) // seq_len
     if fit < n:
+        part = f"the first {max_bytes:,} bytes of the {split} split" if capped else f"the {split} split"
         raise InputError(
-            f"the {split} split of {corpus.name!r} holds {len(ids)} tokens: only {fit} windows of {seq_len}, not {n}"
+            f"{part} of {corpus.name!r} holds {len(ids)} tokens: only {fit} windows of {seq_len}, not {n}"
             " (use fewer or shorter windows, or a larger corpus)"
         )
     stride = (len(ids) // n) // seq_len * seq_len  # a multiple of seq_len: windows never overlap
