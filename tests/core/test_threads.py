@@ -82,7 +82,7 @@ def test_every_computing_command_takes_threads(clean, cli_inproc):
     from attnscope.cli import app
 
     root = get_command(app)
-    for path in (["geometry", "score"], ["heads", "measure"], ["atlas"], ["report"], ["train"],
+    for path in (["geometry", "score"], ["heads", "measure"], ["atlas"], ["report"], ["train"], ["emergence"],
                  ["dynamics", "trajectory"], ["dynamics", "lyapunov"], ["dynamics", "bifurcation"],
                  ["dynamics", "phase"], ["dynamics", "finite"]):
         cmd = root

@@ -18,7 +18,7 @@ import typer
 
 from attnscope.errors import InputError
 
-from ._common import check_out_dir, positive, slurm_options, stderr_console
+from ._common import THREADS, check_out_dir, positive, slurm_options, stderr_console, use_threads
 from ._tables import print_table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,6 +59,7 @@ def emergence(
     slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Slurm partition (--executor slurm)."),
     slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Minutes per Slurm job (--executor slurm)."),
     slurm_mem: Optional[float] = typer.Option(None, "--slurm-mem", help="Memory per Slurm job, GB (--executor slurm)."),
+    threads: Optional[int] = THREADS,
 ) -> None:
     """Symmetry and directionality of every head's W_qk at each training checkpoint of a model: a tidy table with
     revision, step and tokens, the step at which each head forms, and figures. Resumable: rerun to continue."""
@@ -70,6 +71,7 @@ def emergence(
     if level not in ("head", "layer", "both"):
         raise InputError(f"--level must be head, layer or both, not {level!r}")
     slurm = slurm_options(executor, slurm_partition, slurm_time, slurm_mem)
+    use_threads(threads)  # this process and, through OMP_NUM_THREADS, its pool workers
     probes = None
     if behaviour:
         from attnscope.emergence.behaviour import behaviour_options
