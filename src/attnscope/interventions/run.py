@@ -140,6 +140,7 @@ def _load(source: str | os.PathLike, device: str) -> tuple[Any, Any, str]:
     from pathlib import Path
 
     from attnscope.heads.load import check_weights, open_runnable
+    from attnscope.naming import model_label
     from attnscope.sources.base import check_local_path
     from attnscope.sources.gguf import GGUFSource
     from attnscope.zoo.registry import resolve_spec
@@ -153,7 +154,7 @@ def _load(source: str | os.PathLike, device: str) -> tuple[Any, Any, str]:
             raise UnsupportedError(f"{source}: running a GGUF file needs {', '.join(missing_gguf_runtime())}: {GGUF_FIX}")
         check_weights(lambda: GGUFSource.open(spec), spec)  # the header and config checked before transformers reads it
         model, tok = _load_gguf(Path(spec), lm_head=True)
-        return model.to(device), tok, spec
+        return model.to(device), tok, model_label(str(source))  # the one model id (attnscope.naming)
     open_runnable(spec, device)  # CTranslate2 / ONNX: one-line refusal
     import transformers
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
@@ -176,7 +177,7 @@ def _load(source: str | os.PathLike, device: str) -> tuple[Any, Any, str]:
         model = cls.from_pretrained(str(local), attn_implementation="eager", trust_remote_code=False)  # type: ignore[arg-type]
     except Exception as exc:
         raise UnsupportedError(f"{source}: cannot load the model ({exc.__class__.__name__}: {str(exc)[:160]})") from None
-    return model.to(device).eval(), load_tokenizer(local), str(source)
+    return model.to(device).eval(), load_tokenizer(local), model_label(str(source))
 
 
 # --------------------------------------------------------------------------- the passes

@@ -80,9 +80,7 @@ def loss_heatmap(table: "pd.DataFrame", title: str = "", *, fig: "Figure | None"
     import numpy as np
 
     loss = table[table["measure"] == "loss"]
-    from attnscope.interventions.attention import KINDS
-
-    kinds = sorted(dict.fromkeys(loss["intervention"]), key=lambda k: KINDS.index(k) if k in KINDS else len(KINDS))
+    kinds = list(dict.fromkeys(loss["intervention"]))  # the table's order (sym, anti, ablate, mean); plots only draw
     n = max(1, len(kinds))
     ncols = min(n, 4)
     nrows = math.ceil(n / ncols)
