@@ -39,6 +39,13 @@ FAMILIES = ("llama", "qwen2", "gemma3", "gpt2", "bert")
 def _model(family: str):
     import torch
 
+    if family == "bert":
+        import transformers
+        import transformers.models.bert.modeling_bert as bert
+
+        if not hasattr(bert, "ALL_ATTENTION_FUNCTIONS"):  # a property of the installed release, not of a run
+            pytest.skip(f"transformers {transformers.__version__}'s BERT does not call the attention interface "
+                        "(attnscope.interventions refuses such a model in one line)")
     torch.manual_seed(1)
     return _models()[family]().eval()
 
