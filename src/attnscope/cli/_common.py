@@ -54,6 +54,15 @@ def _flags_take_no_value() -> None:
 _flags_take_no_value()
 
 
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's own flush at exit does not hit the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
 class Terminated(BaseException):
     """SIGTERM (``scancel``, ``timeout``, a job manager) raised in the main thread, so that the same cleanup as
     for Ctrl-C runs: pool workers are ended, temporaries removed. A BaseException: no task handler swallows it."""
@@ -136,7 +145,8 @@ def run_app(app: typer.Typer) -> None:
         if exc.code == 130:
             print("attnscope: interrupted", file=sys.stderr)
         raise
-    except BrokenPipeError:
+    except BrokenPipeError:  # `attnscope ... | head -1`: the reader is gone, which is not an error
+        _silence_stdout()
         sys.exit(0)
     except Exception as exc:
         if debug_enabled():
@@ -474,10 +484,8 @@ def console(stderr: bool = True) -> Any:
     from rich.console import Console
 
     class _Console(Console):
-        def on_broken_pipe(self) -> None:  # rich exits 1 here; the CLI's contract is exit 0 (run_app)
+        def on_broken_pipe(self) -> None:  # rich >= 13.x exits 1 here; the CLI's contract is exit 0 (run_app)
             self.quiet = True
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())  # Python's own flush at exit must not fail again
             raise BrokenPipeError
 
     con = _Console(stderr=stderr)
