@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from .errors import FormatError, InputError, StorageError
-from .tables import _umask, atomic_write_bytes, make_out_dir, storage_error
+from .tables import _umask, atomic_write_bytes, fsync_dir, make_out_dir, storage_error
 
 __all__ = ["MANIFEST", "STAGING_PREFIX", "Content", "check_member", "check_result_set", "clean_stale",
            "write_result_set"]
@@ -255,7 +255,7 @@ def _stage(staging: Path, kind: str, files: Mapping[str, Content], settings: dic
              "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     commit = {"kind": kind, "entry": entry, "replaces": replaces}
     atomic_write_bytes(staging / _COMMIT, (json.dumps(commit, indent=2) + "\n").encode())
-    _fsync_dir(staging)
+    fsync_dir(staging)
     return commit
 
 
@@ -285,23 +285,10 @@ def _apply(out: Path, staging: Path, commit: dict[str, Any]) -> None:
         results[kind] = entry
         atomic_write_bytes(out / MANIFEST, (json.dumps({"format": _FORMAT, "results": results}, indent=2)
                                             + "\n").encode())
-        _fsync_dir(out)
+        fsync_dir(out)
     except OSError as exc:  # the staging folder stays committed: the next run finishes the move
         raise storage_error(out, exc) from None
     shutil.rmtree(staging, ignore_errors=True)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - a platform without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
 
 
 def clean_stale(folder: str | os.PathLike, *, _have_lock: bool = False) -> list[str]:

@@ -66,6 +66,20 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     return path
 
 
+def fsync_dir(path: str | os.PathLike) -> None:
+    """Flush a directory's entries (a rename into it) to disk; a no-op where directories cannot be opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:  # pragma: no cover - a platform without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
 def check_writable(path: str | os.PathLike, option: str = "out", directory: bool = False,
                    suffixes: tuple[str, ...] | None = None) -> Path:
     """Refuse an output path that cannot be written, before any work starts; return it as a Path.

@@ -135,7 +135,8 @@ def _refuse_probe_options(probe: str, data: str, windows: int, random_windows: i
 
 
 def _settling(res: "EmergenceResult", min_change: float, n_boot: int, seed: int) -> "pd.DataFrame | None":
-    from attnscope.emergence.behaviour import behaviour_columns, settling
+    from attnscope.atlas.build import behaviour_columns
+    from attnscope.emergence.behaviour import settling
 
     scored = res.table[res.table["level"] == "head"]
     beh = behaviour_columns(res.table)

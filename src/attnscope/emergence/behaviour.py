@@ -90,13 +90,6 @@ def revision_behaviour(payload: dict[str, Any]) -> "pd.DataFrame":
     return wide
 
 
-def behaviour_columns(table: "pd.DataFrame") -> list[str]:
-    """The ``<metric>_<probe>`` columns of an emergence table."""
-    from attnscope.atlas.build import behaviour_columns as atlas_columns
-
-    return atlas_columns(table)
-
-
 def settling(table: "pd.DataFrame", min_change: float = MIN_CHANGE, n_boot: int = 2000, seed: int = 0,
              geometry: Sequence[str] = ("symmetry", "directionality")) -> "pd.DataFrame":
     """Across heads: Spearman's rho between the step at which each ``geometry`` score forms and the step at which
@@ -105,6 +98,8 @@ def settling(table: "pd.DataFrame", min_change: float = MIN_CHANGE, n_boot: int 
     import pandas as pd
 
     from attnscope.atlas.stats import correlation_table
+
+    from attnscope.atlas.build import behaviour_columns
 
     beh = behaviour_columns(table)
     if not beh:

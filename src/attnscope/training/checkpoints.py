@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from attnscope.errors import FormatError, StorageError
-from attnscope.tables import storage_error
+from attnscope.tables import fsync_dir, storage_error
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
 LEFTOVER = re.compile(r"^\.(tmp|old)-step-(\d+)-\d+$")
@@ -122,21 +122,8 @@ def write_checkpoint(run_dir: Path, step: int, model, tokenizer, state: dict[str
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, final)
-    _fsync_dir(root)
+    fsync_dir(root)
     return final
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _corrupt(ckpt: Path, exc: BaseException) -> FormatError:
