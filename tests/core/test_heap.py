@@ -53,3 +53,46 @@ def test_every_forward_of_a_map_model_ends_with_a_release(monkeypatch):
     for _ in range(3):
         model.run(torch.zeros(1, 4, dtype=torch.long), lambda layer, probs: seen.append(layer))
     assert seen == [0, 0, 0] and len(calls) == 3
+
+
+class _Mallinfo2(__import__("ctypes").Structure):
+    _fields_ = [(name, __import__("ctypes").c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+
+
+def _mapped_bytes() -> int:
+    """Bytes glibc holds in separate mmap'd blocks now (mallinfo2().hblkhd)."""
+    import ctypes
+
+    fn = ctypes.CDLL(None).mallinfo2
+    fn.restype = _Mallinfo2
+    return fn().hblkhd
+
+
+@pytest.mark.skipif(not GLIBC, reason="mallopt / mallinfo2 are glibc's: this machine's C library is not glibc")
+def test_reused_heap_serves_big_blocks_from_the_heap_and_gives_them_back_after():
+    size = 96 << 20  # above glibc's largest mmap threshold: always a fresh mapping outside the block
+    with memory.reused_heap() as asked:
+        before = _mapped_bytes()
+        block = bytearray(size)
+        inside = _mapped_bytes() - before
+        block[-1] = 1
+        del block
+        big = [bytearray(b"z") * (4 << 20) for _ in range(60)]  # 240 MB touched, then freed into the heap
+        del big
+        held = _resident_mb()
+    after_exit = _resident_mb()
+    before = _mapped_bytes()
+    block = bytearray(size)
+    outside = _mapped_bytes() - before
+    del block
+    assert asked is True
+    assert inside == 0 and outside >= size  # in the block from the heap; after it, a mapping again
+    assert held - after_exit > 150, (held, after_exit)  # the freed pages went back at the end
+
+
+def test_reused_heap_is_a_no_op_without_glibc(monkeypatch):
+    monkeypatch.setattr(memory, "_mallopt", lambda: None)
+    with memory.reused_heap() as asked:
+        assert asked is False

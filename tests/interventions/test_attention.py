@@ -207,3 +207,31 @@ def test_ablating_a_head_is_zeroing_its_slice_of_the_output_projection():
         layer_list(model)[1].self_attn.o_proj.weight[:, 2 * d : 3 * d] = 0
         ref = model(ids)[0]
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_layers_around_the_intervened_one_are_the_models_own(family):
+    """In an intervention forward the other layers run the fused SDPA kernel: a clean copy still equals the
+    unpatched model's output, and the intervened copy equals the same intervention in an all-eager run."""
+    import torch
+
+    from attnscope.interventions import attention
+    from attnscope.interventions.attention import CLEAN, Plan
+
+    model = _model(family)
+    ids = _ids(13)
+    with torch.no_grad():
+        ref = model(ids)[0]
+    layer = 1 if model.config.num_hidden_layers > 2 else 0
+    plan = Plan(layer=layer, copies=[(CLEAN, -1), ("sym", 2), ("ablate", 1)])
+    got = _run(model, ids, plan, layer, 3)
+    torch.testing.assert_close(got[0], ref[0], rtol=1e-5, atol=1e-5)
+    calls = []
+    real = attention._sdpa
+    attention._sdpa = lambda: (lambda *a, **k: calls.append(1) or attention._own_eager(a[0])(*a, **k))
+    try:
+        eager = _run(model, ids, plan, layer, 3)
+    finally:
+        attention._sdpa = real
+    assert len(calls) == model.config.num_hidden_layers - 1  # every layer but the intervened one
+    torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-5)

@@ -96,6 +96,8 @@ def test_api_and_cli_give_the_same_head_and_a_run_resumes_per_layer(tiny_gguf, t
     (["--interventions", "sym", "--heads", "1-2"], "LAYER.HEAD"),
     (["--interventions", "sym", "--top", "ten"], "K:COLUMN"),
     (["--heads", "1.2"], "give --interventions too"),
+    (["--intervention-precision", "full"], "give --interventions too"),
+    (["--interventions", "sym", "--intervention-precision", "half"], "--intervention-precision must be one of"),
     (["--interventions", "sym", "--heads", "1.2", "--top", "3:sink_random"], "not both"),
 ])
 def test_bad_options_are_one_line_before_any_work(tiny_gguf, tmp_path, argv, message, cli_inproc):
@@ -193,3 +195,49 @@ def test_an_hf_directory_and_the_same_model_in_memory_agree(tmp_path, minilm_dir
     key = ["intervention", "measure"]
     np.testing.assert_allclose(from_dir.set_index(key).sort_index()["delta"],
                                in_memory.set_index(key).sort_index()["delta"], rtol=1e-5, atol=1e-7)
+
+
+@needs_gguf
+@pytest.mark.parametrize("precision", ["full", "bf16-delta"])
+def test_skipping_the_layers_before_from_kept_outputs_changes_nothing(tiny_gguf, precision):
+    """The clean pass keeps every layer's output; an intervention forward then skips the layers before its
+    layer. The same deltas as computing them again (what happens past the memory budget)."""
+    import dataclasses
+
+    import torch
+
+    from attnscope.heads.maps import make_windows
+    from attnscope.heads.probes import random_windows
+    from attnscope.interventions.attention import patched
+    from attnscope.interventions.deltas import LowWeights
+    from attnscope.interventions.run import clean_pass, layer_pass, open_subject
+
+    subject = open_subject(str(tiny_gguf))
+    wins = {"text": make_windows(subject.maps, "builtin", 2, 40), "random": random_windows(subject.maps, 2, 10, seed=0)}
+    low = LowWeights() if precision == "bf16-delta" else None
+    with torch.inference_mode(), patched(subject.model) as ctl:
+        clean = clean_pass(subject, wins, ctl)
+        assert clean.outputs is not None and all(o is not None for o in clean.outputs["text"][1])
+        kept = layer_pass(subject, 1, [0, 1, 2, 3], ("sym", "anti", "ablate"), wins, clean, ctl, low)
+        again = layer_pass(subject, 1, [0, 1, 2, 3], ("sym", "anti", "ablate"), wins,
+                           dataclasses.replace(clean, outputs=None), ctl, low)
+    assert len(kept) == len(again) > 0
+    # the kept prefix is the clean pass's (eager attention), the recomputed one SDPA's: ~1e-7 apart, which
+    # bf16-delta's rounding (~2^-8 of each effect) may carry into a delta
+    rtol = 1e-4 if precision == "full" else 1e-2
+    np.testing.assert_allclose(kept["delta"], again["delta"], rtol=rtol, atol=1e-6)
+    assert (kept["delta"] != 0).any()
+
+
+def test_the_clean_pass_keeps_outputs_only_within_its_budget(tiny_gguf, monkeypatch):
+    import torch
+
+    from attnscope.heads.maps import make_windows
+    from attnscope.interventions import run
+    from attnscope.interventions.attention import patched
+
+    subject = run.open_subject(str(tiny_gguf))
+    wins = {"text": make_windows(subject.maps, "builtin", 2, 40)}
+    monkeypatch.setattr(run, "PREFIX_BUDGET", 2 * 40 * 32 * 2 * 4 - 1)  # windows x positions x hidden x layers x 4 B
+    with torch.inference_mode(), patched(subject.model) as ctl:
+        assert run.clean_pass(subject, wins, ctl).outputs is None

@@ -41,6 +41,7 @@ def atlas(
     heads: Optional[str] = typer.Option(None, "--heads", help="With --interventions: only these heads, LAYER.HEAD comma-separated (e.g. 3.1,10.4)."),
     top: Optional[str] = typer.Option(None, "--top", help="With --interventions: only the K heads scoring highest on an atlas column, K:COLUMN; several joined by commas (e.g. 4:induction_random,4:sink_random)."),
     intervention_windows: int = typer.Option(4, "--intervention-windows", help="With --interventions: text windows (loss and behaviour) and random-probe windows (behaviour) per head."),
+    intervention_precision: str = typer.Option("auto", "--intervention-precision", help="With --interventions: full (every product in the model's dtype), bf16-delta (the intervened copies' linear layers as the clean copy's plus their difference's product in bfloat16: ~2x faster, rounding ~0.4% of each effect) or auto (bf16-delta where the CPU or GPU multiplies bfloat16 natively)."),
 ) -> None:
     """Geometry meets behaviour: s and d of every head's W_qk (at offset 0, at offset 1 and over offsets for
     rotary models) against what the head does on the probes; with --interventions, what each head does
@@ -58,7 +59,7 @@ def atlas(
     if (source is None) == (zoo is None):
         raise InputError("give a SOURCE or --zoo GROUP (one of them)")
     use_threads(threads)
-    plan = _intervention_plan(interventions, heads, top, intervention_windows, zoo)
+    plan = _intervention_plan(interventions, heads, top, intervention_windows, zoo, intervention_precision, device)
     opts = dict(probes=probe, data=data, windows=windows, length=length, random_windows=random_windows,
                 random_length=random_length, seed=seed, n_boot=n_boot, batch_size=batch_size, device=device)
     if zoo is not None:
@@ -79,11 +80,17 @@ def atlas(
         _finish_interventions(iv)
 
 
-def _intervention_plan(interventions, heads, top, windows: int, zoo) -> dict | None:
+def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: str = "auto",
+                       device: str = "cpu") -> dict | None:
     """The checked --interventions options (before any work), or None without --interventions."""
+    from attnscope.interventions.deltas import PRECISIONS, resolve_precision
+
+    if precision not in PRECISIONS:
+        raise InputError(f"--intervention-precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     if interventions is None:
-        if heads is not None or top is not None:
-            raise InputError("--heads and --top choose the heads of --interventions; give --interventions too")
+        if heads is not None or top is not None or precision != "auto":
+            raise InputError("--heads, --top and --intervention-precision are options of --interventions; "
+                             "give --interventions too")
         return None
     from attnscope.interventions import check_kinds, parse_heads
 
@@ -94,7 +101,7 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo) -> dict | N
     if windows < 1:
         raise InputError(f"--intervention-windows must be at least 1, not {windows}")
     plan = {"kinds": check_kinds(interventions), "heads": parse_heads(heads) if heads else None, "top": None,
-            "windows": windows}
+            "windows": windows, "precision": resolve_precision(precision, device)}
     if top is not None:
         plan["top"] = []
         for part in (p.strip() for p in top.split(",")):
@@ -120,7 +127,8 @@ def _intervene(source, res, plan: dict, out: Path, opts: dict):
     random_n = plan["windows"] if opts["probes"] in ("both", "random") else 0
     iv = intervene(source, interventions=plan["kinds"], heads=chosen, data=opts["data"], windows=plan["windows"],
                    length=opts["length"], random_windows=random_n, random_length=opts["random_length"],
-                   seed=opts["seed"], device=opts["device"], store=out / "interventions-store",
+                   seed=opts["seed"], device=opts["device"], precision=plan["precision"],
+                   store=out / "interventions-store",
                    name=res.info["model"], progress=True)  # a long job: progress lines in a log too
     keep = [c for c in res.table.columns if c not in ("stack",)]
     return iv.table.merge(res.table[keep], on=["model", "layer", "head"], how="left", validate="many_to_one")

@@ -1,0 +1,34 @@
+"""benchmarks/interventions.py at a tiny size: both precisions timed side by side, the ratio and the agreement
+reported (a user with a GPU runs the same script with ``--device cuda``)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_interventions_benchmark_times_both_precisions_and_says_how_far_apart(tmp_path, minilm_dir):
+    md = tmp_path / "i.md"
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "HF_HUB_OFFLINE": "1",
+           "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "interventions.py"), "random-smollm2", "--tokenizer",
+                        str(minilm_dir), "--layers", "28,29", "--windows", "2", "--length", "12", "--random-windows",
+                        "1", "--append", str(md)], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = md.read_text()
+    assert text.startswith("### Interventions: random-smollm2, 270 heads x 3")
+    rows = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| layer (\d+, [\w-]+) .*?\| ([\d.]+)x \|$", text, re.M)}
+    assert set(rows) == {"28, full", "28, bf16-delta", "29, full", "29, bf16-delta"}
+    assert rows["28, full"] == 1.0 and rows["28, bf16-delta"] > 0
+    agree = re.search(r"at most ([\d.]+)% of the row's 95% interval half-width", text)
+    assert agree and float(agree.group(1)) < 5  # bf16-delta moves no row by more than a sliver of its interval
+
+
+def test_random_smollm2_needs_a_tokenizer():
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "interventions.py"), "random-smollm2"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "needs --tokenizer" in r.stderr
