@@ -233,5 +233,28 @@ def test_the_layers_around_the_intervened_one_are_the_models_own(family):
         eager = _run(model, ids, plan, layer, 3)
     finally:
         attention._sdpa = real
-    assert len(calls) == model.config.num_hidden_layers - 1  # every layer but the intervened one
+    assert len(calls) == model.config.num_hidden_layers  # every layer (the intervened one for its other heads)
     torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_one_head_through_eager_equals_every_head_through_eager(family):
+    """The intervened layer runs each copy's own head alone through the eager function (the rest SDPA);
+    with ``on_scores`` set every head goes through it. Outputs and the copies' maps agree."""
+    import torch
+
+    from attnscope.interventions.attention import CLEAN, Plan
+
+    model = _model(family)
+    ids = _ids(17)
+    layer = 1
+    means = {layer: torch.randn(HEADS, 8 if family == "gemma3" else 32 // HEADS)}
+    copies = [(CLEAN, -1), ("sym", 0), ("anti", 3), ("ablate", 2), ("mean", 1), ("sym", 2)]
+    maps = {}
+    fast = _run(model, ids, Plan(layer=layer, copies=copies, means=means, on_maps=lambda _l, p: maps.update(fast=p)),
+                layer, len(copies))
+    every = _run(model, ids, Plan(layer=layer, copies=copies, means=means, on_scores=lambda *a: None,
+                                  on_maps=lambda _l, p: maps.update(every=p)), layer, len(copies))
+    torch.testing.assert_close(fast, every, rtol=1e-5, atol=1e-5)
+    assert maps["fast"].shape == maps["every"].shape == (1, 3, L, L)  # the three score copies, in order
+    torch.testing.assert_close(maps["fast"], maps["every"], rtol=1e-5, atol=1e-6)

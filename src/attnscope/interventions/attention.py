@@ -11,7 +11,8 @@ one eager attention gets) and switches the model to it; :func:`_attention` then 
 model's code), changing only its inputs or its output for the heads a :class:`Plan` names:
 
 * ``sym`` / ``anti``: the head's scores become S_sym = (Q K^T + K Q^T) / 2 or S_anti = (Q K^T - K Q^T) / 2
-  before scaling, softcap and mask. Both are inner products of longer vectors, so the model's own
+  before scaling, softcap and mask (each copy's one head through the eager function, its other heads
+  through SDPA: :func:`_intervened_heads`; with a softcap, or ``on_scores`` set, every head eager). Both are inner products of longer vectors, so the model's own
   function computes them: with q' = [a q, b k] and k' = [a k, c q] (head dim 2d), q'_i . k'_j =
   a^2 q_i.k_j + b c k_i.q_j; (a, b, c) = (1, 0, 0) keeps the scores, (1/sqrt2, 1/sqrt2, +-1/sqrt2) gives
   sym / anti. k and v are repeated to the query heads first (GQA), and the function sees a view of the
@@ -142,6 +143,8 @@ def _attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "
         kwargs["scaling"] = getattr(module, "scaling", None) or query.shape[-1] ** -0.5
     if attention_mask is not None and attention_mask.shape[0] not in (1, query.shape[0]):
         attention_mask = attention_mask.repeat_interleave(query.shape[0] // attention_mask.shape[0], dim=0)
+    if here and kwargs.get("softcap") is None and plan.on_scores is None:
+        return _intervened_heads(module, eager, plan, layer, query, key, value, attention_mask, kwargs)
     scored = here and any(kind in SCORE_KINDS for kind, _ in plan.copies)
     if scored:
         c, h = query.shape[:2]
@@ -176,6 +179,41 @@ def _attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "
         if plan.stop:
             raise StopForward
     return out, probs
+
+
+def _intervened_heads(module: Any, eager: Callable[..., Any], plan: Plan, layer: int, query: "torch.Tensor",
+                      key: "torch.Tensor", value: "torch.Tensor", attention_mask: "torch.Tensor | None",
+                      kwargs: dict[str, Any]) -> tuple["torch.Tensor", None]:
+    """The intervened layer, each copy's one head apart: every head through SDPA as it is, then each
+    score-intervened copy's own head again through the model's eager function with q' and k' (its map read
+    there), its output put in place; ``ablate`` / ``mean`` replace outputs. Equal to intervening with every
+    head in the eager function (tested), at one head's cost instead of all of them."""
+    import torch
+
+    c, h = query.shape[:2]
+    if c != len(plan.copies):
+        raise RuntimeError(f"layer {layer}: batch of {c} copies, plan of {len(plan.copies)}")
+    out = None if plan.stop else _sdpa()(module, query, key, value, attention_mask, **kwargs)[0]  # [c, i, h, d]
+    chosen = [(ci, head, kind) for ci, (kind, head) in enumerate(plan.copies) if kind in SCORE_KINDS]
+    if chosen:
+        dev = query.device
+        ci = torch.tensor([x[0] for x in chosen], device=dev)
+        hi = torch.tensor([x[1] for x in chosen], device=dev)
+        gi = hi // (h // key.shape[1])  # the key/value head of each query head (GQA)
+        q, k, v = query[ci, hi][:, None], key[ci, gi][:, None], value[ci, gi][:, None]  # [s, 1, i, d]
+        coef = torch.tensor([_COEF[x[2]] for x in chosen], dtype=query.dtype, device=dev)  # [s, 3]
+        a, b, cc = (coef[:, n].view(-1, 1, 1, 1) for n in range(3))
+        mask = attention_mask[ci] if attention_mask is not None and attention_mask.shape[0] == c else attention_mask
+        own, probs = eager(_Flat(module), torch.cat([a * q, b * k], dim=-1), torch.cat([a * k, cc * q], dim=-1), v,
+                           mask, **kwargs)  # own [s, i, 1, d], probs [s, 1, i, j]
+        if plan.on_maps is not None:
+            plan.on_maps(layer, probs[:, 0][None])  # [1, s, i, j]
+        if out is not None:
+            out[ci, :, hi] = own[:, :, 0].to(out.dtype)
+    if plan.stop:
+        raise StopForward
+    assert out is not None
+    return _replace_outputs(out, plan, layer), None
 
 
 def _replace_outputs(out: "torch.Tensor", plan: Plan, layer: int) -> "torch.Tensor":
