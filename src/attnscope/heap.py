@@ -28,6 +28,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
 #: after :func:`reused_heap`: what glibc's own dynamic thresholds settle at in a process that has freed a
 #: large tensor (mmap above 32 MB, trim above 64 MB), at most 65,536 mappings (its default)
 _AFTER = ((_M_MMAP_THRESHOLD, 32 << 20), (_M_TRIM_THRESHOLD, 64 << 20), (_M_MMAP_MAX, 65536))
+_DEPTH = 0  # reused_heap blocks open now (the outermost one restores)
 
 
 @functools.cache
@@ -69,17 +70,23 @@ def _mallopt() -> Any:
 def reused_heap() -> Iterator[bool]:
     """Within the block, large allocations come from the heap and freed blocks stay there for the next
     one (no ``mmap``, no trimming); after it, the free pages go back to the OS and glibc's thresholds are
-    left where its dynamic rule puts them in a process like this one (:data:`_AFTER`). Yields whether the C
-    library could be asked (glibc)."""
+    left where its dynamic rule puts them in a process like this one (:data:`_AFTER`). Nested blocks are
+    one block (the outermost restores). Yields whether the C library could be asked (glibc)."""
+    global _DEPTH
     fn = _mallopt()
     if fn is None:
         yield False
         return
+    if _DEPTH:  # inside another such block: that one restores and trims at its end
+        yield True
+        return
+    _DEPTH += 1
     fn(_M_TRIM_THRESHOLD, 2**31 - 1)
     fn(_M_MMAP_MAX, 0)
     try:
         yield True
     finally:
+        _DEPTH -= 1
         for param, value in _AFTER:
             fn(param, value)
         release_free_memory()

@@ -96,3 +96,18 @@ def test_reused_heap_is_a_no_op_without_glibc(monkeypatch):
     monkeypatch.setattr(memory, "_mallopt", lambda: None)
     with memory.reused_heap() as asked:
         assert asked is False
+
+
+@pytest.mark.skipif(not GLIBC, reason="mallopt / mallinfo2 are glibc's: this machine's C library is not glibc")
+def test_a_nested_reused_heap_leaves_the_restoring_to_the_outer_block():
+    size = 96 << 20
+    with memory.reused_heap():
+        with memory.reused_heap() as inner:
+            assert inner is True
+        before = _mapped_bytes()
+        block = bytearray(size)  # still inside the outer block: from the heap
+        assert _mapped_bytes() - before == 0
+        del block
+    before = _mapped_bytes()
+    block = bytearray(size)
+    assert _mapped_bytes() - before >= size

@@ -314,7 +314,7 @@ def layer_pass(subject: Subject, layer: int, heads: Sequence[int], kinds: Sequen
     from attnscope.heap import reused_heap
 
     with reused_heap():  # the copies' big activations reuse freed heap blocks (no fresh zeroed pages)
-        rows = _layer_rows(subject, layer, heads, kinds, windows, clean, ctl, low)
+        rows = _layer_rows(subject, layer, heads, kinds, windows, clean, ctl, low)  # a no-op inside intervene()'s
     df = pd.DataFrame(rows)
     df.insert(0, "layer", layer)
     return df
@@ -431,7 +431,9 @@ def intervene(
         by_layer.setdefault(layer, []).append(head)
     frames = []
     low = LowWeights() if precision == "bf16-delta" else None
-    with torch.inference_mode(), patched(subject.model) as ctl:
+    from attnscope.heap import reused_heap
+
+    with torch.inference_mode(), patched(subject.model) as ctl, reused_heap():
         pending = [l for l in sorted(by_layer) if results is None or not results.is_done(_key(l, by_layer[l]))]
         clean = clean_pass(subject, wins, ctl) if pending else None  # every layer stored: no forward at all
         with progress_bar(len(by_layer), f"interventions {mm.name}", enabled=progress, unit="layers") as bar:
