@@ -161,7 +161,8 @@ def main() -> None:
     lines = [
         f"### Interventions: {name}, {n_layers * n_heads} heads x {len(KINDS)} ({', '.join(KINDS)})",
         "",
-        f"`python benchmarks/interventions.py {args.model} --layers {args.layers} --precision {','.join(precisions)}`; "
+        f"`python benchmarks/interventions.py {args.model} --layers {args.layers} --precision {','.join(precisions)}"
+        f"{' --tokenizer DIR' if args.model in RANDOM else ''}{'' if args.device == 'cpu' else ' --device ' + args.device}`; "
         f"{args.windows} text windows x {args.length} tokens, {args.random_windows} random-probe windows; torch "
         f"{torch.__version__}, " + (f"{torch.cuda.get_device_name()} (times: wall seconds, the GPU's)" if cuda else
         f"{torch.get_num_threads()} thread(s) (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}), "
@@ -170,7 +171,7 @@ def main() -> None:
         "",
         "| stage | wall s | CPU s | GFLOP/s | time, baseline / this |",
         "|---|---|---|---|---|",
-        f"| load (GGUF, dequantised) | {load[0]:.1f} | {load[1]:.1f} | | |",
+        f"| load ({'random weights' if args.model in RANDOM else 'the file'}) | {load[0]:.1f} | {load[1]:.1f} | | |",
         f"| clean pass | {clean_t[0]:.1f} | {clean_t[1]:.1f} | | |",
         *[f"| layer {l}, {p} ({n_heads} heads x {len(KINDS)}) | {times[p, l][0]:.2f} | {times[p, l][1]:.1f} | | "
           f"{times[base, l][which] / times[p, l][which]:.2f}x |" for l in layers for p in precisions],
