@@ -170,6 +170,33 @@ def test_reach_of_a_dynamic_rotary_scaling_is_stretched():
     assert reach({}) is None
 
 
+@pytest.mark.parametrize("key, value", [("max_position_embeddings", 0), ("max_position_embeddings", -5),
+                                        ("n_positions", "2048"), ("llama.context_length", True)])
+def test_a_stated_context_length_that_is_none_is_refused_not_left_unbounded(key, value):
+    from attnscope.errors import FormatError
+    from attnscope.geometry.offsets import check_reach
+
+    config = {"architecture": "llama", "gguf_metadata": {key: value}} if "." in key else {key: value}
+    with pytest.raises(FormatError, match=f"states {key} = {value!r}, not a context length"):
+        check_reach([0, 1], config, "m")
+    check_reach([0, 2048], {"max_position_embeddings": 2048}, "m")  # a real one holds
+    check_reach([0, 10**6], {}, "m")  # none stated: held to MAX_OFFSET by check_offsets, not here
+
+
+@pytest.mark.parametrize("count", [0, -64, 63, 130, 64.0, "64"])
+def test_a_gguf_rotary_dimension_count_that_is_none_is_refused(count):
+    from attnscope.errors import FormatError
+    from attnscope.families.rope import gguf_layout
+
+    config = {"architecture": "llama", "gguf_metadata": {"llama.rope.dimension_count": count}}
+    with pytest.raises(FormatError, match="rope.dimension_count is .*an even number from 2 to the head dimension 128"):
+        gguf_layout(config, 128, 0, None)
+    for ok, rotated in ((None, 128), (64, 64), (128, 128)):
+        meta = {} if ok is None else {"llama.rope.dimension_count": ok}
+        layout = gguf_layout({"architecture": "llama", "gguf_metadata": meta}, 128, 0, None)
+        assert layout is not None and 2 * len(layout.inv_freq) == rotated
+
+
 # ------------------------------------------------------------------------------------ lying configs
 
 LIES = {

@@ -236,7 +236,12 @@ def gguf_layout(config: dict[str, Any], e: int, layer: int, source: "WeightSourc
     if pairing is None:
         return None
     meta = config.get("gguf_metadata") or {}
-    rotated = int(meta.get(f"{arch}.rope.dimension_count") or e)
+    stated = meta.get(f"{arch}.rope.dimension_count")
+    rotated = e if stated is None else stated
+    if isinstance(rotated, bool) or not isinstance(rotated, (int, np.integer)) or not 0 < rotated <= e or rotated % 2:
+        raise FormatError(f"{arch}.rope.dimension_count is {stated!r}: the rotated dimensions of a head are an even "
+                         f"number from 2 to the head dimension {e}")
+    rotated = int(rotated)
     base = float(meta.get(f"{arch}.rope.freq_base") or 10000.0)
     stype = str(meta.get(f"{arch}.rope.scaling.type") or "none")
     factor = float(meta.get(f"{arch}.rope.scaling.factor") or 1.0)

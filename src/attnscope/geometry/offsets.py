@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnscope.errors import ArgumentTypeError, InputError, UnsupportedError
+from attnscope.errors import ArgumentTypeError, FormatError, InputError, UnsupportedError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -87,6 +87,11 @@ def reach(config: dict[str, Any]) -> int | None:
 def check_reach(offsets: list[int], config: dict[str, Any], model: str) -> None:
     """InputError (one line) when an offset lies beyond what ``model`` can attend to (:func:`reach`); a model
     that states no context length is held to :data:`MAX_OFFSET` (by :func:`check_offsets`)."""
+    bad = [(key, value) for key, value in _stated_lengths(config) if not _is_length(value)]
+    if bad:  # a stated length that is none (0, negative, text) must not leave the offsets unbounded
+        key, value = bad[0]
+        raise FormatError(f"{model}: its config states {key} = {value!r}, not a context length, so offsets cannot be "
+                          "checked against it")
     limit = reach(config)
     if limit is None:
         return
@@ -184,13 +189,23 @@ def frequencies(source: Any, *, config: Any = None, name: str | None = None, fol
     return df
 
 
-def context_length(config: dict[str, Any]) -> int | None:
-    """The trained context length a config or GGUF file states (None when it states none)."""
+def _stated_lengths(config: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(key, value) of every context length a config or GGUF file states, in order of precedence."""
     meta = config.get("gguf_metadata") or {}
     arch = config.get("architecture")
-    for value in (meta.get(f"{arch}.context_length"), config.get("max_position_embeddings"),
-                  config.get("n_positions"), config.get("max_seq_len")):  # fmt: skip
-        if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0:
+    pairs = [(f"{arch}.context_length", meta.get(f"{arch}.context_length"))]
+    pairs += [(key, config.get(key)) for key in ("max_position_embeddings", "n_positions", "max_seq_len")]
+    return [(key, value) for key, value in pairs if value is not None]
+
+
+def _is_length(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0
+
+
+def context_length(config: dict[str, Any]) -> int | None:
+    """The trained context length a config or GGUF file states (None when it states none)."""
+    for _, value in _stated_lengths(config):
+        if _is_length(value):
             return int(value)
     return None
 

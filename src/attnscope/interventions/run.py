@@ -4,10 +4,13 @@ Einstein legend: c batch copy (one (intervention, head) each), w window, i posit
 
 :func:`intervene` runs, on the text windows (loss and behaviour) and the random probe's windows
 (behaviour only), one clean forward per window (every head's clean behaviour, the clean loss, the heads'
-mean outputs for ``mean``) and then, layer by layer, one forward per window in which the batch is
-expanded at that layer to one copy per (intervention, head) (:mod:`.attention`): the layers before it run
-once, the copies share nothing after it. On the random probe the forward stops after the intervened
-layer (its behaviour is all that is measured there).
+mean outputs for ``mean``, every layer's output kept within :data:`PREFIX_BUDGET`) and then, layer by
+layer, one forward per window in which the batch is expanded at that layer to a clean copy and one copy
+per (intervention, head) (:mod:`.attention`): the layers before it are not run again (their kept
+outputs), the copies share nothing after it, and each copy's loss change is taken against the clean
+copy of the same forward. With ``precision="bf16-delta"`` the copies' linear layers and logits are the
+clean copy's plus their differences' products in bfloat16 (:mod:`.deltas`). On the random probe the
+forward stops after the intervened layer (its behaviour is all that is measured there).
 
 * loss: mean next-token cross-entropy of the window (the model's output matrix: its LM head, or the
   input embeddings when they are tied; Gemma's final logit softcap applied); encoders have none (NaN).
