@@ -59,7 +59,7 @@ def test_a_commit_record_naming_files_outside_its_folder_is_refused(tmp_path):
     json.dumps({"results": {"atlas": {"files": {"a.csv": "abc"}}}}),    # a file without its hash
     json.dumps({"results": {"atlas": "zzz"}}),
     json.dumps({"results": {"../x": {"files": {}}}}),
-])
+], ids=["nested", "files-not-a-mapping", "file-without-hash", "entry-not-a-mapping", "kind-outside"])
 def test_a_malformed_manifest_is_one_formaterror_for_readers_and_replaced_by_a_writer(tmp_path, text):
     from attnscope.tables import read_table
 
@@ -212,7 +212,10 @@ def test_a_narrow_console_wraps_numbers_instead_of_cropping_them():
 
 
 @pytest.mark.parametrize("command", ["geometry", "heads"])
-@pytest.mark.parametrize("config", ["{\"a\": " + "[" * 100_000 + "]" * 100_000 + "}", "[1, 2, 3]"])
+# explicit ids: pytest 8 puts a string parameter into the test's id, and so into PYTEST_CURRENT_TEST, which the
+# CLI subprocess inherits; one 200 kB environment string is past Linux's limit (execve: "Argument list too long")
+@pytest.mark.parametrize("config", ["{\"a\": " + "[" * 100_000 + "]" * 100_000 + "}", "[1, 2, 3]"],
+                         ids=["nested", "not-an-object"])
 def test_a_config_json_nested_past_pythons_limit_or_not_an_object_is_one_line(hf_llama, tmp_path, command, config):
     from ._helpers import assert_one_line_error, cli
 
