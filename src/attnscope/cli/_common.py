@@ -63,6 +63,12 @@ def _silence_stdout() -> None:
         pass
 
 
+def _is_broken_pipe(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is a write to a closed pipe (the SystemExit that typer, click and rich raise on one
+    is raised while handling it, so it is that exit's ``__context__``)."""
+    return isinstance(exc, BrokenPipeError) or (isinstance(exc, OSError) and exc.errno == errno.EPIPE)
+
+
 class Terminated(BaseException):
     """SIGTERM (``scancel``, ``timeout``, a job manager) raised in the main thread, so that the same cleanup as
     for Ctrl-C runs: pool workers are ended, temporaries removed. A BaseException: no task handler swallows it."""
@@ -144,6 +150,9 @@ def run_app(app: typer.Typer) -> None:
     except SystemExit as exc:  # typer turns Ctrl-C inside a command into a silent Exit(130)
         if exc.code == 130:
             print("attnscope: interrupted", file=sys.stderr)
+        if _is_broken_pipe(exc.__context__):  # typer's standalone mode (and rich's Console) exit 1 there
+            _silence_stdout()
+            sys.exit(0)
         raise
     except BrokenPipeError:  # `attnscope ... | head -1`: the reader is gone, which is not an error
         _silence_stdout()
@@ -484,7 +493,7 @@ def console(stderr: bool = True) -> Any:
     from rich.console import Console
 
     class _Console(Console):
-        def on_broken_pipe(self) -> None:  # rich >= 13.x exits 1 here; the CLI's contract is exit 0 (run_app)
+        def on_broken_pipe(self) -> None:  # rich's own hook (later 13.x) exits 1; the contract is exit 0 (run_app)
             self.quiet = True
             raise BrokenPipeError
 
