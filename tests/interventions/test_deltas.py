@@ -165,3 +165,15 @@ def test_on_cuda_auto_is_bf16_delta_and_agrees_with_full_precision_on_the_cpu(tm
     loss = a.index.get_level_values("measure") == "loss"
     assert ((a["delta"] - b["delta"]).abs()[loss] <= 0.01 * half[loss] + 1e-5).all()
     np.testing.assert_allclose(b["delta"][~loss], a["delta"][~loss], atol=1e-4)  # TF32-free float32 maps
+
+
+def test_low_weights_keep_a_matrix_and_its_transpose_apart():
+    import torch
+
+    from attnscope.interventions.deltas import LowWeights
+
+    w = torch.randn(3, 5)
+    low = LowWeights()
+    assert low.of(w).shape == (3, 5) and low.of(w, transposed=True).shape == (5, 3)
+    assert low.of(w) is low.of(w) and low.of(w).dtype == torch.bfloat16  # made once
+    torch.testing.assert_close(low.of(w, transposed=True).float(), w.T.bfloat16().float())

@@ -76,10 +76,10 @@ class LowWeights:
         import torch
 
         self.dtype = dtype or torch.bfloat16
-        self._cache: dict[int, torch.Tensor] = {}
+        self._cache: dict[tuple[int, bool], torch.Tensor] = {}
 
     def of(self, weight: "torch.Tensor", transposed: bool = False) -> "torch.Tensor":
-        key = id(weight)
+        key = (id(weight), transposed)
         low = self._cache.get(key)
         if low is None:
             w = weight.detach().t() if transposed else weight.detach()
