@@ -129,7 +129,8 @@ def test_intervene_in_bf16_delta_agrees_with_full_precision_and_nothing_stays_ze
     loss = a.index.get_level_values("measure") == "loss"
     err = (a["delta"] - b["delta"]).abs()
     half_width = (a["ci_high"] - a["ci_low"]) / 2
-    assert (err[loss] <= 0.01 * half_width[loss] + 1e-6).all()  # the rounding: < 1% of the result's own interval
+    # the rounding is a fraction of each window's effect, bounded by the mean's size plus its interval's
+    assert (err[loss] <= 0.02 * (a["delta"].abs() + half_width)[loss] + 1e-6).all()
     assert (err[loss] > 0).any()  # the fast products did run
     np.testing.assert_allclose(b["delta"][~loss], a["delta"][~loss], atol=1e-5)  # the head's own map: exact products
     # copies that change nothing: a loss delta of exactly 0 in either precision
