@@ -25,7 +25,7 @@ one line naming the files. One folder can hold results of several kinds (``heads
 belong to no entry (the user's own) are never touched.
 
 Cleaned at the next write into a folder: staging folders whose process is gone (their lock is free)
-and attnscope's own temporaries (``.NAME.XXXXXXXX.tmp`` of :func:`attnscope.tables.atomic_write_bytes`,
+and attnscope's own temporaries (``.attnscope-tmp.NAME.XXXXXXXX.tmp`` of :func:`attnscope.tables.atomic_write_bytes`,
 ``.attnscope-probe-XXXXXXXX`` of :func:`attnscope.tables.check_writable`) older than this process.
 """
 
@@ -55,9 +55,10 @@ MANIFEST = "attnscope-manifest.json"
 STAGING_PREFIX = ".attnscope-staging-"
 _COMMIT = "commit.json"  # inside a staging folder: the decided manifest entry
 _FORMAT = "attnscope-manifest/1"
-#: a temporary file of atomic_write_bytes (mkstemp: prefix ".NAME.", 8 random characters, suffix ".tmp")
+#: a temporary file of atomic_write_bytes (mkstemp: prefix ".attnscope-tmp.NAME.", 8 random characters, suffix
+#: ".tmp"; a user's own ".NAME.xxxxxxxx.tmp" is not one)
 #: or of check_writable's probe
-_TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}\.tmp$|^\.attnscope-probe-[a-z0-9_]{8}$")
+_TEMPORARY = re.compile(r"^\.attnscope-tmp\..+\.[a-z0-9_]{8}\.tmp$|^\.attnscope-probe-[a-z0-9_]{8}$")
 _KIND = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 
 #: a file's content: its bytes, text (UTF-8), or a function rendering either (called before anything moves)

@@ -27,6 +27,9 @@ if TYPE_CHECKING:  # pragma: no cover
 TABLE_SUFFIXES = (".csv", ".parquet", ".json", ".jsonl")
 
 
+#: the start of every temporary file of :func:`atomic_write_bytes` (``.attnscope-tmp.NAME.XXXXXXXX.tmp``)
+TEMP_PREFIX = ".attnscope-tmp."
+
 def storage_error(path: str | os.PathLike, exc: OSError) -> StorageError:
     """One line naming ``path`` and what the operating system said (ENOSPC -> "no space left on device")."""
     if exc.strerror:  # "No space left on device" -> "no space left on device"
@@ -45,7 +48,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        # a name no user file has by chance (outputs.clean_stale removes only such names), the target's
+        # name cut so that a long one still leaves room under the file system's 255
+        fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{path.name[:100]}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise storage_error(path, exc) from None
     try:

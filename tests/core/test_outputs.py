@@ -113,12 +113,13 @@ def test_a_fault_while_moving_is_finished_by_the_next_reader_or_writer(tmp_path,
 
 def test_stale_temporaries_of_attnscope_are_cleaned_and_nothing_else(tmp_path):
     old = time.time() - 3600
-    stale = [".correlations.csv.ab12_x9z.tmp", ".attnscope-probe-k2j4h5g6"]
-    keep = [".correlations.csv.tmp", "x.tmp", ".hidden", ".a.csv.ABCDEFGH.tmp"]
+    stale = [".attnscope-tmp.correlations.csv.ab12_x9z.tmp", ".attnscope-probe-k2j4h5g6"]
+    # a user's own files, one of them named like another program's mkstemp temporary
+    keep = [".correlations.csv.tmp", "x.tmp", ".hidden", ".a.csv.ABCDEFGH.tmp", ".correlations.csv.ab12_x9z.tmp"]
     for name in stale + keep:
         (tmp_path / name).write_text("t")
         os.utime(tmp_path / name, (old, old))
-    fresh = tmp_path / ".atlas.csv.qwertyui.tmp"  # a writer of this moment (newer than this process)
+    fresh = tmp_path / ".attnscope-tmp.atlas.csv.qwertyui.tmp"  # a writer of this moment (newer than this process)
     fresh.write_text("t")
     dead = tmp_path / f"{STAGING_PREFIX}atlas-1-abcdefgh"  # uncommitted, its process gone
     dead.mkdir()
