@@ -409,3 +409,20 @@ def test_window_plan_tokenizes_only_when_the_corpus_size_does_not_settle_it(llam
     assert len(calls) == 1
     with pytest.raises(InputError, match=f"window length {CONTEXT + 1} is longer than the model's maximum {CONTEXT}"):
         WindowPlan("builtin", 1, CONTEXT + 1).check(tok, CONTEXT)
+
+
+def test_a_config_claiming_fewer_layers_than_the_weights_hold_is_said(llama, tmp_path):
+    """transformers loads the configured layers and ignores the rest; attnscope does the same, and says so."""
+    from attnscope.errors import AttnscopeWarning
+    from attnscope.families import check_against_weights
+    from attnscope.sources.hf import HFDirectorySource
+
+    fewer = edited(llama, tmp_path / "fewer", num_hidden_layers=1)
+    with pytest.warns(AttnscopeWarning, match="the config says 1 layer but the weights also hold layer 1"):
+        infos = check_against_weights(HFDirectorySource.open(str(fewer)))
+    assert [i.n_layers for i in infos] == [1]
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the honest config: no warning
+        check_against_weights(HFDirectorySource.open(str(llama)))

@@ -82,10 +82,21 @@ def check_against_weights(source: "WeightSource") -> "list[StackInfo]":
     the first and the last layer of every stack, read and shape-checked exactly as
     :func:`attnscope.geometry.score` reads them. A layer count beyond the layers stored, or a head count or
     width that the q/k weights do not have, is one line (FormatError / ConfigError) in the time it takes to
-    read two layers. UnsupportedError when no family spec reads the model (the caller decides)."""
+    read two layers; weights holding a layer past the config's count are a warning (the configured layers
+    are what runs). UnsupportedError when no family spec reads the model (the caller decides)."""
+    from attnscope.errors import AttnscopeError, warn
+
     fam = get_family(source.config)
     infos = fam.stacks(source.config, source)
     for info in infos:
         for layer in sorted({0, info.n_layers - 1}):
             fam.layer_factors(source, info, layer)
+        try:  # one layer past the config's: weights that hold more layers than it says
+            fam.layer_factors(source, info, info.n_layers)
+        except (AttnscopeError, KeyError, IndexError, ValueError):
+            continue  # none: the config and the weights agree
+        warn(f"the config says {info.n_layers} layer{'' if info.n_layers == 1 else 's'} but the weights also hold "
+             f"layer {info.n_layers}"
+             f"{'' if len(infos) == 1 else f' ({info.stack})'}: only the configured {info.n_layers} are used "
+             "(as transformers loads them)")
     return infos
