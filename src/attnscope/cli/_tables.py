@@ -87,13 +87,24 @@ def print_table(
         con.print(escape(title) + (f" ({n}/{len(groups)})" if len(groups) > 1 else ""), style="italic", highlight=False)
         own, wraps = _wrap_to_fit({i: widths[i] for i in cols}, header, key_set, width)
         t = Table()
-        fits = 1 + sum(own[i] + 3 for i in cols) <= width  # else rich shrinks columns: wrap, never crop a number
+        need = 1 + sum(own[i] + 3 for i in cols)
+        fits = need <= width  # else rich shrinks columns: wrap, never crop a number
         for i in cols:
             t.add_column(escape(header[i]), justify="left" if header[i] in left else "right", width=own[i],
                          no_wrap=fits and header[i] not in fold and i not in wraps, overflow="fold")  # fmt: skip
         for r in rows:
             t.add_row(*[r[i] for i in cols])
-        con.print(t)
+        # a part still wider than the console after _wrap_to_fit (COLUMNS=20: the keys alone do not fit) keeps
+        # its width and the terminal wraps its lines, rather than rich shrinking the key columns to nothing
+        if fits:
+            con.print(t)
+            continue
+        before = getattr(con, "_width", None)  # print(width=) is capped at the console's: widen the console itself
+        con.width = need
+        try:
+            con.print(t)
+        finally:
+            con._width = before
 
 
 def _wrap_to_fit(widths: dict[int, int], header: Sequence[str], keys: set[int], width: int) -> tuple[dict[int, int], set[int]]:
