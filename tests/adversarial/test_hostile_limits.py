@@ -421,6 +421,11 @@ def test_a_config_claiming_fewer_layers_than_the_weights_hold_is_said(llama, tmp
     with pytest.warns(AttnscopeWarning, match="the config says 1 layer but the weights also hold layer 1"):
         infos = check_against_weights(HFDirectorySource.open(str(fewer)))
     assert [i.n_layers for i in infos] == [1]
+    from attnscope.geometry import score
+
+    with pytest.warns(AttnscopeWarning, match="only the configured 1 are used"):
+        df = score(str(fewer), levels="layer")
+    assert sorted(df["layer"].unique()) == [0]
     import warnings
 
     with warnings.catch_warnings():

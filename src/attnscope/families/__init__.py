@@ -76,6 +76,21 @@ def get_family(config: dict[str, Any]) -> FamilySpec:
     )
 
 
+def warn_extra_layers(fam: Any, source: "WeightSource", infos: "list[StackInfo]") -> None:
+    """A warning for each stack whose weights hold a layer past the config's count (the configured layers are
+    what runs and is scored, as transformers loads them)."""
+    from attnscope.errors import warn
+
+    for info in infos:
+        try:  # one layer past the config's; any failure to read it means there is none
+            fam.layer_factors(source, info, info.n_layers)
+        except Exception:  # noqa: BLE001 - a probe: missing names, shapes or files all say "no such layer"
+            continue
+        warn(f"the config says {info.n_layers} layer{'' if info.n_layers == 1 else 's'} but the weights also hold "
+             f"layer {info.n_layers}{'' if len(infos) == 1 else f' ({info.stack})'}: only the configured "
+             f"{info.n_layers} are used (as transformers loads them)")
+
+
 def check_against_weights(source: "WeightSource") -> "list[StackInfo]":
     """The config of ``source`` checked against its weights, before anything is built from it: the family's
     reading of the config (counts are integers >= 1, heads group over kv heads), then the q/k tensors of
@@ -84,19 +99,10 @@ def check_against_weights(source: "WeightSource") -> "list[StackInfo]":
     width that the q/k weights do not have, is one line (FormatError / ConfigError) in the time it takes to
     read two layers; weights holding a layer past the config's count are a warning (the configured layers
     are what runs). UnsupportedError when no family spec reads the model (the caller decides)."""
-    from attnscope.errors import AttnscopeError, warn
-
     fam = get_family(source.config)
     infos = fam.stacks(source.config, source)
     for info in infos:
         for layer in sorted({0, info.n_layers - 1}):
             fam.layer_factors(source, info, layer)
-        try:  # one layer past the config's: weights that hold more layers than it says
-            fam.layer_factors(source, info, info.n_layers)
-        except (AttnscopeError, KeyError, IndexError, ValueError):
-            continue  # none: the config and the weights agree
-        warn(f"the config says {info.n_layers} layer{'' if info.n_layers == 1 else 's'} but the weights also hold "
-             f"layer {info.n_layers}"
-             f"{'' if len(infos) == 1 else f' ({info.stack})'}: only the configured {info.n_layers} are used "
-             "(as transformers loads them)")
+    warn_extra_layers(fam, source, infos)
     return infos

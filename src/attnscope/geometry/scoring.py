@@ -194,7 +194,7 @@ def score(
     :data:`~attnscope.geometry.offsets.MAX_OFFSETS` offsets, each within the model's context length
     (:func:`~attnscope.geometry.offsets.reach`; 2^31 when the config states none).
     """
-    from attnscope.families import get_family
+    from attnscope.families import get_family, warn_extra_layers
     from attnscope.sources import open_source
 
     check_type(k, (int, float, np.integer, np.floating), "k", "a number (the outlier threshold, e.g. 2.0)")
@@ -219,6 +219,7 @@ def score(
             check_reach(offsets, src.config, str(model))
         fam = get_family(src.config)
         infos = fam.stacks(src.config, src)
+        warn_extra_layers(fam, src, infos)
         if stacks is not None:
             stacks = (stacks,) if isinstance(stacks, str) else tuple(stacks)
             bad = [s for s in stacks if s not in {"encoder", "decoder", "cross"}]
