@@ -25,8 +25,9 @@ one line naming the files. One folder can hold results of several kinds (``heads
 belong to no entry (the user's own) are never touched.
 
 Cleaned at the next write into a folder: staging folders whose process is gone (their lock is free)
-and attnscope's own temporaries (``.attnscope-tmp.NAME.XXXXXXXX.tmp`` of :func:`attnscope.tables.atomic_write_bytes`,
-``.attnscope-probe-XXXXXXXX`` of :func:`attnscope.tables.check_writable`) older than this process.
+and attnscope's own temporaries (``.attnscope-tmp.NAME.<8 random characters>.tmp`` of
+:func:`attnscope.tables.atomic_write_bytes`, ``.attnscope-probe-<8 random characters>`` of
+:func:`attnscope.tables.check_writable`) older than this process.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # pragma: no cover
 TABLE_SUFFIXES = (".csv", ".parquet", ".json", ".jsonl")
 
 
-#: the start of every temporary file of :func:`atomic_write_bytes` (``.attnscope-tmp.NAME.XXXXXXXX.tmp``)
+#: the start of every temporary file of :func:`atomic_write_bytes` (``.attnscope-tmp.NAME.<8 random characters>.tmp``)
 TEMP_PREFIX = ".attnscope-tmp."
 
 def storage_error(path: str | os.PathLike, exc: OSError) -> StorageError:
