@@ -395,7 +395,7 @@ def intervene(
     ``source``: a GGUF file, an HF directory / hub id, or a loaded transformers model with ``tokenizer=``
     (a ``...ForCausalLM`` for the loss). ``precision``: ``full`` (every product in the model's dtype),
     ``bf16-delta`` (the intervened copies' linear layers as the clean copy's output plus their difference's
-    product in bfloat16: ~2.5x faster on a CPU with AVX512-BF16, rounding ~2^-8 of each effect, an effect of
+    product in bfloat16: ~1.7x faster on a CPU with AVX512-BF16, rounding ~2^-8 of each effect, an effect of
     0 stays 0; :mod:`.deltas`) or ``auto`` (bf16-delta where the device has native bfloat16 products).
     ``store``: a directory keeping each finished layer (resumable; reused only with the same settings).
     Returns one row per (layer, head, intervention, measure): mean delta over windows, 95% t interval,
