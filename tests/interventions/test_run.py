@@ -111,7 +111,7 @@ def test_a_head_outside_the_model_is_refused(tiny_gguf):
     from attnscope.errors import InputError
     from attnscope.interventions import intervene
 
-    with pytest.raises(InputError, match="not in the model"):
+    with pytest.raises(InputError, match=r"head 2.0 is not in the model \(layers 0-1, each with head 0-3\)"):
         intervene(str(tiny_gguf), heads=[(2, 0)], **SMALL)
 
 

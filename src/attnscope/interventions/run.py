@@ -479,7 +479,9 @@ def _check_heads(heads: Sequence[tuple[int, int]] | None, n_layers: int, n_heads
             raise InputError(f"heads must be (layer, head) pairs, not {pair!r}", params="heads")
         layer, head = int(pair[0]), int(pair[1])
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
-            raise InputError(f"head {layer}.{head} is not in the model ({n_layers} layers x {n_heads} heads)",
+            # (no word "heads" in the text: the CLI shows the parameter's name as its flag)
+            raise InputError(f"head {layer}.{head} is not in the model (layers 0-{n_layers - 1}, each with head "
+                             f"0-{n_heads - 1})",
                              params="heads")
         if (layer, head) not in out:
             out.append((layer, head))
