@@ -209,15 +209,18 @@ def test_ablating_a_head_is_zeroing_its_slice_of_the_output_projection():
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("block", [64, 4])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_the_layers_around_the_intervened_one_are_the_models_own(family):
-    """In an intervention forward the other layers run the fused SDPA kernel: a clean copy still equals the
-    unpatched model's output, and the intervened copy equals the same intervention in an all-eager run."""
+def test_the_layers_around_the_intervened_one_are_the_models_own(family, block, monkeypatch):
+    """In an intervention forward the other layers run the fused SDPA kernel (by blocks of ``block`` queries,
+    each given the keys its mask reaches): a clean copy still equals the unpatched model's output, and the
+    intervened copy equals the same intervention in an all-eager run."""
     import torch
 
     from attnscope.interventions import attention
     from attnscope.interventions.attention import CLEAN, Plan
 
+    monkeypatch.setattr(attention, "SDPA_BLOCK", block)
     model = _model(family)
     ids = _ids(13)
     with torch.no_grad():
@@ -233,7 +236,8 @@ def test_the_layers_around_the_intervened_one_are_the_models_own(family):
         eager = _run(model, ids, plan, layer, 3)
     finally:
         attention._sdpa = real
-    assert len(calls) == model.config.num_hidden_layers  # every layer (the intervened one for its other heads)
+    layers = model.config.num_hidden_layers  # every layer (the intervened one for its other heads) ...
+    assert len(calls) == layers if block >= L or family == "bert" else len(calls) > layers  # ... by blocks if causal
     torch.testing.assert_close(got, eager, rtol=1e-5, atol=1e-5)
 
 
@@ -258,3 +262,34 @@ def test_one_head_through_eager_equals_every_head_through_eager(family):
     torch.testing.assert_close(fast, every, rtol=1e-5, atol=1e-5)
     assert maps["fast"].shape == maps["every"].shape == (1, 3, L, L)  # the three score copies, in order
     torch.testing.assert_close(maps["fast"], maps["every"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mask_kind", ["causal", "sliding", "bool", "padded", "full"])
+def test_attention_by_query_blocks_is_one_call_over_every_key(mask_kind, monkeypatch):
+    """:func:`_fused` against one call of transformers' SDPA function: causal, sliding-window and boolean masks
+    are cut into blocks that leave out keys no query of theirs sees; a row that sees no key, or a mask that
+    hides nothing, is one call."""
+    import torch
+
+    from attnscope.interventions import attention
+
+    g = torch.Generator().manual_seed(0)
+    c, h, n, d = 3, 4, 150, 8
+    q, k, v = (torch.randn(c, h, n, d, generator=g) for _ in range(3))
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    allowed = {"causal": j <= i, "sliding": (j <= i) & (j > i - 20), "bool": j <= i, "padded": (j <= i) & (i > 0),
+               "full": torch.ones(n, n, dtype=torch.bool)}[mask_kind]
+    low = torch.finfo(torch.float32).min
+    mask = (allowed if mask_kind == "bool" else torch.zeros(n, n).masked_fill(~allowed, low))[None, None]
+    module = torch.nn.Module()
+    module.is_causal, module.num_key_value_groups, module.training = False, 1, False
+    sdpa = attention._sdpa()
+    calls = []
+    monkeypatch.setattr(attention, "_sdpa", lambda: (lambda *a, **kw: calls.append(a[2].shape[2]) or sdpa(*a, **kw)))
+    got = attention._fused(module, q, k, v, mask, {"scaling": 0.3, "dropout": 0.0})
+    want = sdpa(module, q, k, v, mask, scaling=0.3, dropout=0.0)[0]
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    if mask_kind in ("padded", "full"):
+        assert calls == [n]  # one call, every key
+    else:
+        assert len(calls) == 3 and calls[0] == 64 and calls[-1] == n  # blocks of 64 queries, each to its last key
