@@ -178,3 +178,38 @@ def test_low_weights_keep_a_matrix_and_its_transpose_apart():
     assert low.of(w).shape == (3, 5) and low.of(w, transposed=True).shape == (5, 3)
     assert low.of(w) is low.of(w) and low.of(w).dtype == torch.bfloat16  # made once
     torch.testing.assert_close(low.of(w, transposed=True).float(), w.T.bfloat16().float())
+
+
+@settings(max_examples=30, deadline=None)
+@given(i=st.integers(1, 9), e=st.integers(2, 24), v=st.integers(2, 300), scale=st.sampled_from([1e-4, 1e-2, 0.3, 3.0]),
+       far=st.sampled_from([0, 1, 3]), seed=st.integers(0, 2**16))
+def test_loss_deltas_are_the_float64_loss_change_to_a_fraction_of_each_positions_effect(i, e, v, scale, far, seed):
+    """Against the plain float64 difference of two cross-entropies; ``far`` positions get a difference so large
+    (logit changes past exp's range among them) that they take the plain route, alone."""
+    import torch
+
+    from attnscope.interventions.deltas import LossDeltas, LowWeights
+
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(v, e, generator=g)
+    h0 = torch.randn(i, e, generator=g) * 2
+    diff = scale * torch.randn(i, e, generator=g)
+    diff[: min(far, i)] *= 1000.0 / scale  # dz of hundreds: the clean distribution loses its weight there
+    target = torch.randint(0, v, (i,), generator=g)
+    p0 = LossDeltas.distribution(h0 @ w.T)
+    got = LossDeltas(p0, target, w, LowWeights().of(w)).of(diff, h0)
+
+    def ce(logits):  # [i] float64 per position
+        return torch.logsumexp(logits, -1) - logits.gather(1, target[:, None])[:, 0]
+
+    w64, h64 = w.double(), h0.double()
+    per = ce((h64 + diff.double()) @ w64.T) - ce(h64 @ w64.T)  # [i] each position's effect
+    # bfloat16 inputs err by 2^-9 each: a logit change errs by at most ~2^-8 sum_k |diff_k w_vk| (A), and the
+    # loss change by about as much; the far positions' full products by float32's rounding of their logits
+    reach = (diff.double().abs() @ w64.abs().T).amax(-1)  # [i] max_v A_iv
+    logits = ((h64.abs() + diff.double().abs()) @ w64.abs().T).amax(-1)  # [i] bound on the logits' size
+    near = torch.arange(i) >= min(far, i)
+    tol = (2**-6 * float(reach[near].sum()) + 1e-6 * float(logits[~near].sum())) / i + 1e-6
+    assert np.isfinite(got)
+    assert abs(got - float(per.mean())) <= tol
+    assert LossDeltas(p0, target, w, LowWeights().of(w)).of(torch.zeros(i, e), h0) == 0.0  # no change: exactly 0

@@ -138,10 +138,40 @@ class _LastDifference:
         return self._dx
 
 
+def out_features(module: Any) -> int:
+    """The output width of a linear module (``nn.Linear`` or GPT-2's ``Conv1D``); 0 for anything else."""
+    kind = _linear_kind(module)
+    return 0 if kind is None else int(module.out_features if kind == "linear" else module.nf)
+
+
 @contextmanager
-def delta_linears(modules: Iterable[Any], low: LowWeights) -> Iterator[int]:
+def record_clean_outputs(modules: Iterable[Any], into: dict[int, Any] | None) -> Iterator[None]:
+    """Within the block (one clean forward of one window), each linear among ``modules`` puts its output
+    [1, ..., m] in ``into[id(module)]`` for :func:`delta_linears` (None: nothing recorded). A module called
+    twice in the forward keeps None (its later calls are computed)."""
+    if into is None:
+        yield
+        return
+
+    def hook(mod: Any, args: tuple, out: Any) -> None:
+        into[id(mod)] = None if id(mod) in into else out
+
+    handles = [mod.register_forward_hook(hook) for mod in modules if _linear_kind(mod) is not None]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextmanager
+def delta_linears(modules: Iterable[Any], low: LowWeights, clean: dict[int, Any] | None = None) -> Iterator[int]:
     """Within the block, every linear among ``modules`` computes copies 1.. of its input [c, ..., n] by
-    :func:`delta_product` (copy 0 through the module's own forward); yields how many were switched."""
+    :func:`delta_product`; yields how many were switched. Copy 0's output is the module's own forward on
+    it, or ``clean[id(module)]`` where a clean forward of the same window recorded one of its shape
+    (:func:`record_clean_outputs`): that clean output then stands for copy 0's as a common offset of every
+    copy, which keeps each copy's difference from copy 0 as it is (0 for a copy that changes nothing) and
+    moves all of them by the rounding that separates the two clean forwards (their attention kernels)."""
     switched = []
     last = _LastDifference()
     for mod in modules:
@@ -154,7 +184,10 @@ def delta_linears(modules: Iterable[Any], low: LowWeights) -> Iterator[int]:
             if x.dim() < 2 or x.shape[0] < 2:
                 return _own(x)
             w = low.of(_mod.weight, transposed=_t)
-            return delta_product(x, _own(x[:1]), w, last.of(x, w.dtype))
+            y0 = clean.get(id(_mod)) if clean else None
+            if y0 is None or y0.shape[0] != 1 or y0.shape[1:-1] != x.shape[1:-1] or y0.shape[-1] != w.shape[0]:
+                y0 = _own(x[:1])
+            return delta_product(x, y0, w, last.of(x, w.dtype))
 
         mod.forward = forward
         switched.append(mod)
@@ -177,30 +210,54 @@ def delta_logits(diff: "torch.Tensor", clean_logits: "torch.Tensor", out_low: "t
 class LossDeltas:
     """The change in mean next-token cross-entropy of copies whose logits differ from a clean copy's by dz.
 
-    With p0 = softmax(z0) the clean distribution [i, v], a copy's log-normaliser moves by
+    With p0 = softmax(z0) the clean distribution [i, v], a copy's log-normaliser at position i moves by
     log sum_v p0_v e^{dz_v} = log1p(sum_v p0_v expm1(dz_v)) and its target logit by dz_t, so
     delta loss = mean_i [log1p(sum_v p0_iv expm1(dz_iv)) - dz_it]: every term is a product with dz, so its
-    rounding (dz in bfloat16; expm1, p0 and the sums in float32) is a fraction of the effect. Never the
-    difference of two losses of ~3 nats each. :meth:`of` returns None where that fails (an effect so large
-    that the clean distribution keeps < 5% of its weight, or dz past exp's range); the caller then takes
-    the plain route.
+    rounding (dz in bfloat16) is a fraction of the effect; the sum is taken as sum_v p0 e^dz - sum_v p0 in
+    float32, which adds an error of the order of float32's resolution near 1, ~1e-7 nats (and none where
+    dz is 0). Never the difference of two losses of ~3 nats each. A position where that fails (an effect
+    so large that the clean distribution keeps < 5% of its weight there, or dz past exp's range) takes the
+    plain route instead, alone: the clean and the copy's logits there as full products (a few positions), and
+    the difference of the two cross-entropies (an effect of > 3 nats, far above their rounding).
+
+    ``p0`` may come from an earlier forward of the same clean window (it only weighs each dz; the plain
+    route reads the clean hidden state of the forward at hand), so a window's distribution is made once
+    for every layer's copies (:meth:`distribution`).
     """
 
-    def __init__(self, clean_logits: "torch.Tensor", target: "torch.Tensor", out_low: "torch.Tensor") -> None:
+    def __init__(self, p0: "torch.Tensor", target: "torch.Tensor", out_weight: "torch.Tensor",
+                 out_low: "torch.Tensor") -> None:
         import torch
 
-        self.out_low = out_low  # [v, e]
+        self.p0 = p0  # [i, v] float32 clean distribution
+        self.total = p0.sum(-1)  # [i] sum_v p0, ~1 (summed as every copy's sum_v p0 e^dz is: equal for dz = 0)
         self.target = target[:, None]  # [i, 1]
-        self.p0 = torch.softmax(clean_logits.float(), dim=-1)  # [i, v]
-        self._buf = torch.empty_like(self.p0)  # [i, v] one copy's expm1(dz), reused
+        self.out_weight = out_weight  # [v, e] in the model's dtype (the plain route's positions)
+        self.out_low = out_low  # [v, e] bfloat16
+        self._buf = torch.empty_like(p0)  # [i, v] one copy's expm1(dz), reused
 
-    def of(self, diff: "torch.Tensor") -> float | None:
-        """diff [i, e]: a copy's hidden state minus the clean one's -> its loss minus the clean loss."""
+    @staticmethod
+    def distribution(clean_logits: "torch.Tensor") -> "torch.Tensor":
+        """The clean distribution p0 [i, v] (float32) of clean logits [i, v]."""
+        import torch
+
+        return torch.softmax(clean_logits.float(), dim=-1)
+
+    def of(self, diff: "torch.Tensor", clean_hidden: "torch.Tensor") -> float:
+        """diff [i, e]: a copy's hidden state minus the clean one's, clean_hidden [i, e] -> its loss minus
+        the clean loss."""
         import torch
 
         dz = torch.nn.functional.linear(diff.to(self.out_low.dtype), self.out_low)  # [i, v]
-        grown = self._buf.copy_(dz).expm1_()  # [i, v] e^dz - 1, in float32 (widen in place: no fresh pages)
-        shift = torch.einsum("iv,iv->i", grown, self.p0)  # [i] sum_v p0 (e^dz - 1)
-        if not bool(torch.isfinite(shift).all()) or float(shift.min()) < -0.95:
-            return None
-        return float((torch.log1p(shift) - dz.gather(1, self.target)[:, 0].float()).mean())
+        grown = self._buf.copy_(dz).exp_()  # [i, v] e^dz in float32 (widened first; exp is vectorised, expm1 is not)
+        shift = grown.mul_(self.p0).sum(-1) - self.total  # [i] sum_v p0 (e^dz - 1)
+        dz_target = dz.gather(1, self.target)[:, 0].float()  # [i]
+        per = torch.log1p(shift) - dz_target  # [i]
+        far = ~(torch.isfinite(shift) & (shift >= -0.95))  # [i] (NaN: not finite)
+        if bool(far.any()):
+            rows = far.nonzero()[:, 0]  # [r]
+            h0 = clean_hidden[rows]  # [r, e]
+            z0, z = ((h @ self.out_weight.T).float() for h in (h0, h0 + diff[rows]))  # [r, v] full products
+            t = self.target[rows]  # [r, 1]
+            per[rows] = (torch.logsumexp(z, -1) - torch.logsumexp(z0, -1)) - (z - z0).gather(1, t)[:, 0]
+        return float(per.mean())

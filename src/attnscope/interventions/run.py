@@ -3,10 +3,11 @@
 Einstein legend: c batch copy (one (intervention, head) each), w window, i position, v vocabulary.
 
 :func:`intervene` runs, on the text windows (loss and behaviour) and the random probe's windows
-(behaviour only), one clean forward per window (every head's clean behaviour, the clean loss, the heads'
-mean outputs for ``mean``, every layer's output kept within :data:`PREFIX_BUDGET`) and then, layer by
-layer, one forward per window in which the batch is expanded at that layer to a clean copy and one copy
-per (intervention, head) (:mod:`.attention`): the layers before it are not run again (their kept
+(behaviour only), one clean forward per window (every head's clean behaviour, the clean loss and, for
+bf16-delta, the clean next-token distribution within :data:`DISTRIBUTION_BUDGET`, the heads' mean outputs
+for ``mean``, every layer's output kept within :data:`PREFIX_BUDGET`) and then, layer by layer, one
+forward per window in which the batch is expanded at that layer to a clean copy and one copy per
+(intervention, head) (:mod:`.attention`): the layers before it are not run again (their kept
 outputs), the copies share nothing after it, and each copy's loss change is taken against the clean
 copy of the same forward. With ``precision="bf16-delta"`` the copies' linear layers and logits are the
 clean copy's plus their differences' products in bfloat16 (:mod:`.deltas`). On the random probe the
@@ -27,7 +28,8 @@ adjustment is made across heads once every layer is in. Layers are stored as the
 from __future__ import annotations
 
 import os
-from contextlib import nullcontext
+import tempfile
+from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -37,7 +39,9 @@ from attnscope.errors import InputError, UnsupportedError, check_type
 
 from .attention import (CLEAN, KINDS, SCORE_KINDS, Plan, StopForward, expand_at, keep_outputs, layer_list, patched,
                         reuse_outputs)
-from .deltas import DESCRIBE, LossDeltas, LowWeights, delta_linears, delta_logits, resolve_precision
+from .deltas import (DESCRIBE, LossDeltas, LowWeights, delta_linears, delta_logits, out_features,
+                     record_clean_outputs, resolve_precision)
+from .workers import run_layers, worker_count
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -53,6 +57,12 @@ MAX_COPIES = 32
 #: bytes of clean layer outputs kept so that an intervention forward skips the layers before its layer
 #: (windows x layers x positions x hidden); past it, those layers are computed again in every forward
 PREFIX_BUDGET = 512 << 20
+#: bytes of clean next-token distributions kept for bf16-delta's loss changes (windows x positions x
+#: vocabulary x 4); past it, each layer's forwards make them again from their clean copy
+DISTRIBUTION_BUDGET = 512 << 20
+#: bytes of the linear layers' clean outputs kept for bf16-delta (text windows x positions x the layers'
+#: output widths x 4), so that no forward computes its clean copy's matrix products again
+LINEAR_BUDGET = 1 << 30
 
 
 @dataclass
@@ -193,39 +203,47 @@ def _load(source: str | os.PathLike, device: str) -> tuple[Any, Any, str]:
 # --------------------------------------------------------------------------- the passes
 
 
-def _loss(subject: Subject, hidden: "torch.Tensor | None", idx: "torch.Tensor",
-          low: LowWeights | None = None) -> np.ndarray:
-    """Mean next-token cross-entropy per copy: hidden [c, i, e], idx [1, i] -> [c] (NaN without an output
-    matrix). With ``low``, copies 1.. are copy 0's loss plus their change computed from their logits'
-    difference (:class:`.deltas.LossDeltas`; with a final softcap, their logits as copy 0's plus the
-    difference, :func:`.deltas.delta_logits`)."""
+def _cross_entropy(subject: Subject, logits: "torch.Tensor", target: "torch.Tensor") -> float:
+    """Mean cross-entropy of logits [i, v] (Gemma's final softcap applied) against target [i]."""
     import torch
 
+    if subject.softcap:
+        logits = torch.tanh(logits / subject.softcap) * subject.softcap
+    return float(torch.nn.functional.cross_entropy(logits.float(), target))
+
+
+def _clean_logits(subject: Subject, hidden: "torch.Tensor") -> "torch.Tensor":
+    """Logits [i - 1, v] of one copy's hidden state [i, e] at every position but the last (which predicts nothing)."""
+    assert subject.out_weight is not None
+    return hidden[:-1] @ subject.out_weight.T
+
+
+def _loss_changes(subject: Subject, hidden: "torch.Tensor | None", idx: "torch.Tensor",
+                  low: LowWeights | None = None, p0: "torch.Tensor | None" = None) -> np.ndarray:
+    """Each copy's mean next-token cross-entropy minus copy 0's: hidden [c, i, e], idx [1, i] -> [c - 1]
+    (NaN without an output matrix). With ``low``, computed from each copy's logits' difference from copy 0's
+    (:class:`.deltas.LossDeltas`, weighed by ``p0`` [i - 1, v], the window's clean distribution when it is
+    at hand; with a final softcap, their logits as copy 0's plus the difference, :func:`.deltas.delta_logits`)."""
     if hidden is None:
         raise RuntimeError("a text window's forward stopped before the output")
     if subject.out_weight is None:
-        return np.full(hidden.shape[0], np.nan)
+        return np.full(hidden.shape[0] - 1, np.nan)
     target = idx[0, 1:].to(hidden.device)
-
-    def cross_entropy(logits: "torch.Tensor") -> float:
-        if subject.softcap:
-            logits = torch.tanh(logits / subject.softcap) * subject.softcap
-        return float(torch.nn.functional.cross_entropy(logits.float(), target))
-
-    out = np.empty(hidden.shape[0])
-    first = hidden[0, :-1] @ subject.out_weight.T  # [i, v] copy 0's logits, in the model's dtype
-    out[0] = cross_entropy(first)
+    out = np.empty(hidden.shape[0] - 1)
     out_low = low.of(subject.out_weight) if low is not None else None
-    deltas = LossDeltas(first, target, out_low) if out_low is not None and not subject.softcap else None
-    for ci in range(1, hidden.shape[0]):  # one copy's [i, v] logits at a time
-        diff = hidden[ci, :-1] - hidden[0, :-1]  # [i, e]
-        change = deltas.of(diff) if deltas is not None else None
-        if change is not None:
-            out[ci] = out[0] + change
-        elif out_low is not None:
-            out[ci] = cross_entropy(delta_logits(diff, first, out_low))
-        else:
-            out[ci] = cross_entropy(hidden[ci, :-1] @ subject.out_weight.T)
+    if out_low is not None and not subject.softcap:
+        if p0 is None:
+            p0 = LossDeltas.distribution(_clean_logits(subject, hidden[0]))
+        deltas = LossDeltas(p0, target, subject.out_weight, out_low)
+        for ci in range(1, hidden.shape[0]):  # one copy's [i, v] logits at a time
+            out[ci - 1] = deltas.of(hidden[ci, :-1] - hidden[0, :-1], hidden[0, :-1])
+        return out
+    first = _clean_logits(subject, hidden[0])  # [i, v] copy 0's logits, in the model's dtype
+    base = _cross_entropy(subject, first, target)
+    for ci in range(1, hidden.shape[0]):
+        logits = (delta_logits(hidden[ci, :-1] - hidden[0, :-1], first, out_low) if out_low is not None
+                  else _clean_logits(subject, hidden[ci]))
+        out[ci - 1] = _cross_entropy(subject, logits, target) - base
     return out
 
 
@@ -257,11 +275,17 @@ class _Clean:
     loss: np.ndarray  # [w]
     means: dict[int, "torch.Tensor"]  # layer -> [h, d]
     outputs: dict[str, list[list[Any]]] | None = None  # probe -> window -> layer -> its output (None: over budget)
+    distributions: list["torch.Tensor"] | None = None  # text window -> clean p0 [i - 1, v] (None: not kept)
+    linears: list[dict[int, Any]] | None = None  # text window -> id(linear) -> its clean output (None: not kept)
 
 
-def clean_pass(subject: Subject, windows: dict[str, "torch.Tensor"], ctl: Any) -> _Clean:
+def clean_pass(subject: Subject, windows: dict[str, "torch.Tensor"], ctl: Any,
+               distributions: bool = False) -> _Clean:
     """Every head's clean behaviour per probe window, the clean loss per text window, the heads' mean outputs
-    over the text windows' positions."""
+    over the text windows' positions; with ``distributions`` (bf16-delta), each text window's clean
+    next-token distribution (what every copy's logit change is weighed by) and its linear layers' clean
+    outputs (copy 0's in :func:`.deltas.delta_linears`), each kind where it fits its budget
+    (:data:`DISTRIBUTION_BUDGET`, :data:`LINEAR_BUDGET`)."""
     import torch
 
     behaviour: dict[str, list[dict[int, dict[str, np.ndarray]]]] = {}
@@ -272,6 +296,14 @@ def clean_pass(subject: Subject, windows: dict[str, "torch.Tensor"], ctl: Any) -
     hidden = subject.model.get_input_embeddings().weight.shape[1]
     size = sum(idx.numel() for idx in windows.values()) * hidden * len(layers) * 4
     outputs: dict[str, list[list[Any]]] | None = {} if size <= PREFIX_BUDGET else None
+    text = windows.get("text")
+    vocab = subject.out_weight.shape[0] if subject.out_weight is not None else 0
+    keep = (distributions and vocab > 0 and not subject.softcap and text is not None
+            and text.shape[0] * (text.shape[1] - 1) * vocab * 4 <= DISTRIBUTION_BUDGET)
+    kept: list[torch.Tensor] | None = [] if keep else None
+    width = sum(out_features(m) for m in layers.modules())
+    linears: list[dict[int, Any]] | None = (
+        [] if distributions and text is not None and text.numel() * width * 4 <= LINEAR_BUDGET else None)
     for probe, idx in windows.items():
         behaviour[probe] = []
         if outputs is not None:
@@ -288,18 +320,36 @@ def clean_pass(subject: Subject, windows: dict[str, "torch.Tensor"], ctl: Any) -
 
             ctl.plan = Plan(on_maps=lambda layer, p, tok=tok, per_layer=per_layer: per_layer.__setitem__(
                 layer, _metrics(subject, p, tok)), on_output=on_output if probe == "text" else None)
-            with keep_outputs(layers, outputs[probe][w] if outputs is not None else None):
+            record: dict[int, Any] | None = {} if linears is not None and probe == "text" else None
+            with keep_outputs(layers, outputs[probe][w] if outputs is not None else None), \
+                    record_clean_outputs(layers.modules(), record):
                 hidden_out = _forward(subject, tok)
+            if linears is not None and record is not None:
+                linears.append(record)
             if len(per_layer) != subject.n_layers:  # e.g. an older transformers whose BERT picks its attention class itself
                 raise UnsupportedError(
                     f"{subject.name}: only {len(per_layer)} of {subject.n_layers} layers call transformers' attention "
                     f"interface here ({type(subject.model).__name__}); their heads cannot be intervened on")
             behaviour[probe].append(per_layer)
             if probe == "text":
-                losses.append(_loss(subject, hidden_out, tok)[0])
+                losses.append(_clean_loss(subject, hidden_out, tok, kept))
                 count[0] += tok.shape[1]
     means = {layer: (s / max(count[0], 1)).float() for layer, s in sums.items()}
-    return _Clean(behaviour=behaviour, loss=np.asarray(losses, dtype=float), means=means, outputs=outputs)
+    return _Clean(behaviour=behaviour, loss=np.asarray(losses, dtype=float), means=means, outputs=outputs,
+                  distributions=kept, linears=linears)
+
+
+def _clean_loss(subject: Subject, hidden: "torch.Tensor | None", idx: "torch.Tensor",
+                kept: list["torch.Tensor"] | None) -> float:
+    """A clean window's loss (hidden [1, i, e]); its distribution appended to ``kept`` (when a list)."""
+    if hidden is None:
+        raise RuntimeError("a text window's forward stopped before the output")
+    if subject.out_weight is None:
+        return float("nan")
+    logits = _clean_logits(subject, hidden[0])  # [i - 1, v]
+    if kept is not None:
+        kept.append(LossDeltas.distribution(logits))
+    return _cross_entropy(subject, logits, idx[0, 1:].to(hidden.device))
 
 
 def layer_pass(subject: Subject, layer: int, heads: Sequence[int], kinds: Sequence[str],
@@ -341,15 +391,16 @@ def _layer_rows(subject: Subject, layer: int, heads: Sequence[int], kinds: Seque
                 ctl.plan = Plan(layer=layer, copies=chunk, means=clean.means, stop=not text,
                                 on_maps=lambda _l, p, tok=tok, got=got: got.update(_metrics(subject, p, tok)))
                 kept = clean.outputs[probe][w] if clean.outputs is not None else None
+                linears = clean.linears[w] if text and clean.linears is not None else None
                 with expand_at(layers, layer, len(chunk)), reuse_outputs(layers, layer, kept), \
-                        delta_linears(suffix, low) if low is not None else nullcontext():
+                        delta_linears(suffix, low, linears) if low is not None else nullcontext():
                     hidden = _forward(subject, tok)
                 if text:
-                    loss = _loss(subject, hidden, tok, low)
+                    p0 = clean.distributions[w] if clean.distributions is not None else None
+                    changes = _loss_changes(subject, hidden, tok, low, p0)
                     base = clean.loss[w]
                     rows += [dict(window=w, head=h, intervention=k, measure="loss", clean=base,
-                                  value=base + (v - loss[0]), delta=v - loss[0])
-                             for (k, h), v in zip(chunk[1:], loss[1:])]
+                                  value=base + v, delta=v) for (k, h), v in zip(chunk[1:], changes)]
                 for name, vals in got.items():
                     ref = clean.behaviour[probe][w][layer][name]
                     rows += [dict(window=w, head=h, intervention=k, measure=f"{name}_{probe}", clean=float(ref[h]),
@@ -386,6 +437,7 @@ def intervene(
     store: str | os.PathLike | None = None,
     name: str | None = None,
     progress: bool = False,
+    workers: int | None = None,
 ) -> InterventionResult:
     """Intervene on every head of ``source`` (or the (layer, head) pairs ``heads``) with each of
     ``interventions`` (sym, anti, ablate, mean): the change in loss on ``windows`` text windows of ``data``
@@ -398,9 +450,12 @@ def intervene(
     product in bfloat16: ~1.7x faster on a CPU with AVX512-BF16, rounding ~2^-8 of each effect, an effect of
     0 stays 0; :mod:`.deltas`) or ``auto`` (bf16-delta where the device has native bfloat16 products).
     ``store``: a directory keeping each finished layer (resumable; reused only with the same settings).
+    ``workers``: processes sharing the layers (:mod:`.workers`; None: one per CPU thread of this process on
+    Linux with 2 to 4 threads and the model on the CPU, else 1: this process alone).
     Returns one row per (layer, head, intervention, measure): mean delta over windows, 95% t interval,
     p value, and ``p_bh`` (Benjamini-Hochberg across the heads of one intervention and measure).
     """
+    import pandas as pd
     import torch
 
     from attnscope.heads.maps import make_windows
@@ -410,6 +465,10 @@ def intervene(
     from .summary import add_bh, summarise
 
     kinds = check_intervene_options(interventions, windows, random_windows, seed)
+    if workers is not None:
+        check_type(workers, (int, np.integer), "workers", "an integer or None")
+        if workers < 1:
+            raise InputError(f"workers must be at least 1, not {workers}", params="workers")
     precision = resolve_precision(precision, device)
     subject = open_subject(source, tokenizer=tokenizer, device=device, name=name)
     mm = subject.maps
@@ -432,28 +491,36 @@ def intervene(
     by_layer: dict[int, list[int]] = {}
     for layer, head in chosen:
         by_layer.setdefault(layer, []).append(head)
-    frames = []
     low = LowWeights() if precision == "bf16-delta" else None
     from attnscope.heap import reused_heap
 
-    with torch.inference_mode(), patched(subject.model) as ctl, reused_heap():
+    with torch.inference_mode(), patched(subject.model) as ctl, reused_heap(), ExitStack() as stack:
         pending = [l for l in sorted(by_layer) if results is None or not results.is_done(_key(l, by_layer[l]))]
-        clean = clean_pass(subject, wins, ctl) if pending else None  # every layer stored: no forward at all
-        with progress_bar(len(by_layer), f"interventions {mm.name}", enabled=progress, unit="layers") as bar:
-            for layer in sorted(by_layer):
-                key = _key(layer, by_layer[layer])
-                if results is not None and results.is_done(key):
-                    df = results.read(key)
-                else:
-                    assert clean is not None  # a pending layer had its clean pass
-                    raw = layer_pass(subject, layer, by_layer[layer], kinds, wins, clean, ctl, low)
-                    df = summarise(raw)
-                    if results is not None:
-                        results.write(key, df)
-                frames.append(df)
-                bar.advance()
-    import pandas as pd
+        clean = clean_pass(subject, wins, ctl, distributions=low is not None) if pending else None  # none: all stored
+        count = worker_count(torch.get_num_threads(), len(pending), device) if workers is None else workers
+        keep = results
+        if keep is None and count > 1:  # the workers' results come back through a store of this run's own
+            from attnscope.runs.store import ResultsStore
 
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="attnscope-interventions-"))
+            keep = ResultsStore(tmp, settings=settings, columns=["layer", "head", "intervention", "measure"])
+        here: dict[int, pd.DataFrame] = {}
+
+        def work(layer: int) -> None:
+            assert clean is not None  # a pending layer had its clean pass
+            df = summarise(layer_pass(subject, layer, by_layer[layer], kinds, wins, clean, ctl, low))
+            if keep is not None:
+                keep.write(_key(layer, by_layer[layer]), df)
+            else:
+                here[layer] = df
+
+        with progress_bar(len(by_layer), f"interventions {mm.name}", enabled=progress, unit="layers") as bar:
+            for _ in range(len(by_layer) - len(pending)):
+                bar.advance()
+            run_layers(pending, work, count, on_done=lambda _l: bar.advance(),
+                       cost=lambda l: len(by_layer[l]) * (n_layers - l + 6))  # its suffix; the loss ~6 layers
+        frames = [here[l] if l in here else (keep or results).read(_key(l, by_layer[l]))  # type: ignore[union-attr]
+                  for l in sorted(by_layer)]
     table = add_bh(pd.concat(frames, ignore_index=True))
     table.insert(0, "model", subject.name)
     table.insert(1, "stack", "decoder" if mm.causal else "encoder")

@@ -1,0 +1,110 @@
+"""Layer passes in forked workers (:mod:`attnscope.interventions.workers`): every task done once, progress in
+the parent, a child's error raised as it was, a dead child named; intervene() with workers = without."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attnscope.errors import InputError
+from attnscope.interventions.workers import MAX_WORKERS, balance, run_layers, worker_count
+
+linux_fork = pytest.mark.skipif(not (sys.platform.startswith("linux") and hasattr(os, "fork")),
+                                reason="needs fork (Linux)")
+
+
+def test_worker_count_forks_only_on_a_linux_cpu_with_a_few_threads(monkeypatch):
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert worker_count(2, 30) == 2 and worker_count(MAX_WORKERS, 30) == MAX_WORKERS
+    assert worker_count(3, 2) == 2  # no more workers than layers
+    assert worker_count(1, 30) == worker_count(MAX_WORKERS + 1, 30) == worker_count(2, 1) == 1
+    assert worker_count(2, 30, "cuda") == 1
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert worker_count(2, 30) == 1
+
+
+def test_balance_splits_every_task_once_into_near_equal_loads():
+    cost = lambda layer: 30 - layer + 6  # noqa: E731 - a layer pass: its suffix and the loss
+    groups = balance(range(30), 2, cost)
+    assert sorted(t for g in groups for t in g) == list(range(30))
+    loads = [sum(cost(t) for t in g) for g in groups]
+    assert max(loads) - min(loads) <= max(cost(t) for t in range(30))
+    assert balance([5], 3, cost) == [[5]]  # no empty groups
+
+
+@linux_fork
+def test_every_task_runs_once_in_a_child_and_the_parent_sees_each(tmp_path):
+    done = []
+
+    def work(task: int) -> None:  # in a child: what it leaves is a file
+        (tmp_path / f"{task}.{os.getpid()}").write_text(str(task * task))
+
+    run_layers(range(7), work, 2, on_done=done.append)
+    files = sorted(tmp_path.iterdir())
+    assert sorted(done) == list(range(7)) and len(files) == 7
+    pids = {f.suffix for f in files}
+    assert len(pids) == 2 and f".{os.getpid()}" not in pids  # two children, not this process
+    assert sorted(int(f.read_text()) for f in files) == [t * t for t in range(7)]
+
+
+@linux_fork
+def test_a_childs_error_is_raised_in_the_parent_as_it_was(tmp_path):
+    def work(task: int) -> None:
+        if task == 4:
+            raise InputError("layer 4 is not for you", params="heads")
+
+    with pytest.raises(InputError, match="layer 4 is not for you") as info:
+        run_layers(range(6), work, 3)
+    assert info.value.params == ("heads",)  # its details too, not only its text
+
+
+@linux_fork
+def test_a_child_that_dies_is_named_with_the_layers_it_left(tmp_path):
+    def work(task: int) -> None:
+        if task == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    with pytest.raises(RuntimeError, match=r"SIGKILL.*before layers .*3"):
+        run_layers(range(6), work, 2)
+
+
+def test_one_worker_runs_here_in_order():
+    seen = []
+    run_layers([3, 1, 2], lambda t: seen.append(("work", t)), 1, on_done=lambda t: seen.append(("done", t)))
+    assert seen == [("work", 3), ("done", 3), ("work", 1), ("done", 1), ("work", 2), ("done", 2)]
+
+
+needs_gguf = pytest.mark.skipif(
+    any(importlib.util.find_spec(n) is None for n in ("transformers", "accelerate", "gguf")),
+    reason="needs transformers and the gguf extra (accelerate, gguf)",
+)
+
+
+@linux_fork
+@needs_gguf
+@pytest.mark.parametrize("precision", ["full", "bf16-delta"])
+def test_intervene_with_workers_is_intervene_without(tmp_path, precision):
+    sys.path.insert(0, str(Path(__file__).parents[1] / "heads"))
+    from _tiny_gguf import tiny_llama_model, write_llama_gguf_model
+
+    from attnscope.interventions import intervene
+
+    path = write_llama_gguf_model(tmp_path / "tiny.gguf", tiny_llama_model(n_layers=3, d=32, n_heads=4, n_kv=2))
+    opts = dict(interventions="sym,anti,ablate", windows=3, length=40, random_windows=2, random_length=10,
+                precision=precision)
+    one = intervene(str(path), workers=1, **opts).table
+    two = intervene(str(path), workers=2, **opts).table  # no store: the workers' own, temporary
+    stored = intervene(str(path), workers=3, store=tmp_path / "store", **opts).table
+    key = ["layer", "head", "intervention", "measure"]
+    for other in (two, stored):
+        assert other[key].equals(one[key])
+        np.testing.assert_allclose(other["delta"], one["delta"], rtol=1e-5, atol=1e-7)
+    assert len(list((tmp_path / "store").rglob("*.parquet"))) == 3  # each layer kept by the worker that ran it
+    with pytest.raises(InputError, match="workers must be at least 1"):
+        intervene(str(path), workers=0, **opts)
