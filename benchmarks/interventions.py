@@ -14,6 +14,7 @@ whole run is counted from the model's shapes, beside the throughput measured.
 
     OMP_NUM_THREADS=1 python benchmarks/interventions.py smollm2 [--layers 0,10,20,29] [--precision full,bf16-delta]
         [--append docs/benchmarks/atlas.md]
+    python benchmarks/interventions.py smollm2 --layers 14,15,16,17 --precision bf16-delta --workers 2
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=256)
     ap.add_argument("--random-windows", type=int, default=4)
     ap.add_argument("--append", help="append the markdown section to this file")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="instead: --layers in one process of N threads against N forked one-thread workers (wall "
+                         "seconds, side by side in one run; the last --precision)")
     args = ap.parse_args()
     if args.model in RANDOM and not args.tokenizer:
         ap.error(f"{args.model} needs --tokenizer DIR")
@@ -119,13 +123,19 @@ def main() -> None:
     layers = list(range(n_layers)) if args.layers == "all" else [int(x) for x in args.layers.split(",")]
     times: dict[tuple[str, int], tuple[float, float]] = {}
     tables: dict[str, list] = {p: [] for p in precisions}
+    from attnscope.interventions.attention import layer_list
+
+    prepared = LowWeights().prepare(layer_list(subject.model).modules(), subject.out_weight)  # as intervene() does
     with torch.inference_mode(), patched(subject.model) as ctl:
         w0, c0 = time.perf_counter(), time.process_time()
-        clean = clean_pass(subject, wins, ctl)
+        clean = clean_pass(subject, wins, ctl, distributions="bf16-delta" in precisions)
         clean_t = (time.perf_counter() - w0, time.process_time() - c0)
+        if args.workers:
+            return compare_workers(args, subject, wins, clean, ctl, prepared if precisions[-1] == "bf16-delta"
+                                   else None, layers)
         for layer in layers:
             for prec in precisions:  # side by side, layer by layer: the same machine state for both
-                low = LowWeights() if prec == "bf16-delta" else None
+                low = prepared if prec == "bf16-delta" else None
                 w0, c0 = time.perf_counter(), time.process_time()
                 raw = layer_pass(subject, layer, list(range(n_heads)), KINDS, wins, clean, ctl, low)
                 times[prec, layer] = (time.perf_counter() - w0, time.process_time() - c0)
@@ -179,6 +189,45 @@ def main() -> None:
         "",
         f"Floating-point work of the whole run (matrix products, from the shapes, counted as float32 products): "
         f"{work / 1e12:.0f} TFLOP. {agree}",
+    ]
+    emit("\n".join(lines), args.append)
+
+
+def compare_workers(args, subject, wins, clean, ctl, low, layers: list[int]) -> None:
+    """Wall time of the layer passes of ``layers``: one process of ``args.workers`` threads, in order, against
+    that many forked workers of one thread each (attnscope.interventions.workers), after one warm-up pass."""
+    import torch
+
+    from attnscope.heap import reused_heap
+    from attnscope.interventions.run import layer_pass
+    from attnscope.interventions.workers import run_layers
+
+    n = args.workers
+    heads = list(range(subject.maps.n_heads))
+    precision = "bf16-delta" if low is not None else "full"
+    torch.set_num_threads(n)
+    with reused_heap():
+        layer_pass(subject, layers[0], heads, KINDS, wins, clean, ctl, low)  # warm-up: the heap, the weights
+        w0 = time.perf_counter()
+        for layer in layers:
+            layer_pass(subject, layer, heads, KINDS, wins, clean, ctl, low)
+        one = time.perf_counter() - w0
+        w0 = time.perf_counter()
+        run_layers(layers, lambda l: layer_pass(subject, l, heads, KINDS, wins, clean, ctl, low), n)
+        forked = time.perf_counter() - w0
+    lines = [
+        f"### Interventions: one process of {n} threads against {n} one-thread workers",
+        "",
+        f"`python benchmarks/interventions.py {args.model} --layers {args.layers} --precision {precision} "
+        f"--workers {n}`; {args.windows} text windows x {args.length} tokens, {args.random_windows} random-probe "
+        f"windows; torch {torch.__version__}, {platform.processor() or platform.machine()}, load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end (wall seconds; the workers' time includes "
+        "their forks and each one's first pass on a cold heap).",
+        "",
+        "| layers " + ", ".join(map(str, layers)) + " | wall s | per layer s | one process / this |",
+        "|---|---|---|---|",
+        f"| one process, {n} threads (baseline) | {one:.1f} | {one / len(layers):.1f} | 1.00x |",
+        f"| {n} forked workers, 1 thread each | {forked:.1f} | {forked / len(layers):.1f} | {one / forked:.2f}x |",
     ]
     emit("\n".join(lines), args.append)
 

@@ -32,3 +32,17 @@ def test_random_smollm2_needs_a_tokenizer():
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "interventions.py"), "random-smollm2"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "needs --tokenizer" in r.stderr
+
+
+def test_interventions_benchmark_compares_one_process_with_forked_workers(tmp_path, minilm_dir):
+    md = tmp_path / "w.md"
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "interventions.py"), "random-smollm2", "--tokenizer",
+                        str(minilm_dir), "--layers", "27,28,29", "--windows", "1", "--length", "12", "--random-windows",
+                        "1", "--precision", "bf16-delta", "--workers", "2", "--append", str(md)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = md.read_text()
+    assert text.startswith("### Interventions: one process of 2 threads against 2 one-thread workers")
+    ratios = re.findall(r"\| ([\d.]+)x \|$", text, re.M)
+    assert len(ratios) == 2 and ratios[0] == "1.00" and float(ratios[1]) > 0

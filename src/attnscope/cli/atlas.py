@@ -46,7 +46,8 @@ def atlas(
     """Geometry meets behaviour: s and d of every head's W_qk (at offset 0, at offset 1 and over offsets for
     rotary models) against what the head does on the probes; with --interventions, what each head does
     to the loss and to its own behaviour when its scores keep only their symmetric or antisymmetric part,
-    or its output is zeroed or replaced by its mean (resumable per layer in DIR/interventions-store)."""
+    or its output is zeroed or replaced by its mean (resumable per layer in DIR/interventions-store; on
+    Linux with --threads 2 to 4, the layers are shared by that many one-thread worker processes)."""
     from attnscope.heads.probes import check_probes
 
     check_out_dir(out, "--out")

@@ -78,6 +78,20 @@ class LowWeights:
         self.dtype = dtype or torch.bfloat16
         self._cache: dict[tuple[int, bool], torch.Tensor] = {}
 
+    def prepare(self, modules: Iterable[Any], *weights: "torch.Tensor | None") -> "LowWeights":
+        """Make the copies of every linear among ``modules`` and of ``weights`` now, before a long run: made
+        lazily inside the first forward, these long-lived blocks land between its large temporaries and pin the
+        heap's holes (SmolLM2: 4.8 GB peak instead of 2.7 GB under :func:`attnscope.heap.reused_heap`); made
+        before a fork, the workers share them."""
+        for mod in modules:
+            kind = _linear_kind(mod)
+            if kind is not None:
+                self.of(mod.weight, transposed=kind == "conv1d")
+        for weight in weights:
+            if weight is not None:
+                self.of(weight)
+        return self
+
     def of(self, weight: "torch.Tensor", transposed: bool = False) -> "torch.Tensor":
         key = (id(weight), transposed)
         low = self._cache.get(key)

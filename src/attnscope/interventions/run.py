@@ -22,7 +22,8 @@ forward stops after the intervened layer (its behaviour is all that is measured 
 Each (model, layer, head, intervention, measure) row holds the per-window deltas' mean, its 95% t
 interval over the n windows and a one-sample t-test p value (:mod:`.summary`); the Benjamini-Hochberg
 adjustment is made across heads once every layer is in. Layers are stored as they finish
-(:class:`attnscope.runs.store.ResultsStore`, key = layer) so an interrupted run resumes.
+(:class:`attnscope.runs.store.ResultsStore`, key = layer) so an interrupted run resumes. After the clean
+pass, the layer passes may be shared by forked one-thread worker processes (:mod:`.workers`).
 """
 
 from __future__ import annotations
@@ -491,7 +492,8 @@ def intervene(
     by_layer: dict[int, list[int]] = {}
     for layer, head in chosen:
         by_layer.setdefault(layer, []).append(head)
-    low = LowWeights() if precision == "bf16-delta" else None
+    low = (LowWeights().prepare(layer_list(subject.model).modules(), subject.out_weight)
+           if precision == "bf16-delta" else None)
     from attnscope.heap import reused_heap
 
     with torch.inference_mode(), patched(subject.model) as ctl, reused_heap(), ExitStack() as stack:
