@@ -1,8 +1,9 @@
 """Layer passes in forked worker processes: every worker one CPU thread, the model and its clean pass shared.
 
-On a CPU, two processes of one thread each get through the layer passes ~8% faster than one process of two
+On a CPU, two processes of one thread each get through the layer passes faster than one process of two
 threads (no thread team waits at each operation's end, and the serial parts, Python and the small
-operations, run side by side): SmolLM2-135M's layer 15, 17.0 s per layer against 18.4 s (docs/atlas.md).
+operations, run side by side): SmolLM2-135M's layers 14-17, 16.5 s per layer against 19.1 s, 1.15x
+(``benchmarks/interventions.py --workers 2``, docs/benchmarks/atlas.md).
 :func:`run_layers` forks its workers *after* the clean pass, so each child starts with the patched model,
 the clean pass's outputs and the windows in memory (copy-on-write: nothing is loaded or computed twice);
 each child sets one thread before any operation (the pattern PyTorch's own data-loader workers rely on,
