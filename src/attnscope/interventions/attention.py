@@ -357,7 +357,14 @@ def keep_outputs(layers: Any, into: list[Any] | None) -> Iterator[None]:
             into[li] = out
         return hook
 
-    handles = [block.register_forward_hook(keeper(li)) for li, block in enumerate(layers)]
+    with forward_hooks((block, keeper(li)) for li, block in enumerate(layers)):
+        yield
+
+
+@contextmanager
+def forward_hooks(pairs: Any) -> Iterator[None]:
+    """Within the block, each (module, hook) of ``pairs`` is registered as the module's forward hook."""
+    handles = [module.register_forward_hook(hook) for module, hook in pairs]
     try:
         yield
     finally:

@@ -170,12 +170,10 @@ def record_clean_outputs(modules: Iterable[Any], into: dict[int, Any] | None) ->
     def hook(mod: Any, args: tuple, out: Any) -> None:
         into[id(mod)] = None if id(mod) in into else out
 
-    handles = [mod.register_forward_hook(hook) for mod in modules if _linear_kind(mod) is not None]
-    try:
+    from .attention import forward_hooks
+
+    with forward_hooks((mod, hook) for mod in modules if _linear_kind(mod) is not None):
         yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @contextmanager
