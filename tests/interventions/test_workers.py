@@ -108,3 +108,31 @@ def test_intervene_with_workers_is_intervene_without(tmp_path, precision):
     assert len(list((tmp_path / "store").rglob("*.parquet"))) == 3  # each layer kept by the worker that ran it
     with pytest.raises(InputError, match="workers must be at least 1"):
         intervene(str(path), workers=0, **opts)
+
+
+@linux_fork
+def test_workers_end_when_their_parent_is_killed(tmp_path):
+    """A kill -9 of the parent runs no ``finally``: the children must still end (nothing left running)."""
+    import subprocess
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os, time\n"
+        "from attnscope.interventions.workers import run_layers\n"
+        f"def work(t):\n    open(r'{tmp_path}' + f'/pid.{{os.getpid()}}', 'w').close(); time.sleep(60)\n"
+        "run_layers(range(4), work, 2)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")})
+    deadline = time.time() + 60
+    while len(list(tmp_path.glob("pid.*"))) < 2 and time.time() < deadline:
+        time.sleep(0.1)
+    pids = [int(p.suffix[1:]) for p in tmp_path.glob("pid.*")]
+    assert len(pids) == 2
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 20
+    alive = pids
+    while alive and time.time() < deadline:
+        time.sleep(0.1)
+        alive = [p for p in pids if Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2]]
+    assert not alive

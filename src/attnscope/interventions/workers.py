@@ -83,11 +83,24 @@ def _receive(fd: int) -> tuple | None:
     return None if body is None else pickle.loads(body)  # noqa: S301 - our own child's message, not a file
 
 
-def _child(fd: int, group: list[int], work: Callable[[int], None]) -> None:
+def _die_with_parent(parent: int) -> None:
+    """Linux: this child gets SIGTERM when the parent ends in any way (killed too, where no ``finally`` runs)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not glibc
+        pass
+    if os.getppid() != parent:  # the parent was gone before the line above
+        os._exit(1)
+
+
+def _child(fd: int, group: list[int], work: Callable[[int], None], parent: int) -> None:
     """The forked worker: one thread, its layers in order, a message per layer; never returns."""
     code, task = 0, None
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C: the parent reports it, the children just end
+        _die_with_parent(parent)
         import torch
 
         torch.set_num_threads(1)
@@ -120,6 +133,7 @@ def run_layers(tasks: Sequence[int], work: Callable[[int], None], workers: int,
     sys.stderr.flush()
     children: dict[int, tuple[int, list[int]]] = {}  # read end -> (pid, its tasks)
     try:
+        parent = os.getpid()
         for group in balance(tasks, workers, cost):
             read, write = os.pipe()
             with warnings.catch_warnings():  # Python 3.12+ warns on forking a process with threads (OpenMP's)
@@ -127,7 +141,7 @@ def run_layers(tasks: Sequence[int], work: Callable[[int], None], workers: int,
                 pid = os.fork()
             if pid == 0:
                 os.close(read)
-                _child(write, group, work)
+                _child(write, group, work, parent)
             os.close(write)
             children[read] = (pid, group)
         _wait(children, on_done)
