@@ -128,7 +128,7 @@ def main() -> None:
     prepared = LowWeights().prepare(layer_list(subject.model).modules(), subject.out_weight)  # as intervene() does
     with torch.inference_mode(), patched(subject.model) as ctl:
         w0, c0 = time.perf_counter(), time.process_time()
-        clean = clean_pass(subject, wins, ctl, distributions="bf16-delta" in precisions)
+        clean = clean_pass(subject, wins, ctl, for_deltas="bf16-delta" in precisions)
         clean_t = (time.perf_counter() - w0, time.process_time() - c0)
         if args.workers:
             return compare_workers(args, subject, wins, clean, ctl, prepared if precisions[-1] == "bf16-delta"

@@ -108,6 +108,8 @@ def test_intervene_with_workers_is_intervene_without(tmp_path, precision):
     assert len(list((tmp_path / "store").rglob("*.parquet"))) == 3  # each layer kept by the worker that ran it
     with pytest.raises(InputError, match="workers must be at least 1"):
         intervene(str(path), workers=0, **opts)
+    with pytest.raises(InputError, match="needs Linux and the model on the CPU"):
+        intervene(str(path), workers=2, device="meta", **opts)
 
 
 @linux_fork

@@ -42,7 +42,7 @@ from .attention import (CLEAN, KINDS, SCORE_KINDS, Plan, StopForward, expand_at,
                         reuse_outputs)
 from .deltas import (DESCRIBE, LossDeltas, LowWeights, delta_linears, delta_logits, out_features,
                      record_clean_outputs, resolve_precision)
-from .workers import run_layers, worker_count
+from .workers import can_fork, run_layers, worker_count
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -281,9 +281,9 @@ class _Clean:
 
 
 def clean_pass(subject: Subject, windows: dict[str, "torch.Tensor"], ctl: Any,
-               distributions: bool = False) -> _Clean:
+               for_deltas: bool = False) -> _Clean:
     """Every head's clean behaviour per probe window, the clean loss per text window, the heads' mean outputs
-    over the text windows' positions; with ``distributions`` (bf16-delta), each text window's clean
+    over the text windows' positions; with ``for_deltas`` (bf16-delta), each text window's clean
     next-token distribution (what every copy's logit change is weighed by) and its linear layers' clean
     outputs (copy 0's in :func:`.deltas.delta_linears`), each kind where it fits its budget
     (:data:`DISTRIBUTION_BUDGET`, :data:`LINEAR_BUDGET`)."""
@@ -299,12 +299,12 @@ def clean_pass(subject: Subject, windows: dict[str, "torch.Tensor"], ctl: Any,
     outputs: dict[str, list[list[Any]]] | None = {} if size <= PREFIX_BUDGET else None
     text = windows.get("text")
     vocab = subject.out_weight.shape[0] if subject.out_weight is not None else 0
-    keep = (distributions and vocab > 0 and not subject.softcap and text is not None
+    keep = (for_deltas and vocab > 0 and not subject.softcap and text is not None
             and text.shape[0] * (text.shape[1] - 1) * vocab * 4 <= DISTRIBUTION_BUDGET)
     kept: list[torch.Tensor] | None = [] if keep else None
     width = sum(out_features(m) for m in layers.modules())
     linears: list[dict[int, Any]] | None = (
-        [] if distributions and text is not None and text.numel() * width * 4 <= LINEAR_BUDGET else None)
+        [] if for_deltas and text is not None and text.numel() * width * 4 <= LINEAR_BUDGET else None)
     for probe, idx in windows.items():
         behaviour[probe] = []
         if outputs is not None:
@@ -470,6 +470,9 @@ def intervene(
         check_type(workers, (int, np.integer), "workers", "an integer or None")
         if workers < 1:
             raise InputError(f"workers must be at least 1, not {workers}", params="workers")
+        if workers > 1 and not can_fork(device):
+            raise InputError(f"workers={workers} needs Linux and the model on the CPU (forked processes); "
+                             "use workers=1 here", params="workers")
     precision = resolve_precision(precision, device)
     subject = open_subject(source, tokenizer=tokenizer, device=device, name=name)
     mm = subject.maps
@@ -492,13 +495,13 @@ def intervene(
     by_layer: dict[int, list[int]] = {}
     for layer, head in chosen:
         by_layer.setdefault(layer, []).append(head)
-    low = (LowWeights().prepare(layer_list(subject.model).modules(), subject.out_weight)
-           if precision == "bf16-delta" else None)
     from attnscope.heap import reused_heap
 
     with torch.inference_mode(), patched(subject.model) as ctl, reused_heap(), ExitStack() as stack:
         pending = [l for l in sorted(by_layer) if results is None or not results.is_done(_key(l, by_layer[l]))]
-        clean = clean_pass(subject, wins, ctl, distributions=low is not None) if pending else None  # none: all stored
+        low = (LowWeights().prepare(layer_list(subject.model).modules(), subject.out_weight)  # before any forward
+               if precision == "bf16-delta" and pending else None)
+        clean = clean_pass(subject, wins, ctl, for_deltas=low is not None) if pending else None  # none: all stored
         count = worker_count(torch.get_num_threads(), len(pending), device) if workers is None else workers
         keep = results
         if keep is None and count > 1:  # the workers' results come back through a store of this run's own
@@ -521,7 +524,7 @@ def intervene(
                 bar.advance()
             run_layers(pending, work, count, on_done=lambda _l: bar.advance(),
                        cost=lambda l: len(by_layer[l]) * (n_layers - l + 6))  # its suffix; the loss ~6 layers
-        frames = [here[l] if l in here else (keep or results).read(_key(l, by_layer[l]))  # type: ignore[union-attr]
+        frames = [here[l] if l in here else keep.read(_key(l, by_layer[l]))  # type: ignore[union-attr]
                   for l in sorted(by_layer)]
     table = add_bh(pd.concat(frames, ignore_index=True))
     table.insert(0, "model", subject.name)

@@ -32,9 +32,14 @@ from typing import Any, Callable, Sequence
 MAX_WORKERS = 4
 
 
+def can_fork(device: Any = "cpu") -> bool:
+    """Whether layer passes on ``device`` may run in forked workers: Linux, and the model on the CPU."""
+    return str(device) == "cpu" and sys.platform.startswith("linux") and hasattr(os, "fork")
+
+
 def worker_count(threads: int, tasks: int, device: Any = "cpu") -> int:
     """How many forked workers :func:`run_layers` should use (1: none, the layers run in this process)."""
-    if str(device) != "cpu" or not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+    if not can_fork(device):
         return 1
     if threads < 2 or threads > MAX_WORKERS or tasks < 2:
         return 1
