@@ -135,6 +135,8 @@ def _fused(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torc
 
     sdpa = _sdpa()
     n, m = query.shape[2], key.shape[2]
+    if mask is not None and mask.dim() == 4 and mask.shape[-1] > m:
+        mask = mask[..., :m]  # as transformers' own attention functions read it (GPT-2 in 4.54 passes one key more)
     if mask is None or mask.dim() != 4 or n <= SDPA_BLOCK or tuple(mask.shape[-2:]) != (n, m):
         return sdpa(module, query, key, value, mask, **kwargs)[0]
     seen = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min  # [b, *, i, j] reachable
