@@ -51,11 +51,19 @@ def emergence(
     probe: str = typer.Option("both", "--probe", help="--behaviour: probes, both, random or text."),
     data: str = typer.Option("builtin", "--data", help="--behaviour: corpus of the text probe."),
     windows: int = typer.Option(4, "--windows", help="--behaviour: text-probe windows per revision."),
+    length: Optional[int] = typer.Option(None, "--length", help="--behaviour: text-probe window length in tokens "
+                                         "(default 256, or the model's max if shorter)."),
     random_windows: int = typer.Option(4, "--random-windows", help="--behaviour: random-probe sequences per revision."),
+    random_length: Optional[int] = typer.Option(None, "--random-length", help="--behaviour: random tokens per copy T "
+                                                "(window 2T+1; default 127, shortened for short models)."),
     n_boot: int = typer.Option(2000, "--n-boot", help="--behaviour: bootstrap resamples of the 95% interval."),
     seed: int = typer.Option(0, "--seed", help="--behaviour: seed of the random probe and the bootstrap."),
+    skip_mismatched: bool = typer.Option(False, "--skip-mismatched", help="Leave out (one warning, status skipped "
+                                         "in revisions.csv) checkpoints whose architecture differs from the first's; "
+                                         "default: refuse the sweep."),
     executor: str = typer.Option("local", "--executor", help="local (process pool), inline or slurm."),
-    workers: int = typer.Option(2, "--workers", help="Parallel worker processes (--executor local)."),
+    workers: int = typer.Option(2, "--workers", help="Parallel worker processes (--executor local; at most the "
+                                "CPUs this process may use)."),
     slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Slurm partition (--executor slurm)."),
     slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Minutes per Slurm job (--executor slurm)."),
     slurm_mem: Optional[float] = typer.Option(None, "--slurm-mem", help="Memory per Slurm job, GB (--executor slurm)."),
@@ -76,10 +84,12 @@ def emergence(
     if behaviour:
         from attnscope.emergence.behaviour import behaviour_options
 
-        probes = behaviour_options(probes=probe, data=data, windows=windows, random_windows=random_windows, seed=seed)
+        probes = behaviour_options(probes=probe, data=data, windows=windows, length=length,
+                                   random_windows=random_windows, random_length=random_length, seed=seed)
         positive(n_boot, "--n-boot")
     else:
-        _refuse_probe_options(probe, data, windows, random_windows, n_boot, seed)
+        _refuse_probe_options(probe=probe, data=data, windows=windows, length=length, random_windows=random_windows,
+                              random_length=random_length, n_boot=n_boot, seed=seed)
     if not list_only:
         if out is None:
             raise InputError("give --out DIR (the tables, figures and resumable store go there), or --list")
@@ -94,7 +104,7 @@ def emergence(
     levels = ("head", "layer") if level == "both" else (level,)
     res = sweep(source, out, revisions=revisions, k=k, levels=levels, stacks=stack,
                 fold_norms="all" if fold_input_norm else fold_norms, executor=executor, workers=workers, slurm=slurm,
-                progress=True, keep_downloads=keep_downloads, behaviour=probes or False)
+                progress=True, keep_downloads=keep_downloads, behaviour=probes or False, skip_mismatched=skip_mismatched)
     for note in res.info.get("notes", []):
         print(f"attnscope: note: {note}", file=sys.stderr)
     formed = _formation(res, min_change)
@@ -126,10 +136,11 @@ def _formation(res: "EmergenceResult", min_change: float) -> "pd.DataFrame | Non
     return pd.concat(parts, ignore_index=True)
 
 
-def _refuse_probe_options(probe: str, data: str, windows: int, random_windows: int, n_boot: int, seed: int) -> None:
-    given = [flag for flag, value, default in (("--probe", probe, "both"), ("--data", data, "builtin"),
-                                               ("--windows", windows, 4), ("--random-windows", random_windows, 4),
-                                               ("--n-boot", n_boot, 2000), ("--seed", seed, 0)) if value != default]
+def _refuse_probe_options(**given_values: object) -> None:
+    """One line when a probe option was given without --behaviour (its value differs from the default)."""
+    defaults = {"probe": "both", "data": "builtin", "windows": 4, "length": None, "random_windows": 4,
+                "random_length": None, "n_boot": 2000, "seed": 0}
+    given = ["--" + name.replace("_", "-") for name, value in given_values.items() if value != defaults[name]]
     if given:
         raise InputError(f"{', '.join(given)} configure the probes of --behaviour; add --behaviour or leave them out")
 

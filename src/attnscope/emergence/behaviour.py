@@ -28,7 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
 #: the files a revision needs to run (weights, config, tokenizer)
 RUN_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.bin", "*.tiktoken"]
 #: behaviour options and their defaults (the atlas's, fewer windows: a sweep runs them at every revision)
-DEFAULTS = {"probes": "both", "data": "builtin", "windows": 4, "random_windows": 4, "seed": 0}
+DEFAULTS = {"probes": "both", "data": "builtin", "windows": 4, "length": None, "random_windows": 4,
+            "random_length": None, "seed": 0}
 
 
 def behaviour_options(**given: Any) -> dict[str, Any]:
@@ -36,12 +37,12 @@ def behaviour_options(**given: Any) -> dict[str, Any]:
     from attnscope.atlas.build import check_atlas_options
     from attnscope.heads.probes import check_probes
 
-    opts = {**DEFAULTS, **{k: v for k, v in given.items() if v is not None}}
+    opts = {**DEFAULTS, **{k: v for k, v in given.items() if v is not None}}  # length None: the atlas's default
     unknown = set(opts) - set(DEFAULTS)
     if unknown:
         raise InputError(f"unknown behaviour option(s): {', '.join(sorted(unknown))}")
-    check_atlas_options("x", probes=opts["probes"], data=opts["data"], windows=opts["windows"], length=None,
-                        random_windows=opts["random_windows"], random_length=None, seed=opts["seed"], n_boot=1,
+    check_atlas_options("x", probes=opts["probes"], data=opts["data"], windows=opts["windows"], length=opts["length"],
+                        random_windows=opts["random_windows"], random_length=opts["random_length"], seed=opts["seed"], n_boot=1,
                         batch_size=1, device="cpu")
     opts["probes"] = list(check_probes(opts["probes"]))
     return opts
@@ -81,7 +82,8 @@ def revision_behaviour(payload: dict[str, Any]) -> "pd.DataFrame":
         where = Path(payload["spec"])
     try:
         beh = run_probes(str(where), opts["probes"], data=opts["data"], windows=opts["windows"],
-                         random_windows_n=opts["random_windows"], seed=opts["seed"])
+                         length=opts.get("length"), random_windows_n=opts["random_windows"],
+                         random_length=opts.get("random_length"), seed=opts["seed"])
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
