@@ -41,7 +41,10 @@ def emergence(
     fold_norms: bool = typer.Option(False, "--fold-norms", help="Fold q/k-norm gains (QK-norm models) into W_q, W_k."),
     fold_input_norm: bool = typer.Option(False, "--fold-input-norm", help="With --fold-norms: also the input-norm gain."),
     min_change: float = typer.Option(0.05, "--min-change", help="Formation: smallest |final - initial| of s or d that "
-                                     "counts (docs/emergence.md)."),
+                                     "counts, however quiet the trajectory (docs/emergence.md)."),
+    noise_factor: float = typer.Option(2.0, "--noise-factor", help="Formation: the change must also reach this many "
+                                       "times the trajectory's checkpoint-to-checkpoint noise (robust scale of its "
+                                       "successive differences); 0: min-change only."),
     keep_downloads: bool = typer.Option(False, "--keep-downloads", help="Keep each hub revision's downloads (q/k "
                                         "tensors; with --behaviour its files) in the cache (default: removed once "
                                         "the revision is scored)."),
@@ -76,6 +79,7 @@ def emergence(
     positive(k, "--k", minimum=0, strict=True)
     positive(workers, "--workers")
     positive(min_change, "--min-change", minimum=0)
+    positive(noise_factor, "--noise-factor", minimum=0)
     if level not in ("head", "layer", "both"):
         raise InputError(f"--level must be head, layer or both, not {level!r}")
     slurm = slurm_options(executor, slurm_partition, slurm_time, slurm_mem)
@@ -107,11 +111,15 @@ def emergence(
                 progress=True, keep_downloads=keep_downloads, behaviour=probes or False, skip_mismatched=skip_mismatched)
     for note in res.info.get("notes", []):
         print(f"attnscope: note: {note}", file=sys.stderr)
-    formed = _formation(res, min_change)
-    settled = _settling(res, min_change, n_boot, seed) if behaviour else None
+    formed = _formation(res, min_change, noise_factor)
+    settled = _settling(res, min_change, n_boot, seed, noise_factor) if behaviour else None
     paths = _write_outputs(out, res, formed, settled)
     if len(res.table):
         print_summary(res)
+    if formed is not None:
+        print_formation(formed)
+    if settled is not None:
+        print_settling(settled)
     failed = res.summary.failed
     for key, msg in failed.items():
         print(f"attnscope: warning: {key.split('@')[0]} failed: {msg}", file=sys.stderr)
@@ -123,16 +131,21 @@ def emergence(
         raise typer.Exit(1)
 
 
-def _formation(res: "EmergenceResult", min_change: float) -> "pd.DataFrame | None":
-    """Formation of every head (and layer form) when at least two revisions were scored."""
+def _formation(res: "EmergenceResult", min_change: float, noise_factor: float) -> "pd.DataFrame | None":
+    """Formation of every head's and layer form's s and d, and of every head's behaviour scores (--behaviour),
+    when at least two revisions were scored."""
     import pandas as pd
 
     from attnscope.emergence import formation
+    from attnscope.emergence.behaviour import behaviour_formation
 
     if res.table.empty or res.table["revision"].nunique() < 2:
         return None
-    parts = [formation(res.table, min_change=min_change, level=lv) for lv in ("head", "layer")
-             if (res.table["level"] == lv).any()]
+    parts = [formation(res.table, min_change=min_change, level=lv, noise_factor=noise_factor)
+             for lv in ("head", "layer") if (res.table["level"] == lv).any()]
+    beh = behaviour_formation(res.table, min_change, noise_factor)
+    if beh is not None:
+        parts.append(beh)
     return pd.concat(parts, ignore_index=True)
 
 
@@ -145,7 +158,8 @@ def _refuse_probe_options(**given_values: object) -> None:
         raise InputError(f"{', '.join(given)} configure the probes of --behaviour; add --behaviour or leave them out")
 
 
-def _settling(res: "EmergenceResult", min_change: float, n_boot: int, seed: int) -> "pd.DataFrame | None":
+def _settling(res: "EmergenceResult", min_change: float, n_boot: int, seed: int,
+              noise_factor: float) -> "pd.DataFrame | None":
     from attnscope.atlas.build import behaviour_columns
     from attnscope.emergence.behaviour import settling
 
@@ -153,7 +167,7 @@ def _settling(res: "EmergenceResult", min_change: float, n_boot: int, seed: int)
     beh = behaviour_columns(res.table)
     if not beh or scored.dropna(subset=beh[:1])["revision"].nunique() < 2:
         return None
-    return settling(res.table, min_change=min_change, n_boot=n_boot, seed=seed)
+    return settling(res.table, min_change=min_change, n_boot=n_boot, seed=seed, noise_factor=noise_factor)
 
 
 def _write_outputs(out: Path, res: "EmergenceResult", formed: "pd.DataFrame | None",
@@ -216,6 +230,49 @@ def _print_revisions(source: str, kind: str, chosen: list) -> None:
     rows = [[r.name, str(r.step), _tokens(r.tokens), r.origin] for r in chosen]
     print_table(console(stderr=False), f"{source}: {len(chosen)} revision(s) ({kind})", ["revision", "step", "tokens",
                                                                                            "from"], rows)
+
+
+_SHORT = {"symmetry": "s", "directionality": "d"}
+
+
+def print_formation(formed: "pd.DataFrame") -> None:
+    """Per stack, level and score (s, d; behaviour scores summed up in one row): how many trajectories formed,
+    how many changed but stayed inside their noise, the median step of those that formed (formation.csv has
+    every trajectory)."""
+    from ._common import console
+
+    kind = formed["metric"].map(lambda m: _SHORT.get(m, "behaviour"))
+    rows = []
+    for (stack, level, metric), grp in formed.assign(kind=kind).groupby(["stack", "level", "kind"], sort=False):
+        counts = grp["outcome"].value_counts()
+        steps = grp["formed_step"].dropna().astype(float)
+        rows.append([str(stack), str(level), str(metric), f"{counts.get('formed', 0)}/{len(grp)}",
+                     str(counts.get("inside the noise", 0)), f"{steps.median():.0f}" if len(steps) else "-"])
+    print_table(console(stderr=False), "formation: trajectories that formed (formation.csv)",
+                ["stack", "level", "score", "formed", "in noise", "median step"], rows)
+
+
+def print_settling(settled: "pd.DataFrame") -> None:
+    """The settling correlations that are defined, each with its interval and units, and one warning when any
+    interval rests on fewer than 5 layers."""
+    import math
+
+    from ._common import console
+
+    defined = settled[settled["rho"].notna()]
+    rows = [[_SHORT.get(r.x, str(r.x)), str(r.y), f"{r.rho:+.2f} [{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
+             if math.isfinite(r.ci_low) else f"{r.rho:+.2f}", f"{r.n}/{r.n_units}" + (" few" if r.few_units else ""),
+             f"{r.q_run:.2f}"] for r in defined.itertuples()]
+    if rows:
+        print_table(console(stderr=False), "settling: rho of formation steps, 95% CI over layers (settling.csv)",
+                    ["x", "behaviour", "rho [95% CI]", "heads/layers", "q"], rows)
+    few = defined[defined["few_units"]]
+    if len(few):
+        print(f"attnscope: warning: {len(few)} of {len(defined)} settling interval(s) rest on fewer than 5 layers "
+              f"(few_units in settling.csv): too few resampling units to trust the interval", file=sys.stderr)
+    elif defined.empty:
+        print("attnscope: note: no settling correlation is defined (a behaviour and its geometry formed together "
+              "in fewer than 3 heads)", file=sys.stderr)
 
 
 def print_summary(res: "EmergenceResult") -> None:
