@@ -45,6 +45,8 @@ def emergence(
     noise_factor: float = typer.Option(2.0, "--noise-factor", help="Formation: the change must also reach this many "
                                        "times the trajectory's checkpoint-to-checkpoint noise (robust scale of its "
                                        "successive differences); 0: min-change only."),
+    curves: str = typer.Option("layer-form", "--curves", help="emergence_layers.png: layer-form (the layer form M_L, "
+                               "the quantity of the tables) or head-median (the median over each layer's heads)."),
     keep_downloads: bool = typer.Option(False, "--keep-downloads", help="Keep each hub revision's downloads (q/k "
                                         "tensors; with --behaviour its files) in the cache (default: removed once "
                                         "the revision is scored)."),
@@ -82,6 +84,8 @@ def emergence(
     positive(noise_factor, "--noise-factor", minimum=0)
     if level not in ("head", "layer", "both"):
         raise InputError(f"--level must be head, layer or both, not {level!r}")
+    if curves not in ("layer-form", "head-median"):
+        raise InputError(f"--curves must be layer-form or head-median, not {curves!r}")
     slurm = slurm_options(executor, slurm_partition, slurm_time, slurm_mem)
     use_threads(threads)  # this process and, through OMP_NUM_THREADS, its pool workers
     probes = None
@@ -113,7 +117,7 @@ def emergence(
         print(f"attnscope: note: {note}", file=sys.stderr)
     formed = _formation(res, min_change, noise_factor)
     settled = _settling(res, min_change, n_boot, seed, noise_factor) if behaviour else None
-    paths = _write_outputs(out, res, formed, settled)
+    paths = _write_outputs(out, res, formed, settled, curves)
     if len(res.table):
         print_summary(res)
     if formed is not None:
@@ -171,7 +175,7 @@ def _settling(res: "EmergenceResult", min_change: float, n_boot: int, seed: int,
 
 
 def _write_outputs(out: Path, res: "EmergenceResult", formed: "pd.DataFrame | None",
-                   settled: "pd.DataFrame | None" = None) -> list[Path]:
+                   settled: "pd.DataFrame | None" = None, curves: str = "layer-form") -> list[Path]:
     """Every file of a sweep into ``out`` as one result (:func:`attnscope.outputs.write_result_set`: it replaces
     the previous sweep's files whole, listed in ``attnscope-manifest.json``): emergence.parquet/.csv (the table),
     revisions.csv, formation.csv, settling.csv (--behaviour), the figures and emergence.html. Every figure and
@@ -189,8 +193,7 @@ def _write_outputs(out: Path, res: "EmergenceResult", formed: "pd.DataFrame | No
             files["formation.csv"] = table_bytes(formed, "formation.csv")
         if settled is not None:
             files["settling.csv"] = table_bytes(settled, "settling.csv")
-        heads = formed[formed["level"] == "head"] if formed is not None else None
-        for name, fig in emergence_figures(res.table, heads):
+        for name, fig in emergence_figures(res.table, formed, loss=res.loss, curves=curves):
             files[name] = figure_bytes(fig, "png")
         if (res.table["level"] == "head").any():
             from attnscope.emergence.html import emergence_page
