@@ -136,8 +136,9 @@ def test_cli_behaviour_lengths_formation_and_loss(run_dir, tmp_path, cli_inproc)
     from attnscope.heads.probes import run_probes
 
     out = tmp_path / "o"
-    code, stdout, err = cli_inproc("emergence", str(run_dir), "--out", str(out), "--executor", "inline", "--behaviour", "--revisions", "step-0,step-4,step-12",
-                                   "--probe", "random", "--random-windows", "1", "--random-length", "5", "--n-boot", "50")
+    code, stdout, err = cli_inproc("emergence", str(run_dir), "--out", str(out), "--executor", "inline",
+                                   "--revisions", "step-0,step-4,step-12", "--behaviour", "--probe", "random",
+                                   "--random-windows", "1", "--random-length", "5", "--n-boot", "50")
     assert code == 0, err
     table = pd.read_parquet(out / "emergence.parquet")
     got = table[(table["revision"] == "step-12") & (table["level"] == "head")].sort_values(["layer", "head"])

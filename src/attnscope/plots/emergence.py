@@ -253,6 +253,7 @@ def plot_formation(formed: "pd.DataFrame", title: str | None = None, *, fig: "Fi
     and d; one row per stack. ``formed``: :func:`attnscope.emergence.formation` of the head rows."""
     import matplotlib as mpl
     import numpy as np
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
     from attnscope.tables import check_table
 
@@ -283,8 +284,12 @@ def plot_formation(formed: "pd.DataFrame", title: str | None = None, *, fig: "Fi
             integer_ticks(ax.xaxis, n_heads)
             integer_ticks(ax.yaxis, n_layers)
             if norm is not None:
-                fig.colorbar(im, ax=ax, shrink=0.9, label="step (log)")
-    fig.supxlabel("grey: no formation (change below the threshold, or formed at the first revision)", fontsize=8)
+                bar = fig.colorbar(im, ax=ax, shrink=0.9, label="step (log)")
+                bar.ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+                bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: step_label(v)))
+                bar.ax.yaxis.set_minor_locator(NullLocator())
+    fig.supxlabel("grey: no formation (a change below --min-change or inside the trajectory's checkpoint noise; "
+                  "formation.csv's outcome says which)", fontsize=8)
     if len(formed):
         fig.suptitle(title or model_label(str(formed["model"].iloc[0])), fontsize=11)
     return fig
