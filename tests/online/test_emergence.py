@@ -106,7 +106,9 @@ def test_sweep_reads_only_qkv_by_range_and_equals_geometry_per_revision(neox_hub
 
 def test_a_hub_that_goes_down_mid_sweep_fails_those_revisions_and_a_rerun_completes(neox_hub, suite, tmp_path,
                                                                                     monkeypatch):
-    neox_hub.down_after = 1 + 2 * 4  # the branch list, then about two revisions' requests
+    # the branch list, each revision's config.json (one model: checked before any is scored, 2 requests each),
+    # then about two revisions' requests
+    neox_hub.down_after = 1 + 2 * len(STEPS) + 2 * 4
     res = sweep(REPO, tmp_path / "out", executor="inline", progress=False)
     assert 1 <= len(res.summary.done) < len(STEPS) and res.summary.failed
     for msg in res.summary.failed.values():

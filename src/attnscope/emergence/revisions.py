@@ -374,12 +374,17 @@ def _config_of(rev: Revision) -> dict | None:
     if rev.origin == "run log":
         return None
     if rev.origin == "hub":
-        from attnscope.sources.hub import HubRepo, _quiet_client
+        from huggingface_hub import get_token
+
+        from attnscope.sources.hub import HubRepo, _truthy
 
         repo_id, _, name = rev.spec.partition("@")
+        # pinned to the commit the branch list gave: the cached config.json, else one download of it
+        repo = HubRepo(repo_id, name, os.environ.get("HF_TOKEN") or get_token() or None, rev.commit, set(),
+                       online=not _truthy(os.environ.get("HF_HUB_OFFLINE")))
+        repo.files_known = False
         try:
-            with _quiet_client():
-                path = HubRepo.resolve(repo_id, name).fetch("config.json")
+            path = repo.fetch("config.json")
         except Exception:  # unreachable or gone: the revision fails in the sweep, one line, and resumes
             return None
     else:
