@@ -53,7 +53,7 @@ METRICS = ("symmetry", "directionality")
 OUTCOMES = ("formed", "inside the noise", "below min_change", "not scored")
 
 
-def step_noise(values: Sequence[float]) -> float:
+def step_noise(values: "Sequence[float] | np.ndarray") -> float:
     """Robust scale of a trajectory's successive differences: 1.4826 * median |d_i - median(d)|, d_i = v_{i+1} - v_i;
     NaN with fewer than :data:`MIN_DIFFERENCES` differences or a non-finite value."""
     v = np.asarray(values, dtype=float)

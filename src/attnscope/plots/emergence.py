@@ -122,11 +122,13 @@ def plot_layer_trajectories(table: "pd.DataFrame", title: str | None = None, *, 
         rows = heads if not heads.empty else layers
         what, level = ("median over heads", "head") if not heads.empty else ("layer form M_L", "layer")
     stacks = list(dict.fromkeys(rows["stack"])) or ["encoder"]
-    has_loss = loss is not None and len(loss) and loss.drop(columns="step").notna().any().any()
+    if loss is not None and not (len(loss) and loss.drop(columns="step").notna().any().any()):
+        loss = None  # nothing recorded: said under the figure
+    has_loss = loss is not None
     n_rows = len(stacks) + (1 if has_loss else 0)
     fig = figure_for(fig, figsize=(11, 3.4 * len(stacks) + (2.6 if has_loss else 0.4)))
     grid = fig.add_gridspec(n_rows, 2, height_ratios=[1.0] * len(stacks) + ([0.75] if has_loss else []))
-    steps = sorted(set(rows["step"].astype(float)) | (set(loss["step"].astype(float)) if has_loss else set()))
+    steps = sorted(set(rows["step"].astype(float)) | (set(loss["step"].astype(float)) if loss is not None else set()))
     marks = formed[(formed["level"] == "layer") & formed["formed_step"].notna()] if formed is not None and \
         level == "layer" and "level" in formed else None
     cmap = mpl.colormaps["viridis"]
@@ -166,8 +168,7 @@ def plot_layer_trajectories(table: "pd.DataFrame", title: str | None = None, *, 
                 else:
                     sm = mpl.cm.ScalarMappable(cmap=cmap, norm=mpl.colors.Normalize(0, n_layers - 1))
                     fig.colorbar(sm, ax=ax, label="layer")
-    if has_loss:  # under each score column, on its step axis: training loss left, held-out loss right
-        assert loss is not None
+    if loss is not None:  # under each score column, on its step axis: training loss left, held-out loss right
         for c, (col, label) in enumerate((("loss", "training loss (mean since the previous log)"),
                                           ("eval_loss", "held-out loss"))):
             ax = fig.add_subplot(grid[-1, c], sharex=first)
