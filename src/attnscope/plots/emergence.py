@@ -186,8 +186,8 @@ def plot_layer_trajectories(table: "pd.DataFrame", title: str | None = None, *, 
             ax.set_title(label, fontsize=10)
             ax.grid(alpha=0.25)
     else:
-        fig.text(0.01, 0.005, "no training loss recorded with this source (hub revisions carry none): no loss panel",
-                 fontsize=8, color="0.35")
+        fig.supxlabel("no training loss recorded with this source (a hub model's branches carry none; a checkpoint "
+                      "folder only with trainer_state.json): no loss panel", fontsize=8, color="0.35")
     name = title or (model_label(str(table["model"].iloc[0])) if len(table) else "")
     fig.suptitle(name, fontsize=11)
     fig.set_layout_engine("constrained")
