@@ -89,6 +89,10 @@ def test_an_unknown_stack_is_refused_before_any_work(runs, tmp_path, cli_inproc)
     with pytest.raises(InputError, match="stacks must be encoder, decoder, cross, not 'nosuch'"):
         sweep(str(one), tmp_path / "p", stacks="nosuch", executor="inline", progress=False)
     assert _no_store(tmp_path / "p")
+    # a known stack the model lacks: one line from its first checkpoint, not one failure per revision
+    code, _, err = cli_inproc("emergence", str(one), "--out", str(tmp_path / "q"), "--stack", "decoder")
+    assert code == 2 and err.strip().count("\n") == 0 and "no decoder stack (it has encoder)" in err, err
+    assert _no_store(tmp_path / "q")
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="bytes in file names: Linux file systems")

@@ -171,6 +171,30 @@ def check_stacks(stacks: str | Sequence[str] | None) -> list[str] | None:
     return sorted(set(given))
 
 
+def _check_stacks_present(revisions: Sequence[Revision], stacks: Sequence[str]) -> None:
+    """One line when the model (its first checkpoint; a sweep is one model) has none of ``stacks``: read from its
+    config and weight names, no tensor loaded. A checkpoint that cannot be opened is left to its scoring."""
+    from attnscope.families import get_family
+    from attnscope.sources import open_source
+
+    first = next((r for r in revisions if r.origin != "run log"), None)
+    if first is None:
+        return
+    try:
+        src = open_source(first.spec)
+    except Exception:  # unreadable: the sweep reports it for that revision, in one line
+        return
+    try:
+        have = {i.stack for i in get_family(src.config).stacks(src.config, src)}
+    except Exception:
+        return
+    finally:
+        src.close()
+    if not have & set(stacks):
+        raise InputError(f"stacks: the model has no {'/'.join(stacks)} stack (it has {', '.join(sorted(have))})",
+                         params="stacks")
+
+
 def plan(source: str, revisions: str | Sequence[str] = "all") -> tuple[str, list[Revision]]:
     """(kind, the chosen revisions in training order) of ``source``: nothing is scored."""
     from attnscope.errors import check_type
@@ -233,6 +257,8 @@ def sweep(
     out = check_writable(out_dir, "out_dir", directory=True)
     kind, planned = plan(source, revisions)
     chosen, skipped = check_one_model(planned, skip=bool(skip_mismatched))
+    if stacks is not None and kind != "hub":
+        _check_stacks_present(chosen, stacks)
     notes = []
     if capped:
         warn(capped, params="workers")
