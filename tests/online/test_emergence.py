@@ -220,7 +220,7 @@ def test_a_branch_of_another_architecture_is_refused_before_any_weights_are_read
     with HubServer({"org/mixed": repo}, max_requests=500, max_seconds=120) as server:
         monkeypatch.setenv("HF_ENDPOINT", server.url)
         out = tmp_path
-        with pytest.raises(InputError, match="revision step2 is another model than step0 .*width 48 vs 32, heads 2 vs 4"):
+        with pytest.raises(InputError, match="step2 is another model than step0 .*width 48 vs 32, heads 2 vs 4"):
             sweep("org/mixed", out / "a", executor="inline", progress=False)
         assert not [h for h in server.hits("GET", "/cdn/") if h.path.endswith(".safetensors")]  # no weights read
         with pytest.warns(AttnscopeWarning, match="skipped 1 revision"):

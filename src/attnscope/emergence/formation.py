@@ -15,8 +15,8 @@ default): with independent noise of standard deviation sigma at each checkpoint,
 change ``v_n - v_0`` have standard deviation sigma * sqrt(2), so with many revisions a trajectory of pure noise
 forms in about 5% of cases. ``c(n)`` widens the margin where few revisions make the noise itself uncertain
 (:data:`SMALL_SAMPLE`: 7.9 at 4 revisions, 1.4 at 10, 1.1 at 30, 1 from 500), calibrated so that pure noise
-forms in about 5% of trajectories at every n (tested). ``min_change`` (0.05 by default, in units of s or d) is a floor below which nothing forms however
-quiet the trajectory. A NaN value anywhere gives no formation either (an unscorable head is not said to form).
+forms in about 5% of trajectories at every n (tested). ``min_change`` (0.05 by default, in units of s or d)
+is a floor below which nothing forms however quiet the trajectory. A NaN value anywhere gives no formation either (an unscorable head is not said to form).
 
 Both directions count: a symmetric-init encoder whose s falls from 1 forms where it has fallen half way.
 :func:`judge` returns the step index with the noise, the margin and the outcome (:data:`OUTCOMES`).

@@ -118,7 +118,8 @@ function trajectory(){
   let last = -1e9;
   steps.forEach(st => { const x = px(st); if (x - last < 40) return; last = x;
     svg.appendChild(el('text', {x: x, y: H - B + 14, 'font-size': 11, 'text-anchor': 'middle'}, fmtStep(st))); });
-  svg.appendChild(el('text', {x: L + (W - L - R) / 2, y: H - 6, 'font-size': 12, 'text-anchor': 'middle'}, 'training step (log)'));
+  svg.appendChild(el('text', {x: L + (W - L - R) / 2, y: H - 6, 'font-size': 12, 'text-anchor': 'middle'},
+    'training step (log)'));
   for (let i = 0; i <= 4; i++) { const v = lo + (hi - lo) * i / 4;
     svg.appendChild(el('text', {x: L - 6, y: py(v) + 4, 'font-size': 11, 'text-anchor': 'end'}, v.toFixed(2))); }
   const now = px(steps[+slider.value]);
@@ -132,7 +133,8 @@ function trajectory(){
     svg.appendChild(el('text', {x: W - R + 42, y: T + 14 + 18 * k, 'font-size': 11}, q.label));
   });
   const cap = document.createElement('div'); cap.className = 'note';
-  cap.textContent = chosen.stack + ' layer ' + chosen.layer + ', head ' + chosen.head + ' over training (click another cell to follow it; dotted line: the step the slider picks)';
+  cap.textContent = chosen.stack + ' layer ' + chosen.layer + ', head ' + chosen.head +
+    ' over training (click another cell to follow it; dotted line: the step the slider picks)';
   host.appendChild(cap); host.appendChild(svg);
 }
 function draw(){ grids(); trajectory(); }

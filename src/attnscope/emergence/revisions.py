@@ -402,7 +402,8 @@ def differences(first: dict[str, object], other: dict[str, object]) -> list[str]
             and other[key] != first[key]]
 
 
-def check_one_model(revisions: Sequence[Revision], skip: bool = False) -> tuple[list[Revision], list[tuple[Revision, str]]]:
+def check_one_model(revisions: Sequence[Revision],
+                    skip: bool = False) -> tuple[list[Revision], list[tuple[Revision, str]]]:
     """(the revisions to sweep, [(revision, what differs)] left out). The first revision with a config sets
     the architecture; a later one that differs in any :data:`ARCHITECTURE` key is refused in one line naming
     it and the differences, or with ``skip`` left out and returned."""
@@ -458,7 +459,8 @@ def training_loss(source: str, kind: str) -> "pd.DataFrame | None":
                 rows.append(rec)
     elif kind == "folder":
         states = [(step, p / "trainer_state.json") for p in Path(source).expanduser().iterdir()
-                  if p.is_dir() and (step := parse_step(p.name)[0]) is not None and (p / "trainer_state.json").is_file()]
+                  if p.is_dir() and (step := parse_step(p.name)[0]) is not None
+                  and (p / "trainer_state.json").is_file()]
         if states:
             try:
                 history = json.loads(max(states)[1].read_text(encoding="utf-8")).get("log_history", [])

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from attnscope.errors import InputError
+from attnscope.errors import InputError, warn
 
 from .revisions import Revision, list_revisions, select_revisions, source_kind
 
@@ -47,8 +47,9 @@ SETTINGS_FILE = "emergence.json"
 class EmergenceResult:
     """``table``: the score records of every scored revision with ``revision``, ``step``, ``tokens``, in
     training order; ``revisions``: one row per chosen revision (step, tokens, commit, status, error,
-    bytes_read, shard_bytes, and the loss logged at its step where the source logs one); ``summary``: the run's :class:`~attnscope.runs.RunSummary`; ``info``: how it
-    was made (source, kind, settings)."""
+    bytes_read, shard_bytes, and the loss logged at its step where the source logs one); ``summary``: the
+    run's :class:`~attnscope.runs.RunSummary`; ``info``: how it was made (source, kind, settings, skipped
+    revisions, workers)."""
 
     table: "pd.DataFrame"
     revisions: "pd.DataFrame"
@@ -231,7 +232,8 @@ def sweep(
     behaviour: also run the atlas's probes at each revision (True, or a dict of :data:`.behaviour.DEFAULTS`
     options: probes, data, windows, length, random_windows, random_length, seed): ``<metric>_<probe>`` columns
     on the head rows. skip_mismatched: leave out (with one warning) the revisions whose architecture differs
-    from the first's instead of refusing the sweep. A revision that fails (hub down, revision gone) is recorded and the others go on; rerun to resume.
+    from the first's instead of refusing the sweep. A revision that fails (hub down, revision gone) is recorded
+    and the others go on; rerun to resume.
     """
     import math
 
@@ -241,7 +243,6 @@ def sweep(
     from attnscope.geometry.scoring import RECORD_COLUMNS, _check_levels
     from attnscope.naming import model_label
     from attnscope.runs import ResultsStore, Task, run_tasks
-    from attnscope.errors import warn
     from attnscope.tables import check_writable
     from attnscope.zoo.survey import _check_settings
 
