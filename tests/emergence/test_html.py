@@ -56,13 +56,23 @@ function node(tag){return {tag, attrs: {}, children: [], listeners: {}, textCont
   appendChild(c){this.children.push(c); return c;}};}
 const els = {'em-data': Object.assign(node('script'), {textContent: data}), 'em-step': Object.assign(node('input'), {value: '1'}),
   'em-metric': Object.assign(node('select'), {value: process.argv[3]}), 'em-label': node('span'), 'em-tip': node('div'),
-  'em-grids': node('div')};
-global.document = {getElementById: id => els[id], createElementNS: (ns, tag) => node(tag)};
+  'em-grids': node('div'), 'em-legend': node('div'), 'em-traj': node('div')};
+for (const k in els) { const e = els[k]; Object.defineProperty(e, 'innerHTML', {set(v){ e.children = []; }, get(){ return ''; }}); }
+global.document = {getElementById: id => els[id], createElementNS: (ns, tag) => node(tag), createElement: tag => node(tag)};
 eval(script);
-const svg = els['em-grids'].children[0]; const rects = svg.children.filter(c => c.tag === 'rect');
+const fig = els['em-grids'].children[0], svg = fig.children[1];
+const rects = svg.children.filter(c => c.tag === 'rect');
 rects[5].listeners['mousemove']({pageX: 1, pageY: 1});
+const tip = els['em-tip'].textContent;
+rects[5].listeners['click']();
+const traj = els['em-traj'].children[1], paths = traj.children.filter(c => c.tag === 'path');
+const texts = svg => svg.children.filter(c => c.tag === 'text').map(c => c.textContent);
 console.log(JSON.stringify({rects: rects.length, fills: rects.map(r => r.attrs.fill), label: els['em-label'].textContent,
-  tip: els['em-tip'].textContent}));
+  tip, caption: fig.children[0].textContent, width: +rects[0].attrs.width, axis: texts(svg),
+  legend: texts(els['em-legend'].children[0]), traj: els['em-traj'].children[0].textContent,
+  paths: paths.map(p => p.attrs.d.split('L').length), dashes: paths.map(p => p.attrs['stroke-dasharray']),
+  picked: els['em-grids'].children[0].children[1].children.filter(c => c.tag === 'rect')
+    .map(r => r.attrs['class']).indexOf('cell picked')}));
 """
 
 
@@ -81,3 +91,10 @@ def test_inline_script_draws_the_chosen_revision(tmp_path, metric):
     value = 0.12 if metric == "symmetry" else 0.3  # rect 5: layer 1, head 2 at revision 1
     assert got["tip"] == f"decoder L1H2\n{metric} = {value:.3f}"
     assert len(set(got["fills"])) > 1 or metric == "induction_random"
+    assert got["caption"] == f"decoder: {metric} at step 100" and got["width"] > 20  # a whole title, cells > 20 px
+    assert {"L0", "L1", "0", "1", "2", "head", "layer"} <= set(got["axis"])
+    assert got["legend"][:3] == (["-1", "0", "+1"] if metric == "symmetry" else ["0", "0.5", "1"])
+    # clicked: rect 5's head followed over the 3 revisions; s, d (+ the behaviour score), layer forms dashed
+    assert got["picked"] == 5 and got["traj"].startswith("decoder layer 1, head 2 over training")
+    assert got["paths"][0] == 3 and got["dashes"][:2] == ["", "5,4"]
+    assert len(got["paths"]) == (4 if metric == "symmetry" else 5)  # induction has no layer form

@@ -85,3 +85,26 @@ def test_log_spaced_properties(steps, n):
     if pos and n < len(revs) and n - (0 in steps) >= 2:
         assert min(pos) in {r.step for r in got}
     assert all(math.isfinite(r.step) for r in got)
+
+
+def test_training_loss_of_a_run_a_trainer_folder_and_a_hub_model(tmp_path):
+    import json
+
+    from attnscope.emergence.revisions import training_loss
+
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = [{"step": 0, "loss": 5.0, "eval_loss": 4.9}, {"step": 10, "loss": 4.0}, "torn{",
+             {"step": 20, "loss": 3.0, "eval_loss": 3.2}, {"step": 30, "lr": 0.1}]
+    (run / "metrics.jsonl").write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines))
+    got = training_loss(str(run), "run")
+    assert list(got["step"]) == [0, 10, 20] and list(got["loss"]) == [5.0, 4.0, 3.0]
+    assert got["eval_loss"].isna().tolist() == [False, True, False]
+    folder = tmp_path / "ckpts"
+    for step in (5, 10):
+        (folder / f"checkpoint-{step}").mkdir(parents=True)
+        history = [{"step": s, "loss": 6.0 - s / 10} for s in range(1, step + 1)] + [{"step": step, "eval_loss": 5.5}]
+        (folder / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    got = training_loss(str(folder), "folder")  # the last checkpoint's history, train and eval rows of a step merged
+    assert list(got["step"]) == list(range(1, 11)) and got.loc[got["step"] == 10, "eval_loss"].item() == 5.5
+    assert training_loss(str(tmp_path), "hub") is None and training_loss(str(tmp_path / "none"), "run") is None

@@ -130,3 +130,29 @@ def test_local_pool_gives_the_inline_table(run_dir, tmp_path):
 def test_cli_behaviour_options_need_behaviour(run_dir, tmp_path, cli_inproc):
     code, _, err = cli_inproc("emergence", str(run_dir), "--out", str(tmp_path / "o"), "--windows", "2")
     assert code == 2 and "--windows configure the probes of --behaviour" in err
+
+
+def test_cli_behaviour_lengths_formation_and_loss(run_dir, tmp_path, cli_inproc):
+    from attnscope.heads.probes import run_probes
+
+    out = tmp_path / "o"
+    code, stdout, err = cli_inproc("emergence", str(run_dir), "--out", str(out), "--executor", "inline",
+                                   "--revisions", "step-0,step-4,step-12", "--behaviour", "--probe", "random",
+                                   "--random-windows", "1", "--random-length", "5", "--n-boot", "50")
+    assert code == 0, err
+    table = pd.read_parquet(out / "emergence.parquet")
+    got = table[(table["revision"] == "step-12") & (table["level"] == "head")].sort_values(["layer", "head"])
+    ref = run_probes(str(run_dir / "checkpoints" / "step-12"), "random", random_windows_n=1, random_length=5)
+    np.testing.assert_allclose(got["previous_token_random"].to_numpy(float),
+                               ref.sort_values(["layer", "head"])["previous_token"].to_numpy(float))
+    formed = pd.read_csv(out / "formation.csv")
+    assert {"noise", "margin", "outcome"} <= set(formed.columns)
+    assert {"symmetry", "directionality", "induction_random", "previous_token_random"} <= set(formed["metric"])
+    assert set(formed["outcome"]) <= {"formed", "inside the noise", "below min_change", "not scored"}
+    assert "formation" in stdout
+    revs = pd.read_csv(out / "revisions.csv")
+    assert revs["loss"].notna().all() and revs["loss"].iloc[0] > 5  # the run's logged loss at every revision
+    settled = pd.read_csv(out / "settling.csv")
+    assert "few_units" in settled and settled["few_units"].all()  # 2 layers: never enough for an interval
+    code, _, err = cli_inproc("emergence", str(run_dir), "--out", str(tmp_path / "p"), "--length", "9")
+    assert code == 2 and "--length configure the probes of --behaviour" in err

@@ -106,7 +106,9 @@ def test_sweep_reads_only_qkv_by_range_and_equals_geometry_per_revision(neox_hub
 
 def test_a_hub_that_goes_down_mid_sweep_fails_those_revisions_and_a_rerun_completes(neox_hub, suite, tmp_path,
                                                                                     monkeypatch):
-    neox_hub.down_after = 1 + 2 * 4  # the branch list, then about two revisions' requests
+    # the branch list, each revision's config.json (one model: checked before any is scored, 2 requests each),
+    # then about two revisions' requests
+    neox_hub.down_after = 1 + 2 * len(STEPS) + 2 * 4
     res = sweep(REPO, tmp_path / "out", executor="inline", progress=False)
     assert 1 <= len(res.summary.done) < len(STEPS) and res.summary.failed
     for msg in res.summary.failed.values():
@@ -203,3 +205,25 @@ def test_offline_the_cached_branches_are_listed_and_a_finished_sweep_is_reused(n
     assert sorted(again.summary.skipped) == sorted(first.summary.done) and neox_hub.log == []
     pd_equal = again.table.reset_index(drop=True).equals(first.table.reset_index(drop=True))
     assert pd_equal
+
+
+def test_a_branch_of_another_architecture_is_refused_before_any_weights_are_read(online_env, monkeypatch, suite,
+                                                                                 tmp_path):
+    from online_repos import neox_repo
+
+    from attnscope.errors import AttnscopeWarning
+
+    revisions, trees = suite
+    revisions = {"step0": revisions["step0"], "step1": revisions["step1"], "step2": f"{99:040x}"}
+    trees = {**trees, revisions["step2"]: neox_repo(seed=9, d=48, n_heads=2)}  # wider, fewer heads
+    repo = Repo(trees[revisions["step2"]], sha=revisions["step2"], revisions=revisions, trees=trees)
+    with HubServer({"org/mixed": repo}, max_requests=500, max_seconds=120) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.url)
+        out = tmp_path
+        with pytest.raises(InputError, match="step2 is another model than step0 .*width 48 vs 32, heads 2 vs 4"):
+            sweep("org/mixed", out / "a", executor="inline", progress=False)
+        assert not [h for h in server.hits("GET", "/cdn/") if h.path.endswith(".safetensors")]  # no weights read
+        with pytest.warns(AttnscopeWarning, match="skipped 1 revision"):
+            res = sweep("org/mixed", out / "b", executor="inline", progress=False, skip_mismatched=True)
+        assert list(res.revisions["status"]) == ["scored", "scored", "skipped"]
+        assert set(res.table["revision"]) == {"step0", "step1"} and res.loss is None

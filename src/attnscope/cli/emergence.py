@@ -41,7 +41,12 @@ def emergence(
     fold_norms: bool = typer.Option(False, "--fold-norms", help="Fold q/k-norm gains (QK-norm models) into W_q, W_k."),
     fold_input_norm: bool = typer.Option(False, "--fold-input-norm", help="With --fold-norms: also the input-norm gain."),
     min_change: float = typer.Option(0.05, "--min-change", help="Formation: smallest |final - initial| of s or d that "
-                                     "counts (docs/emergence.md)."),
+                                     "counts, however quiet the trajectory (docs/emergence.md)."),
+    noise_factor: float = typer.Option(2.0, "--noise-factor", help="Formation: the change must also reach this many "
+                                       "times the trajectory's checkpoint-to-checkpoint noise (robust scale of its "
+                                       "successive differences); 0: min-change only."),
+    curves: str = typer.Option("layer-form", "--curves", help="emergence_layers.png: layer-form (the layer form M_L, "
+                               "the quantity of the tables) or head-median (the median over each layer's heads)."),
     keep_downloads: bool = typer.Option(False, "--keep-downloads", help="Keep each hub revision's downloads (q/k "
                                         "tensors; with --behaviour its files) in the cache (default: removed once "
                                         "the revision is scored)."),
@@ -51,11 +56,19 @@ def emergence(
     probe: str = typer.Option("both", "--probe", help="--behaviour: probes, both, random or text."),
     data: str = typer.Option("builtin", "--data", help="--behaviour: corpus of the text probe."),
     windows: int = typer.Option(4, "--windows", help="--behaviour: text-probe windows per revision."),
+    length: Optional[int] = typer.Option(None, "--length", help="--behaviour: text-probe window length in tokens "
+                                         "(default 256, or the model's max if shorter)."),
     random_windows: int = typer.Option(4, "--random-windows", help="--behaviour: random-probe sequences per revision."),
+    random_length: Optional[int] = typer.Option(None, "--random-length", help="--behaviour: random tokens per copy T "
+                                                "(window 2T+1; default 127, shortened for short models)."),
     n_boot: int = typer.Option(2000, "--n-boot", help="--behaviour: bootstrap resamples of the 95% interval."),
     seed: int = typer.Option(0, "--seed", help="--behaviour: seed of the random probe and the bootstrap."),
+    skip_mismatched: bool = typer.Option(False, "--skip-mismatched", help="Leave out (one warning, status skipped "
+                                         "in revisions.csv) checkpoints whose architecture differs from the first's; "
+                                         "default: refuse the sweep."),
     executor: str = typer.Option("local", "--executor", help="local (process pool), inline or slurm."),
-    workers: int = typer.Option(2, "--workers", help="Parallel worker processes (--executor local)."),
+    workers: int = typer.Option(2, "--workers", help="Parallel worker processes (--executor local; at most the "
+                                "CPUs this process may use)."),
     slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Slurm partition (--executor slurm)."),
     slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Minutes per Slurm job (--executor slurm)."),
     slurm_mem: Optional[float] = typer.Option(None, "--slurm-mem", help="Memory per Slurm job, GB (--executor slurm)."),
@@ -68,18 +81,23 @@ def emergence(
     positive(k, "--k", minimum=0, strict=True)
     positive(workers, "--workers")
     positive(min_change, "--min-change", minimum=0)
+    positive(noise_factor, "--noise-factor", minimum=0)
     if level not in ("head", "layer", "both"):
         raise InputError(f"--level must be head, layer or both, not {level!r}")
+    if curves not in ("layer-form", "head-median"):
+        raise InputError(f"--curves must be layer-form or head-median, not {curves!r}")
     slurm = slurm_options(executor, slurm_partition, slurm_time, slurm_mem)
     use_threads(threads)  # this process and, through OMP_NUM_THREADS, its pool workers
     probes = None
     if behaviour:
         from attnscope.emergence.behaviour import behaviour_options
 
-        probes = behaviour_options(probes=probe, data=data, windows=windows, random_windows=random_windows, seed=seed)
+        probes = behaviour_options(probes=probe, data=data, windows=windows, length=length,
+                                   random_windows=random_windows, random_length=random_length, seed=seed)
         positive(n_boot, "--n-boot")
     else:
-        _refuse_probe_options(probe, data, windows, random_windows, n_boot, seed)
+        _refuse_probe_options(probe=probe, data=data, windows=windows, length=length, random_windows=random_windows,
+                              random_length=random_length, n_boot=n_boot, seed=seed)
     if not list_only:
         if out is None:
             raise InputError("give --out DIR (the tables, figures and resumable store go there), or --list")
@@ -94,14 +112,18 @@ def emergence(
     levels = ("head", "layer") if level == "both" else (level,)
     res = sweep(source, out, revisions=revisions, k=k, levels=levels, stacks=stack,
                 fold_norms="all" if fold_input_norm else fold_norms, executor=executor, workers=workers, slurm=slurm,
-                progress=True, keep_downloads=keep_downloads, behaviour=probes or False)
+                progress=True, keep_downloads=keep_downloads, behaviour=probes or False, skip_mismatched=skip_mismatched)
     for note in res.info.get("notes", []):
         print(f"attnscope: note: {note}", file=sys.stderr)
-    formed = _formation(res, min_change)
-    settled = _settling(res, min_change, n_boot, seed) if behaviour else None
-    paths = _write_outputs(out, res, formed, settled)
+    formed = _formation(res, min_change, noise_factor)
+    settled = _settling(res, min_change, n_boot, seed, noise_factor) if behaviour else None
+    paths = _write_outputs(out, res, formed, settled, curves)
     if len(res.table):
         print_summary(res)
+    if formed is not None:
+        print_formation(formed)
+    if settled is not None:
+        print_settling(settled)
     failed = res.summary.failed
     for key, msg in failed.items():
         print(f"attnscope: warning: {key.split('@')[0]} failed: {msg}", file=sys.stderr)
@@ -113,28 +135,35 @@ def emergence(
         raise typer.Exit(1)
 
 
-def _formation(res: "EmergenceResult", min_change: float) -> "pd.DataFrame | None":
-    """Formation of every head (and layer form) when at least two revisions were scored."""
+def _formation(res: "EmergenceResult", min_change: float, noise_factor: float) -> "pd.DataFrame | None":
+    """Formation of every head's and layer form's s and d, and of every head's behaviour scores (--behaviour),
+    when at least two revisions were scored."""
     import pandas as pd
 
     from attnscope.emergence import formation
+    from attnscope.emergence.behaviour import behaviour_formation
 
     if res.table.empty or res.table["revision"].nunique() < 2:
         return None
-    parts = [formation(res.table, min_change=min_change, level=lv) for lv in ("head", "layer")
-             if (res.table["level"] == lv).any()]
+    parts = [formation(res.table, min_change=min_change, level=lv, noise_factor=noise_factor)
+             for lv in ("head", "layer") if (res.table["level"] == lv).any()]
+    beh = behaviour_formation(res.table, min_change, noise_factor)
+    if beh is not None:
+        parts.append(beh)
     return pd.concat(parts, ignore_index=True)
 
 
-def _refuse_probe_options(probe: str, data: str, windows: int, random_windows: int, n_boot: int, seed: int) -> None:
-    given = [flag for flag, value, default in (("--probe", probe, "both"), ("--data", data, "builtin"),
-                                               ("--windows", windows, 4), ("--random-windows", random_windows, 4),
-                                               ("--n-boot", n_boot, 2000), ("--seed", seed, 0)) if value != default]
+def _refuse_probe_options(**given_values: object) -> None:
+    """One line when a probe option was given without --behaviour (its value differs from the default)."""
+    defaults = {"probe": "both", "data": "builtin", "windows": 4, "length": None, "random_windows": 4,
+                "random_length": None, "n_boot": 2000, "seed": 0}
+    given = ["--" + name.replace("_", "-") for name, value in given_values.items() if value != defaults[name]]
     if given:
         raise InputError(f"{', '.join(given)} configure the probes of --behaviour; add --behaviour or leave them out")
 
 
-def _settling(res: "EmergenceResult", min_change: float, n_boot: int, seed: int) -> "pd.DataFrame | None":
+def _settling(res: "EmergenceResult", min_change: float, n_boot: int, seed: int,
+              noise_factor: float) -> "pd.DataFrame | None":
     from attnscope.atlas.build import behaviour_columns
     from attnscope.emergence.behaviour import settling
 
@@ -142,11 +171,11 @@ def _settling(res: "EmergenceResult", min_change: float, n_boot: int, seed: int)
     beh = behaviour_columns(res.table)
     if not beh or scored.dropna(subset=beh[:1])["revision"].nunique() < 2:
         return None
-    return settling(res.table, min_change=min_change, n_boot=n_boot, seed=seed)
+    return settling(res.table, min_change=min_change, n_boot=n_boot, seed=seed, noise_factor=noise_factor)
 
 
 def _write_outputs(out: Path, res: "EmergenceResult", formed: "pd.DataFrame | None",
-                   settled: "pd.DataFrame | None" = None) -> list[Path]:
+                   settled: "pd.DataFrame | None" = None, curves: str = "layer-form") -> list[Path]:
     """Every file of a sweep into ``out`` as one result (:func:`attnscope.outputs.write_result_set`: it replaces
     the previous sweep's files whole, listed in ``attnscope-manifest.json``): emergence.parquet/.csv (the table),
     revisions.csv, formation.csv, settling.csv (--behaviour), the figures and emergence.html. Every figure and
@@ -164,8 +193,7 @@ def _write_outputs(out: Path, res: "EmergenceResult", formed: "pd.DataFrame | No
             files["formation.csv"] = table_bytes(formed, "formation.csv")
         if settled is not None:
             files["settling.csv"] = table_bytes(settled, "settling.csv")
-        heads = formed[formed["level"] == "head"] if formed is not None else None
-        for name, fig in emergence_figures(res.table, heads):
+        for name, fig in emergence_figures(res.table, formed, loss=res.loss, curves=curves):
             files[name] = figure_bytes(fig, "png")
         if (res.table["level"] == "head").any():
             from attnscope.emergence.html import emergence_page
@@ -205,6 +233,49 @@ def _print_revisions(source: str, kind: str, chosen: list) -> None:
     rows = [[r.name, str(r.step), _tokens(r.tokens), r.origin] for r in chosen]
     print_table(console(stderr=False), f"{source}: {len(chosen)} revision(s) ({kind})", ["revision", "step", "tokens",
                                                                                            "from"], rows)
+
+
+_SHORT = {"symmetry": "s", "directionality": "d"}
+
+
+def print_formation(formed: "pd.DataFrame") -> None:
+    """Per stack, level and score (s, d; behaviour scores summed up in one row): how many trajectories formed,
+    how many changed but stayed inside their noise, the median step of those that formed (formation.csv has
+    every trajectory)."""
+    from ._common import console
+
+    kind = formed["metric"].map(lambda m: _SHORT.get(m, "behaviour"))
+    rows = []
+    for (stack, level, metric), grp in formed.assign(kind=kind).groupby(["stack", "level", "kind"], sort=False):
+        counts = grp["outcome"].value_counts()
+        steps = grp["formed_step"].dropna().astype(float)
+        rows.append([str(stack), str(level), str(metric), f"{counts.get('formed', 0)}/{len(grp)}",
+                     str(counts.get("inside the noise", 0)), f"{steps.median():.0f}" if len(steps) else "-"])
+    print_table(console(stderr=False), "formation: trajectories that formed (formation.csv)",
+                ["stack", "level", "score", "formed", "in noise", "median step"], rows)
+
+
+def print_settling(settled: "pd.DataFrame") -> None:
+    """The settling correlations that are defined, each with its interval and units, and one warning when any
+    interval rests on fewer than 5 layers."""
+    import math
+
+    from ._common import console
+
+    defined = settled[settled["rho"].notna()]
+    rows = [[_SHORT.get(r.x, str(r.x)), str(r.y), f"{r.rho:+.2f} [{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
+             if math.isfinite(r.ci_low) else f"{r.rho:+.2f}", f"{r.n}/{r.n_units}" + (" few" if r.few_units else ""),
+             f"{r.q_run:.2f}"] for r in defined.itertuples()]
+    if rows:
+        print_table(console(stderr=False), "settling: rho of formation steps, 95% CI over layers (settling.csv)",
+                    ["x", "behaviour", "rho [95% CI]", "heads/layers", "q"], rows)
+    few = defined[defined["few_units"]]
+    if len(few):
+        print(f"attnscope: warning: {len(few)} of {len(defined)} settling interval(s) rest on fewer than 5 layers "
+              f"(few_units in settling.csv): too few resampling units to trust the interval", file=sys.stderr)
+    elif defined.empty:
+        print("attnscope: note: no settling correlation is defined (a behaviour and its geometry formed together "
+              "in fewer than 3 heads)", file=sys.stderr)
 
 
 def print_summary(res: "EmergenceResult") -> None:

@@ -1,10 +1,12 @@
 """Emergence: W_qk geometry across a model's training checkpoints (hub revisions, run directories, folders).
 
 * :mod:`.revisions` -- a SOURCE's revisions (hub branches and tags, ``checkpoints/step-N``), their steps and
-  tokens, in training order; SPECs (``all``, names, globs, ``A:B``, ``log:N``)
+  tokens, in training order; SPECs (``all``, names, globs, ``A:B``, ``log:N``); one model (each revision's
+  architecture against the first's); the training loss the source recorded
 * :mod:`.sweep`     -- :func:`sweep`: every chosen revision scored through the results store (resumable;
   local pool or Slurm), hub revisions read by byte range
-* :mod:`.formation` -- the step at which a head forms (half of its change reached, and kept)
+* :mod:`.formation` -- the step at which a head forms (half of its change reached, and kept; a change inside
+  the trajectory's checkpoint-to-checkpoint noise never forms)
 * :mod:`.behaviour` -- the atlas's probes at a revision; when geometry settles against when behaviour appears
 * :mod:`.html`      -- the sweep as one self-contained page with a step slider
 

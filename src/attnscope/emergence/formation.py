@@ -3,11 +3,23 @@
 **The rule.** A trajectory is a score v_0, v_1, ..., v_n at the revisions in training order. With
 v_0 the first value and v_n the last, the change is ``v_n - v_0``. The head forms at the first revision i
 from which every later value has covered at least half of the change, i.e.
-``(v_j - v_0) * sign(v_n - v_0) >= |v_n - v_0| / 2`` for all j >= i, and stays there. A change smaller
-than ``min_change`` (0.05 by default, in units of s or d) is no formation: NaN. A NaN value anywhere in
-the trajectory gives NaN too (an unscorable head is not said to form).
+``(v_j - v_0) * sign(v_n - v_0) >= |v_n - v_0| / 2`` for all j >= i, and stays there.
+
+**Only a change beyond the noise forms.** The trajectory's own checkpoint-to-checkpoint noise is measured as
+a robust scale of its successive differences d_i = v_{i+1} - v_i: ``noise = 1.4826 * median |d_i - median(d)|``
+(the MAD, scaled to a standard deviation under normal noise; measured about the median difference, so a
+steady trend is not counted as noise and a single jump, a formation, barely moves it). It needs at least
+:data:`MIN_DIFFERENCES` differences (4 revisions); with fewer it is NaN and only ``min_change`` applies. The
+change must reach the **margin** ``max(min_change, noise_factor * c(n) * noise)`` (``noise_factor`` 2 by
+default): with independent noise of standard deviation sigma at each checkpoint, both a difference and the
+change ``v_n - v_0`` have standard deviation sigma * sqrt(2), so with many revisions a trajectory of pure noise
+forms in about 5% of cases. ``c(n)`` widens the margin where few revisions make the noise itself uncertain
+(:data:`SMALL_SAMPLE`: 7.9 at 4 revisions, 1.4 at 10, 1.1 at 30, 1 from 500), calibrated so that pure noise
+forms in about 5% of trajectories at every n (tested). ``min_change`` (0.05 by default, in units of s or d)
+is a floor below which nothing forms however quiet the trajectory. A NaN value anywhere gives no formation either (an unscorable head is not said to form).
 
 Both directions count: a symmetric-init encoder whose s falls from 1 forms where it has fallen half way.
+:func:`judge` returns the step index with the noise, the margin and the outcome (:data:`OUTCOMES`).
 """
 
 from __future__ import annotations
@@ -23,37 +35,92 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: smallest |final - initial| that counts as a formation (s and d live in [-1, 1])
 MIN_CHANGE = 0.05
+#: the change must reach this many times the trajectory's checkpoint-to-checkpoint noise
+NOISE_FACTOR = 2.0
+#: successive differences needed to measure the noise (4 revisions)
+MIN_DIFFERENCES = 3
+#: MAD -> standard deviation under normal noise
+_MAD_SCALE = 1.4826
+#: c(n), n revisions: the 95% quantile of |v_n - v_0| / noise over trajectories of independent normal noise,
+#: divided by 1.96 (its value for large n). Simulated once (numpy default_rng(2026), 100,000 trajectories per
+#: n up to 100, 30,000 beyond); between the listed n it is interpolated, beyond 500 it is 1.
+SMALL_SAMPLE = {4: 7.91, 5: 2.47, 6: 2.37, 7: 1.7, 8: 1.67, 9: 1.45, 10: 1.42, 11: 1.33, 12: 1.33, 13: 1.26,
+                14: 1.26, 15: 1.22, 16: 1.21, 17: 1.19, 18: 1.19, 19: 1.16, 20: 1.16, 21: 1.15, 22: 1.13, 23: 1.13,
+                24: 1.13, 25: 1.12, 26: 1.11, 27: 1.1, 28: 1.1, 29: 1.1, 30: 1.09, 40: 1.07, 50: 1.05, 60: 1.04,
+                80: 1.03, 100: 1.03, 150: 1.02, 200: 1.02, 300: 1.01, 500: 1.0}
 METRICS = ("symmetry", "directionality")
+#: what :func:`judge` says of a trajectory
+OUTCOMES = ("formed", "inside the noise", "below min_change", "not scored")
 
 
-def formation_index(values: Sequence[float], min_change: float = MIN_CHANGE) -> int | None:
-    """Index of the revision at which the trajectory ``values`` forms (module docstring), or None."""
+def step_noise(values: "Sequence[float] | np.ndarray") -> float:
+    """Robust scale of a trajectory's successive differences: 1.4826 * median |d_i - median(d)|, d_i = v_{i+1} - v_i;
+    NaN with fewer than :data:`MIN_DIFFERENCES` differences or a non-finite value."""
+    v = np.asarray(values, dtype=float)
+    if v.ndim != 1 or len(v) - 1 < MIN_DIFFERENCES or not np.isfinite(v).all():
+        return float("nan")
+    d = np.diff(v)  # [n - 1]
+    return float(_MAD_SCALE * np.median(np.abs(d - np.median(d))))
+
+
+def small_sample(n: int) -> float:
+    """c(n) of :data:`SMALL_SAMPLE` for a trajectory of ``n`` revisions (n >= 4)."""
+    ns = np.array(sorted(SMALL_SAMPLE), dtype=float)
+    return float(np.interp(n, ns, [SMALL_SAMPLE[int(k)] for k in ns], right=1.0))
+
+
+def _check_rule(min_change: float, noise_factor: float) -> None:
+    for name, value in (("min_change", min_change), ("noise_factor", noise_factor)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or not np.isfinite(value) or value < 0:
+            raise InputError(f"{name} must be a finite number >= 0, not {value!r}", params=name)
+
+
+def judge(values: Sequence[float], min_change: float = MIN_CHANGE,
+          noise_factor: float = NOISE_FACTOR) -> tuple[int | None, float, float, str]:
+    """(index of the revision at which ``values`` forms or None, its noise, the margin its change had to
+    reach, the outcome: one of :data:`OUTCOMES`). The rule: module docstring."""
     v = np.asarray(values, dtype=float)
     if v.ndim != 1 or len(v) < 2:
         raise InputError(f"values must be a trajectory of at least 2 revisions, got shape {v.shape}", params="values")
-    if not np.isfinite(min_change) or min_change < 0:
-        raise InputError(f"min_change must be a finite number >= 0, not {min_change}", params="min_change")
+    _check_rule(min_change, noise_factor)
+    noise = step_noise(v)
+    margin = max(float(min_change), noise_factor * small_sample(len(v)) * noise) if np.isfinite(noise) \
+        else float(min_change)
     if not np.isfinite(v).all():
-        return None
+        return None, noise, margin, "not scored"
     change = v[-1] - v[0]
-    if abs(change) < min_change or change == 0:
-        return None
+    if change == 0 or abs(change) < min_change:
+        return None, noise, margin, "below min_change"
+    if abs(change) < margin:
+        return None, noise, margin, "inside the noise"
     past = (v - v[0]) * np.sign(change) >= abs(change) / 2  # [n] at or beyond half way
     # the last index that is not past half way; formation is the one after it
     not_past = np.flatnonzero(~past)
-    return int(not_past[-1] + 1) if len(not_past) else 0
+    return (int(not_past[-1] + 1) if len(not_past) else 0), noise, margin, "formed"
+
+
+def formation_index(values: Sequence[float], min_change: float = MIN_CHANGE,
+                    noise_factor: float = NOISE_FACTOR) -> int | None:
+    """Index of the revision at which the trajectory ``values`` forms (module docstring), or None."""
+    return judge(values, min_change, noise_factor)[0]
 
 
 def formation(table: "pd.DataFrame", metrics: Sequence[str] = METRICS, min_change: float = MIN_CHANGE,
-              level: str = "head") -> "pd.DataFrame":
+              level: str = "head", noise_factor: float = NOISE_FACTOR) -> "pd.DataFrame":
     """Per head (``level="head"``) or layer form: initial, final value and the revision / step / tokens at
     which each of ``metrics`` forms. ``table``: an emergence table (``revision``, ``step``, ``tokens`` and
     the score record), in training order. Rows: model, stack, level, layer, head, metric, initial, final,
-    change, formed_revision, formed_step, formed_tokens (missing where nothing formed)."""
+    change, noise, margin, outcome, formed_revision, formed_step, formed_tokens (missing where nothing
+    formed). ``noise``: the trajectory's checkpoint-to-checkpoint noise; ``margin``: the change it had to
+    reach; ``outcome``: formed, inside the noise, below min_change or not scored (module docstring)."""
     import pandas as pd
 
     from attnscope.tables import check_table
 
+    _check_rule(min_change, noise_factor)
+    if level not in ("head", "layer"):
+        raise InputError(f"level must be head or layer, not {level!r}", params="level")
     check_table(table, ("model", "stack", "level", "layer", "head", "revision", "step", *metrics), "table",
                 "an emergence table (attnscope.emergence.sweep(...).table)")
     rows = table[table["level"] == level]
@@ -69,10 +136,12 @@ def formation(table: "pd.DataFrame", metrics: Sequence[str] = METRICS, min_chang
         base = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         for metric in metrics:
             vals = grp[metric].to_numpy(dtype=float)
-            idx = formation_index(vals, min_change) if len(vals) >= 2 else None
+            idx, noise, margin, outcome = judge(vals, min_change, noise_factor) if len(vals) >= 2 else \
+                (None, float("nan"), float(min_change), "not scored")
             rev = grp["revision"].iloc[idx] if idx is not None else None
             out.append({**base, "level": level, "metric": metric, "initial": vals[0], "final": vals[-1],
-                        "change": vals[-1] - vals[0], "formed_revision": rev,
+                        "change": vals[-1] - vals[0], "noise": noise, "margin": margin, "outcome": outcome,
+                        "formed_revision": rev,
                         "formed_step": axis.loc[rev, "step"] if rev is not None else None,
                         "formed_tokens": axis.loc[rev, "tokens"] if rev is not None and "tokens" in axis else None})
     df = pd.DataFrame(out)

@@ -1,9 +1,11 @@
 """The sweep as one self-contained HTML page: each stack's layer x head grid coloured by s, d (or a behaviour
-score) at the revision a step slider picks; hovering a cell shows the head and its value.
+score) at the revision a step slider picks, with a colour legend, head and layer labels and whole titles;
+hovering a cell shows the head and its value, clicking it draws the head's trajectory (s, d and the chosen
+score over every revision, the layer form M_L of its layer dashed, the slider's revision marked).
 
 In the atlas's style (:mod:`attnscope.atlas.html`): the values travel as JSON inside the page (rounded to
-3 decimals), a few lines of inline JavaScript draw SVG rectangles; no network, script, font or style is
-fetched at view time. ``attnscope emergence`` writes it as ``emergence.html``.
+3 decimals), a few lines of inline JavaScript draw SVG; no network, script, font or style is fetched at view
+time. ``attnscope emergence`` writes it as ``emergence.html``.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 _CSS = """
-body{font-family:system-ui,sans-serif;margin:24px;color:#1a1a2e;max-width:1150px}.note{color:#555;font-size:13px}
-svg{border:1px solid #ccc;background:#fff;margin:4px 12px 4px 0}#em-tip{position:absolute;display:none;
-background:#fffbe6;border:1px solid #aa8;padding:4px 6px;font-size:12px;pointer-events:none;white-space:pre}
-#em-step{width:520px}
+body{font-family:system-ui,sans-serif;margin:24px;color:#1a1a2e;max-width:1200px}.note{color:#555;font-size:13px}
+svg{background:#fff}#em-tip{position:absolute;display:none;background:#fffbe6;border:1px solid #aa8;padding:4px 6px;
+font-size:12px;pointer-events:none;white-space:pre}#em-step{width:520px;vertical-align:middle}
+figure{display:inline-block;margin:6px 18px 6px 0;vertical-align:top}figcaption{font-weight:600;font-size:14px;
+margin-bottom:4px}#em-traj{margin-top:10px}.cell{cursor:pointer}.picked{stroke:#000;stroke-width:2.5}
 """
 
 _JS = r"""
@@ -28,39 +31,113 @@ _JS = r"""
 const D = JSON.parse(document.getElementById('em-data').textContent);
 const slider = document.getElementById('em-step'), pick = document.getElementById('em-metric');
 const label = document.getElementById('em-label'), tip = document.getElementById('em-tip');
-const NS = 'http://www.w3.org/2000/svg', C = 22;
-function colour(v, signed){ if (v === null) return '#ddd';
+const NS = 'http://www.w3.org/2000/svg', LEFT = 44, TOP = 8;
+let chosen = {stack: D.stacks.length ? D.stacks[0].stack : null, layer: 0, head: 0};
+function colour(v, signed){ if (v === null || v === undefined) return '#ddd';
   if (signed) { const t = Math.max(-1, Math.min(1, v)); const a = Math.abs(t);
     return t >= 0 ? 'rgb(' + 255 + ',' + Math.round(255 - 190 * a) + ',' + Math.round(255 - 200 * a) + ')'
                   : 'rgb(' + Math.round(255 - 200 * a) + ',' + Math.round(255 - 150 * a) + ',255)'; }
   const t = Math.max(0, Math.min(1, v)); return 'hsl(' + Math.round(270 - 210 * t) + ',70%,' + Math.round(25 + 40 * t) + '%)'; }
-function draw(){
+function el(tag, attrs, text){ const e = document.createElementNS(NS, tag);
+  for (const k in attrs) e.setAttribute(k, attrs[k]); if (text !== undefined) e.textContent = text; return e; }
+function fmtStep(s){ return s >= 1e6 ? +(s / 1e6).toPrecision(3) + 'M' : s >= 1e3 ? +(s / 1e3).toPrecision(3) + 'k' : '' + s; }
+function legend(m){
+  const signed = D.signed[m], svg = el('svg', {width: 330, height: 44}), id = 'em-grad-' + (signed ? 's' : 'u');
+  const defs = el('defs', {}), grad = el('linearGradient', {id: id});
+  for (let i = 0; i <= 10; i++) { const v = signed ? -1 + i / 5 : i / 10;
+    grad.appendChild(el('stop', {offset: (10 * i) + '%', 'stop-color': colour(v, signed)})); }
+  defs.appendChild(grad); svg.appendChild(defs);
+  svg.appendChild(el('rect', {x: 10, y: 4, width: 220, height: 14, fill: 'url(#' + id + ')', stroke: '#999'}));
+  const ticks = signed ? [-1, 0, 1] : [0, 0.5, 1];
+  ticks.forEach((v, i) => svg.appendChild(el('text', {x: 10 + 110 * i, y: 34, 'font-size': 11, 'text-anchor': 'middle'},
+    (signed && v > 0 ? '+' : '') + v)));
+  svg.appendChild(el('rect', {x: 250, y: 4, width: 14, height: 14, fill: '#ddd', stroke: '#999'}));
+  svg.appendChild(el('text', {x: 270, y: 16, 'font-size': 11}, 'not scored'));
+  return svg;
+}
+function grids(){
   const r = +slider.value, m = pick.value, rev = D.revisions[r];
   label.textContent = rev.name + ' (step ' + rev.step + (rev.tokens === null ? '' : ', ' + rev.tokens + ' tokens') + ')';
   const host = document.getElementById('em-grids'); host.innerHTML = '';
   for (const s of D.stacks) {
-    const vals = (D.values[m][s.stack] || [])[r] || [];
-    const svg = document.createElementNS(NS, 'svg');
-    svg.setAttribute('width', 60 + C * s.heads); svg.setAttribute('height', 40 + C * s.layers);
-    const title = document.createElementNS(NS, 'text'); title.setAttribute('x', 4); title.setAttribute('y', 14);
-    title.textContent = s.stack + ': ' + m; svg.appendChild(title);
+    const vals = (D.values[m][s.stack] || [])[r] || [], C = Math.max(26, Math.min(44, Math.floor(720 / s.heads)));
+    const fig = document.createElement('figure'), cap = document.createElement('figcaption');
+    cap.textContent = s.stack + ': ' + m + ' at step ' + rev.step; fig.appendChild(cap);
+    const svg = el('svg', {width: LEFT + C * s.heads + 10, height: TOP + C * s.layers + 40});
     for (let l = 0; l < s.layers; l++) for (let h = 0; h < s.heads; h++) {
       const v = vals.length ? vals[l * s.heads + h] : null;
-      const rect = document.createElementNS(NS, 'rect');
-      rect.setAttribute('x', 40 + C * h); rect.setAttribute('y', 24 + C * (s.layers - 1 - l));
-      rect.setAttribute('width', C - 2); rect.setAttribute('height', C - 2);
-      rect.setAttribute('fill', colour(v, D.signed[m]));
+      const picked = chosen.stack === s.stack && chosen.layer === l && chosen.head === h;
+      const rect = el('rect', {x: LEFT + C * h, y: TOP + C * (s.layers - 1 - l), width: C - 2, height: C - 2,
+        fill: colour(v, D.signed[m]), 'class': 'cell' + (picked ? ' picked' : '')});
       rect.addEventListener('mousemove', e => { tip.style.display = 'block'; tip.style.left = (e.pageX + 12) + 'px';
         tip.style.top = (e.pageY + 12) + 'px';
         tip.textContent = s.stack + ' L' + l + 'H' + h + '\n' + m + ' = ' + (v === null ? 'n/a' : v.toFixed(3)); });
       rect.addEventListener('mouseleave', () => { tip.style.display = 'none'; });
+      rect.addEventListener('click', () => { chosen = {stack: s.stack, layer: l, head: h}; draw(); });
       svg.appendChild(rect);
     }
-    for (let l = 0; l < s.layers; l++) { const t = document.createElementNS(NS, 'text'); t.setAttribute('x', 4);
-      t.setAttribute('y', 38 + C * (s.layers - 1 - l)); t.setAttribute('font-size', 11); t.textContent = 'L' + l; svg.appendChild(t); }
-    host.appendChild(svg);
+    for (let l = 0; l < s.layers; l++) svg.appendChild(el('text', {x: LEFT - 6, y: TOP + C * (s.layers - 1 - l) + C / 2 + 4,
+      'font-size': 11, 'text-anchor': 'end'}, 'L' + l));
+    const every = Math.ceil(s.heads / 16);
+    for (let h = 0; h < s.heads; h += every) svg.appendChild(el('text', {x: LEFT + C * h + C / 2 - 1,
+      y: TOP + C * s.layers + 13, 'font-size': 11, 'text-anchor': 'middle'}, '' + h));
+    svg.appendChild(el('text', {x: LEFT + C * s.heads / 2, y: TOP + C * s.layers + 32, 'font-size': 12,
+      'text-anchor': 'middle'}, 'head'));
+    svg.appendChild(el('text', {x: 12, y: TOP + C * s.layers / 2, 'font-size': 12, 'text-anchor': 'middle',
+      transform: 'rotate(-90 12 ' + (TOP + C * s.layers / 2) + ')'}, 'layer'));
+    fig.appendChild(svg); host.appendChild(fig);
   }
+  const leg = document.getElementById('em-legend'); leg.innerHTML = ''; leg.appendChild(legend(m));
 }
+function trajectory(){
+  const host = document.getElementById('em-traj'); host.innerHTML = '';
+  if (chosen.stack === null) return;
+  const s = D.stacks.find(x => x.stack === chosen.stack), at = chosen.layer * s.heads + chosen.head;
+  const m = pick.value, names = ['symmetry', 'directionality'].concat(D.signed[m] ? [] : [m]);
+  const hues = {symmetry: '#c0392b', directionality: '#2060c0'}, series = [];
+  for (const name of names) {
+    const col = hues[name] || '#2a9d4a';
+    series.push({label: name + ' (L' + chosen.layer + 'H' + chosen.head + ')', colour: col, dash: '',
+                 ys: D.revisions.map((_, i) => ((D.values[name][s.stack] || [])[i] || [])[at])});
+    const lay = (D.layers[name] || {})[s.stack];
+    if (lay) series.push({label: name + ' (layer form M_L of L' + chosen.layer + ')', colour: col, dash: '5,4',
+                          ys: D.revisions.map((_, i) => (lay[i] || [])[chosen.layer])});
+  }
+  const W = 760, H = 260, L = 56, R = 250, T = 14, B = 40, steps = D.revisions.map(r => r.step || 0);
+  const pos = steps.filter(x => x > 0), lin = pos.length ? Math.min.apply(null, pos) : 1;
+  const X = st => st < lin ? 0.5 * st / lin : 0.5 + Math.log10(st / lin);
+  const xmax = Math.max(X(Math.max.apply(null, steps)), 1e-9);
+  const px = st => L + (W - L - R) * X(st) / xmax;
+  const all = [].concat.apply([], series.map(q => q.ys)).filter(v => v !== null && v !== undefined);
+  let lo = Math.min.apply(null, all.concat([0])), hi = Math.max.apply(null, all.concat([0]));
+  const pad = (hi - lo) * 0.08 || 0.05; lo -= pad; hi += pad;
+  const py = v => T + (H - T - B) * (hi - v) / (hi - lo);
+  const svg = el('svg', {width: W, height: H});
+  svg.appendChild(el('rect', {x: L, y: T, width: W - L - R, height: H - T - B, fill: 'none', stroke: '#bbb'}));
+  svg.appendChild(el('line', {x1: L, x2: W - R, y1: py(0), y2: py(0), stroke: '#aaa'}));
+  let last = -1e9;
+  steps.forEach(st => { const x = px(st); if (x - last < 40) return; last = x;
+    svg.appendChild(el('text', {x: x, y: H - B + 14, 'font-size': 11, 'text-anchor': 'middle'}, fmtStep(st))); });
+  svg.appendChild(el('text', {x: L + (W - L - R) / 2, y: H - 6, 'font-size': 12, 'text-anchor': 'middle'},
+    'training step (log)'));
+  for (let i = 0; i <= 4; i++) { const v = lo + (hi - lo) * i / 4;
+    svg.appendChild(el('text', {x: L - 6, y: py(v) + 4, 'font-size': 11, 'text-anchor': 'end'}, v.toFixed(2))); }
+  const now = px(steps[+slider.value]);
+  svg.appendChild(el('line', {x1: now, x2: now, y1: T, y2: H - B, stroke: '#888', 'stroke-dasharray': '2,3'}));
+  series.forEach((q, k) => {
+    let d = ''; q.ys.forEach((v, i) => { if (v === null || v === undefined) return;
+      d += (d ? 'L' : 'M') + px(steps[i]).toFixed(1) + ',' + py(v).toFixed(1); });
+    if (d) svg.appendChild(el('path', {d: d, fill: 'none', stroke: q.colour, 'stroke-width': 2, 'stroke-dasharray': q.dash}));
+    svg.appendChild(el('line', {x1: W - R + 12, x2: W - R + 36, y1: T + 10 + 18 * k, y2: T + 10 + 18 * k, stroke: q.colour,
+      'stroke-width': 2, 'stroke-dasharray': q.dash}));
+    svg.appendChild(el('text', {x: W - R + 42, y: T + 14 + 18 * k, 'font-size': 11}, q.label));
+  });
+  const cap = document.createElement('div'); cap.className = 'note';
+  cap.textContent = chosen.stack + ' layer ' + chosen.layer + ', head ' + chosen.head +
+    ' over training (click another cell to follow it; dotted line: the step the slider picks)';
+  host.appendChild(cap); host.appendChild(svg);
+}
+function draw(){ grids(); trajectory(); }
 slider.addEventListener('input', draw); pick.addEventListener('change', draw); draw();
 })();
 """
@@ -80,8 +157,9 @@ def _int_or_none(v: Any) -> int | None:
 
 
 def page_payload(table: "pd.DataFrame", metrics: list[str]) -> dict[str, Any]:
-    """What the page draws: revisions in order, each stack's shape, and per metric and stack a
-    [revisions][layer * heads + head] list of values (None where missing)."""
+    """What the page draws: revisions in order, each stack's shape, per metric and stack a
+    [revisions][layer * heads + head] list of values (None where missing), and ``layers``: per metric the table
+    holds layer rows of and stack, the layer form M_L as [revisions][layer]."""
     heads = table[table["level"] == "head"]
     revs = list(dict.fromkeys(table["revision"]))
     axis = table.drop_duplicates("revision").set_index("revision")
@@ -96,10 +174,22 @@ def page_payload(table: "pd.DataFrame", metrics: list[str]) -> dict[str, Any]:
             for rev, layer, head, v in zip(grp["revision"], grp["layer"], grp["head"], grp[m]):
                 grid[at[rev]][int(layer) * n_h + int(head)] = _num(v)
             values[m][str(stack)] = grid
+    layer_values: dict[str, dict[str, list[list[float | None]]]] = {}
+    layer_rows = table[table["level"] == "layer"]
+    for m in metrics:
+        for stack, grp in layer_rows.groupby("stack", sort=False):
+            if not grp[m].notna().any():
+                continue
+            n_l = int(grp["layer"].max()) + 1
+            lgrid: list[list[float | None]] = [[None] * n_l for _ in revs]
+            at = {r: i for i, r in enumerate(revs)}
+            for rev, layer, v in zip(grp["revision"], grp["layer"], grp[m]):
+                lgrid[at[rev]][int(layer)] = _num(v)
+            layer_values.setdefault(m, {})[str(stack)] = lgrid
     signed = {m: m in ("symmetry", "directionality") for m in metrics}
     return {"revisions": [{"name": str(r), "step": _int_or_none(axis.loc[r, "step"]),
                            "tokens": _int_or_none(axis.loc[r, "tokens"]) if "tokens" in axis else None} for r in revs],
-            "stacks": stacks, "values": values, "signed": signed}
+            "stacks": stacks, "values": values, "layers": layer_values, "signed": signed}
 
 
 def emergence_page(table: "pd.DataFrame", title: str | None = None) -> str:
@@ -117,10 +207,13 @@ def emergence_page(table: "pd.DataFrame", title: str | None = None) -> str:
     n = max(table["revision"].nunique() - 1, 0)
     options = "".join(f'<option value="{html.escape(m)}">{html.escape(m)}</option>' for m in metrics)
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{name}: emergence</title><style>{_CSS}</style>"
-            f"</head><body><h1>{name}</h1><p class='note'>W_qk geometry of every head at each revision (step); "
-            "symmetry and directionality from -1 (blue) to +1 (red), behaviour scores 0 (purple) to 1 (yellow); grey: "
-            "not scored at that revision.</p>"
-            f"<p><label>metric <select id='em-metric'>{options}</select></label> "
-            f"<input type='range' id='em-step' min='0' max='{n}' value='{n}' step='1'> <span id='em-label'></span></p>"
-            f"<div id='em-grids'></div><div id='em-tip'></div>"
+            f"</head><body><h1>{name}: W_qk geometry over training</h1><p class='note'>Every head's score at the "
+            "revision the slider picks, one layer x head grid per stack (layer 0 at the bottom). Symmetry s and "
+            "directionality d run from -1 (blue) through 0 (white) to +1 (red); behaviour scores from 0 (purple) "
+            "to 1 (yellow); grey: not scored at that revision. Hover a cell for its value; click it to follow "
+            "that head over training below.</p>"
+            f"<p><label>score <select id='em-metric'>{options}</select></label> "
+            f"<label>revision <input type='range' id='em-step' min='0' max='{n}' value='{n}' step='1'></label> "
+            "<span id='em-label'></span></p><div id='em-legend'></div>"
+            f"<div id='em-grids'></div><div id='em-traj'></div><div id='em-tip'></div>"
             f"<script type='application/json' id='em-data'>{data}</script><script>{_JS}</script></body></html>")

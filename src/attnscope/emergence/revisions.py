@@ -13,7 +13,9 @@ Three kinds of SOURCE have a history:
 
 :func:`parse_step` reads step and tokens from a name; :func:`list_revisions` lists a SOURCE's revisions
 in training order; :func:`select_revisions` applies a SPEC (``all``, names, globs, step ranges
-``A:B``, ``log:N``). Nothing here reads weights.
+``A:B``, ``log:N``). :func:`check_one_model` reads each chosen revision's ``config.json`` (never its weights)
+and refuses, or with ``skip`` leaves out, a revision whose architecture differs from the first's: a sweep is
+one model.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from attnscope.errors import InputError, OfflineError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
 
 #: a step in a revision name: ``step1000``, ``step-1000``, ``step_1000``, ``global_step1000``, ``checkpoint-500``
 _STEP = re.compile(r"(?:^|[^a-z0-9])(?:global_)?(?:step|checkpoint)[-_]?(\d+)(?![0-9])", re.IGNORECASE)
@@ -95,8 +100,21 @@ def order(revisions: Sequence[Revision]) -> list[Revision]:
 # --------------------------------------------------------------------------- listing
 
 
+def check_utf8_path(path: str | Path, what: str, param: str) -> None:
+    """One line when ``path`` holds bytes that are not UTF-8 (a folder named on another system's encoding):
+    the store, the manifest and the weight readers all need its name as text."""
+    text = str(path)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raw = os.fsencode(text)
+        raise InputError(f"{what} {raw!r}: the name is not valid UTF-8; rename it, or link it under a UTF-8 name "
+                         f"(ln -s), and give that", params=param) from None
+
+
 def source_kind(source: str) -> str:
     """``run`` (an attnscope run directory), ``folder`` (checkpoint folders named by step) or ``hub``."""
+    check_utf8_path(source, "source", "source")
     path = Path(source).expanduser()
     if path.is_dir():
         if (path / "checkpoints").is_dir():
@@ -319,3 +337,143 @@ def select_revisions(revisions: Sequence[Revision], spec: str | Sequence[str] = 
     if not chosen:
         raise InputError(f"revisions {spec}: selects no revision", params="revisions")
     return chosen
+
+
+# --------------------------------------------------------------------------- one model
+
+#: what makes two checkpoints the same model, each read under the names the common config.json forms use
+ARCHITECTURE = {
+    "family": ("model_type",),
+    "layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
+    "decoder layers": ("num_decoder_layers",),
+    "width": ("hidden_size", "n_embd", "d_model"),
+    "heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
+    "kv heads": ("num_key_value_heads", "n_kv_heads", "num_kv_heads"),
+    "head size": ("head_dim", "d_head", "d_kv"),
+    "attention": ("attn_pattern",),
+}
+
+
+def architecture(config: dict) -> dict[str, object]:
+    """The architecture a ``config.json`` describes (:data:`ARCHITECTURE`'s keys; a multimodal model's
+    ``text_config`` where the top level has no layer count); keys the config does not hold are left out."""
+    if not any(k in config for k in ARCHITECTURE["layers"]) and isinstance(config.get("text_config"), dict):
+        config = {**config["text_config"], "model_type": config.get("model_type")}
+    out: dict[str, object] = {}
+    for key, names in ARCHITECTURE.items():
+        for name in names:
+            if name in config:
+                out[key] = config[name]
+                break
+    return out
+
+
+def _config_of(rev: Revision) -> dict | None:
+    """A revision's config.json as a dict; None for a run's logged step 0 (no checkpoint: the run's own model)
+    and for a hub revision whose config cannot be fetched now (its scoring reports why)."""
+    if rev.origin == "run log":
+        return None
+    if rev.origin == "hub":
+        from huggingface_hub import get_token
+
+        from attnscope.sources.hub import HubRepo, _truthy
+
+        repo_id, _, name = rev.spec.partition("@")
+        # pinned to the commit the branch list gave: the cached config.json, else one download of it
+        repo = HubRepo(repo_id, name, os.environ.get("HF_TOKEN") or get_token() or None, rev.commit, set(),
+                       online=not _truthy(os.environ.get("HF_HUB_OFFLINE")))
+        repo.files_known = False
+        try:
+            path = repo.fetch("config.json")
+        except Exception:  # unreachable or gone: the revision fails in the sweep, one line, and resumes
+            return None
+    else:
+        path = Path(rev.spec) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{rev.name}: cannot read its config.json ({type(exc).__name__}: {exc})") from None
+    return config if isinstance(config, dict) else {}
+
+
+def differences(first: dict[str, object], other: dict[str, object]) -> list[str]:
+    """``"width 48 vs 32"`` for every architecture key both hold with different values."""
+    return [f"{key} {other[key]} vs {first[key]}" for key in ARCHITECTURE if key in first and key in other
+            and other[key] != first[key]]
+
+
+def check_one_model(revisions: Sequence[Revision],
+                    skip: bool = False) -> tuple[list[Revision], list[tuple[Revision, str]]]:
+    """(the revisions to sweep, [(revision, what differs)] left out). The first revision with a config sets
+    the architecture; a later one that differs in any :data:`ARCHITECTURE` key is refused in one line naming
+    it and the differences, or with ``skip`` left out and returned."""
+    first: tuple[Revision, dict[str, object]] | None = None
+    kept: list[Revision] = []
+    skipped: list[tuple[Revision, str]] = []
+    for rev in revisions:
+        config = _config_of(rev)
+        if config is None:
+            kept.append(rev)
+            continue
+        arch = architecture(config)
+        if first is None:
+            first = (rev, arch)
+            kept.append(rev)
+            continue
+        diff = differences(first[1], arch)
+        if not diff:
+            kept.append(rev)
+            continue
+        why = ", ".join(diff)
+        if not skip:
+            raise InputError(f"revision {rev.name} is another model than {first[0].name} ({why}): a sweep is one "
+                             "model; leave it out with --revisions, or skip such revisions with --skip-mismatched",
+                             params="skip_mismatched")
+        skipped.append((rev, why))
+    return kept, skipped
+
+
+# --------------------------------------------------------------------------- the loss beside the scores
+
+#: the losses a loss table may hold, as the trainer logs them
+LOSSES = ("loss", "eval_loss")
+
+
+def training_loss(source: str, kind: str) -> "pd.DataFrame | None":
+    """The training (and held-out) loss a SOURCE recorded, as a table ``step, loss, eval_loss``: an ``attnscope
+    train`` run's ``metrics.jsonl`` (loss: the mean over the steps since the last log line), a Hugging Face
+    Trainer folder's last ``trainer_state.json`` (``log_history``); None where nothing is recorded (a hub
+    model's branches carry no loss)."""
+    import pandas as pd
+
+    rows: list[dict] = []
+    if kind == "run":
+        path = Path(source).expanduser() / "metrics.jsonl"
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict) and isinstance(rec.get("step"), int):
+                rows.append(rec)
+    elif kind == "folder":
+        states = [(step, p / "trainer_state.json") for p in Path(source).expanduser().iterdir()
+                  if p.is_dir() and (step := parse_step(p.name)[0]) is not None
+                  and (p / "trainer_state.json").is_file()]
+        if states:
+            try:
+                history = json.loads(max(states)[1].read_text(encoding="utf-8")).get("log_history", [])
+            except (OSError, ValueError, AttributeError):
+                history = []
+            rows = [r for r in history if isinstance(r, dict) and isinstance(r.get("step"), int)]
+    found = [{"step": r["step"], **{k: float(r[k]) for k in LOSSES if isinstance(r.get(k), (int, float))}}
+             for r in rows]
+    found = [r for r in found if len(r) > 1]
+    if not found:
+        return None
+    table = pd.DataFrame(found).groupby("step", as_index=False).last().sort_values("step", ignore_index=True)
+    for col in LOSSES:
+        if col not in table:
+            table[col] = float("nan")
+    return table[["step", *LOSSES]]

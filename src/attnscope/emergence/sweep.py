@@ -12,6 +12,12 @@ Hub revisions are read by byte range (q and k tensors only; the fused q|k|v tens
 and the tensors of a revision are removed from the cache once it is scored unless ``keep_downloads``:
 the disk holds one revision's q/k at a time. Each revision's bytes received and the size of the weight
 files they came from are reported in :attr:`EmergenceResult.revisions`.
+
+Every input is checked before the first revision is scored, in this order: the settings (k, levels, stacks
+by name, workers), the output folder, the revisions, then each chosen revision's ``config.json`` against the
+first's (:func:`.revisions.check_one_model`: a sweep is one model; ``skip_mismatched`` leaves the others out,
+listed in one warning and in ``revisions`` with status ``skipped``). ``workers`` beyond the CPUs this process
+may use is capped there, with one warning.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
-from attnscope.errors import InputError
+from attnscope.errors import InputError, warn
 
 from .revisions import Revision, list_revisions, select_revisions, source_kind
 
@@ -41,13 +47,16 @@ SETTINGS_FILE = "emergence.json"
 class EmergenceResult:
     """``table``: the score records of every scored revision with ``revision``, ``step``, ``tokens``, in
     training order; ``revisions``: one row per chosen revision (step, tokens, commit, status, error,
-    bytes_read, shard_bytes); ``summary``: the run's :class:`~attnscope.runs.RunSummary`; ``info``: how it
-    was made (source, kind, settings)."""
+    bytes_read, shard_bytes, and the loss logged at its step where the source logs one); ``summary``: the
+    run's :class:`~attnscope.runs.RunSummary`; ``info``: how it was made (source, kind, settings, skipped
+    revisions, workers)."""
 
     table: "pd.DataFrame"
     revisions: "pd.DataFrame"
     summary: "RunSummary"
     info: dict[str, Any]
+    #: the training loss the source recorded (step, loss, eval_loss; :func:`.revisions.training_loss`), or None
+    loss: "pd.DataFrame | None" = None
 
 
 def score_revision(payload: dict[str, Any]) -> "pd.DataFrame":
@@ -136,6 +145,57 @@ def _canonical_source(source: str, kind: str) -> str:
     return source.removeprefix("hub:") if kind == "hub" else str(Path(source).expanduser().resolve())
 
 
+def cap_workers(workers: int, executor: str = "local") -> tuple[int, str | None]:
+    """(the worker processes to start, a one-line note when ``workers`` was more than the CPUs this process
+    may use and was capped there; None otherwise). Only the local pool starts processes here."""
+    from attnscope.threads import available_cpus
+
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InputError(f"workers must be a positive integer, not {workers!r}", params="workers")
+    cpus = available_cpus()
+    if executor != "local" or workers <= cpus:
+        return workers, None
+    return cpus, f"workers {workers:,} capped at the {cpus} CPU(s) this process may use"
+
+
+def check_stacks(stacks: str | Sequence[str] | None) -> list[str] | None:
+    """``stacks`` as a sorted list of known stack names (None: all), or one line naming the unknown ones."""
+    from attnscope.families.base import STACKS
+
+    if stacks is None:
+        return None
+    given = [stacks] if isinstance(stacks, str) else list(stacks)
+    bad = [s for s in given if not isinstance(s, str) or s not in STACKS]
+    if bad or not given:
+        raise InputError(f"stacks must be {', '.join(STACKS)}, not {', '.join(map(repr, bad)) or 'none'}",
+                         params="stacks")
+    return sorted(set(given))
+
+
+def _check_stacks_present(revisions: Sequence[Revision], stacks: Sequence[str]) -> None:
+    """One line when the model (its first checkpoint; a sweep is one model) has none of ``stacks``: read from its
+    config and weight names, no tensor loaded. A checkpoint that cannot be opened is left to its scoring."""
+    from attnscope.families import get_family
+    from attnscope.sources import open_source
+
+    first = next((r for r in revisions if r.origin != "run log"), None)
+    if first is None:
+        return
+    try:
+        src = open_source(first.spec)
+    except Exception:  # unreadable: the sweep reports it for that revision, in one line
+        return
+    try:
+        have = {i.stack for i in get_family(src.config).stacks(src.config, src)}
+    except Exception:
+        return
+    finally:
+        src.close()
+    if not have & set(stacks):
+        raise InputError(f"stacks: the model has no {'/'.join(stacks)} stack (it has {', '.join(sorted(have))})",
+                         params="stacks")
+
+
 def plan(source: str, revisions: str | Sequence[str] = "all") -> tuple[str, list[Revision]]:
     """(kind, the chosen revisions in training order) of ``source``: nothing is scored."""
     from attnscope.errors import check_type
@@ -161,6 +221,7 @@ def sweep(
     progress: bool = True,
     keep_downloads: bool = False,
     behaviour: bool | dict[str, Any] = False,
+    skip_mismatched: bool = False,
 ) -> EmergenceResult:
     """Score the W_qk geometry of ``source`` at each chosen revision into ``out_dir/store`` (resumable).
 
@@ -169,8 +230,10 @@ def sweep(
     k, levels, stacks, fold_norms: as :func:`attnscope.geometry.score`. executor, workers, slurm: as
     :func:`attnscope.runs.run_tasks`. keep_downloads: keep each hub revision's downloads (q/k tensors; with behaviour its files) in the cache.
     behaviour: also run the atlas's probes at each revision (True, or a dict of :data:`.behaviour.DEFAULTS`
-    options: probes, data, windows, random_windows, seed): ``<metric>_<probe>`` columns on the head rows.
-    A revision that fails (hub down, revision gone) is recorded and the others go on; rerun to resume.
+    options: probes, data, windows, length, random_windows, random_length, seed): ``<metric>_<probe>`` columns
+    on the head rows. skip_mismatched: leave out (with one warning) the revisions whose architecture differs
+    from the first's instead of refusing the sweep. A revision that fails (hub down, revision gone) is recorded
+    and the others go on; rerun to resume.
     """
     import math
 
@@ -183,15 +246,26 @@ def sweep(
     from attnscope.tables import check_writable
     from attnscope.zoo.survey import _check_settings
 
+    from .revisions import check_one_model, check_utf8_path, training_loss
+
     if isinstance(k, bool) or not isinstance(k, (int, float)) or not math.isfinite(k) or k < 0:
         raise InputError(f"k must be a finite number >= 0, not {k!r}", params="k")
     lv = list(_check_levels(levels))
     fold = check_fold(fold_norms)
-    if stacks is not None:
-        stacks = [stacks] if isinstance(stacks, str) else sorted(stacks)
+    stacks = check_stacks(stacks)
+    workers, capped = cap_workers(workers, executor)
+    check_utf8_path(out_dir, "out_dir", "out_dir")
     out = check_writable(out_dir, "out_dir", directory=True)
-    kind, chosen = plan(source, revisions)
+    kind, planned = plan(source, revisions)
+    chosen, skipped = check_one_model(planned, skip=bool(skip_mismatched))
+    if stacks is not None and kind != "hub":
+        _check_stacks_present(chosen, stacks)
     notes = []
+    if capped:
+        warn(capped, params="workers")
+    if skipped:
+        warn(f"skipped {len(skipped)} revision(s) of another architecture than the first checkpoint: "
+             + "; ".join(f"{r.name} ({why})" for r, why in skipped), params="skip_mismatched")
     if any(r.origin == "run log" for r in chosen) and (float(k) != 2.0 or fold != "none"):
         chosen = [r for r in chosen if r.origin != "run log"]
         notes.append("step 0 of a run is read from its log, scored with k = 2 and no folding: left out here")
@@ -224,10 +298,13 @@ def sweep(
                         progress=progress, desc=f"{model_label(model)}: revisions")
     merged = store.merge([t.key for t in tasks])
     rows = []
-    for r, t in zip(chosen, tasks):
-        status = "failed" if t.key in summary.failed else "stored" if t.key in summary.skipped else "scored"
+    left_out = {r.name: why for r, why in skipped}
+    for r in planned:  # training order, the skipped ones in their place
+        status = ("skipped" if r.name in left_out else "failed" if r.key in summary.failed
+                  else "stored" if r.key in summary.skipped else "scored")
+        error = f"another architecture: {left_out[r.name]}" if r.name in left_out else summary.failed.get(r.key)
         rows.append({"revision": r.name, "step": r.step, "tokens": r.tokens, "series": r.series, "origin": r.origin,
-                     "commit": r.commit, "status": status, "error": summary.failed.get(t.key)})
+                     "commit": r.commit, "status": status, "error": error})
     revs = pd.DataFrame(rows)
     if len(merged):
         moved = merged.groupby("revision", sort=False)[list(TRANSFER_COLUMNS)].first().reset_index()
@@ -238,6 +315,10 @@ def sweep(
             revs[col] = pd.array([None] * len(revs), dtype="Int64")
     for col in ("tokens", *TRANSFER_COLUMNS):
         revs[col] = revs[col].astype("Int64")
+    loss = training_loss(source, kind)
+    if loss is not None:  # the loss logged at each revision's step (NaN where it logged none there)
+        revs = revs.merge(loss, on="step", how="left")
     info = {"source": settings["source"], "kind": kind, "model": model, "notes": notes,
+            "skipped": left_out, "workers": workers,
             **{key: val for key, val in settings.items() if key != "source"}}
-    return EmergenceResult(table=merged, revisions=revs, summary=summary, info=info)
+    return EmergenceResult(table=merged, revisions=revs, summary=summary, info=info, loss=loss)
