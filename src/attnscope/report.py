@@ -334,7 +334,8 @@ def render_html(rep: ModelReport) -> str:
     if rep.atlas is not None:
         from attnscope.atlas.html import atlas_section
 
-        parts.append(atlas_section(rep.atlas.table, rep.atlas.correlations, rep.atlas.info, maps=rep.atlas.maps))
+        parts.append(atlas_section(rep.atlas.table, rep.atlas.correlations, rep.atlas.info, maps=rep.atlas.maps,
+                                   views=getattr(rep.atlas, "views", None)))
     elif rep.atlas_note is not None:
         parts += ["<h2>Geometry meets behaviour (atlas)</h2>",
                   f'<p class="note">No atlas section for this model: {esc(rep.atlas_note)}.</p>']
