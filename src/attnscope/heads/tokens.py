@@ -83,10 +83,22 @@ def tokenizer_kind(tokenizer: Any) -> str:
 
 
 def _special_ids(inner: Any) -> set[int]:
+    """Ids of special added tokens, byte pieces ``<0xNN>`` left out (a vocabulary may add them as special)."""
     try:
-        return {int(i) for i, t in inner.get_added_tokens_decoder().items() if getattr(t, "special", False)}
+        added = inner.get_added_tokens_decoder().items()
     except AttributeError:
         return set()
+    return {int(i) for i, t in added if getattr(t, "special", False) and _byte_piece(str(t.content)) is None}
+
+
+def _byte_piece(piece: str) -> int | None:
+    """The byte a SentencePiece byte-fallback piece ``<0xNN>`` spells, None for any other piece."""
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        try:
+            return int(piece[3:5], 16)
+        except ValueError:
+            return None
+    return None
 
 
 def special_mask(tokenizer: Any, ids: Iterable[int]) -> list[bool]:
@@ -103,12 +115,8 @@ def _piece_bytes(kind: str, piece: str) -> bytes:
         table = _byte_decoder()
         return bytes(table[c] for c in piece) if all(c in table for c in piece) else piece.encode()
     if kind == "sentencepiece":
-        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
-            try:
-                return bytes([int(piece[3:5], 16)])
-            except ValueError:
-                pass
-        return piece.replace("\u2581", " ").encode()
+        byte = _byte_piece(piece)
+        return bytes([byte]) if byte is not None else piece.replace("\u2581", " ").encode()
     return piece.encode()
 
 
