@@ -73,7 +73,7 @@ function draw(){
   for (const p of pts) {
     const on = p[2] === selected;
     const c = el('circle', {cx: X(p[0]), cy: Y(p[1]), r: on ? 7 : 4.5, fill: colour(p[2]), 'fill-opacity': 0.8, class: 'pt',
-      stroke: on ? '#000' : 'none', 'stroke-width': 2});
+      stroke: on ? '#000' : 'none', 'stroke-width': 2, 'data-head': D.rows[p[2]].layer + ',' + D.rows[p[2]].head});
     c.addEventListener('click', () => {selected = p[2]; draw(); showMap(p[2]);
       const r = D.rows[p[2]]; if (globalThis.atlasHeadView) globalThis.atlasHeadView(r.layer, r.head);});
     c.addEventListener('mouseenter', ev => {const r = D.rows[p[2]];
