@@ -44,7 +44,7 @@ def test_document_escapes_title_heading_subtitle():
     page = document("t <b>", "<p>body</p>", css="p{}", subtitle="/path/<x>")
     assert page.startswith("<!DOCTYPE html>") and '<meta charset="utf-8">' in page
     assert "<title>t &lt;b&gt;</title>" in page and "<h1>t &lt;b&gt;</h1>" in page
-    assert '<p class="sub">/path/&lt;x&gt;</p>' in page and "<p>body</p>" in page and "p{}" in page
+    assert '<p class="note">/path/&lt;x&gt;</p>' in page and "<p>body</p>" in page and "p{}" in page
     assert "http" not in page  # nothing fetched
 
 

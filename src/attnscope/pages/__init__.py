@@ -96,6 +96,6 @@ def document(title: str, body: str, *, css: str = "", heading: str | None = None
     """The whole self-contained page: ``title`` and ``heading`` (default: the title) and ``subtitle`` are
     text (escaped here); ``body`` is HTML (the sections, already escaped by whoever built them)."""
     head = esc(title if heading is None else heading)
-    sub = f'<p class="sub">{esc(subtitle)}</p>\n' if subtitle else ""
+    sub = f'<p class="note">{esc(subtitle)}</p>\n' if subtitle else ""
     return (f'<!DOCTYPE html>\n<html lang="{esc(lang)}"><head><meta charset="utf-8"><title>{esc(title)}</title>'
             f"{style(BASE_CSS + css)}</head><body>\n<h1>{head}</h1>\n{sub}{body}\n</body></html>\n")
