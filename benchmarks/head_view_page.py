@@ -25,10 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "pages"))
 from _chromium import drive  # noqa: E402  (tests/pages: the headless-Chromium driver the browser tests use)
 from atlas_speed import _path  # noqa: E402  model names -> offline GGUF paths
 
-#: (file, head, window, query token, heatmap start, what the driver hides) of each docs screenshot
+#: docs screenshot -> (head "layer,head", window, query to pin: None = the one read from farthest back)
 SHOTS = {
-    "head_view_induction.png": ("17,5", 1, None, 0),
-    "head_view_previous_token.png": ("16,0", 0, None, 0),
+    "head_view_induction.png": ("17,5", 1, None),
+    "head_view_previous_token.png": ("16,0", 0, 60),
 }
 
 ONLY = r"""
@@ -37,9 +37,10 @@ function only(sel){for (const e of document.body.children) if (!e.contains(docum
 """
 
 
-def click_script(head: str, window: int, query: int | None, start: int, tab: str = "text", hide: bool = True) -> str:
-    """The driver: click the scatter point of ``head``, pick ``window``, pin ``query`` (default: the query whose
-    strongest key is farthest behind it, a token the head reads from far back), set the heatmap's start."""
+def click_script(head: str, window: int, query: int | None, tab: str = "text", hide: bool = True) -> str:
+    """The driver: click the scatter point of ``head``, pick ``window``, pin ``query`` (None: the query whose
+    strongest key, above 0.3, is farthest behind it: a token the head reads from far back), start the
+    heatmap 40 tokens before it, 48 tokens wide; ``tab``: the tab shown; ``hide``: hide the rest of the page."""
     pick = "null" if query is None else str(query)
     return ONLY + rf"""
 const t0 = performance.now();
@@ -87,11 +88,11 @@ def main() -> None:
         if a.shots:
             out = Path(a.shots)
             out.mkdir(parents=True, exist_ok=True)
-            for name, (head, window, query, _) in SHOTS.items():
-                got, _ = drive(page, click_script(head, window, query, 0), Path(tmp), screenshot=out / name,
+            for name, (head, window, query) in SHOTS.items():
+                got, _ = drive(page, click_script(head, window, query), Path(tmp), screenshot=out / name,
                                size=(1150, 1050), name=name)
                 print(name, got)
-            got, _ = drive(page, click_script("17,5", 1, None, 0, tab="pattern"), Path(tmp),
+            got, _ = drive(page, click_script("17,5", 1, None, tab="pattern"), Path(tmp),
                            screenshot=out / "head_view_pattern_tab.png", size=(1150, 560), name="pattern")
     mb = len(page.encode()) / 1e6
     print(f"## head views in the atlas page ({res.info['model']})\n")

@@ -75,3 +75,16 @@ def test_token_effects_drawn_and_switched_in_chromium(tmp_path):
     assert "L2H3 under sym" in got["title"] and got["up"].startswith("+2.5000 nats")
     assert got["scripts"] == 4  # the page's three and the driver's: none injected by the text
     assert got["bar"] == 41
+
+
+def test_atlas_page_carries_the_token_effects_section():
+    from attnscope.atlas.html import atlas_page
+    from attnscope.atlas.stats import correlation_table
+
+    rng = np.random.default_rng(0)
+    t = pd.DataFrame({"model": "m", "stack": "decoder", "layer": [0, 0, 1, 1, 2, 2], "head": [0, 1] * 3, "kv_head": 0})
+    t["symmetry"], t["induction_random"] = rng.normal(size=6), rng.uniform(size=6)
+    corr = correlation_table(t, ["symmetry"], ["induction_random"], n_boot=20)
+    page = atlas_page(t, corr, {"model": "m"}, token_effects=_table())
+    assert "What an intervention changes, per token" in page and 'id="atlas-te-data"' in page
+    assert "What an intervention changes" not in atlas_page(t, corr, {"model": "m"})

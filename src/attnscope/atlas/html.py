@@ -328,17 +328,32 @@ def interventions_section(table: "pd.DataFrame") -> str:
                       f'<p class="note">{rule}</p>', heads])
 
 
+def token_effects_section(table: "pd.DataFrame") -> str:
+    """The HTML fragment of a per-token table (model, layer, head, intervention, window, position, token,
+    delta_loss): each intervened head's change in loss at every token, on the text
+    (:func:`attnscope.pages.token_effects.token_effects_fragment`)."""
+    from attnscope.pages.token_effects import token_effects_fragment
+
+    note = ("Per intervened head and intervention, the change in loss at each token of the windows (intervened "
+            "minus clean, nats): red where the loss rises, blue where it falls. Pick the head, the intervention "
+            "and the window; the largest changes are listed beside the text.")
+    return "\n".join(["<h2>What an intervention changes, per token</h2>", f'<p class="note">{note}</p>',
+                      token_effects_fragment(table, element_id="atlas-te")])
+
+
 def atlas_page(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any],
                maps: "Mapping[tuple[int, int], Any] | None" = None,
-               interventions: "pd.DataFrame | None" = None, views: "TextViews | None" = None) -> str:
+               interventions: "pd.DataFrame | None" = None, views: "TextViews | None" = None,
+               token_effects: "pd.DataFrame | None" = None) -> str:
     """A whole self-contained HTML document holding :func:`atlas_section` (and :func:`interventions_section`
-    when ``interventions`` is given)."""
+    when ``interventions`` is given, and :func:`token_effects_section` when ``token_effects`` is)."""
     from attnscope.naming import model_label
     from attnscope.pages import document
 
     label = model_label(str(info.get("model", "atlas")))
     source = str(info.get("source", info.get("model", "atlas")))  # the path as typed, below the heading
     body = (f"{atlas_section(table, correlations, info, maps, views)}\n"
-            f"{interventions_section(interventions) if interventions is not None else ''}")
+            f"{interventions_section(interventions) if interventions is not None else ''}\n"
+            f"{token_effects_section(token_effects) if token_effects is not None else ''}")
     return document(f"attnscope atlas: {label}", body, heading=label,
                     subtitle=source if source != label else None)
