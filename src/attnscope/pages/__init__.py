@@ -15,6 +15,8 @@ owns the pieces each page needs, so that a room writing a page brings only its o
 * :func:`number`       -- a float made JSON-safe (NaN and infinities become null, numpy scalars Python's)
 * :func:`new_id`       -- a unique element id prefix, so that several fragments (a notebook's cells)
   can live in one document
+* :data:`DOM_JS`       -- the page scripts' shared helpers: ``attnscopeDom.h(tag, attrs, text)`` (an HTML
+  element) and ``attnscopeDom.s(...)`` (an SVG one), text always set as ``textContent`` (never parsed)
 
 Sections built on it: :mod:`.head_view` (a head's attention on real text, token by token: the atlas page
 and :meth:`attnscope.atlas.AtlasResult.view` in notebooks) and :mod:`.token_effects` (a per-token
@@ -41,6 +43,17 @@ BASE_CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#1a1a2e;max-width:1150px}
 table{border-collapse:collapse;font-size:13px}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}
 td.l,th.l{text-align:left}.note{color:#555;font-size:13px}.sub{color:#555}
+"""
+
+
+#: shared helpers of the inline scripts (include once per fragment with :func:`script`; defining twice is harmless)
+DOM_JS = r"""
+window.attnscopeDom = (function(){
+function make(el, attrs, text){for (const a in (attrs || {})) el.setAttribute(a, attrs[a]);
+  if (text !== undefined) el.textContent = text; return el;}
+return {h: (tag, attrs, text) => make(document.createElement(tag), attrs, text),
+        s: (tag, attrs, text) => make(document.createElementNS('http://www.w3.org/2000/svg', tag), attrs, text)};
+})();
 """
 
 

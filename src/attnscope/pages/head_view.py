@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 
-from attnscope.pages import esc, json_script, new_id, number, script, style
+from attnscope.pages import DOM_JS, esc, json_script, new_id, number, script, style
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -54,11 +54,8 @@ border:1px solid #ccc;padding:6px 8px;max-height:430px;overflow-y:auto;backgroun
 
 JS = r"""
 window.attnscopeHeadView = function(root, D){
-const NS = 'http://www.w3.org/2000/svg', L = D.length, K = D.k;
-function h(tag, attrs, text){const e = document.createElement(tag);
-  for (const a in (attrs || {})) e.setAttribute(a, attrs[a]); if (text !== undefined) e.textContent = text; return e;}
-function s(tag, attrs, text){const e = document.createElementNS(NS, tag);
-  for (const a in (attrs || {})) e.setAttribute(a, attrs[a]); if (text !== undefined) e.textContent = text; return e;}
+const L = D.length, K = D.k;
+const h = attnscopeDom.h, s = attnscopeDom.s;
 function f4(v){return v.toFixed(4);}
 const st = {key: null, w: 0, q: -1, pin: -1, start: 0, span: Math.min(32, L, D.heatMax)};
 const cache = {};
@@ -190,7 +187,7 @@ def head_view_payload(views: "TextViews", heads: Iterable[tuple[int, int]] | Non
 def head_view_script() -> str:
     """The inline script defining ``window.attnscopeHeadView(root, data)`` -> ``{show(layer, head), select(window,
     query)}`` (data: :func:`head_view_payload`)."""
-    return script(JS)
+    return script(DOM_JS + JS)
 
 
 def head_view_fragment(views: "TextViews", heads: Iterable[tuple[int, int]] | None = None,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from attnscope.pages import esc, json_script, new_id, script, style
+from attnscope.pages import DOM_JS, esc, json_script, new_id, script, style
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -37,11 +37,7 @@ border:1px solid #ccc;padding:6px 8px;max-height:430px;overflow-y:auto;backgroun
 
 JS = r"""
 window.attnscopeTokenEffects = function(root, D){
-const NS = 'http://www.w3.org/2000/svg';
-function h(tag, attrs, text){const e = document.createElement(tag);
-  for (const a in (attrs || {})) e.setAttribute(a, attrs[a]); if (text !== undefined) e.textContent = text; return e;}
-function s(tag, attrs, text){const e = document.createElementNS(NS, tag);
-  for (const a in (attrs || {})) e.setAttribute(a, attrs[a]); if (text !== undefined) e.textContent = text; return e;}
+const h = attnscopeDom.h, s = attnscopeDom.s;
 function col(v, m){const t = m > 0 ? Math.max(-1, Math.min(1, v / m)) : 0, a = Math.abs(t);
   return t >= 0 ? 'rgb(255,' + Math.round(255 - 200 * a) + ',' + Math.round(255 - 210 * a) + ')'
                 : 'rgb(' + Math.round(255 - 210 * a) + ',' + Math.round(255 - 150 * a) + ',255)';}
@@ -139,5 +135,5 @@ def token_effects_fragment(table: "pd.DataFrame", element_id: str | None = None)
     call = (f"attnscopeTokenEffects(document.getElementById('{root}'), "
             f"JSON.parse(document.getElementById('{root}-data').textContent));")
     return "\n".join([style(CSS), f'<div class="te" id="{esc(root)}"></div>',
-                      json_script(token_effects_payload(table), f"{root}-data"), script(JS),
+                      json_script(token_effects_payload(table), f"{root}-data"), script(DOM_JS + JS),
                       script(f"(function(){{{call}}})();")])
