@@ -25,9 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "pages"))
 from _chromium import drive  # noqa: E402  (tests/pages: the headless-Chromium driver the browser tests use)
 from atlas_speed import _path  # noqa: E402  model names -> offline GGUF paths
 
-#: docs screenshot -> (head "layer,head", window, query to pin: None = the one read from farthest back)
+#: docs screenshot -> (head "layer,head", window, query to pin), for SmolLM2-135M-Instruct: L17H5 (best induction
+#: score on text) at " list" of window 3, whose earlier " list" is followed by "("; L16H0 (best previous-token score)
 SHOTS = {
-    "head_view_induction.png": ("17,5", 1, None),
+    "head_view_induction.png": ("17,5", 2, 150),
     "head_view_previous_token.png": ("16,0", 0, 60),
 }
 
@@ -37,28 +38,20 @@ function only(sel){for (const e of document.body.children) if (!e.contains(docum
 """
 
 
-def click_script(head: str, window: int, query: int | None, tab: str = "text", hide: bool = True) -> str:
-    """The driver: click the scatter point of ``head``, pick ``window``, pin ``query`` (None: the query whose
-    strongest key, above 0.3, is farthest behind it: a token the head reads from far back), start the
-    heatmap 40 tokens before it, 48 tokens wide; ``tab``: the tab shown; ``hide``: hide the rest of the page."""
-    pick = "null" if query is None else str(query)
+def click_script(head: str, window: int, query: int, tab: str = "text", hide: bool = True) -> str:
+    """The driver: click the scatter point of ``head``, pick ``window``, pin ``query``, start the heatmap 40 tokens
+    before it, 48 tokens wide; ``tab``: the tab shown; ``hide``: hide the rest of the page."""
     return ONLY + rf"""
 const t0 = performance.now();
 fire(document.querySelector('#atlas-plot circle[data-head="{head}"]'), 'click');
 const w = document.querySelector('#atlas-hv .hv-window'); w.value = '{window}'; w.dispatchEvent(new Event('change'));
-const V = window.atlasHeadViewView; let q = {pick};
-if (q === null) {{let best = -1; const toks = document.querySelectorAll('#atlas-hv .tok');
-  for (let i = 8; i < toks.length - 8; i++) {{fire(toks[i], 'mouseenter'); let far = 0, top = 0;
-    for (const t of toks) if (t.dataset.w && +t.dataset.w > top) {{top = +t.dataset.w; far = i - +t.dataset.i;}}
-    if (top > 0.3 && far > best) {{best = far; q = i;}}}}}}
-fire(document.querySelectorAll('#atlas-hv .tok')[q], 'click');
-const st = document.querySelector('#atlas-hv .hv-start'); st.value = String(Math.max(0, q - 40)); st.dispatchEvent(new Event('change'));
+fire(document.querySelectorAll('#atlas-hv .tok')[{query}], 'click');
+const st = document.querySelector('#atlas-hv .hv-start'); st.value = '{max(0, query - 40)}'; st.dispatchEvent(new Event('change'));
 const sp = document.querySelector('#atlas-hv .hv-span'); sp.value = '48'; sp.dispatchEvent(new Event('change'));
 if ('{tab}' !== 'text') fire(document.querySelector('.atlas-tabs button[data-tab="{tab}"]'), 'click');
 const row = document.querySelector('#atlas-hv .hv-row').textContent;
 if ({str(hide).lower()}) only('{'#atlas-hv' if tab == 'text' else '#atlas-tab-pattern'}');
-window.scrollTo(0, 0);
-out({{t0, q, row, title: document.querySelector('#atlas-hv .hv-title').textContent}});
+out({{t0, row, title: document.querySelector('#atlas-hv .hv-title').textContent}});
 """
 
 
@@ -84,15 +77,17 @@ def main() -> None:
     page = atlas_page(res.table, res.correlations, res.info, maps=res.maps, views=res.views)
     v = res.views
     with tempfile.TemporaryDirectory() as tmp:
-        loads = [drive(page, "out({t0: performance.now()});", Path(tmp), name=f"load{i}")[0]["t0"] for i in range(a.loads)]
+        timing = "out({t0: performance.now(), read: performance.getEntriesByType('navigation')[0].responseEnd});"
+        got = [drive(page, timing, Path(tmp), name=f"load{i}")[0] for i in range(a.loads)]
+        loads, reads = [g["t0"] for g in got], [g["read"] for g in got]
         if a.shots:
             out = Path(a.shots)
             out.mkdir(parents=True, exist_ok=True)
             for name, (head, window, query) in SHOTS.items():
                 got, _ = drive(page, click_script(head, window, query), Path(tmp), screenshot=out / name,
-                               size=(1150, 1050), name=name)
+                               size=(1150, 1320), name=name)
                 print(name, got)
-            got, _ = drive(page, click_script("17,5", 1, None, tab="pattern"), Path(tmp),
+            got, _ = drive(page, click_script("17,5", 2, 150, tab="pattern"), Path(tmp),
                            screenshot=out / "head_view_pattern_tab.png", size=(1150, 560), name="pattern")
     mb = len(page.encode()) / 1e6
     print(f"## head views in the atlas page ({res.info['model']})\n")
@@ -102,7 +97,8 @@ def main() -> None:
     print(f"| {len(v.heads)} | {v.n_windows} x {v.length} | {'all' if v.exact else v.k} | {mb:.1f} MB | "
           f"{v.nbytes() / 1e6:.1f} MB | {statistics.median(loads) / 1000:.2f} s ({min(loads) / 1000:.2f}-"
           f"{max(loads) / 1000:.2f}) | {secs:.0f} s |")
-    print(f"\nMachine: {os.uname().nodename}, {os.cpu_count()} CPUs.")
+    print(f"\nThe file itself was read by {statistics.median(reads) / 1000:.2f} s (median). Machine: "
+          f"{os.uname().nodename}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end.")
 
 
 if __name__ == "__main__":

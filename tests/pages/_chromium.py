@@ -18,7 +18,8 @@ import pytest
 
 HELPERS = r"""
 function fire(el, type){el.dispatchEvent(new MouseEvent(type, {bubbles: type !== 'mouseenter' && type !== 'mouseleave'}));}
-function out(v){const p = document.createElement('pre'); p.id = 'attnscope-test-out'; p.textContent = JSON.stringify(v);
+function out(v){const p = document.createElement('pre'); p.id = 'attnscope-test-out'; p.style.display = 'none';
+  p.textContent = JSON.stringify(v);
   document.body.appendChild(p);}
 """
 
@@ -43,7 +44,7 @@ def drive(page: str, driver: str, tmp_path: Path, screenshot: Path | None = None
             f"--window-size={size[0]},{size[1]}"]
     r = subprocess.run([*base, "--dump-dom", path.as_uri()], capture_output=True, text=True, timeout=180, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
-    m = re.search(r'<pre id="attnscope-test-out">(.*?)</pre>', r.stdout, re.S)
+    m = re.search(r'<pre id="attnscope-test-out"[^>]*>(.*?)</pre>', r.stdout, re.S)
     assert m, "the driver wrote no result: " + "\n".join(ln for ln in r.stderr.splitlines() if "CONSOLE" in ln)[-2000:]
     if screenshot is not None:
         s = subprocess.run([*base, f"--screenshot={screenshot}", path.as_uri()], capture_output=True, text=True,

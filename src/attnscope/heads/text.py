@@ -119,6 +119,7 @@ class TextViews:
 
         self.texts = [token_texts(tokenizer, row) for row in self.ids.tolist()]
         self.special = [special_mask(tokenizer, row) for row in self.ids.tolist()]
+        self._codes = None  # the labels changed: pooled anew by top_tokens
         self.labels = [[visible(t) or "\u2205" for t in row] for row in self.texts]
 
     def check_head(self, layer: int, head: int) -> None:
@@ -144,16 +145,21 @@ class TextViews:
         """The ``n`` tokens that receive the most of the head's attention over the kept windows: (label, share
         of all its attention, occurrences), most first. Occurrences of one token text are pooled."""
         self.check_head(layer, head)
-        got = self.received[layer][head]  # [W, L]
-        pooled: dict[str, list[float]] = {}
-        for w, row in enumerate(self.labels):
-            for i, lab in enumerate(row):
-                e = pooled.setdefault(lab, [0.0, 0])
-                e[0] += float(got[w, i])
-                e[1] += 1
+        names, codes = self._label_codes()
+        got = self.received[layer][head].ravel()  # [W * L]
+        mass = np.bincount(codes, weights=got, minlength=len(names))
+        count = np.bincount(codes, minlength=len(names))
         total = float(got.sum()) or 1.0
-        best = sorted(pooled.items(), key=lambda kv: -kv[1][0])[:n]
-        return [(lab, mass / total, int(count)) for lab, (mass, count) in best]
+        best = np.argsort(-mass, kind="stable")[:n]
+        return [(str(names[i]), float(mass[i]) / total, int(count[i])) for i in best]
+
+    def _label_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the distinct labels, each token's index into them [W * L]), computed once."""
+        if getattr(self, "_codes", None) is None:
+            flat = np.asarray([lab for row in self.labels for lab in row], dtype=object)
+            names, codes = np.unique(flat.astype(str), return_inverse=True)
+            self._codes = (names, codes.ravel())
+        return self._codes
 
     def mean_distance(self, layer: int, head: int) -> float:
         """Mean over the kept windows' queries of sum_j A_ij |i - j| (tokens)."""
