@@ -268,4 +268,6 @@ def atlas(
     text = views.get("text")
     if text is not None:
         text.info.update(model=label, data=str(data), probe="text")
+        info["head_views"] = {"windows": text.n_windows, "length": text.length, "k": min(text.k, text.length),
+                              "exact": text.exact}
     return AtlasResult(table=table, correlations=corr, info=info, maps=maps, views=text)

@@ -171,9 +171,9 @@ def _tidy(layer: int, head: int, win: np.ndarray, q: np.ndarray, key: np.ndarray
           labels: Sequence[Sequence[str]]) -> "pd.DataFrame":
     import pandas as pd
 
-    lab = [np.asarray(row, dtype=object) for row in labels]
-    qt = np.array([lab[w][i] for w, i in zip(win, q)], dtype=object)
-    kt = np.array([lab[w][j] for w, j in zip(win, key)], dtype=object)
+    lab = np.empty((len(labels), len(labels[0]) if len(labels) else 0), dtype=object)  # [W, L] (rows of one length)
+    lab[:] = [list(row) for row in labels]
+    qt, kt = lab[win, q], lab[win, key]
     n = len(win)
     return pd.DataFrame({"layer": np.full(n, layer, dtype=np.int64), "head": np.full(n, head, dtype=np.int64),
                          "window": win.astype(np.int64), "query": q.astype(np.int64), "key": key.astype(np.int64),
@@ -181,7 +181,7 @@ def _tidy(layer: int, head: int, win: np.ndarray, q: np.ndarray, key: np.ndarray
 
 
 def text_ids(model: "MapModel", text: str | None, ids: Any, length: int | None) -> list[np.ndarray]:
-    """The windows [W, L'] a user's ``text`` (tokenised by the model's tokenizer) or ``ids`` make: a 1-D
+    """The windows (1-D id arrays) a user's ``text`` (tokenised by the model's tokenizer) or ``ids`` make: a 1-D
     sequence is cut into windows of ``length`` tokens (default: all of it, up to the model's maximum; the last
     window may be shorter and is then run on its own); a 2-D array is taken as windows. BERT-style encoders
     get [CLS] ... [SEP] around each window cut from ``text``."""
@@ -253,20 +253,20 @@ def text_weights(
         raise InputError(f"layer must be 0..{model.n_layers - 1}, not {layer}", params="layer")
     if head is not None and not 0 <= head < model.n_heads:
         raise InputError(f"head must be 0..{model.n_heads - 1}, not {head}", params="head")
+    import torch
+
     windows = text_ids(model, text, ids, length)
+    got: dict[str, np.ndarray] = {}
+
+    def keep(at: int, probs: "torch.Tensor") -> None:  # probs [1, h, L, L]
+        if at == layer:
+            got["a"] = probs[0].float().cpu().numpy()
+
     frames = []
     for w, row in enumerate(windows):
         labels = [_labels(model.tokenizer, row)]
-        got: dict[str, Any] = {}
-
-        def keep(at: int, probs: "torch.Tensor") -> None:  # probs [1, h, L, L]
-            if at == layer:
-                got["a"] = probs[0].float().cpu().numpy()
-
-        import torch
-
         model.run(torch.as_tensor(np.asarray(row, dtype=np.int64))[None], keep)
-        a = got["a"]  # [h, L, L]
+        a = got.pop("a")  # [h, L, L]
         L = a.shape[-1]
         qi, kj = np.nonzero(np.tril(np.ones((L, L), dtype=bool)) if model.causal else np.ones((L, L), dtype=bool))
         for h in range(a.shape[0]) if head is None else [head]:
