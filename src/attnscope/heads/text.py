@@ -61,6 +61,8 @@ class TextViews:
     received: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> [h, W, L] sum over queries
     distance: dict[int, np.ndarray] = field(default_factory=dict)  # layer -> [h, W] mean over queries
     info: dict[str, Any] = field(default_factory=dict)  # data, probe: where the windows came from
+    #: (distinct labels, each token's index into them): :meth:`top_tokens`' pooling, made once
+    _codes: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def n_windows(self) -> int:
@@ -155,7 +157,7 @@ class TextViews:
 
     def _label_codes(self) -> tuple[np.ndarray, np.ndarray]:
         """(the distinct labels, each token's index into them [W * L]), computed once."""
-        if getattr(self, "_codes", None) is None:
+        if self._codes is None:
             flat = np.asarray([lab for row in self.labels for lab in row], dtype=object)
             names, codes = np.unique(flat.astype(str), return_inverse=True)
             self._codes = (names, codes.ravel())
