@@ -283,15 +283,14 @@ def _scores_html(rep: ModelReport) -> list[str]:
 
 
 def render_html(rep: ModelReport) -> str:
-    """The report as one self-contained HTML document (figures as base64 PNG data URIs)."""
+    """The report as one self-contained HTML document (figures as base64 PNG data URIs), framed by
+    :func:`attnscope.pages.document`."""
     from attnscope import __version__
+    from attnscope.pages import document
 
     esc = html.escape
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>attnscope report: {esc(rep.name)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{esc(rep.name)}</h1>",
         f'<p class="sub">attnscope {esc(__version__)} model report, {stamp}. Symmetry s and directionality d of '
         "W<sub>qk</sub> = W<sub>q</sub> W<sub>k</sub><sup>T</sup> (Saponati et al., ICML 2025): s = +1 symmetric, "
         "&minus;1 skew; d &lt; 0 = a few dominant key columns (the decoder signature).</p>",
@@ -334,12 +333,12 @@ def render_html(rep: ModelReport) -> str:
     if rep.atlas is not None:
         from attnscope.atlas.html import atlas_section
 
-        parts.append(atlas_section(rep.atlas.table, rep.atlas.correlations, rep.atlas.info, maps=rep.atlas.maps))
+        parts.append(atlas_section(rep.atlas.table, rep.atlas.correlations, rep.atlas.info, maps=rep.atlas.maps,
+                                   views=getattr(rep.atlas, "views", None)))
     elif rep.atlas_note is not None:
         parts += ["<h2>Geometry meets behaviour (atlas)</h2>",
                   f'<p class="note">No atlas section for this model: {esc(rep.atlas_note)}.</p>']
-    parts.append("</body></html>")
-    return "\n".join(parts) + "\n"
+    return document(f"attnscope report: {rep.name}", "\n".join(parts), css=_CSS, heading=rep.name)
 
 
 def _heads_html(df: "pd.DataFrame", info: dict[str, Any]) -> str:

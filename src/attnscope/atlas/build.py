@@ -45,10 +45,20 @@ class AtlasResult:
     #: (``info["map_length"]`` tokens), each cell the largest weight of a ``info["map_block"]``-square
     #: block of (query, key) positions (n <= 64); drawn by the HTML page on click; empty for a pooled atlas
     maps: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+    #: every head's attention on the text probe's first windows (top-k keys per query), drawn by the head
+    #: view; None without the text probe and for a pooled atlas (:class:`attnscope.heads.text.TextViews`)
+    views: Any = None
 
     @property
     def behaviours(self) -> list[str]:
         return behaviour_columns(self.table)
+
+    def view(self, layer: int, head: int) -> Any:
+        """Head ``layer``, ``head`` on the text windows, shown inline in a notebook (``_repr_html_``); its
+        ``.table`` holds the weights shown (:class:`attnscope.pages.head_view.HeadView`)."""
+        from attnscope.pages.head_view import HeadView
+
+        return HeadView.of(self, layer, head)
 
 
 def behaviour_columns(table: "pd.DataFrame") -> list[str]:
@@ -208,9 +218,10 @@ def atlas(
     model = as_map_model(source, device=device, tokenizer=tokenizer, plan=plan)
     label = name or model.name
     examples: dict[str, dict[int, np.ndarray]] = {}
+    views: dict[str, Any] = {}
     beh = run_probes(model, probes, data=data, windows=windows, length=length, random_windows_n=random_windows,
                      random_length=random_length, seed=seed, batch_size=batch_size, progress=progress,
-                     examples=examples)
+                     examples=examples, views=views)
     stack = str(beh["stack"].iloc[0])
     lengths = beh.groupby("probe")["length"].first().to_dict()
     offsets = summary_offsets(max(lengths.values()))
@@ -254,4 +265,9 @@ def atlas(
     length = int(lengths[map_probe])
     info.update(map_probe=map_probe, map_length=length, map_block=-(-length // MAP_SIDE))  # ceil(L / side)
     maps = {(layer, h): a[h] for layer, a in examples[map_probe].items() for h in range(a.shape[0])}
-    return AtlasResult(table=table, correlations=corr, info=info, maps=maps)
+    text = views.get("text")
+    if text is not None:
+        text.info.update(model=label, data=str(data), probe="text")
+        info["head_views"] = {"windows": text.n_windows, "length": text.length, "k": min(text.k, text.length),
+                              "exact": text.exact}
+    return AtlasResult(table=table, correlations=corr, info=info, maps=maps, views=text)

@@ -10,13 +10,15 @@ its model, layer, head and every metric; clicking a point selects the head and d
 attention map (the probe's whole first window, each cell the largest weight of a block of query x key
 positions so that at most :data:`~attnscope.heads.probes.MAP_SIDE` cells make a side; kept by
 :func:`attnscope.atlas.atlas` and embedded as integers in thousandths). No network, no external
-script, font or style at view time.
+script, font or style at view time. With the atlas's text windows (:attr:`attnscope.atlas.AtlasResult.views`)
+a click also opens the head's attention on real text, token by token (the "text" tab,
+:mod:`attnscope.pages.head_view`); the probe map above is the "pattern" tab. The page frame, escaping and
+JSON embedding come from :mod:`attnscope.pages`.
 """
 
 from __future__ import annotations
 
 import html
-import json
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -27,15 +29,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
     import pandas as pd
 
+    from attnscope.heads.text import TextViews
+
 #: map values travel as round(value * MAP_SCALE) integers
 MAP_SCALE = 1000
 
-_PAGE_CSS = """
-body{font-family:system-ui,sans-serif;margin:24px;color:#1a1a2e;max-width:1150px}
-table{border-collapse:collapse;font-size:13px}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}
-td.l,th.l{text-align:left}.note{color:#555;font-size:13px}
-"""
 _SECTION_CSS = """
+.atlas-tabs button{font:inherit;padding:3px 12px;border:1px solid #aab;background:#f3f3f7;cursor:pointer}
+.atlas-tabs button.on{background:#1a3a8a;color:#fff}
 #atlas-plot,#atlas-map{border:1px solid #ccc;background:#fff}#atlas-tip{position:absolute;display:none;background:#fffbe6;
 border:1px solid #aa8;padding:4px 6px;font-size:12px;pointer-events:none;white-space:pre}
 """
@@ -72,8 +73,9 @@ function draw(){
   for (const p of pts) {
     const on = p[2] === selected;
     const c = el('circle', {cx: X(p[0]), cy: Y(p[1]), r: on ? 7 : 4.5, fill: colour(p[2]), 'fill-opacity': 0.8, class: 'pt',
-      stroke: on ? '#000' : 'none', 'stroke-width': 2});
-    c.addEventListener('click', () => {selected = p[2]; draw(); showMap(p[2]);});
+      stroke: on ? '#000' : 'none', 'stroke-width': 2, 'data-head': D.rows[p[2]].layer + ',' + D.rows[p[2]].head});
+    c.addEventListener('click', () => {selected = p[2]; draw(); showMap(p[2]);
+      const r = D.rows[p[2]]; if (globalThis.atlasHeadView) globalThis.atlasHeadView(r.layer, r.head);});
     c.addEventListener('mouseenter', ev => {const r = D.rows[p[2]];
       tip.textContent = r.model + '\nlayer ' + r.layer + ', head ' + r.head + '\n' +
         D.columns.map(k => k + ': ' + fmt(r[k])).join('\n');
@@ -105,15 +107,6 @@ let selected = -1;
 sx.addEventListener('change', draw); sy.addEventListener('change', draw); draw();
 })();
 """
-
-
-def _num(v: Any) -> Any:
-    """JSON-safe value: NaN / inf -> null, numpy scalars -> Python."""
-    if hasattr(v, "item"):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 def _map_payload(maps: "Mapping[tuple[int, int], Any] | None", info: "Mapping[str, Any]") -> dict[str, Any]:
@@ -154,13 +147,15 @@ def _map_payload(maps: "Mapping[tuple[int, int], Any] | None", info: "Mapping[st
 
 
 def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str, maps: Any = None,
-             info: "Mapping[str, Any] | None" = None) -> str:
+             info: "Mapping[str, Any] | None" = None) -> dict[str, Any]:
+    from attnscope.pages import number
+
     from .build import GEOMETRY_COLUMNS, behaviour_columns
 
     cols = [*(c for c in GEOMETRY_COLUMNS if c in table.columns), *behaviour_columns(table),
             *(["cluster"] if "cluster" in table.columns else [])]
     keep = ["model", "layer", "head", *cols]
-    rows = [{k: _num(v) for k, v in zip(keep, r)} for r in table[keep].itertuples(index=False, name=None)]
+    rows = [{k: number(v) for k, v in zip(keep, r)} for r in table[keep].itertuples(index=False, name=None)]
     corr = {}
     if "model" not in correlations.columns or correlations["model"].nunique() <= 1:
         from .stats import pvalue
@@ -173,7 +168,7 @@ def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str, maps
     data = {"rows": rows, "columns": cols, "hue": hue, "models": list(dict.fromkeys(table["model"])),
             "maxLayer": int(table["layer"].max()) if len(table) else 0, "corr": corr,
             "maps": _map_payload(maps, info), "mapScale": MAP_SCALE, "mapProbe": str(info.get("map_probe", ""))}
-    return json.dumps(data).replace("</", "<\\/")  # never closes the script element early
+    return data
 
 
 def _pooled(correlations: "pd.DataFrame") -> bool:
@@ -215,9 +210,12 @@ def _judged_by(correlations: "pd.DataFrame") -> str:
 
 
 def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any],
-                  maps: "Mapping[tuple[int, int], Any] | None" = None) -> str:
+                  maps: "Mapping[tuple[int, int], Any] | None" = None, views: "TextViews | None" = None) -> str:
     """The HTML fragment: probe note, interactive scatter (``maps``: (layer, head) -> query x key example
-    map, drawn on click; see :attr:`attnscope.atlas.AtlasResult.maps`), correlation table."""
+    map, drawn on click; see :attr:`attnscope.atlas.AtlasResult.maps`), the clicked head's attention on the
+    text windows (``views``: :attr:`attnscope.atlas.AtlasResult.views`), correlation table."""
+    from attnscope.pages import json_script, script, style
+
     from .build import GEOMETRY_COLUMNS, behaviour_columns
 
     esc = html.escape
@@ -239,21 +237,44 @@ def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dic
     for line in info.get("position_notes") or []:
         note += f" Note: {esc(str(line))}"
     probe = str(info.get("map_probe", ""))
+    if views is not None:
+        note += (" Click a point for the head's attention on real text (<b>text</b> tab: the held-out windows of "
+                 "the text probe, token by token).")
     if maps:
-        note += (f" Click a point for the head's attention on the <code>{esc(probe)}</code> probe: the whole first "
+        note += (f" The <b>pattern</b> tab shows its attention on the <code>{esc(probe)}</code> probe: the whole first "
                  f"window (query x key), at most {MAP_SIDE} x {MAP_SIDE} cells, each the largest weight of its block "
                  "of positions (so a one-token stripe keeps its strength), values rounded to 0.001.")
+    pattern = ('<p class="note" id="atlas-map-title"></p><svg id="atlas-map" width="360" height="360" '
+               'viewBox="0 0 360 360"></svg>')
+    if views is not None:
+        from attnscope.pages.head_view import head_view_fragment
+
+        head = views.heads[0]
+        blocks = ['<div class="atlas-tabs"><button data-tab="text" class="on">text</button>'
+                  '<button data-tab="pattern">pattern</button></div>',
+                  f'<div id="atlas-tab-text">{head_view_fragment(views, element_id="atlas-hv", hook="atlasHeadView")}</div>',
+                  f'<div id="atlas-tab-pattern" style="display:none">{pattern}</div>', script(_TABS_JS)]
+    else:
+        blocks = [pattern]
     return "\n".join([
-        f"<style>{_SECTION_CSS}</style>", "<h2>Geometry meets behaviour (atlas)</h2>", f'<p class="note">{note}</p>',
+        style(_SECTION_CSS), "<h2>Geometry meets behaviour (atlas)</h2>", f'<p class="note">{note}</p>',
         f'<p>x <select id="atlas-x">{xs}</select> y <select id="atlas-y">{ys}</select></p>',
         '<svg id="atlas-plot" width="760" height="440" viewBox="0 0 760 440"></svg>',
-        '<p class="note" id="atlas-rho"></p><div id="atlas-tip"></div>',
-        '<p class="note" id="atlas-map-title"></p><svg id="atlas-map" width="360" height="360" viewBox="0 0 360 360"></svg>',
+        '<p class="note" id="atlas-rho"></p><div id="atlas-tip"></div>', *blocks,
         "<h3>Spearman rho across heads</h3>", f'<p class="note">{esc(_judged_by(correlations), quote=False)}</p>',
         _corr_table(correlations),
-        f'<script type="application/json" id="atlas-data">{_payload(table, correlations, hue, maps, info)}</script>',
-        f"<script>{_JS}</script>",
+        json_script(_payload(table, correlations, hue, maps, info), "atlas-data"),
+        script(_JS),
     ])  # fmt: skip
+
+
+_TABS_JS = r"""
+(function(){
+const bs = document.querySelectorAll('.atlas-tabs button');
+for (const b of bs) b.addEventListener('click', () => {for (const o of bs) {o.classList.toggle('on', o === b);
+  document.getElementById('atlas-tab-' + o.dataset.tab).style.display = o === b ? '' : 'none';}});
+})();
+"""
 
 
 def _fmt(v: float, signed: bool = True) -> str:
@@ -307,18 +328,32 @@ def interventions_section(table: "pd.DataFrame") -> str:
                       f'<p class="note">{rule}</p>', heads])
 
 
+def token_effects_section(table: "pd.DataFrame") -> str:
+    """The HTML fragment of a per-token table (model, layer, head, intervention, window, position, token,
+    delta_loss): each intervened head's change in loss at every token, on the text
+    (:func:`attnscope.pages.token_effects.token_effects_fragment`)."""
+    from attnscope.pages.token_effects import token_effects_fragment
+
+    note = ("Per intervened head and intervention, the change in loss at each token of the windows (intervened "
+            "minus clean, nats): red where the loss rises, blue where it falls. Pick the head, the intervention "
+            "and the window; the largest changes are listed beside the text.")
+    return "\n".join(["<h2>What an intervention changes, per token</h2>", f'<p class="note">{note}</p>',
+                      token_effects_fragment(table, element_id="atlas-te")])
+
+
 def atlas_page(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any],
                maps: "Mapping[tuple[int, int], Any] | None" = None,
-               interventions: "pd.DataFrame | None" = None) -> str:
+               interventions: "pd.DataFrame | None" = None, views: "TextViews | None" = None,
+               token_effects: "pd.DataFrame | None" = None) -> str:
     """A whole self-contained HTML document holding :func:`atlas_section` (and :func:`interventions_section`
-    when ``interventions`` is given)."""
+    when ``interventions`` is given, and :func:`token_effects_section` when ``token_effects`` is)."""
     from attnscope.naming import model_label
+    from attnscope.pages import document
 
     label = model_label(str(info.get("model", "atlas")))
     source = str(info.get("source", info.get("model", "atlas")))  # the path as typed, below the heading
-    name = html.escape(label)
-    where = f'<p class="note">{html.escape(source)}</p>' if source != label else ""
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>attnscope atlas: {name}</title>'
-            f"<style>{_PAGE_CSS}</style></head><body><h1>{name}</h1>{where}\n"
-            f"{atlas_section(table, correlations, info, maps)}\n"
-            f"{interventions_section(interventions) if interventions is not None else ''}</body></html>\n")
+    body = (f"{atlas_section(table, correlations, info, maps, views)}\n"
+            f"{interventions_section(interventions) if interventions is not None else ''}\n"
+            f"{token_effects_section(token_effects) if token_effects is not None else ''}")
+    return document(f"attnscope atlas: {label}", body, heading=label,
+                    subtitle=source if source != label else None)

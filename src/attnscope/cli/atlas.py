@@ -75,7 +75,7 @@ def atlas(
     if plan is not None:
         iv = _intervene(source, res, plan, out, opts)
     written = write_atlas(res.table, res.correlations, res.info, out, hue="layer", maps=res.maps, interventions=iv,
-                          settings={"source": source, **opts, "interventions": plan})
+                          views=res.views, settings={"source": source, **opts, "interventions": plan})
     _finish(res.correlations, res.info["model"], written, as_json)
     if iv is not None:
         _finish_interventions(iv)
@@ -153,12 +153,13 @@ def _finish_interventions(table) -> None:
 
 
 def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, interventions=None,
-                settings=None) -> list[Path]:
+                settings=None, views=None) -> list[Path]:
     """Tables, figures and the HTML page of an atlas (one model or pooled) into ``out``, as one result
     (:func:`attnscope.outputs.write_result_set`): every file is rendered before the first one moves into
     ``out``, so an interrupt, a failure or a kill leaves the previous atlas there whole, never a mix.
     With ``interventions`` (their table joined to the atlas table) also interventions.parquet/.csv,
     interventions_sym.png and interventions_loss.png. ``settings``: the options, stored in the manifest.
+    ``views``: the atlas's text windows per head (the page's head view, :attr:`attnscope.atlas.AtlasResult.views`).
     """
     from attnscope.atlas.build import GEOMETRY, behaviour_columns
     from attnscope.atlas.html import atlas_page
@@ -191,7 +192,8 @@ def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, inter
             interventions, title=f"{name}: behaviour when only the symmetric part of the scores is kept"), "png")
         files["interventions_loss.png"] = lambda: figure_bytes(ip.loss_heatmap(
             interventions, title=f"{name}: change in loss per head"), "png")
-    files["atlas.html"] = lambda: atlas_page(table, correlations, info, maps=maps, interventions=interventions)
+    files["atlas.html"] = lambda: atlas_page(table, correlations, info, maps=maps, interventions=interventions,
+                                                 views=views)
     return write_result_set(out, files, settings, kind="atlas")
 
 

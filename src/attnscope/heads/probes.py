@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .load import WindowPlan
     from .maps import MapModel
+    from .text import TextViews
 
 PROBES = ("random", "text")
 #: the behaviour names every probe reports, and the metric column each one is
@@ -154,14 +155,15 @@ def random_windows(model: "MapModel", n: int, half: int, seed: int = 0) -> "torc
 
 def measure_windows(
     model: "MapModel", idx: "torch.Tensor", batch_size: int = 1, progress: bool = False, desc: str = "",
-    examples: dict[int, Any] | None = None, example_len: int = MAP_SIDE,
+    examples: dict[int, Any] | None = None, example_len: int = MAP_SIDE, views: "TextViews | None" = None,
 ) -> "pd.DataFrame":
     """Every metric per (layer, head) over the windows ``idx`` [n, L]: mean and sample std over windows.
 
     Streams: only one layer's maps of one batch are alive at a time (the metrics of each window are kept).
     ``examples``, when given, receives layer -> [h, n, n] float16: window 0's whole maps (query x key)
     shrunk to at most ``example_len`` x ``example_len`` cells by :func:`~attnscope.heads.metrics.map_overview`
-    (each cell the largest weight of its block of positions).
+    (each cell the largest weight of its block of positions). ``views``, when given, keeps its windows' top
+    keys per query (:meth:`attnscope.heads.text.TextViews.on_layer`).
     """
     import numpy as np
     import pandas as pd
@@ -186,6 +188,8 @@ def measure_windows(
         if examples is not None and current["b0"] == 0:
             view, _ = map_overview(probs[0].to("cpu").float().numpy(), example_len)
             examples[layer] = view.astype(np.float16)
+        if views is not None:
+            views.on_layer(layer, current["b0"], probs)
 
     with progress_bar(len(idx), desc or model.name, enabled=progress, unit="windows") as bar:
         for b0 in range(0, len(idx), batch_size):
@@ -218,6 +222,7 @@ def run_probes(
     device: str = "cpu",
     tokenizer: Any = None,
     examples: dict[str, dict[int, Any]] | None = None,
+    views: dict[str, Any] | None = None,
 ) -> "pd.DataFrame":
     """Measure every head of ``source`` on each probe: one row per (probe, layer, head).
 
@@ -228,6 +233,8 @@ def run_probes(
     ``source``: a MapModel, a path / hub id (see :func:`attnscope.heads.maps.open_model`), or a loaded
     transformers model with ``tokenizer=``. ``examples``, when given, receives probe -> layer -> [h, n, n]
     float16 overview (n <= :data:`MAP_SIDE`) of the probe's first window (see :func:`measure_windows`).
+    ``views``, when given, receives ``"text"`` -> :class:`~attnscope.heads.text.TextViews` of the text probe's
+    first windows (the head view of the atlas page).
     """
     import pandas as pd
 
@@ -244,7 +251,11 @@ def run_probes(
         else:
             idx = make_windows(model, data, windows, default_length(model) if length is None else length)
         kept = None if examples is None else examples.setdefault(probe, {})
-        df = measure_windows(model, idx, batch_size=batch_size, progress=progress, desc=f"{probe} probe", examples=kept)
+        seen = None if views is None or probe != "text" else views.setdefault(probe, text_views(model, idx))
+        df = measure_windows(model, idx, batch_size=batch_size, progress=progress, desc=f"{probe} probe",
+                             examples=kept, views=seen)
+        if seen is not None:
+            seen.name_tokens(model.tokenizer)
         df.insert(0, "probe", probe)
         df["length"] = int(idx.shape[1])
         frames.append(df)
@@ -254,6 +265,18 @@ def run_probes(
     out.insert(2, "stack", "decoder" if model.causal else "encoder")
     out["causal"] = model.causal
     return out
+
+
+def text_views(model: "MapModel", idx: "torch.Tensor") -> "TextViews":
+    """An empty :class:`~attnscope.heads.text.TextViews` of the first windows of ``idx`` [n, L], ``k`` sized
+    for every head of ``model`` (:func:`~attnscope.heads.text.choose_k`)."""
+    import numpy as np
+
+    from .text import VIEW_WINDOWS, TextViews, choose_k
+
+    ids = np.asarray(idx[:VIEW_WINDOWS].cpu(), dtype=np.int64)
+    k = choose_k(model.n_layers * model.n_heads, ids.shape[0], ids.shape[1])
+    return TextViews(ids=ids, k=k, causal=bool(model.causal))
 
 
 def as_map_model(source: Any, device: str = "cpu", tokenizer: Any = None, plan: "WindowPlan | None" = None) -> "MapModel":
