@@ -41,9 +41,16 @@ def test_sparse_gpu_smoke_checks_exactness_then_times(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     text = md.read_text()
     assert "gathered (byte-sparse-8h): output and gradients within 2x dense SDPA's error" in text
+    assert "| fwd (ms) | bwd (ms) | fwd+bwd (ms) | vs flash fwd | vs flash fwd+bwd | peak memory (MB) |" in text
     rows = _table_rows(text)
-    assert {row[3] for row in rows} == {"attnscope gathered (byte-sparse-8h)", "flash causal SDPA (no pattern)"}
-    assert all(float(row[4]) > 0 for row in rows)
+    assert {row[4] for row in rows} == {"attnscope gathered (byte-sparse-8h)", "flash causal SDPA (no pattern)"}
+    flash = next(row for row in rows if row[4].startswith("flash"))
+    for row in rows:
+        fwd, bwd, total = float(row[6]), float(row[7]), float(row[8])
+        assert fwd > 0 and total > 0 and bwd == pytest.approx(total - fwd, abs=0.011)
+        assert float(row[10].rstrip("x")) == pytest.approx(float(flash[8]) / total, rel=0.02, abs=0.01)
+        kept = int(row[3].split(" of ")[1])
+        assert 0 <= int(row[3].split(" of ")[0]) <= kept
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
