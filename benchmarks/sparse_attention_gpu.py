@@ -225,12 +225,11 @@ def main() -> None:
         del q, k, v
         if cuda:
             torch.cuda.empty_cache()
-    text = "\n".join(rows) + "\n"
-    print(text)
-    if a.md:
-        from attnscope.tables import atomic_write_text
+        if a.md:  # after every length: a run cut short by a time limit still leaves its rows
+            from attnscope.tables import atomic_write_text
 
-        atomic_write_text(a.md, text)
+            atomic_write_text(a.md, "\n".join(rows) + "\n")
+    print("\n".join(rows))
 
 
 if __name__ == "__main__":

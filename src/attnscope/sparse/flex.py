@@ -5,6 +5,7 @@ rearranged as ``[shared-key segment | sequence]`` (one gather and one concatenat
 the layout's ``mask_mod`` (index arithmetic, never an L x L tensor) and the BlockMask holds exactly the
 blocks :func:`~attnscope.sparse.layout.block_occupancy` finds, so FlexAttention's cost follows the
 pattern's block density (``layout_stats``), not the 64-67% of blocks the sequence's own order touches.
+The kernel options (tile sizes, warps, stages) come from :mod:`.tuning` (:func:`options_for`).
 
 Einstein legend: b batch, h head, i/j query/key positions (L of them), e head dim.
 

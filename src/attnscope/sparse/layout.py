@@ -21,6 +21,9 @@ diagonal blocks because S is a multiple of B. A head is packed when that makes f
 its keys in place (for stride 1 or 2 it does not). :func:`block_occupancy` computes the blocks with a
 kept entry (and the blocks with every entry kept) from interval arithmetic, without an L x L tensor;
 :func:`block_mask` hands exactly these blocks to FlexAttention, and :func:`layout_stats` reports them.
+The full set is exact (every block whose entries are all kept), so the ``mask_mod`` runs only on the
+partial blocks (:func:`block_counts`); :meth:`KeyLayout.mask_mod` computes it by index arithmetic from the
+heads' strides and few extra keys, with no table indexed by the key.
 """
 
 from __future__ import annotations
