@@ -9,8 +9,8 @@ their difference; time = median of ``--repeats`` CUDA-event timings after warm-u
 peak memory = ``torch.cuda.max_memory_allocated`` above the inputs during one fwd+bwd, after a reset.
 Each row names the kernel options used and its ratios to flash (time: flash / ours, > 1 is faster;
 memory: ours / flash, <= 1 is less). ``--sweep L`` adds, at that length, the variants the table was
-chosen from: FlexAttention's default tiles, 64 x 64, 128 x 64 (8 warps, 2 stages), the table ``mask_mod``
-instead of the arithmetic one, and autotune (:func:`attnscope.sparse.tuning.autotune`).
+chosen from: FlexAttention's default tiles, 64 x 64, 128 x 64 (8 warps, 2 stages) and the table ``mask_mod``
+instead of the arithmetic one; ``--sweep-autotune`` adds autotune (:func:`attnscope.sparse.tuning.autotune`).
 
     python benchmarks/sparse_attention_gpu.py [--length 4096 --length 16384] [--sweep 16384] [--md FILE]
 
@@ -142,7 +142,8 @@ def variants_at(L: int, a, pat, cuda: bool) -> dict:
                 finally:
                     tuning.set_mode(None)
 
-            out["flex, autotuned"] = (tuned, "autotune")
+            if a.sweep_autotune:
+                out["flex, autotuned"] = (tuned, "autotune")
     if L <= a.gather_max:
         out[GATHER] = (lambda q, k, v: sparse_attention(q, k, v, pat, causal=True, impl="gather"), "-")
     out[FLASH] = (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), "-")
@@ -175,6 +176,8 @@ def main() -> None:
     ap.add_argument("--gather-max", type=int, default=16384, help="time the gathered kernel up to this length")
     ap.add_argument("--sweep", type=int, action="append", default=None,
                     help="at this length also time the kernel-option and mask variants (repeatable)")
+    ap.add_argument("--sweep-autotune", action="store_true",
+                    help="with --sweep: also autotune (compiles every candidate: minutes)")
     ap.add_argument("--md", default=None)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes on any device (CPU too): checks the script only")
     a = ap.parse_args()

@@ -16,6 +16,11 @@ from attnscope.sparse.layout import block_occupancy, key_layout, layout_stats
 from ._strategies import head_patterns
 
 
+#: random patterns (1-4 heads) at lengths up to 60, causal or not, blocks of 4-16: the layouts' test inputs
+random_layouts = given(heads=st.lists(head_patterns, min_size=1, max_size=4), L=st.integers(1, 60),
+                       causal=st.booleans(), block=st.sampled_from([4, 8, 16]))
+
+
 def _layout_mask(layout) -> torch.Tensor:
     """The layout's mask_mod on the full grid: [h, L, S + L] bool."""
     fn = layout.mask_mod()
@@ -36,8 +41,7 @@ def _counts_on_the_sequence(layout, kept: torch.Tensor) -> np.ndarray:
 
 
 @settings(max_examples=40, deadline=None)
-@given(heads=st.lists(head_patterns, min_size=1, max_size=4), L=st.integers(1, 60), causal=st.booleans(),
-       block=st.sampled_from([4, 8, 16]))
+@random_layouts
 def test_every_kept_entry_appears_exactly_once(heads, L, causal, block):
     pat = Pattern(tuple(heads))
     layout = key_layout(pat, L, causal, block)
@@ -153,8 +157,7 @@ def _grid(layout, kind: str, rows: np.ndarray | None = None) -> np.ndarray:
 
 
 @settings(max_examples=40, deadline=None)
-@given(heads=st.lists(head_patterns, min_size=1, max_size=4), L=st.integers(1, 60), causal=st.booleans(),
-       block=st.sampled_from([4, 8, 16]))
+@random_layouts
 def test_arithmetic_mask_equals_the_table_mask(heads, L, causal, block):
     layout = key_layout(Pattern(tuple(heads)), L, causal, block)
     np.testing.assert_array_equal(_grid(layout, "arith"), _grid(layout, "table"))
@@ -207,8 +210,7 @@ def _exact_blocks(layout) -> tuple[np.ndarray, np.ndarray]:
 
 
 @settings(max_examples=40, deadline=None)
-@given(heads=st.lists(head_patterns, min_size=1, max_size=4), L=st.integers(1, 60), causal=st.booleans(),
-       block=st.sampled_from([4, 8, 16]))
+@random_layouts
 def test_every_block_whose_entries_are_all_kept_is_marked_full(heads, L, causal, block):
     pat = Pattern(tuple(heads))
     layout = key_layout(pat, L, causal, block)
