@@ -7,7 +7,8 @@ bf16 autocast, fused AdamW on both sides:
 * clm: the same-size decoder (pre-LN, like GPT-2)   vs  ``GPT2LMHeadModel`` (SDPA attention).
 
 Our step is the trainer's own: :class:`attnscope.training.trainer.Batch` (masks made on the host,
-pinned non-blocking copies), its loss, its optimizer; ``--compile`` also torch.compiles our model.
+pinned non-blocking copies), its loss, its optimizer; our model is torch.compiled as ``attnscope train``
+compiles it by default on CUDA (``--no-compile``: eager).
 Steps of the two sides are interleaved (A B A B ...), each timed between CUDA synchronisations,
 after warm-up steps; the median is reported.
 
@@ -18,11 +19,22 @@ charged the same formula: our mlm step projects only the masked 15% to the vocab
 counts work it skipped, as a speed it delivers. The peak is looked up by device name
 (:data:`PEAK_TFLOPS`) or given with ``--peak-tflops``.
 
+Two more tables (``--only`` picks sections: mfu, sparse, geometry):
+
+* **sparse vs dense training** (``sparse``): the decoder of ``attnscope train --preset bert-base --objective
+  clm --n-heads 8 --pos rotary --norm pre --bf16`` at seq ``--sparse-seq`` (8192), batch 2, dense and with
+  ``--attn-pattern byte-sparse-8h``, each as the trainer runs it by default (dense compiled, the pattern
+  through FlexAttention) and the other way round; tokens/s (median step after warm-up) and the mean
+  loss of the timed steps (same seed, same batches);
+* **geometry logging** (``geometry``): ``attnscope train`` itself (bert-base mlm, batch 32 x 512, bf16,
+  ``--score-every 100``, 200 steps on the built-in corpus): the share of training time spent scoring.
+
 Exits 2 with one line without CUDA. ``--smoke`` runs the same code at a tiny shape (2 layers, d_model 64,
 vocabulary 512, batch 2 x 32) on whatever device is there, CPU included, with a nominal peak: it checks the
 script, not the speed (the test suite runs it). Usage::
 
-    python benchmarks/training_gpu.py [--steps 20] [--warmup 5] [--batch 32] [--seq 512] [--compile]
+    python benchmarks/training_gpu.py [--steps 20] [--warmup 5] [--batch 32] [--seq 512] [--no-compile]
+                                      [--only mfu,sparse,geometry] [--sparse-seq 8192]
                                       [--peak-tflops 989] [--md docs/benchmarks/training_gpu.md]
 """
 
@@ -63,14 +75,16 @@ def peak_for(name: str) -> float | None:
     return next((tf for key, tf in PEAK_TFLOPS if key in name), None)
 
 
-def ours(objective: str, shape: Shape, device: torch.device, compile_: bool):
+def ours(objective: str, shape: Shape, device: torch.device, compile_: bool, **over):
+    """(model, what computes the loss: compiled or the model, fused AdamW); ``over``: ModelConfig overrides."""
     from attnscope.training.config import TrainConfig
     from attnscope.training.model import Transformer, preset_config
     from attnscope.training.trainer import _optimizer
 
-    cfg = preset_config("bert-base", vocab_size=shape.vocab, n_layers=shape.layers, n_heads=shape.heads,
-                        d_model=shape.d, d_ff=shape.ff, causal=objective == "clm",
-                        norm="pre" if objective == "clm" else "post", max_seq_len=shape.max_len)
+    cfg = preset_config("bert-base", **{**dict(vocab_size=shape.vocab, n_layers=shape.layers, n_heads=shape.heads,
+                                               d_model=shape.d, d_ff=shape.ff, causal=objective == "clm",
+                                               norm="pre" if objective == "clm" else "post",
+                                               max_seq_len=shape.max_len), **over})
     model = Transformer(cfg).to(device).train()
     opt = _optimizer(model, TrainConfig(device=str(device), lr=1e-4))
     return model, (torch.compile(model) if compile_ else model), opt
@@ -120,7 +134,7 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def step_ours(model, opt, x, y, device) -> None:
+def step_ours(model, opt, x, y, device) -> torch.Tensor:
     from attnscope.training.trainer import Batch
 
     batch = Batch.on(x, y, device)
@@ -129,6 +143,7 @@ def step_ours(model, opt, x, y, device) -> None:
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
+    return loss.detach()
 
 
 def step_hf(model, opt, x, y, objective, device) -> None:
@@ -147,7 +162,7 @@ def step_hf(model, opt, x, y, objective, device) -> None:
 
 def measure(objective: str, args, shape: Shape, device: torch.device, peak: float) -> dict:
     torch.manual_seed(0)
-    raw, model, opt = ours(objective, shape, device, args.compile)
+    raw, model, opt = ours(objective, shape, device, args.compile_)
     hmodel, hopt = hf(objective, shape, device)
     gen = torch.Generator().manual_seed(0)
     times: dict[str, list[float]] = {"ours": [], "hf": []}
@@ -174,13 +189,81 @@ def measure(objective: str, args, shape: Shape, device: torch.device, peak: floa
     return out
 
 
+SPARSE_VARIANTS = (("dense", None, True), ("dense", None, False), ("byte-sparse-8h", "byte-sparse-8h", False),
+                   ("byte-sparse-8h", "byte-sparse-8h", True))  # (label, pattern, compiled): the defaults first
+
+
+def sparse_vs_dense(args, device: torch.device, shape: Shape) -> list[str]:
+    """Tokens/s of the clm decoder dense and with byte-sparse-8h at ``args.sparse_seq``, batch 2 (one table)."""
+    t = args.sparse_seq
+    rows = [f"### Sparse vs dense training (clm, {shape.layers} layers, d {shape.d}, 8 heads, rotary, pre-LN, "
+            f"seq {t}, batch {args.sparse_batch}, bf16; median of {args.steps} steps after {args.warmup})", "",
+            "| attention | torch.compile | tokens/s | vs dense (trainer default) | mean loss of the timed steps |",
+            "|---|---|---|---|---|"]
+    base = None
+    for label, pattern, compile_ in SPARSE_VARIANTS:
+        if compile_ and device.type != "cuda":  # compiling on a CPU smoke run would only cost minutes
+            continue
+        torch.manual_seed(0)
+        try:
+            _, model, opt = ours("clm", shape, device, compile_, n_heads=8, pos="rotary", norm="pre",
+                                 max_seq_len=t, attn_pattern=pattern)
+        except Exception as exc:  # noqa: BLE001 - a compile failure is a result of this row
+            rows.append(f"| {label} | {'yes' if compile_ else 'no'} | failed: {type(exc).__name__} | | |")
+            continue
+        gen = torch.Generator().manual_seed(1)
+        times, losses = [], []
+        for i in range(args.warmup + args.steps):
+            x, y = host_batch("clm", shape, args.sparse_batch, t, gen)
+            sync(device)
+            t0 = time.perf_counter()
+            loss = step_ours(model, opt, x, y, device)
+            sync(device)
+            if i >= args.warmup:
+                times.append(time.perf_counter() - t0)
+                losses.append(loss)
+        tok_s = args.sparse_batch * t / statistics.median(times)
+        base = base or tok_s
+        mean_loss = float(torch.stack(losses).float().mean())
+        rows.append(f"| {label} | {'yes' if compile_ else 'no'} | {tok_s:.0f} | {tok_s / base:.2f}x | {mean_loss:.4f} |")
+        del model, opt
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def geometry_overhead(args, device: torch.device, smoke: bool) -> list[str]:
+    """``attnscope train`` with --score-every 100 (smoke: 2): the share of training time spent on geometry."""
+    import tempfile
+
+    from attnscope.training.config import TrainConfig
+    from attnscope.training.trainer import train
+
+    kw = dict(preset="bert-base", objective="mlm", data="builtin", tokenizer="bytes", steps=200, batch_size=32,
+              seq_len=512, score_every=100, bf16=device.type == "cuda", device=str(device), warmup=10,
+              checkpoint_every=10**6, eval_windows=1, log_every=50, progress=False)
+    if smoke:
+        kw.update(steps=4, batch_size=2, seq_len=32, score_every=2, n_layers=1, d_model=32, n_heads=2, d_ff=64)
+    with tempfile.TemporaryDirectory(prefix="geometry-overhead-") as out:
+        s = train(TrainConfig(out=out, **kw))
+    return [f"### Geometry logging (attnscope train, {kw['preset']} {kw['objective']}, batch {kw['batch_size']} x "
+            f"{kw['seq_len']}, {kw['steps']} steps, --score-every {kw['score_every']})", "",
+            "| training s | geometry s | geometry share | compiled | tokens/s |", "|---|---|---|---|---|",
+            f"| {s['train_seconds']:.1f} | {s['geometry_seconds']:.2f} | {100 * s['geometry_overhead']:.2f}% "
+            f"| {'yes' if s['compiled'] else 'no'} | {s['tokens_per_second']:.0f} |"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq", type=int, default=512)
-    ap.add_argument("--compile", action="store_true", help="torch.compile our model")
+    ap.add_argument("--no-compile", dest="compile_", action="store_false",
+                    help="run our model eagerly (default: compiled, as attnscope train does on CUDA)")
+    ap.add_argument("--only", default="mfu,sparse,geometry", help="comma-separated sections: mfu, sparse, geometry")
+    ap.add_argument("--sparse-seq", type=int, default=8192, help="sequence length of the sparse vs dense table")
+    ap.add_argument("--sparse-batch", type=int, default=2)
     ap.add_argument("--peak-tflops", type=float, default=None, help="the GPU's bf16 dense peak (default: by name)")
     ap.add_argument("--md", default=None, help="also write the table to this Markdown file")
     ap.add_argument("--smoke", action="store_true", help="tiny shape on any device (CPU too): checks the script only")
@@ -188,9 +271,11 @@ def main() -> int:
     shape = BERT_BASE
     if args.smoke:  # the code path at a tiny shape, on whatever is here; the numbers mean nothing
         shape, args.batch, args.seq = SMOKE, min(args.batch, 2), min(args.seq, SMOKE.max_len // 2)
+        args.sparse_seq, args.sparse_batch = 64, 1
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         if device.type == "cpu":
             torch.set_num_threads(1)
+            args.compile_ = False  # compiling on a CPU smoke run would only cost minutes
         name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU (smoke run)"
         peak = args.peak_tflops or 1.0
     else:
@@ -208,23 +293,35 @@ def main() -> int:
             return 2
         torch.backends.cuda.matmul.allow_tf32 = True
         device = torch.device("cuda")
-    rows = [measure(obj, args, shape, device, peak) for obj in ("mlm", "clm")]
-    lines = [
-        "## Training speed on a GPU (attnscope vs Hugging Face, "
-        + ("bert-base shape)" if shape == BERT_BASE else "smoke shape: not a measurement)"),
-        "",
-        f"{name}, torch {torch.__version__}, bf16 autocast, fused AdamW, batch {args.batch} x {args.seq}, "
-        f"median of {args.steps} interleaved steps after {args.warmup} warm-up steps"
-        f"{', our model torch.compiled' if args.compile else ''}; MFU against {peak:.0f} TFLOP/s "
-        "(6 N + 12 L d T FLOPs per token).",
-        "",
-        "| objective | ours tokens/s | HF tokens/s | ours / HF | ours MFU | HF MFU |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        o, h = r["ours"], r["hf"]
-        lines.append(f"| {r['objective']} | {o['tok_s']:.0f} | {h['tok_s']:.0f} | {o['tok_s'] / h['tok_s']:.2f}x "
-                     f"| {100 * o['mfu']:.1f}% | {100 * h['mfu']:.1f}% |")
+    only = {x.strip() for x in args.only.split(",") if x.strip()}
+    if only - {"mfu", "sparse", "geometry"}:
+        print(f"training_gpu.py: --only takes mfu, sparse, geometry; not {args.only!r}", file=sys.stderr)
+        return 2
+    lines = []
+    if "mfu" in only:
+        rows = [measure(obj, args, shape, device, peak) for obj in ("mlm", "clm")]
+        lines += [
+            "## Training speed on a GPU (attnscope vs Hugging Face, "
+            + ("bert-base shape)" if shape == BERT_BASE else "smoke shape: not a measurement)"),
+            "",
+            f"{name}, torch {torch.__version__}, bf16 autocast, fused AdamW, batch {args.batch} x {args.seq}, "
+            f"median of {args.steps} interleaved steps after {args.warmup} warm-up steps"
+            f"{', our model torch.compiled' if args.compile_ else ', our model eager'}; MFU against {peak:.0f} TFLOP/s "
+            "(6 N + 12 L d T FLOPs per token).",
+            "",
+            "| objective | ours tokens/s | HF tokens/s | ours / HF | ours MFU | HF MFU |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            o, h = r["ours"], r["hf"]
+            lines.append(f"| {r['objective']} | {o['tok_s']:.0f} | {h['tok_s']:.0f} | {o['tok_s'] / h['tok_s']:.2f}x "
+                         f"| {100 * o['mfu']:.1f}% | {100 * h['mfu']:.1f}% |")
+        lines.append("")
+    if "sparse" in only:
+        sparse_shape = Shape(vocab=256, layers=shape.layers, heads=8, d=shape.d, ff=shape.ff, max_len=args.sparse_seq)
+        lines += sparse_vs_dense(args, device, sparse_shape) + [""]
+    if "geometry" in only:
+        lines += geometry_overhead(args, device, args.smoke) + [""]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.md:

@@ -27,12 +27,21 @@ def test_training_gpu_smoke_times_both_sides(tmp_path):
     md = tmp_path / "t.md"
     r = _run("training_gpu.py", "--smoke", "--steps", "1", "--warmup", "1", "--md", str(md))
     assert r.returncode == 0, r.stderr[-2000:]
-    rows = _table_rows(md.read_text())
+    mfu, sparse, geometry = md.read_text().split("### ")
+    rows = _table_rows(mfu)
     assert [row[0] for row in rows] == ["mlm", "clm"]
     for row in rows:
         ours, hf, ratio = float(row[1]), float(row[2]), float(row[3].rstrip("x"))
         assert ours > 0 and hf > 0 and ratio == pytest.approx(ours / hf, rel=0.02)
-    assert "not a measurement" in md.read_text()
+    assert "not a measurement" in mfu
+    rows = [row for row in _table_rows(sparse) if row[0] != "attention"]
+    assert [(row[0], row[1]) for row in rows] == [("dense", "no"), ("byte-sparse-8h", "no")]  # CPU: eager only
+    dense = float(rows[0][2])
+    for row in rows:
+        assert float(row[3].rstrip("x")) == pytest.approx(float(row[2]) / dense, rel=0.02, abs=0.01)
+        assert 0 < float(row[4]) < 10  # a byte-level loss near ln 256 at the start
+    (row,) = [row for row in _table_rows(geometry) if row[0] != "training s"]
+    assert float(row[1]) > 0 and row[3] == "no"
 
 
 def test_sparse_gpu_smoke_checks_exactness_then_times(tmp_path):
@@ -41,9 +50,16 @@ def test_sparse_gpu_smoke_checks_exactness_then_times(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     text = md.read_text()
     assert "gathered (byte-sparse-8h): output and gradients within 2x dense SDPA's error" in text
+    assert "| fwd (ms) | bwd (ms) | fwd+bwd (ms) | vs flash fwd | vs flash fwd+bwd | peak memory (MB) |" in text
     rows = _table_rows(text)
-    assert {row[3] for row in rows} == {"attnscope gathered (byte-sparse-8h)", "flash causal SDPA (no pattern)"}
-    assert all(float(row[4]) > 0 for row in rows)
+    assert {row[4] for row in rows} == {"attnscope gathered (byte-sparse-8h)", "flash causal SDPA (no pattern)"}
+    flash = next(row for row in rows if row[4].startswith("flash"))
+    for row in rows:
+        fwd, bwd, total = float(row[6]), float(row[7]), float(row[8])
+        assert fwd > 0 and total > 0 and bwd == pytest.approx(total - fwd, abs=0.011)
+        assert float(row[10].rstrip("x")) == pytest.approx(float(flash[8]) / total, rel=0.02, abs=0.01)
+        kept = int(row[3].split(" of ")[1])
+        assert 0 <= int(row[3].split(" of ")[0]) <= kept
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")

@@ -16,6 +16,11 @@ from attnscope.sparse.layout import block_occupancy, key_layout, layout_stats
 from ._strategies import head_patterns
 
 
+#: random patterns (1-4 heads) at lengths up to 60, causal or not, blocks of 4-16: the layouts' test inputs
+random_layouts = given(heads=st.lists(head_patterns, min_size=1, max_size=4), L=st.integers(1, 60),
+                       causal=st.booleans(), block=st.sampled_from([4, 8, 16]))
+
+
 def _layout_mask(layout) -> torch.Tensor:
     """The layout's mask_mod on the full grid: [h, L, S + L] bool."""
     fn = layout.mask_mod()
@@ -36,8 +41,7 @@ def _counts_on_the_sequence(layout, kept: torch.Tensor) -> np.ndarray:
 
 
 @settings(max_examples=40, deadline=None)
-@given(heads=st.lists(head_patterns, min_size=1, max_size=4), L=st.integers(1, 60), causal=st.booleans(),
-       block=st.sampled_from([4, 8, 16]))
+@random_layouts
 def test_every_kept_entry_appears_exactly_once(heads, L, causal, block):
     pat = Pattern(tuple(heads))
     layout = key_layout(pat, L, causal, block)
@@ -140,3 +144,92 @@ def test_the_benchmark_prints_the_layout_table(tmp_path):
     assert len(rows) == 8 and all(row[-1] == "yes" for row in rows)
     byte = next(row for row in rows if row[0] == "byte-sparse-8h")
     assert byte[1:5] == ["4096", "7.1%", "17.0%", "67.0%"]
+
+
+# ---- the arithmetic mask_mod and the full blocks ---------------------------------------------------------------
+def _grid(layout, kind: str, rows: np.ndarray | None = None) -> np.ndarray:
+    """The layout's mask_mod of ``kind`` over query rows ``rows`` (all when None) and every key: [h, r, S + L]."""
+    fn = layout.mask_mod(kind=kind)
+    i = torch.arange(layout.L) if rows is None else torch.from_numpy(rows)
+    kv = torch.arange(layout.kv_len)
+    ii, kk = i[:, None].expand(len(i), len(kv)), kv[None, :].expand(len(i), len(kv))
+    return torch.stack([fn(0, torch.full_like(ii, h), ii, kk) for h in range(layout.n_heads)]).numpy()
+
+
+@settings(max_examples=40, deadline=None)
+@random_layouts
+def test_arithmetic_mask_equals_the_table_mask(heads, L, causal, block):
+    layout = key_layout(Pattern(tuple(heads)), L, causal, block)
+    np.testing.assert_array_equal(_grid(layout, "arith"), _grid(layout, "table"))
+
+
+MASK_PRESETS = PRESETS + [("strided:4:1", 8), ("strided:8:3", 8)]
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("spec, n_heads", MASK_PRESETS)
+def test_arithmetic_mask_equals_the_table_mask_on_every_preset(spec, n_heads, causal):
+    """Every entry at L 200 (blocks of 16), 8 random rows at L 4096 (blocks of 128: the real layouts)."""
+    pat = load_pattern(spec, n_heads=n_heads)
+    small = key_layout(pat, 200, causal, 16)
+    np.testing.assert_array_equal(_grid(small, "arith"), _grid(small, "table"))
+    big = key_layout(pat, 4096, causal)
+    rows = np.random.default_rng(0).choice(4096, 8, replace=False)
+    np.testing.assert_array_equal(_grid(big, "arith", rows), _grid(big, "table", rows))
+
+
+def test_many_extra_keys_fall_back_to_the_table_mask():
+    from attnscope.sparse.layout import MAX_ARITH_EXTRA
+
+    heads = (HeadPattern(window=2, positions=tuple(range(1, 3 * MAX_ARITH_EXTRA + 6, 3))), HeadPattern(window=4, stride=5))
+    layout = key_layout(Pattern(heads), 70, True, 8)
+    assert layout.extra.shape[1] > MAX_ARITH_EXTRA
+    counts = _counts_on_the_sequence(layout, torch.from_numpy(_grid(layout, "arith")))
+    np.testing.assert_array_equal(counts, Pattern(heads).mask(70, True).astype(np.int64))
+
+
+def test_byte_sparse_8h_mask_reads_no_per_key_table():
+    """Its packed heads are window + stride (+ anchors): the arithmetic mask needs neither pos nor inplace."""
+    layout = key_layout(load_pattern("byte-sparse-8h"), 1024, True)
+    assert not layout.inplace.any() and layout.packed[3:].all()
+    fn = layout.mask_mod(kind="arith")
+    names = set(fn.__code__.co_freevars)
+    assert "pos" not in names and "inplace" not in names
+    assert {"pos", "inplace"} <= set(layout.mask_mod(kind="table").__code__.co_freevars)
+
+
+def _exact_blocks(layout) -> tuple[np.ndarray, np.ndarray]:
+    """Blocks with any / every entry kept, from the full mask (the slow reference of block_occupancy)."""
+    m = _grid(layout, "table")
+    h, B = layout.n_heads, layout.block
+    nq, nk = -(-layout.L // B), -(-layout.kv_len // B)
+    pad = np.zeros((h, nq * B, nk * B), dtype=bool)
+    pad[:, : layout.L, : layout.kv_len] = m
+    blocks = pad.reshape(h, nq, B, nk, B)
+    return blocks.any((2, 4)), blocks.all((2, 4))
+
+
+@settings(max_examples=40, deadline=None)
+@random_layouts
+def test_every_block_whose_entries_are_all_kept_is_marked_full(heads, L, causal, block):
+    pat = Pattern(tuple(heads))
+    layout = key_layout(pat, L, causal, block)
+    kept, full = block_occupancy(layout)
+    any_kept, all_kept = _exact_blocks(layout)
+    np.testing.assert_array_equal(kept, any_kept)
+    np.testing.assert_array_equal(full, all_kept)  # as many full blocks as there can be, none wrongly full
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("spec, n_heads", MASK_PRESETS)
+def test_full_block_count_is_exact_on_every_preset(spec, n_heads, causal):
+    from attnscope.sparse.layout import block_counts
+
+    pat = load_pattern(spec, n_heads=n_heads)
+    for L, block in ((200, 16), (600, 64)):
+        any_kept, all_kept = _exact_blocks(key_layout(pat, L, causal, block))
+        counts = block_counts(pat, L, causal, block)
+        assert counts == {"kept": int(any_kept.sum()), "full": int(all_kept.sum()),
+                          "partial": int((any_kept & ~all_kept).sum())}
+        s = layout_stats(pat, L, causal, block)
+        assert (s["blocks_full"], s["blocks_partial"]) == (counts["full"], counts["partial"])

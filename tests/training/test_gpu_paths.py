@@ -170,6 +170,7 @@ def test_cuda_bf16_training_learns_and_resumes(tmp_path, pattern):
     losses = [json.loads(line)["loss"] for line in (tmp_path / "whole" / "metrics.jsonl").read_text().splitlines()]
     assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0] - 1.0
     assert math.isfinite(whole["eval_loss"])
+    assert whole["compiled"] is (pattern is None)  # the CUDA default: compiled with dense attention
     shutil.copytree(tmp_path / "whole", tmp_path / "again")
     shutil.rmtree(tmp_path / "again" / "checkpoints" / "step-40")
     (tmp_path / "again" / "summary.json").unlink()

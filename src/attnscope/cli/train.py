@@ -18,7 +18,7 @@ from typing import Any, Optional
 import typer
 
 from attnscope.errors import InputError
-from attnscope.training.config import TrainConfig, cli_flag, default_text, field_types
+from attnscope.training.config import TrainConfig, cli_flag, default_text, field_types, is_switch
 
 
 METAVARS = {int: "INTEGER", float: "FLOAT", str: "TEXT"}
@@ -33,7 +33,10 @@ def _parameter(f: Field) -> inspect.Parameter:
     """The typer option of one TrainConfig field; ``None`` (or an unset flag) means "not given"."""
     base, _ = field_types(f)
     help_text = f.metadata["help"]
-    if base is bool:
+    if is_switch(f):  # --name / --no-name; neither given: None, decided by the run (TrainConfig.compile_choice)
+        option = typer.Option(None, f"{cli_flag(f)}/--no-{f.name.replace('_', '-')}", help=help_text, show_default=False)
+        annotation = Optional[bool]
+    elif base is bool:
         option, annotation = typer.Option(False, cli_flag(f), help=help_text), bool
     else:
         default = default_text(f)

@@ -6,7 +6,8 @@
   ahead of the sequence) and its block density (:func:`layout_stats`).
 * :mod:`attnscope.sparse.attention` -- :func:`sparse_attention`, exact (to float tolerance) against
   the dense masked reference, forward and backward; :mod:`attnscope.sparse.flex` runs it on a GPU;
-  :mod:`attnscope.sparse.exactness` holds bf16 kernels to dense SDPA's own error.
+  :mod:`attnscope.sparse.exactness` holds bf16 kernels to dense SDPA's own error;
+  :mod:`attnscope.sparse.tuning` picks FlexAttention's kernel options per shape and device.
 
 This room is used by the training model, so it never imports :mod:`attnscope.training`.
 """

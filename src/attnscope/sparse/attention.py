@@ -262,6 +262,7 @@ def sparse_attention(
     return_probs: bool = False,
     scale: float | None = None,
     impl: str = "auto",
+    kernel_options: dict[str, Any] | None = None,
 ) -> "torch.Tensor | tuple[torch.Tensor, torch.Tensor]":
     """Attention restricted to a per-head pattern: q,k,v [b,h,t,e] -> out [b,h,t,e] (, probs [b,h,t,t]).
 
@@ -271,7 +272,8 @@ def sparse_attention(
     (costs t^2 memory: meant for analysis, not training). ``impl``: ``"gather"`` (band + shared keys),
     ``"dense"`` (masked dense product), ``"flex"`` (FlexAttention with the pattern's block mask) or
     ``"auto"`` (flex on CUDA when no probabilities are asked for; else gather unless that touches
-    every key anyway).
+    every key anyway). ``kernel_options``: FlexAttention's (e.g. ``{"BLOCK_M": 64, "BLOCK_N": 64}``); None:
+    chosen per shape and device (:mod:`attnscope.sparse.tuning`).
     """
     import torch
 
@@ -287,11 +289,11 @@ def sparse_attention(
             raise ConfigError("impl='flex' cannot return probabilities; use impl='gather' or 'dense'")
         from .flex import flex_sparse_attention
 
-        return flex_sparse_attention(q, k, v, pat, causal, scale)
+        return flex_sparse_attention(q, k, v, pat, causal, scale, kernel_options)
     if impl == "auto" and not return_probs and _wants_flex(q):
         from .flex import try_flex
 
-        out = try_flex(q, k, v, pat, causal, scale)  # None: compiling failed (warned once), gather instead
+        out = try_flex(q, k, v, pat, causal, scale, kernel_options)  # None: compiling failed (warned once), gather instead
         if out is not None:
             return out
     outs: list[torch.Tensor] = []

@@ -5,6 +5,7 @@ rearranged as ``[shared-key segment | sequence]`` (one gather and one concatenat
 the layout's ``mask_mod`` (index arithmetic, never an L x L tensor) and the BlockMask holds exactly the
 blocks :func:`~attnscope.sparse.layout.block_occupancy` finds, so FlexAttention's cost follows the
 pattern's block density (``layout_stats``), not the 64-67% of blocks the sequence's own order touches.
+The kernel options (tile sizes, warps, stages) come from :mod:`.tuning` (:func:`options_for`).
 
 Einstein legend: b batch, h head, i/j query/key positions (L of them), e head dim.
 
@@ -22,11 +23,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from attnscope.errors import ConfigError
 
+from . import tuning
 from .layout import BLOCK, block_mask, key_layout
 from .patterns import Pattern
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+
+    from .tuning import Options
 
 #: The oldest torch attnscope declares (pyproject.toml: torch>=2.13); a compile failure below it says so.
 TORCH_MIN = (2, 13)
@@ -58,20 +62,48 @@ def _compiled_flex() -> Callable[..., Any]:
 
 
 def _run(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: Pattern, causal: bool,
-         scale: float, compiled: bool, block: int = BLOCK) -> "torch.Tensor":
+         scale: float, compiled: bool, block: int = BLOCK, options: "Options | None" = None,
+         mask: str = "arith") -> "torch.Tensor":
+    """One FlexAttention call over the layout with kernel ``options`` (None / {}: FlexAttention's own)."""
     L = q.shape[2]
     layout = key_layout(pattern, L, causal, block)
-    bm = block_mask(pattern, L, causal, str(q.device), block)
+    bm = block_mask(pattern, L, causal, str(q.device), block, mask)
     k2, v2 = layout.arrange(k), layout.arrange(v)
+    kw = {"kernel_options": dict(options)} if options else {}
     if compiled:
-        return _compiled_flex()(q, k2, v2, block_mask=bm, scale=scale)
+        return _compiled_flex()(q, k2, v2, block_mask=bm, scale=scale, **kw)
     import warnings
 
     from torch.nn.attention.flex_attention import flex_attention
 
     with warnings.catch_warnings():  # eager CPU flex materialises scores: fine for inference and tests
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-        return flex_attention(q, k2, v2, block_mask=bm, scale=scale)
+        return flex_attention(q, k2, v2, block_mask=bm, scale=scale, **kw)
+
+
+def _needs_grad(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor") -> bool:
+    import torch
+
+    return torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
+
+
+def options_for(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: Pattern, causal: bool,
+                scale: float) -> tuple["Options", str]:
+    """(kernel options, why) this process uses for these inputs (:mod:`.tuning`: the table, or autotuned once
+    per signature on a probe of the same shape: forward, and backward when the inputs need gradients)."""
+    import torch
+
+    needs_grad = _needs_grad(q, k, v)
+
+    def run(options: "Options") -> None:
+        with torch.enable_grad() if needs_grad else torch.no_grad():
+            probe = [torch.zeros_like(x, requires_grad=needs_grad) for x in (q, k, v)]
+            out = _run(*probe, pattern, causal, scale, compiled=True, options=options)
+            if needs_grad:
+                out.sum().backward()
+
+    key = (tuple(q.shape), q.dtype, pattern, causal, float(scale), needs_grad)
+    return tuning.kernel_options(q, None if torch.compiler.is_compiling() else run, key)
 
 
 def _check(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: Pattern) -> None:
@@ -86,10 +118,15 @@ def _check(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: Pat
 
 
 def flex_sparse_attention(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: Pattern,
-                          causal: bool, scale: float) -> "torch.Tensor":
-    """q,k,v [b,h,L,e] -> out [b,h,L,e] through FlexAttention over the packed key layout (compiled on CUDA)."""
+                          causal: bool, scale: float, kernel_options: "Options | None" = None,
+                          mask: str = "arith") -> "torch.Tensor":
+    """q,k,v [b,h,L,e] -> out [b,h,L,e] through FlexAttention over the packed key layout (compiled on CUDA);
+    ``kernel_options`` None: chosen by :func:`options_for`; ``mask``: the ``mask_mod`` variant
+    (:data:`~attnscope.sparse.layout.MASK_KINDS`, the same mask computed two ways)."""
     _check(q, k, v, pattern)
-    return _run(q, k, v, pattern, causal, scale, compiled=q.device.type == "cuda")
+    cuda = q.device.type == "cuda"
+    options = kernel_options if kernel_options is not None else options_for(q, k, v, pattern, causal, scale)[0]
+    return _run(q, k, v, pattern, causal, scale, compiled=cuda, options=options, mask=mask)
 
 
 def _torch_version() -> tuple[str, bool]:
@@ -112,7 +149,7 @@ def _failure_line(exc: BaseException) -> str:
 
 
 def try_flex(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: Pattern, causal: bool,
-             scale: float) -> "torch.Tensor | None":
+             scale: float, kernel_options: "Options | None" = None) -> "torch.Tensor | None":
     """Compiled FlexAttention, or None when compiling it fails (then warned once; :func:`usable` turns False).
 
     The first call per input signature runs a probe of the same shape (forward, and backward when the
@@ -122,13 +159,17 @@ def try_flex(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: P
 
     if _failed:
         return None
-    needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
-    key = (tuple(q.shape), q.dtype, str(q.device), pattern, causal, float(scale), needs_grad)
+    needs_grad = _needs_grad(q, k, v)
+    options = kernel_options
+    key = (tuple(q.shape), q.dtype, str(q.device), pattern, causal, float(scale), needs_grad,
+           None if options is None else tuple(sorted(options.items())))
     if key not in _verified and not torch.compiler.is_compiling():
         try:
+            if options is None:
+                options = options_for(q, k, v, pattern, causal, scale)[0]
             with torch.enable_grad() if needs_grad else torch.no_grad():
                 probe = [torch.zeros_like(x, requires_grad=needs_grad) for x in (q, k, v)]
-                out = _run(*probe, pattern, causal, scale, compiled=True)
+                out = _run(*probe, pattern, causal, scale, compiled=True, options=options)
                 if needs_grad:
                     out.sum().backward()
         except Exception as exc:  # dynamo / inductor / triton raise many types (InductorError, ...)
@@ -140,4 +181,6 @@ def try_flex(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: P
             warn(_failed[0])
             return None
         _verified.add(key)
-    return _run(q, k, v, pattern, causal, scale, compiled=True)
+    if options is None:
+        options = options_for(q, k, v, pattern, causal, scale)[0]
+    return _run(q, k, v, pattern, causal, scale, compiled=True, options=options)

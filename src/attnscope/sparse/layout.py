@@ -21,6 +21,9 @@ diagonal blocks because S is a multiple of B. A head is packed when that makes f
 its keys in place (for stride 1 or 2 it does not). :func:`block_occupancy` computes the blocks with a
 kept entry (and the blocks with every entry kept) from interval arithmetic, without an L x L tensor;
 :func:`block_mask` hands exactly these blocks to FlexAttention, and :func:`layout_stats` reports them.
+The full set is exact (every block whose entries are all kept), so the ``mask_mod`` runs only on the
+partial blocks (:func:`block_counts`); :meth:`KeyLayout.mask_mod` computes it by index arithmetic from the
+heads' strides and few extra keys, with no table indexed by the key.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: FlexAttention's default block size: the unit whose share of kept blocks its cost follows.
 BLOCK = 128
+#: The mask_mod variants of :meth:`KeyLayout.mask_mod` (same mask, different work per entry).
+MASK_KINDS = ("arith", "table")
+#: Extra shared keys (anchors, positions off the stride) per head up to which the mask stays arithmetic.
+MAX_ARITH_EXTRA = 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -52,6 +59,8 @@ class KeyLayout:
     pos: np.ndarray  # [h, max(S, 1)] int64: key position held by each slot, -1 = unused
     packed: np.ndarray  # [h] bool: shared keys moved to the segment
     inplace: np.ndarray  # [h, L] bool: shared keys of the heads left in place
+    stride: np.ndarray  # [h] int64: the head's stride (0: none)
+    extra: np.ndarray  # [h, X] int64: its other shared keys (anchors, positions; not on the stride), sorted, -1 = none
 
     @property
     def n_heads(self) -> int:
@@ -72,8 +81,20 @@ class KeyLayout:
         seg = x.gather(2, idx[None, :, :, None].expand(b, h, self.S, e))
         return torch.cat([seg, x], dim=2)
 
-    def mask_mod(self, device: "str | torch.device" = "cpu") -> Callable[..., Any]:
-        """FlexAttention's ``mask_mod(b, h, i, kv) -> bool`` over this layout (True = may attend)."""
+    def mask_mod(self, device: "str | torch.device" = "cpu", kind: str = "arith") -> Callable[..., Any]:
+        """FlexAttention's ``mask_mod(b, h, i, kv) -> bool`` over this layout (True = may attend).
+
+        ``kind="arith"`` (the default) works out a slot's key and a key's membership from the head's stride
+        and its few other shared keys (:data:`MAX_ARITH_EXTRA` at most; more: the table lookups), with no
+        per-key table; ``"table"`` looks both up in ``pos [h, S]`` and ``inplace [h, L]``. Both give the
+        same mask (tested); which is faster on a GPU is what benchmarks/sparse_attention_gpu.py measures."""
+        if kind not in MASK_KINDS:
+            raise ValueError(f"mask kind must be one of {', '.join(MASK_KINDS)}, not {kind!r}")
+        if kind == "table" or self.extra.shape[1] > MAX_ARITH_EXTRA:
+            return self._table_mask(device)
+        return self._arith_mask(device)
+
+    def _table_mask(self, device: "str | torch.device") -> Callable[..., Any]:
         import torch
 
         window = torch.from_numpy(self.window).to(device)
@@ -88,6 +109,61 @@ class KeyLayout:
             j = torch.where(in_seg, p, seq)
             band = (q_idx - j).abs() <= window[h]
             keep = torch.where(in_seg, (p >= 0) & ~band, band | inplace[h, seq])
+            if causal:
+                keep = keep & (j <= q_idx)
+            return keep
+
+        return allowed
+
+    def _arith_mask(self, device: "str | torch.device") -> Callable[..., Any]:
+        """Index arithmetic only: every table here is indexed by the head alone (one value per program).
+
+        Segment slot x of a packed head holds its sorted shared keys: extra key c sits at slot
+        ``slot[h, c]``, and any other slot holds the stride key ``(x - #extra slots before x) * stride``.
+        A sequence key is a shared key of an in-place head when ``j % stride == 0`` or it equals one of the
+        head's extra keys. Parts no head needs (no packed head, no in-place shared keys) are left out."""
+        import torch
+
+        h_n, X = self.extra.shape
+        has = self.extra >= 0  # [h, X]
+        never = -(self.S + self.L + 1)  # a slot / key no index equals or passes
+        seg_n = np.where(self.packed, (self.pos >= 0).sum(1), 0)  # [h] used slots
+        slot = np.full((h_n, X), self.S + self.L + 1, dtype=np.int64)
+        seq_extra = np.full((h_n, X), never, dtype=np.int64)
+        for i in range(h_n):
+            keys = self.extra[i][has[i]]
+            if self.packed[i]:
+                slot[i, : len(keys)] = np.searchsorted(self.pos[i, : seg_n[i]], keys)
+            else:
+                seq_extra[i, : len(keys)] = keys
+        seg_stride = np.where(self.packed, self.stride, 0)
+        seq_stride = np.where(self.packed, 0, self.stride)
+        X_seg = int((has & self.packed[:, None]).sum(1).max(initial=0))
+        X_seq = int((has & ~self.packed[:, None]).sum(1).max(initial=0))
+        inplace_keys = bool(seq_stride.any() or X_seq)
+        t = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
+        window, seg_n_t, seg_stride_t, seq_stride_t = t(self.window), t(seg_n), t(seg_stride), t(seq_stride)
+        slot_t, extra_t, seq_extra_t = t(slot[:, :X_seg]), t(np.where(has, self.extra, 0)[:, :X_seg]), t(seq_extra[:, :X_seq])
+        S, causal = self.S, self.causal
+
+        def allowed(b, h, q_idx, kv_idx):  # noqa: ANN001, ANN202 - FlexAttention's signature
+            j = kv_idx - S  # the sequence key (negative on the segment)
+            if S:
+                in_seg = kv_idx < S
+                before = sum((slot_t[h, c] < kv_idx).to(kv_idx.dtype) for c in range(X_seg)) if X_seg else 0
+                p = (kv_idx - before) * seg_stride_t[h]
+                for c in range(X_seg):
+                    p = torch.where(kv_idx == slot_t[h, c], extra_t[h, c], p)
+                j = torch.where(in_seg, p, j)
+            band = (q_idx - j).abs() <= window[h]
+            seq_keep = band
+            if inplace_keys:
+                st = seq_stride_t[h]
+                shared = (st > 0) & (j % st.clamp(min=1) == 0)
+                for c in range(X_seq):
+                    shared = shared | (j == seq_extra_t[h, c])
+                seq_keep = band | shared
+            keep = torch.where(in_seg, (kv_idx < seg_n_t[h]) & ~band, seq_keep) if S else seq_keep
             if causal:
                 keep = keep & (j <= q_idx)
             return keep
@@ -144,10 +220,31 @@ def _segment_blocks(keys: np.ndarray, w: int, L: int, S: int, causal: bool, B: i
     if causal:  # kept iff some pair has pos <= i - w - 1 (pos <= i and outside the band)
         kept = o_lo <= qh - w - 1
         full = whole & (o_hi <= ql - w - 1)
-    else:  # kept iff some pair is farther apart than w; full iff every pair is
+    else:  # kept iff some pair is farther apart than w; full iff none of the block's keys is within w of a query
         kept = np.maximum(qh - o_lo, o_hi - ql) > w
-        full = whole & (np.maximum(0, np.maximum(o_lo - qh, ql - o_hi)) > w)
+        near_lo = np.searchsorted(keys, q_lo - w, side="left")[:, None]  # slots of the keys in [ql - w, qh + w]
+        near_hi = np.searchsorted(keys, q_hi + w, side="right")[:, None]
+        full = whole & ((np.minimum(near_hi, (m + B)[None, :]) <= np.maximum(near_lo, m[None, :])) | (w < 0))
     return kept & used[None, :], full & used[None, :]
+
+
+def _sequence_full(shared: np.ndarray, w: int, L: int, causal: bool, B: int) -> np.ndarray:
+    """Full [n, m] blocks of the sequence part: every (i, j) kept by the band or a shared key left in place.
+
+    A key block is full for a query block when its keys that are not shared all lie within w of every
+    query (its smallest and largest such key decide) and, causal, the whole key block is at or below the
+    query block's first row."""
+    lo, hi, whole = _blocks(L, B)
+    j = np.arange(len(lo) * B)
+    own = np.concatenate([~shared, np.zeros(len(j) - L, dtype=bool)]).reshape(-1, B)  # [m, B] keys not shared
+    first = np.where(own.any(1), (j.reshape(-1, B) + np.where(own, 0, L)).min(1), L)
+    last = np.where(own.any(1), (j.reshape(-1, B) - np.where(own, 0, L)).max(1), -1)
+    none = ~own.any(1)[None, :]
+    ql, qh = lo[:, None], hi[:, None]
+    full = (none | ((qh - first[None, :] <= w) & (last[None, :] - ql <= w))) & whole[:, None] & whole[None, :]
+    if causal:
+        full &= hi[None, :] <= ql
+    return full
 
 
 def _inplace_count(keys: np.ndarray, w: int, L: int, causal: bool, B: int) -> int:
@@ -183,7 +280,13 @@ def key_layout(pattern: Pattern, L: int, causal: bool, block: int = BLOCK) -> Ke
             pos[i, : len(ks)] = ks
         else:
             inplace[i, ks] = True
-    return KeyLayout(L=L, causal=causal, block=block, S=S, window=window, pos=pos, packed=packed, inplace=inplace)
+    stride = np.array([0 if hp.dense or not hp.stride else int(hp.stride) for hp in pattern.heads], dtype=np.int64)
+    extras = [ks[ks % s != 0] if s else ks for ks, s in zip(keys, stride)]  # shared keys off the stride
+    extra = np.full((h, max((len(x) for x in extras), default=0)), -1, dtype=np.int64)
+    for i, x in enumerate(extras):
+        extra[i, : len(x)] = x
+    return KeyLayout(L=L, causal=causal, block=block, S=S, window=window, pos=pos, packed=packed, inplace=inplace,
+                     stride=stride, extra=extra)
 
 
 def block_occupancy(layout: KeyLayout, band_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -198,14 +301,21 @@ def block_occupancy(layout: KeyLayout, band_only: bool = False) -> tuple[np.ndar
         kb, fb = _band_blocks(w, L, layout.causal, B)
         if not band_only:
             keys = np.flatnonzero(layout.inplace[i])
-            if len(keys):
-                ki, fi = _inplace_blocks(keys, L, layout.causal, B)
-                kb, fb = kb | ki, fb | fi
+            if len(keys):  # the band and the shared keys may fill a block together
+                kb, fb = kb | _inplace_blocks(keys, L, layout.causal, B)[0], _sequence_full(layout.inplace[i], w, L,
+                                                                                          layout.causal, B)
             if layout.packed[i]:
                 seg = layout.pos[i][layout.pos[i] >= 0]
                 kept[i, :, :ns], full[i, :, :ns] = _segment_blocks(seg, w, L, S, layout.causal, B)
         kept[i, :, ns:], full[i, :, ns:] = kb, fb
     return kept, full
+
+
+def block_counts(pattern: Pattern, L: int, causal: bool, block: int = BLOCK) -> dict[str, int]:
+    """Blocks of the layout FlexAttention computes, summed over heads: ``kept`` (any entry kept), ``full`` (every
+    entry kept: marked full, no ``mask_mod`` call), ``partial`` (the rest of the kept: ``mask_mod`` per entry)."""
+    kept, full = block_occupancy(key_layout(pattern, L, causal, block))
+    return {"kept": int(kept.sum()), "full": int(full.sum()), "partial": int((kept & ~full).sum())}
 
 
 def dense_block_count(L: int, causal: bool, block: int = BLOCK) -> int:
@@ -220,11 +330,13 @@ def layout_stats(pattern: Pattern, L: int, causal: bool, block: int = BLOCK) -> 
     ``block_density``: blocks with a kept entry in the packed layout over the dense attention's blocks;
     ``band_block_density``: the same for the local bands alone (the diagonal blocks no layout avoids);
     ``inplace_block_density``: the blocks of the pattern left in the sequence's own order;
-    ``blocks_skipped``: the dense attention's blocks the kernel does not compute (1 - block_density).
+    ``blocks_skipped``: the dense attention's blocks the kernel does not compute (1 - block_density);
+    ``blocks_full`` / ``blocks_partial``: the kept blocks computed without / with the ``mask_mod``
+    (:func:`block_counts`).
     """
     layout = key_layout(pattern, L, causal, block)
     dense = dense_block_count(L, causal, block) * pattern.n_heads
-    kept, full = block_occupancy(layout)
+    counts = block_counts(pattern, L, causal, block)
     band, _ = block_occupancy(layout, band_only=True)
     here = sum(_inplace_count(np.zeros(0, np.int64) if hp.dense else hp.shared_keys(L), _window(hp, L), L, causal, block)
                for hp in pattern.heads)
@@ -233,21 +345,23 @@ def layout_stats(pattern: Pattern, L: int, causal: bool, block: int = BLOCK) -> 
         "L": L,
         "causal": causal,
         "entry_density": pattern.density(L, causal),
-        "block_density": int(kept.sum()) / dense,
+        "block_density": counts["kept"] / dense,
         "band_block_density": int(band.sum()) / dense,
         "inplace_block_density": here / dense,
-        "blocks_kept": int(kept.sum()),
-        "blocks_full": int(full.sum()),
+        "blocks_kept": counts["kept"],
+        "blocks_full": counts["full"],
+        "blocks_partial": counts["partial"],
         "dense_blocks": dense,
-        "blocks_skipped": 1 - int(kept.sum()) / dense,
+        "blocks_skipped": 1 - counts["kept"] / dense,
         "segment": layout.S,
         "packed_heads": int(layout.packed.sum()),
     }
 
 
 @lru_cache(maxsize=32)
-def block_mask(pattern: Pattern, L: int, causal: bool, device: str, block: int = BLOCK) -> Any:
-    """FlexAttention's BlockMask over the layout: exactly the blocks of :func:`block_occupancy`."""
+def block_mask(pattern: Pattern, L: int, causal: bool, device: str, block: int = BLOCK, mask: str = "arith") -> Any:
+    """FlexAttention's BlockMask over the layout: exactly the blocks of :func:`block_occupancy` (every block
+    whose entries are all kept marked full, so its ``mask_mod``, of ``kind=mask``, is never called)."""
     import torch
     from torch.nn.attention.flex_attention import BlockMask
 
@@ -264,4 +378,4 @@ def block_mask(pattern: Pattern, L: int, causal: bool, device: str, block: int =
         kv_num, kv_idx = indices(partial)
         full_num, full_idx = indices(full)
         return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=block,
-                                        mask_mod=layout.mask_mod(device), seq_lengths=(L, layout.kv_len))
+                                        mask_mod=layout.mask_mod(device, mask), seq_lengths=(L, layout.kv_len))

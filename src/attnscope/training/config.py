@@ -66,8 +66,9 @@ class TrainConfig:
     schedule: str = opt("linear", "Decay after warmup: linear | cosine | constant.")
     clip: float = opt(1.0, "Gradient-norm clipping (0: off).")
     bf16: bool = opt(False, "bf16 autocast (refused on a GPU without bf16 support).")
-    compile: bool = opt(False, "torch.compile the model (first steps slower while it compiles; one line if it "
-                        "cannot, e.g. no C++ compiler).")
+    compile: bool | None = opt(None, "torch.compile the model: on by default with a CUDA device and dense attention "
+                               "(where it pays), off elsewhere; --compile turns it on anywhere (first steps slower "
+                               "while it compiles; one line if it cannot, e.g. no C++ compiler).")
     seed: int = opt(0, "Random seed (init, data order, masks, dropout).")
     mask_prob: float = opt(0.15, "mlm: fraction of positions selected (80% mask, 10% random, 10% kept).")
     score_every: int = opt(100, "Log geometry scores every K steps (and at step 0).")
@@ -134,6 +135,19 @@ class TrainConfig:
             raise ConfigError(f"mask_prob must be in (0, 1), not {self.mask_prob}", params="mask_prob")
         self.offsets()
         return self
+
+    def compile_choice(self) -> tuple[bool, str]:
+        """(compile the model?, the one line that says why): ``compile`` when given, else on for CUDA with dense
+        attention (FlexAttention compiles a sparse pattern's attention itself; compiling the rest is not yet
+        measured to pay), off on other devices."""
+        if self.compile is not None:
+            return self.compile, f"torch.compile {'on' if self.compile else 'off'} (compile={self.compile})"
+        if not self.device.startswith("cuda"):
+            return False, f"torch.compile off: the default on {self.device} (--compile to compile)"
+        if self.attn_pattern is not None:
+            return False, ("torch.compile off: the default with --attn-pattern, whose attention FlexAttention "
+                           "compiles itself (--compile to compile the rest)")
+        return True, "torch.compile on: the default on CUDA with dense attention, where it pays (--no-compile: off)"
 
     def offsets(self) -> list[int] | None:
         """``score_offsets`` parsed (None when unset); ConfigError when the model's positions are not rotary."""
@@ -274,6 +288,17 @@ def cli_flag(f: Field) -> str:
     return f"--no-{name}" if f.default is True else f"--{name}"
 
 
+def is_switch(f: Field) -> bool:
+    """A boolean whose default is decided at run time (``None``): both ``--name`` and ``--no-name`` exist."""
+    return f.default is None and field_types(f) == (bool, True)
+
+
+def cli_flags(f: Field) -> list[str]:
+    """Every flag of a field: :func:`cli_flag`, ``--no-name`` for a switch, the short flag."""
+    flags = [cli_flag(f)] + ([f"--no-{f.name.replace('_', '-')}"] if is_switch(f) else [])
+    return flags + ([f.metadata["short"]] if f.metadata.get("short") else [])
+
+
 def default_text(f: Field) -> str:
     """The field's default as shown in --help and the docs (empty for unset optional values)."""
     return "" if f.default is None or f.default is MISSING or isinstance(f.default, bool) else str(f.default)
@@ -283,7 +308,7 @@ def options_table() -> str:
     """The Markdown table of every option of ``attnscope train`` (docs/training.md holds exactly this)."""
     rows = ["| option | default | meaning |", "|---|---|---|"]
     for f in fields(TrainConfig):
-        flags = [cli_flag(f)] + ([f.metadata["short"]] if f.metadata.get("short") else [])
+        flags = cli_flags(f)
         default = default_text(f)
         help_text = f.metadata["help"].replace("|", "\\|")
         rows.append(f"| {', '.join(f'`{x}`' for x in flags)} | {f'`{default}`' if default else ''} | {help_text} |")

@@ -174,11 +174,16 @@ def check_bf16(cfg: TrainConfig) -> None:
 
 
 def compiled(model: torch.nn.Module, cfg: TrainConfig, probe: Batch) -> torch.nn.Module:
-    """``model`` itself, or with --compile torch.compile(model), compiled now on ``probe`` (forward and
-    backward, RNG states kept) so that a failure is one line before training starts."""
-    if not cfg.compile:
+    """``model`` itself, or torch.compile(model) when :meth:`TrainConfig.compile_choice` says so, compiled now on
+    ``probe`` (forward and backward, RNG states kept) so that a failure shows before training starts: one
+    line and exit with ``--compile``; one warning and the eager model when compiling was only the default."""
+    on, _ = cfg.compile_choice()
+    if not on:
         return model
+    asked = cfg.compile is True
     if not hasattr(torch, "compile"):
+        if not asked:
+            return model
         raise ConfigError(f"compile=True needs torch.compile, which torch {torch.__version__} lacks", params="compile")
     dev = torch.device(cfg.device)
     try:
@@ -187,6 +192,10 @@ def compiled(model: torch.nn.Module, cfg: TrainConfig, probe: Batch) -> torch.nn
             probe.loss(fast).backward()
     except Exception as exc:  # dynamo / inductor raise many types (no C++ compiler, unsupported op, ...)
         first = (str(exc).strip().splitlines() or [""])[0][:200]
+        if not asked:
+            warn(f"torch.compile (on by default on CUDA) failed ({type(exc).__name__}: {first}); training goes on "
+                 "without it (--no-compile skips the attempt)", params="compile")
+            return model
         raise ConfigError(f"compile=True failed ({type(exc).__name__}: {first}); run without it",
                           params="compile") from None
     finally:
@@ -301,6 +310,10 @@ def _open_run(cfg: TrainConfig) -> _Run:
         from torch.nn.parallel import DistributedDataParallel
 
         ddp_model = DistributedDataParallel(model)
+    if dist.main and cfg.progress and cfg.device.startswith("cuda"):  # one line: compiled or not, and why
+        from attnscope.progress import stderr_console
+
+        stderr_console().print(cfg.compile_choice()[1])
     run_model = compiled(ddp_model, cfg, Batch.on(*batches.probe(), torch.device(cfg.device)))
     guard = Guard(torch.device(cfg.device), can_skip=_fused(opt))
     return _Run(cfg, dist, run_dir, mcfg, tokenizer, eval_batches, bytes_per_token, model, opt, batches, log,
@@ -427,7 +440,7 @@ def _finish(run: _Run) -> dict[str, Any]:
         "train_seconds": totals.train_seconds, "geometry_seconds": totals.geometry_seconds,
         "geometry_overhead": totals.geometry_seconds / max(totals.train_seconds, 1e-9),
         "tokens_per_second": totals.tokens / max(totals.train_seconds, 1e-9),
-        "world_size": run.dist.world, **run.evaluate(),
+        "world_size": run.dist.world, "compiled": run.run_model is not run.ddp_model, **run.evaluate(),
     }
     if run.dist.main:
         with disk_errors(run.run_dir / "summary.json"):

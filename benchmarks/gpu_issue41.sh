@@ -1,0 +1,60 @@
+#!/bin/bash
+# Every GPU measurement of issue 41 in one go (~8-9 minutes on one H100 / H200), from the repository root:
+#
+#     bash benchmarks/gpu_issue41.sh            # writes $OUT (default gpu-issue41/) : issue41.md, log.txt, tables
+#
+# 1. sparse attention: byte-sparse-8h through FlexAttention vs flash causal SDPA at L 4096, 16384, 65536,
+#    forward and backward separately, peak memory, the kernel options used; at L 16384 also the variants the
+#    option table was chosen from (default tiles, 64 x 64, 128 x 64, the table mask_mod; AUTOTUNE=1: autotune);
+# 2. sparse vs dense training at seq 8192 (clm, d 768, 8 heads, rotary), each as attnscope train runs it;
+# 3. trainer MFU, bert-base shape, mlm and clm, compiled (the CUDA default) and eager, beside Hugging Face;
+# 4. the geometry-logging share of training time at --score-every 100;
+# 5. pytest -m gpu (training, sparse, geometry, interventions); last, if time is left, the eager trainer MFU.
+# Each step has its own time limit (T_* variables, seconds) and is skipped once the run passes T_ALL, so the
+# earlier tables always come back. Packages the machine lacks: put wheels in $WHEELS (installed to a temp dir).
+set -u
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+PY=${PYTHON:-python3}
+OUTD=${OUT:-gpu-issue41}
+mkdir -p "$OUTD"
+SITE=$(mktemp -d)
+for w in ${WHEELS:-/nonexistent}/*.whl; do
+  [ -e "$w" ] && { $PY -m pip install -q --no-index --no-deps --target "$SITE" "$w" >/dev/null 2>&1 || echo "wheel failed: $w"; }
+done
+export PYTHONPATH=$SITE:$PWD/src
+T_ALL=${T_ALL:-500}
+step() {  # step NAME LIMIT COMMAND...: run unless the run is past T_ALL; its output to the log
+  local name=$1 limit=$2; shift 2
+  if [ $SECONDS -ge $T_ALL ]; then echo "== $name: skipped (run at ${SECONDS}s, limit ${T_ALL}s)"; return; fi
+  echo "== $name ($(date +%T), ${SECONDS}s)"
+  timeout "$limit" "$@" 2>&1 | grep -v -i -E "warn|^ *warnings\.warn|DEBUG" | tail -40
+  echo "-- $name: exit ${PIPESTATUS[0]} after ${SECONDS}s"
+}
+{
+echo "== env"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
+$PY -c "import torch, attnscope; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'attnscope', attnscope.__file__)"
+step "sparse attention" "${T_SPARSE:-160}" $PY benchmarks/sparse_attention_gpu.py --length 4096 --length 16384 \
+  --length 65536 --sweep 16384 ${AUTOTUNE:+--sweep-autotune} --gather-max 4096 --repeats 10 \
+  --md "$OUTD/sparse_attention.md"
+step "sparse vs dense training" "${T_TRAIN_SPARSE:-120}" $PY benchmarks/training_gpu.py --only sparse --steps 10 \
+  --warmup 4 --md "$OUTD/training_sparse.md"
+step "trainer MFU (compiled)" "${T_MFU:-110}" $PY benchmarks/training_gpu.py --only mfu --steps 15 --warmup 5 \
+  --md "$OUTD/training_mfu.md"
+step "geometry logging" "${T_GEOMETRY:-70}" $PY benchmarks/training_gpu.py --only geometry --md "$OUTD/geometry.md"
+step "pytest -m gpu" "${T_TEST:-100}" $PY -m pytest -q -m gpu -p no:cacheprovider tests/training tests/sparse \
+  tests/geometry tests/interventions
+step "trainer MFU (eager)" "${T_MFU_EAGER:-50}" $PY benchmarks/training_gpu.py --only mfu --no-compile --steps 15 \
+  --warmup 5 --md "$OUTD/training_mfu_eager.md"
+echo "== done at ${SECONDS}s"
+} 2>&1 | tee "$OUTD/log.txt"
+{
+echo "# Issue 41 measurements ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), $(date -u +%F))"
+echo
+for f in sparse_attention training_sparse training_mfu training_mfu_eager geometry; do
+  [ -f "$OUTD/$f.md" ] && { cat "$OUTD/$f.md"; echo; } || echo "($f: not measured in this run; see log.txt)"
+done
+echo "## pytest -m gpu"
+grep -E "passed|failed|error" "$OUTD/log.txt" | tail -1
+} > "$OUTD/issue41.md"
+echo "wrote $OUTD/issue41.md"
