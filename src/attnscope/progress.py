@@ -40,7 +40,7 @@ from typing import Any, Literal, Protocol, TypeVar
 T = TypeVar("T")
 Mode = Literal["off", "terminal", "jupyter", "lines"]
 
-__all__ = ["Bar", "Mode", "display_mode", "enabled_by_default", "in_jupyter", "plain_lines", "progress",
+__all__ = ["Bar", "Mode", "display_mode", "enabled_by_default", "in_jupyter", "phase", "plain_lines", "progress",
            "quiet_widget_warning", "stderr_console", "track", "LINE_EVERY_S", "LINE_AFTER_S"]
 
 #: off a terminal, a plain line at least this often (seconds) while the count moves, or at each 10%
@@ -341,3 +341,18 @@ def track(items: Iterable[T], desc: str, *, total: float | None = None, enabled:
         for item in items:
             yield item
             bar.advance()
+
+
+@contextmanager
+def phase(desc: str, *, enabled: bool = True) -> Iterator[Bar]:
+    """One step of unknown length (loading a model, a clean pass, the statistics), shown from its first
+    second: on a terminal or in a notebook a live line with the time spent; off a terminal a plain line as
+    it starts (``desc ...``) and, when it took over :data:`LINE_AFTER_S`, one as it ends (``desc: 0 done, 12 s``)."""
+    if display_mode(enabled) == "lines":
+        try:
+            sys.stderr.write(f"{desc} ...\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):  # a closed or full log: progress is never worth failing the job
+            pass
+    with progress(None, desc, enabled=enabled) as bar:
+        yield bar
