@@ -347,12 +347,21 @@ def track(items: Iterable[T], desc: str, *, total: float | None = None, enabled:
 def phase(desc: str, *, enabled: bool = True) -> Iterator[Bar]:
     """One step of unknown length (loading a model, a clean pass, the statistics), shown from its first
     second: on a terminal or in a notebook a live line with the time spent; off a terminal a plain line as
-    it starts (``desc ...``) and, when it took over :data:`LINE_AFTER_S`, one as it ends (``desc: 0 done, 12 s``)."""
-    if display_mode(enabled) == "lines":
+    it starts (``desc ...``) and, when it took over :data:`LINE_AFTER_S`, one as it ends (``desc: 12 s``)."""
+    if display_mode(enabled) != "lines":
+        with progress(None, desc, enabled=enabled) as bar:
+            yield bar
+        return
+
+    def write(text: str) -> None:
         try:
-            sys.stderr.write(f"{desc} ...\n")
+            sys.stderr.write(text + "\n")
             sys.stderr.flush()
         except (OSError, ValueError):  # a closed or full log: progress is never worth failing the job
             pass
-    with progress(None, desc, enabled=enabled) as bar:
-        yield bar
+
+    write(f"{desc} ...")
+    t0 = _clock()
+    yield Bar()
+    if _clock() - t0 >= LINE_AFTER_S:
+        write(f"{desc}: {_duration(_clock() - t0)}")

@@ -73,7 +73,7 @@ def test_api_and_cli_give_the_same_head_and_a_run_resumes_per_layer(tiny_gguf, t
             "--intervention-windows", "3"]
     code, _, err = cli_inproc(*args)
     assert code == 0, err
-    assert "heads that need their directional part" in err
+    assert "heads that need their antisymmetric (directional) part" in err
     cli = pd.read_parquet(out / "interventions.parquet")
     assert set(zip(cli["layer"], cli["head"])) == {(1, 2)}
     assert "symmetry" in cli.columns and "previous_token_random" in cli.columns  # joined to the atlas row
@@ -82,7 +82,7 @@ def test_api_and_cli_give_the_same_head_and_a_run_resumes_per_layer(tiny_gguf, t
     np.testing.assert_allclose(c["delta"], a["delta"], rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(c["ci_high"], a["ci_high"], rtol=1e-6, atol=1e-9)
     page = (out / "atlas.html").read_text()
-    assert "Heads that need their directional part" in page
+    assert "Heads whose behaviour collapses under sym" in page and "lives in" in page
     # a second run reuses the stored layer: the layer pass is not called again
     monkeypatch.setattr(run, "layer_pass", lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed")))
     code, _, err = cli_inproc(*args)

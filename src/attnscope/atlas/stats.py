@@ -348,13 +348,16 @@ def judge(correlations: "pd.DataFrame", alpha: float = ALPHA) -> "pd.DataFrame":
 
 
 def copied_columns(table: "pd.DataFrame", cols: Sequence[str]) -> dict[str, str]:
-    """column -> the first earlier column of ``cols`` holding the very same values (NaN where it has NaN):
-    e.g. ``symmetry_at_1`` -> ``symmetry`` for a model whose positions are no rotation."""
+    """column -> the first earlier column of ``cols`` holding the same values (to 1e-9 relative, the rounding
+    of a mean of equal numbers; NaN where it has NaN): e.g. ``symmetry_at_1`` -> ``symmetry`` for a model
+    whose positions are no rotation."""
     out: dict[str, str] = {}
     for i, c in enumerate(cols):
         a = table[c].to_numpy(float)
         for earlier in cols[:i]:
-            if earlier not in out and np.array_equal(a, table[earlier].to_numpy(float), equal_nan=True):
+            b = table[earlier].to_numpy(float)
+            if earlier not in out and np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True) and (
+                    np.array_equal(np.argsort(a, kind="stable"), np.argsort(b, kind="stable"))):  # the same ranks
                 out[c] = earlier
                 break
     return out

@@ -78,6 +78,21 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
+def _stop_now(code: int) -> None:
+    """End the process with ``code`` once a stop (SIGTERM, Ctrl-C) has unwound the command: its own cleanup
+    (``finally`` blocks, staging folders, worker processes) has run, and so do the atexit hooks; the
+    interpreter's own teardown (freeing every module and tensor one by one) is skipped: after a model was
+    loaded it takes seconds to tens of seconds, while the user waits for a process that said "terminated"."""
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
 def _can_write_in(folder: Path) -> bool:
     """True when a file can be created in ``folder`` or, while it is missing, in its nearest existing parent
     (where it would be made); tried for real with a temporary file, nothing else is created."""
@@ -143,13 +158,14 @@ def run_app(app: typer.Typer) -> None:
         app()
     except Terminated:
         print("attnscope: terminated", file=sys.stderr)
-        sys.exit(143)
+        _stop_now(143)
     except KeyboardInterrupt:  # raised outside typer's own handling (while parsing)
         print("attnscope: interrupted", file=sys.stderr)
-        sys.exit(130)
+        _stop_now(130)
     except SystemExit as exc:  # typer turns Ctrl-C inside a command into a silent Exit(130)
         if exc.code == 130:
             print("attnscope: interrupted", file=sys.stderr)
+            _stop_now(130)
         if _is_broken_pipe(exc.__context__):  # typer's standalone mode (and rich's Console) exit 1 there
             _silence_stdout()
             sys.exit(0)

@@ -152,7 +152,7 @@ def _finish_interventions(table) -> None:
     heads = table[["layer", "head"]].drop_duplicates()
     kinds = ", ".join(dict.fromkeys(table["intervention"]))
     n = int(table["n"].max()) if len(table) else 0
-    say(f"interventions: {len(heads)} heads x {kinds}, {n} windows each (full table: interventions.csv)")
+    say(f"interventions: {len(heads)} heads, each under {kinds} on {n} windows (full table: interventions.csv)")
     loss = table[table["measure"] == "loss"]
     if loss.empty or not loss["delta"].notna().any():
         say("loss: none measured (an encoder has no next-token loss); behaviour changes are in interventions.csv")

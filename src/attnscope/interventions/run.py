@@ -271,6 +271,7 @@ def _load(source: str | os.PathLike, device: str) -> tuple[Any, Any, str]:
     from attnscope.training.tokenizers import load_tokenizer
 
     transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()  # its "Loading weights" tqdm bar: attnscope shows the load
     path = Path(spec)
     local = path if path.is_dir() else _hub_dir(str(source))
     from attnscope.sources.hf import HFDirectorySource
