@@ -47,6 +47,8 @@ __all__ = ["Bar", "Mode", "display_mode", "enabled_by_default", "in_jupyter", "p
 LINE_EVERY_S = 10.0
 #: off a terminal, a job that ends within this many seconds writes no line at all
 LINE_AFTER_S = 2.0
+#: off a terminal, a :func:`phase` still running after this many seconds says so in a line
+PHASE_LINE_S = 1.0
 #: in a notebook, the live line is redrawn at most this often (seconds)
 JUPYTER_EVERY_S = 0.2
 
@@ -347,7 +349,8 @@ def track(items: Iterable[T], desc: str, *, total: float | None = None, enabled:
 def phase(desc: str, *, enabled: bool = True) -> Iterator[Bar]:
     """One step of unknown length (loading a model, a clean pass, the statistics), shown from its first
     second: on a terminal or in a notebook a live line with the time spent; off a terminal a plain line as
-    it starts (``desc ...``) and, when it took over :data:`LINE_AFTER_S`, one as it ends (``desc: 12 s``)."""
+    it has run :data:`PHASE_LINE_S` (``desc ...``) and, when it took over :data:`LINE_AFTER_S`, one as it ends
+    (``desc: 12 s``)."""
     if display_mode(enabled) != "lines":
         with progress(None, desc, enabled=enabled) as bar:
             yield bar
@@ -360,8 +363,15 @@ def phase(desc: str, *, enabled: bool = True) -> Iterator[Bar]:
         except (OSError, ValueError):  # a closed or full log: progress is never worth failing the job
             pass
 
-    write(f"{desc} ...")
+    import threading
+
     t0 = _clock()
-    yield Bar()
+    start = threading.Timer(PHASE_LINE_S, write, args=(f"{desc} ...",))  # a phase over within it: no line
+    start.daemon = True
+    start.start()
+    try:
+        yield Bar()
+    finally:
+        start.cancel()
     if _clock() - t0 >= LINE_AFTER_S:
         write(f"{desc}: {_duration(_clock() - t0)}")

@@ -82,7 +82,7 @@ def test_api_and_cli_give_the_same_head_and_a_run_resumes_per_layer(tiny_gguf, t
     np.testing.assert_allclose(c["delta"], a["delta"], rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(c["ci_high"], a["ci_high"], rtol=1e-6, atol=1e-9)
     page = (out / "atlas.html").read_text()
-    assert "Heads whose behaviour collapses under sym" in page and "lives in" in page
+    assert "Heads whose behaviour collapses under sym" in page and "antisymmetric part" in page
     # a second run reuses the stored layer: the layer pass is not called again
     monkeypatch.setattr(run, "layer_pass", lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed")))
     code, _, err = cli_inproc(*args)
@@ -290,3 +290,50 @@ def test_the_clean_pass_keeps_outputs_only_within_its_budget(tiny_gguf, monkeypa
     monkeypatch.setattr(run, "PREFIX_BUDGET", 2 * 40 * 32 * 2 * 4 - 1)  # windows x positions x hidden x layers x 4 B
     with torch.inference_mode(), patched(subject.model) as ctl:
         assert run.clean_pass(subject, wins, ctl).outputs is None
+
+
+@needs_gguf
+def test_one_load_serves_the_atlas_and_the_interventions_and_intervene_joins_the_atlas(tiny_gguf, monkeypatch):
+    import attnscope
+    from attnscope.interventions import intervene, open_subject
+
+    ref = attnscope.atlas(str(tiny_gguf), windows=2, length=40, random_windows=2, random_length=10, n_boot=50)
+    subject = open_subject(str(tiny_gguf))
+    res = attnscope.atlas(subject.maps, windows=2, length=40, random_windows=2, random_length=10, n_boot=50)
+    cols = [c for c in ref.table.columns if c != "source"]
+    pd.testing.assert_frame_equal(res.table[cols], ref.table[cols])  # the same atlas from the shared load
+    from attnscope.interventions import run
+
+    monkeypatch.setattr(run, "_load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded again")))
+    iv = intervene(subject, atlas=res, top="2:-directionality", interventions="sym", **SMALL).table
+    lowest = res.table.nsmallest(2, "directionality")
+    assert set(zip(iv["layer"], iv["head"])) == set(zip(lowest["layer"], lowest["head"]))
+    assert {"symmetry", "directionality", "previous_token_random", "cluster"} <= set(iv.columns)  # joined
+    assert iv["model"].eq(res.info["model"]).all()
+    row = iv.iloc[0]
+    atlas_row = res.table[(res.table["layer"] == row["layer"]) & (res.table["head"] == row["head"])].iloc[0]
+    assert row["directionality"] == atlas_row["directionality"]
+    assert {"sd", "detectable_change"} <= set(iv.columns) and (iv["detectable_change"].dropna() >= 0).all()
+
+
+@needs_gguf
+def test_cli_loads_the_model_once_and_takes_the_lowest_with_a_minus(tiny_gguf, tmp_path, monkeypatch, cli_inproc):
+    from attnscope.heads import maps
+    from attnscope.interventions import run
+
+    loads = []
+    real = run._load
+    monkeypatch.setattr(run, "_load", lambda *a, **k: loads.append(a) or real(*a, **k))
+    monkeypatch.setattr(maps, "open_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("a second load")))
+    out = tmp_path / "o"
+    code, _, err = cli_inproc("atlas", str(tiny_gguf), "--out", str(out), "--windows", "2", "--length", "40",
+                              "--random-windows", "2", "--random-length", "10", "--n-boot", "50",
+                              "--interventions", "sym,anti", "--top", "3:-directionality", "--intervention-windows", "3")
+    assert code == 0, err
+    assert len(loads) == 1  # was: twice (the atlas's load, then the interventions')
+    atlas = pd.read_parquet(out / "atlas.parquet")
+    iv = pd.read_parquet(out / "interventions.parquet")
+    lowest = atlas.nsmallest(3, "directionality")
+    assert set(zip(iv["layer"], iv["head"])) == set(zip(lowest["layer"], lowest["head"]))
+    assert "interventions: 3 heads, each under sym, anti on 3 windows" in err
+    assert "largest changes in loss: L" in err and "detectable" in err
