@@ -346,13 +346,15 @@ def track(items: Iterable[T], desc: str, *, total: float | None = None, enabled:
 
 
 @contextmanager
-def phase(desc: str, *, enabled: bool = True) -> Iterator[Bar]:
-    """One step of unknown length (loading a model, a clean pass, the statistics), shown from its first
-    second: on a terminal or in a notebook a live line with the time spent; off a terminal a plain line as
-    it has run :data:`PHASE_LINE_S` (``desc ...``) and, when it took over :data:`LINE_AFTER_S`, one as it ends
-    (``desc: 12 s``)."""
+def phase(desc: str, *, enabled: bool = True, total: float | None = None, unit: str = "",
+          start: float = 0) -> Iterator[Bar]:
+    """One step of the work (loading a model, a clean pass, the statistics; with ``total``, counted like
+    :func:`progress`), shown from its first second: on a terminal or in a notebook a live line with the time
+    spent; off a terminal a plain line once it has run :data:`PHASE_LINE_S` (``desc ...``, where a counted
+    bar would write its first line only after its first unit, minutes in for a slow one) and, when it took
+    over :data:`LINE_AFTER_S`, one as it ends (``desc: 12 s``; a counted one ends with its count)."""
     if display_mode(enabled) != "lines":
-        with progress(None, desc, enabled=enabled) as bar:
+        with progress(total, desc, enabled=enabled, unit=unit, start=start) as bar:
             yield bar
         return
 
@@ -366,12 +368,16 @@ def phase(desc: str, *, enabled: bool = True) -> Iterator[Bar]:
     import threading
 
     t0 = _clock()
-    start = threading.Timer(PHASE_LINE_S, write, args=(f"{desc} ...",))  # a phase over within it: no line
-    start.daemon = True
-    start.start()
+    first = threading.Timer(PHASE_LINE_S, write, args=(f"{desc} ...",))  # a phase over within it: no line
+    first.daemon = True
+    first.start()
     try:
-        yield Bar()
+        if total is None:
+            yield Bar()
+        else:
+            with progress(total, desc, enabled=enabled, unit=unit, start=start) as bar:
+                yield bar
     finally:
-        start.cancel()
-    if _clock() - t0 >= LINE_AFTER_S:
+        first.cancel()
+    if total is None and _clock() - t0 >= LINE_AFTER_S:
         write(f"{desc}: {_duration(_clock() - t0)}")

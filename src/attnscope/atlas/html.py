@@ -212,8 +212,11 @@ def _judged_by(correlations: "pd.DataFrame") -> str:
     r = correlations.iloc[0]
     family = ("q (model): over each model's tests, q (run): over every test of this run; the relation reads q (run)"
               if _pooled(correlations) else "over the model's tests; the relation reads q")
+    copies = int(correlations["copy_of"].fillna("").ne("").sum()) if "copy_of" in correlations.columns else 0
+    counted = (f" {copies} rows repeat the test of another geometry column (the same values: positions are no "
+               "rotation here) and are counted once." if copies else "")
     return (f"95% CI: {r['interval']}. p: {r['test']}. q: Benjamini-Hochberg adjusted p ({family} <= {ALPHA}: "
-            "a false-discovery rate of 5% among the relations reported).")
+            f"a false-discovery rate of 5% among the relations reported).{counted}")
 
 
 def opening_pair(table: "pd.DataFrame", correlations: "pd.DataFrame", info: "Mapping[str, Any]") -> tuple[str, str]:

@@ -367,8 +367,9 @@ def statistics_info(alpha: float = ALPHA) -> dict[str, str]:
     """How the correlations were judged, for ``atlas.json``."""
     return {"resampling_unit": "layer (whole layers resampled and permuted; within each model when pooled)",
             "p_value": "two-sided permutation test of whole layers, p = (1 + #{|rho*| >= |rho|}) / (1 + n_boot)",
-            "fdr": f"Benjamini-Hochberg: q over each model's tests, q_run over every test of the run; "
-                   f"relation reads q_run <= {alpha}"}
+            "fdr": f"Benjamini-Hochberg: q over each model's tests, q_run over every test of the run, each test "
+                   f"counted once (a column that copies another, copy_of, repeats its test); relation reads "
+                   f"q_run <= {alpha}"}
 
 
 def correlation_table(

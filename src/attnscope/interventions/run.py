@@ -572,7 +572,7 @@ def intervene(
 
     from attnscope.heads.maps import make_windows
     from attnscope.heads.probes import default_length, default_random_length, random_windows as make_random
-    from attnscope.progress import phase, progress as progress_bar
+    from attnscope.progress import phase
 
     from attnscope.devices import check_device
 
@@ -580,6 +580,8 @@ def intervene(
 
     check_source(source, tokenizer)
     kinds = check_intervene_options(interventions, windows, random_windows, seed)
+    if type(device).__name__ == "device":  # a torch.device: its name
+        device = str(device)
     check_type(device, str, "device", "a torch device name such as cpu or cuda")
     check_device(device)
     heads = check_head_pairs(heads)
@@ -653,9 +655,8 @@ def intervene(
             else:
                 here[layer] = df
 
-        with progress_bar(len(by_layer), f"interventions {mm.name}", enabled=progress, unit="layers") as bar:
-            for _ in range(len(by_layer) - len(pending)):
-                bar.advance()
+        with phase(f"interventions {mm.name}", enabled=progress, total=len(by_layer), unit="layers",
+                   start=len(by_layer) - len(pending)) as bar:  # the stored layers count as done
             run_layers(pending, work, count, on_done=lambda _l: bar.advance(),
                        cost=lambda l: len(by_layer[l]) * (n_layers - l + 6))  # its suffix; the loss ~6 layers
         frames = [here[l] if l in here else keep.read(_key(l, by_layer[l]))  # type: ignore[union-attr]
