@@ -17,18 +17,14 @@ import pytest
 from ._helpers import assert_one_line_error, cli
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "heads"))
-from _tiny_gguf import tiny_llama_model, write_llama_gguf_model  # noqa: E402
+from _tiny_gguf import missing_gguf_runtime, tiny_llama_gguf  # noqa: E402
 
-needs_gguf = pytest.mark.skipif(
-    any(importlib.util.find_spec(n) is None for n in ("transformers", "accelerate", "gguf")),
-    reason="needs transformers and the gguf extra (accelerate, gguf)",
-)
+needs_gguf = pytest.mark.skipif(missing_gguf_runtime(), reason="needs transformers and the gguf extra (accelerate, gguf)")
 
 
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hostile-interventions")
-    return write_llama_gguf_model(root / "tiny.gguf", tiny_llama_model(n_layers=2, d=32, n_heads=4, n_kv=2))
+    return tiny_llama_gguf(tmp_path_factory.mktemp("hostile-interventions"))
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ the files).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -117,7 +117,7 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: 
         raise InputError("give --heads or --top, not both")
     if windows < 1:
         raise InputError(f"--intervention-windows must be at least 1, not {windows}")
-    plan = {"kinds": check_kinds(interventions), "heads": parse_heads(heads) if heads else None, "top": None,
+    plan: dict[str, Any] = {"kinds": check_kinds(interventions), "heads": parse_heads(heads) if heads else None, "top": None,
             "windows": windows, "precision": resolve_precision(precision, device)}
     if top is not None:
         plan["top"] = parse_top(top)
