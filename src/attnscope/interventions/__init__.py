@@ -4,9 +4,12 @@ the head's behaviour, per head, with intervals over windows.
 
 * :mod:`.attention` -- the attention function registered with transformers (``attnscope_intervene``),
   :func:`~.attention.patched` (switch a model to it) and :class:`~.attention.Plan` (what it does)
-* :mod:`.run`       -- :func:`intervene` (every head of a model, layer by layer, resumable), loading
+* :mod:`.run`       -- :func:`intervene` (every head of a model, layer by layer, resumable), loading once
+  for the atlas too (:func:`~.run.open_subject`), the input checked before the load
 * :mod:`.deltas`    -- bf16-delta products: the copies' linear layers and loss change from their difference
-* :mod:`.summary`   -- per-window deltas -> mean, 95% t interval, p; Benjamini-Hochberg across heads
+* :mod:`.summary`   -- per-window deltas -> mean, 95% t interval, p, the smallest detectable change;
+  Benjamini-Hochberg across heads; :func:`~.summary.sym_collapse` (where a behaviour lost under sym lives:
+  the antisymmetric part or both parts); choosing heads from an atlas (``top``) and joining it
 
 Figures live in :mod:`attnscope.plots.interventions`; the page section in :mod:`attnscope.atlas.html`.
 """
