@@ -16,6 +16,8 @@ it, a block generated from that list by ``python -m attnscope._exportgen`` gives
 * to type checkers and editors (``if TYPE_CHECKING:``), the same names as plain re-exports
   (``from .scoring import score as score``), so mypy, pyright and jedi see real signatures.
 
+Any submodule is reachable as an attribute too (``attnscope.atlas.stats.spearman_test``,
+``attnscope.zoo.registry``: imported on first use, as the docs write them), listed or not.
 ``tests/core/test_exports.py`` fails when a block is out of step with its list (``python -m
 attnscope._exportgen`` rewrites the blocks) and imports every name. A name that is also the name of
 its module (``training.compare`` the function in ``training/compare.py``) is bound at package
@@ -26,6 +28,7 @@ whatever was imported first.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -51,7 +54,7 @@ def lazy_exports(
     def __getattr__(name: str) -> Any:
         module = where.get(name)
         if module is None:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+            return submodules(package)(name)  # any submodule, as the docs name them
         value = _resolve(package, module, name)
         room = sys.modules.get(f"{package}.{name}")
         if room is not None and callable(room):  # a callable room (``attnscope.atlas``): keep the module bound,
@@ -67,3 +70,15 @@ def lazy_exports(
             sys.modules[package].__dict__[name] = _resolve(package, module, name)
 
     return public, __getattr__, __dir__
+
+
+def submodules(package: str) -> Callable[[str], Any]:
+    """A module ``__getattr__`` that imports ``package.<name>`` on first use (``attnscope.sources.gguf_header``
+    after a bare ``import attnscope``); other names: AttributeError."""
+
+    def __getattr__(name: str) -> Any:
+        if name.isidentifier() and not name.startswith("_") and importlib.util.find_spec(f"{package}.{name}"):
+            return importlib.import_module(f".{name}", package)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__

@@ -40,13 +40,15 @@ from typing import Any, Literal, Protocol, TypeVar
 T = TypeVar("T")
 Mode = Literal["off", "terminal", "jupyter", "lines"]
 
-__all__ = ["Bar", "Mode", "display_mode", "enabled_by_default", "in_jupyter", "plain_lines", "progress",
+__all__ = ["Bar", "Mode", "display_mode", "enabled_by_default", "in_jupyter", "phase", "plain_lines", "progress",
            "quiet_widget_warning", "stderr_console", "track", "LINE_EVERY_S", "LINE_AFTER_S"]
 
 #: off a terminal, a plain line at least this often (seconds) while the count moves, or at each 10%
 LINE_EVERY_S = 10.0
 #: off a terminal, a job that ends within this many seconds writes no line at all
 LINE_AFTER_S = 2.0
+#: off a terminal, a :func:`phase` still running after this many seconds says so in a line
+PHASE_LINE_S = 1.0
 #: in a notebook, the live line is redrawn at most this often (seconds)
 JUPYTER_EVERY_S = 0.2
 
@@ -341,3 +343,41 @@ def track(items: Iterable[T], desc: str, *, total: float | None = None, enabled:
         for item in items:
             yield item
             bar.advance()
+
+
+@contextmanager
+def phase(desc: str, *, enabled: bool = True, total: float | None = None, unit: str = "",
+          start: float = 0) -> Iterator[Bar]:
+    """One step of the work (loading a model, a clean pass, the statistics; with ``total``, counted like
+    :func:`progress`), shown from its first second: on a terminal or in a notebook a live line with the time
+    spent; off a terminal a plain line once it has run :data:`PHASE_LINE_S` (``desc ...``, where a counted
+    bar would write its first line only after its first unit, minutes in for a slow one) and, when it took
+    over :data:`LINE_AFTER_S`, one as it ends (``desc: 12 s``; a counted one ends with its count)."""
+    if display_mode(enabled) != "lines":
+        with progress(total, desc, enabled=enabled, unit=unit, start=start) as bar:
+            yield bar
+        return
+
+    def write(text: str) -> None:
+        try:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):  # a closed or full log: progress is never worth failing the job
+            pass
+
+    import threading
+
+    t0 = _clock()
+    first = threading.Timer(PHASE_LINE_S, write, args=(f"{desc} ...",))  # a phase over within it: no line
+    first.daemon = True
+    first.start()
+    try:
+        if total is None:
+            yield Bar()
+        else:
+            with progress(total, desc, enabled=enabled, unit=unit, start=start) as bar:
+                yield bar
+    finally:
+        first.cancel()
+    if total is None and _clock() - t0 >= LINE_AFTER_S:
+        write(f"{desc}: {_duration(_clock() - t0)}")

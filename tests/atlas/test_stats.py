@@ -244,7 +244,8 @@ def test_correlation_table_columns_groups_and_families():
     df["same"] = df["s"]
     out = correlation_table(df, ["s"], ["m", "same"], n_boot=200, by="model")
     assert list(out.columns) == ["model", "x", "y", "n", "unit", "n_units", "rho", "ci_low", "ci_high", "interval",
-                                 "p", "q", "q_run", "test", "relation"]
+                                 "p", "copy_of", "q", "q_run", "test", "relation"]
+    assert out["copy_of"].eq("").all()  # x = s alone: no column repeats another
     assert len(out) == 4 and out[out["y"] == "same"]["rho"].eq(1.0).all()
     assert (out["n"] == 24).all() and (out["n_units"] == 6).all() and (out["unit"] == "layer").all()
     assert out["interval"].str.contains("percentile bootstrap 95% CI over layers").all()
@@ -270,3 +271,33 @@ def test_an_undefined_correlation_is_no_test_of_the_family():
     assert np.isnan(out.loc["flat", "p"]) and np.isnan(out.loc["flat", "q"])
     assert out.loc["flat", "relation"].startswith("undefined")
     assert out.loc["up", "q"] == out.loc["up", "p"]  # a family of one test
+
+
+def test_a_column_that_copies_another_is_one_test_in_each_family():
+    """Non-rotary models: s at offset 1 and over offsets are s itself. Counted once, q is what the distinct
+    tests alone give (was: the same test three times in the family, MiniLM 60 tests for 20 distinct)."""
+    from attnscope.atlas.stats import copied_columns, judge
+
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({"model": ["a"] * 24 + ["b"] * 24, "layer": np.tile(np.repeat(np.arange(6), 4), 2),
+                       "s": rng.normal(size=48), "d": rng.normal(size=48)})
+    df["m"] = df["s"] + rng.normal(scale=2.0, size=48)
+    df["k"] = rng.normal(size=48)
+    df["s_at_1"] = df["s"] * (1 + 1e-14)  # the rounding of a mean of equal numbers
+    df["s_over"] = df["s"]
+    assert copied_columns(df, ["s", "d", "s_at_1", "s_over"]) == {"s_at_1": "s", "s_over": "s"}
+    full = correlation_table(df, ["s", "d", "s_at_1", "s_over"], ["m", "k"], n_boot=200, by="model")
+    own = correlation_table(df, ["s", "d"], ["m", "k"], n_boot=200, by="model")
+    assert (full["copy_of"] != "").sum() == 8 and set(full.loc[full["copy_of"] != "", "x"]) == {"s_at_1", "s_over"}
+    key = ["model", "x", "y"]
+    mine = full[full["copy_of"] == ""].set_index(key).sort_index()
+    ref = own.set_index(key).sort_index()
+    np.testing.assert_allclose(mine["q"], ref["q"])  # the family is the distinct tests alone
+    np.testing.assert_allclose(mine["q_run"], ref["q_run"])
+    for r in full[full["copy_of"] != ""].itertuples():  # a copy shows its original's numbers
+        orig = mine.loc[(r.model, r.copy_of, r.y)]
+        assert (r.rho, r.p, r.q, r.q_run) == (orig["rho"], orig["p"], orig["q"], orig["q_run"])
+    # a family of 3x the tests would have given larger q: the correction is no longer over-strict
+    tripled = bh_adjust(np.concatenate([ref["p"].to_numpy()] * 3))[: len(ref)]
+    assert (tripled >= ref["q_run"].to_numpy() - 1e-12).all()
+    assert judge(full)["q_run"].equals(full["q_run"])  # judging again changes nothing

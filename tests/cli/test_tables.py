@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pandas as pd
 import pytest
 from rich.console import Console
@@ -115,33 +116,39 @@ def test_geometry_offsets_summary_keeps_stack_and_offset(width, monkeypatch, cap
     code, stdout, err = invoke_cli(monkeypatch, capsys, "geometry", tiny_llama_dirs["single"], "--offsets", "0,64")
     assert code == 0, err
     summary = stdout.split("W_qk geometry")[1:]
-    assert len(summary) > 1  # split at this width
+    head = stdout.split("W_qk geometry")[0]
+    assert "(" in head  # one model: its name (and family) in the title, not a column repeated in every part
+    if width == "80":
+        assert len(summary) == 1  # one model's small table is one table at 80 columns (was three parts)
     for part in summary:
         assert " stack " in part and " offset " in part and " 64 " in part
         assert max(len(line) for line in part.splitlines()) <= int(width)
 
 
 @pytest.mark.parametrize("width", ["60", "80"])
-def test_atlas_correlations_keep_the_behaviour_name(width, monkeypatch, capsys, tmp_path) -> None:
-    from attnscope.cli.atlas import _finish
+def test_atlas_console_is_a_short_summary_that_fits(width, monkeypatch, capsys, tmp_path) -> None:
+    """The relations found (a few rows that fit), the test count with copies counted once; the rest in the files."""
+    from attnscope.cli.atlas import SHOWN_RELATIONS, _finish
 
     monkeypatch.setenv("COLUMNS", width)
-    corr = pd.DataFrame({"x": ["symmetry", "directionality"], "y": ["induction", "sink_first"],
-                         "n": [60, 60], "rho": [0.31, -0.02], "ci_low": [0.05, -0.3], "ci_high": [0.52, 0.25],
-                         "relation": ["positive", "no relation distinguishable from chance"],
-                         "interval": ["95% percentile bootstrap over layers"] * 2, "model": ["a-model"] * 2,
-                         "n_units": [6, 6], "unit": ["layer"] * 2, "p": [0.004, 0.8], "q": [0.008, 0.8],
-                         "q_run": [0.008, 0.8], "test": ["permutation of whole layers"] * 2})
+    n = 60
+    xs = ["symmetry", "directionality", "symmetry_at_1"] * 20
+    corr = pd.DataFrame({"x": xs, "y": [f"behaviour_{i // 3}" for i in range(n)], "n": 60,
+                         "rho": np.linspace(-0.6, 0.6, n), "ci_low": -0.1, "ci_high": 0.7,
+                         "relation": ["positive" if i % 6 == 0 else "no relation distinguishable from chance"
+                                      for i in range(n)],
+                         "interval": "percentile bootstrap 95% CI over layers (200 resamples)", "model": "a-model",
+                         "n_units": 6, "unit": "layer", "p": 0.004, "copy_of": ["", "", "symmetry"] * 20,
+                         "q": np.linspace(0.001, 0.9, n), "q_run": np.linspace(0.001, 0.9, n),
+                         "test": "permutation of whole layers"})
     _finish(corr, "a-model", [tmp_path / "atlas.csv"], as_json=False)
     err = capsys.readouterr().err
-    parts = err.split("Spearman rho across heads")[1:]
-    assert len(parts) > 1
-    for part in parts:
-        assert " geometry " in part and " behaviour " in part and "induction" in part and "sink_first" in part
-        assert "directionality" in part  # the key columns keep their whole width in every part
-        assert max(len(line) for line in part.splitlines() if line.startswith(("┃", "│", "┏"))) <= int(width)
-    last = "".join(ln.strip("│ ") for ln in parts[-1].splitlines())
-    assert "chance" in last  # a verdict too long for the width wraps, never cut
+    assert "a-model: 40 tests" in err and "20 more columns repeat another" in err
+    assert "10 relations survive" in err and f"the first {SHOWN_RELATIONS} of 10" in err
+    table = [ln for ln in err.splitlines() if ln.startswith(("┃", "│"))]
+    assert len(table) == SHOWN_RELATIONS + 1 and max(len(ln) for ln in table) <= int(width)  # one part, no split
+    assert "behaviour_0 " in err and "symmetry_at_1" not in err  # a copy is not listed as a relation of its own
+    assert len(err.splitlines()) < 25  # was: 60 rows in four parts
 
 
 @pytest.mark.parametrize("width", ["60", "80"])

@@ -85,3 +85,19 @@ def write_llama_gguf_model(path, model) -> Path:
     w.write_tensors_to_file()
     w.close()
     return Path(path)
+
+
+#: the modules running a GGUF llama needs (transformers and the gguf extra)
+GGUF_RUNTIME = ("transformers", "accelerate", "gguf")
+
+
+def missing_gguf_runtime() -> bool:
+    """Whether a test that runs a GGUF llama must be skipped here."""
+    import importlib.util
+
+    return any(importlib.util.find_spec(n) is None for n in GGUF_RUNTIME)
+
+
+def tiny_llama_gguf(folder: Path) -> Path:
+    """The tests' 2-layer GGUF llama (4 heads, 2 kv heads, d = 32) written into ``folder``."""
+    return write_llama_gguf_model(Path(folder) / "tiny.gguf", tiny_llama_model(n_layers=2, d=32, n_heads=4, n_kv=2))

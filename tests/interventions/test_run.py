@@ -73,7 +73,7 @@ def test_api_and_cli_give_the_same_head_and_a_run_resumes_per_layer(tiny_gguf, t
             "--intervention-windows", "3"]
     code, _, err = cli_inproc(*args)
     assert code == 0, err
-    assert "heads that need their directional part" in err
+    assert "heads that need their antisymmetric (directional) part" in err
     cli = pd.read_parquet(out / "interventions.parquet")
     assert set(zip(cli["layer"], cli["head"])) == {(1, 2)}
     assert "symmetry" in cli.columns and "previous_token_random" in cli.columns  # joined to the atlas row
@@ -82,7 +82,7 @@ def test_api_and_cli_give_the_same_head_and_a_run_resumes_per_layer(tiny_gguf, t
     np.testing.assert_allclose(c["delta"], a["delta"], rtol=1e-6, atol=1e-9)
     np.testing.assert_allclose(c["ci_high"], a["ci_high"], rtol=1e-6, atol=1e-9)
     page = (out / "atlas.html").read_text()
-    assert "Heads that need their directional part" in page
+    assert "Heads whose behaviour collapses under sym" in page and "antisymmetric part" in page
     # a second run reuses the stored layer: the layer pass is not called again
     monkeypatch.setattr(run, "layer_pass", lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed")))
     code, _, err = cli_inproc(*args)
@@ -158,16 +158,65 @@ def test_bh_adjust_keeps_nan_and_refuses_bad_p():
         bh_adjust([0.5, 1.5])
 
 
-def test_needs_direction_names_only_strong_heads_that_collapse():
-    from attnscope.interventions import add_bh, needs_direction
+def _sym_rows(cases, intervention="sym"):
+    return [dict(layer=0, head=head, intervention=intervention, measure="previous_token_random", n=4, clean=clean,
+                 value=value, delta=value - clean, ci_low=value - clean - 0.1, ci_high=value - clean + 0.1, p=p)
+            for head, (clean, value, p) in enumerate(cases)]
 
-    rows = []
-    for head, (clean, value, p) in enumerate([(0.8, 0.1, 1e-6), (0.8, 0.7, 1e-6), (0.1, 0.0, 1e-6), (0.8, 0.1, 0.5)]):
-        rows.append(dict(layer=0, head=head, intervention="sym", measure="previous_token_random", n=4, clean=clean,
-                         value=value, delta=value - clean, ci_low=value - clean - 0.1, ci_high=value - clean + 0.1,
-                         p=p))
-    hit = needs_direction(add_bh(pd.DataFrame(rows)))
-    assert hit["head"].tolist() == [0]
+
+def test_sym_collapse_names_only_strong_heads_that_collapse_and_where_the_behaviour_lives():
+    from attnscope.interventions import add_bh, needs_direction, sym_collapse
+
+    sym = [(0.8, 0.1, 1e-6), (0.8, 0.7, 1e-6), (0.1, 0.0, 1e-6), (0.8, 0.1, 0.5), (0.9, 0.05, 1e-6)]
+    only_sym = add_bh(pd.DataFrame(_sym_rows(sym)))
+    hit = sym_collapse(only_sym)
+    assert hit["head"].tolist() == [4, 0] and set(hit["lives_in"]) == {"unknown (anti not run)"}
+    assert needs_direction(only_sym).empty  # without anti, nothing is claimed for the direction
+    # head 0 keeps its behaviour under anti (it lives in the antisymmetric part); head 4 loses it there too
+    anti = [(0.8, 0.75, 0.3), (0.8, 0.8, 1), (0.1, 0.1, 1), (0.8, 0.8, 1), (0.9, 0.1, 1e-6)]
+    both = add_bh(pd.DataFrame(_sym_rows(sym) + _sym_rows(anti, "anti")))
+    hit = sym_collapse(both).set_index("head")
+    assert hit.loc[0, "lives_in"] == "antisymmetric part" and hit.loc[4, "lives_in"] == "both parts"
+    assert hit.loc[4, "anti_value"] == pytest.approx(0.1)
+    assert needs_direction(both)["head"].tolist() == [0]
+
+
+def test_detectable_change_is_the_t_test_at_80_percent_power_and_windows_needed_inverts_it():
+    from scipy import stats
+
+    from attnscope.interventions.summary import detectable_change, summarise, windows_needed
+
+    sd, n = 0.02, 6
+    slow = (stats.t.ppf(0.975, n - 1) + stats.t.ppf(0.8, n - 1)) * sd / np.sqrt(n)
+    assert detectable_change(sd, n) == pytest.approx(slow)
+    assert np.isnan(detectable_change(sd, 1)) and detectable_change(0.0, 5) == 0
+    # a simulated true change of that size is found (p < 0.05) in about 80% of runs
+    rng = np.random.default_rng(0)
+    x = rng.normal(slow, sd, size=(4000, n))
+    p = stats.ttest_1samp(x, 0, axis=1).pvalue
+    assert 0.76 < (p < 0.05).mean() < 0.84
+    need = windows_needed(sd, 0.01)
+    assert detectable_change(sd, need) <= 0.01 < detectable_change(sd, need - 1)
+    raw = pd.DataFrame(dict(layer=0, head=0, intervention="sym", measure="loss", window=range(4), clean=1.0,
+                            value=[1.1, 1.2, 1.1, 1.3], delta=[0.1, 0.2, 0.1, 0.3]))
+    row = summarise(raw).iloc[0]
+    assert row["sd"] == pytest.approx(np.std([0.1, 0.2, 0.1, 0.3], ddof=1))
+    assert row["detectable_change"] == pytest.approx(detectable_change(row["sd"], 4))
+
+
+def test_top_takes_the_highest_or_with_a_minus_the_lowest():
+    from attnscope.errors import InputError
+    from attnscope.interventions.summary import parse_top, top_heads
+
+    table = pd.DataFrame(dict(model="m", layer=[0, 0, 1, 1], head=[0, 1, 0, 1], d=[0.3, -0.5, 0.1, -0.2]))
+    assert top_heads(table, parse_top("2:d")) == [(0, 0), (1, 0)]
+    assert top_heads(table, parse_top("2:-d")) == [(0, 1), (1, 1)]
+    assert top_heads(table, parse_top([(1, "-d"), (2, "-d")])) == [(0, 1), (1, 1)]
+    for bad in ("0:d", "x:d", "2:", "²:d", "2"):
+        with pytest.raises(InputError, match="K:COLUMN"):
+            parse_top(bad)
+    with pytest.raises(InputError, match="no column 'e'"):
+        top_heads(table, parse_top("1:-e"))
 
 
 def test_an_hf_directory_and_the_same_model_in_memory_agree(tmp_path, minilm_dir):
@@ -241,3 +290,50 @@ def test_the_clean_pass_keeps_outputs_only_within_its_budget(tiny_gguf, monkeypa
     monkeypatch.setattr(run, "PREFIX_BUDGET", 2 * 40 * 32 * 2 * 4 - 1)  # windows x positions x hidden x layers x 4 B
     with torch.inference_mode(), patched(subject.model) as ctl:
         assert run.clean_pass(subject, wins, ctl).outputs is None
+
+
+@needs_gguf
+def test_one_load_serves_the_atlas_and_the_interventions_and_intervene_joins_the_atlas(tiny_gguf, monkeypatch):
+    import attnscope
+    from attnscope.interventions import intervene, open_subject
+
+    ref = attnscope.atlas(str(tiny_gguf), windows=2, length=40, random_windows=2, random_length=10, n_boot=50)
+    subject = open_subject(str(tiny_gguf))
+    res = attnscope.atlas(subject.maps, windows=2, length=40, random_windows=2, random_length=10, n_boot=50)
+    cols = [c for c in ref.table.columns if c != "source"]
+    pd.testing.assert_frame_equal(res.table[cols], ref.table[cols])  # the same atlas from the shared load
+    from attnscope.interventions import run
+
+    monkeypatch.setattr(run, "_load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded again")))
+    iv = intervene(subject, atlas=res, top="2:-directionality", interventions="sym", **SMALL).table
+    lowest = res.table.nsmallest(2, "directionality")
+    assert set(zip(iv["layer"], iv["head"])) == set(zip(lowest["layer"], lowest["head"]))
+    assert {"symmetry", "directionality", "previous_token_random", "cluster"} <= set(iv.columns)  # joined
+    assert iv["model"].eq(res.info["model"]).all()
+    row = iv.iloc[0]
+    atlas_row = res.table[(res.table["layer"] == row["layer"]) & (res.table["head"] == row["head"])].iloc[0]
+    assert row["directionality"] == atlas_row["directionality"]
+    assert {"sd", "detectable_change"} <= set(iv.columns) and (iv["detectable_change"].dropna() >= 0).all()
+
+
+@needs_gguf
+def test_cli_loads_the_model_once_and_takes_the_lowest_with_a_minus(tiny_gguf, tmp_path, monkeypatch, cli_inproc):
+    from attnscope.heads import maps
+    from attnscope.interventions import run
+
+    loads = []
+    real = run._load
+    monkeypatch.setattr(run, "_load", lambda *a, **k: loads.append(a) or real(*a, **k))
+    monkeypatch.setattr(maps, "open_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("a second load")))
+    out = tmp_path / "o"
+    code, _, err = cli_inproc("atlas", str(tiny_gguf), "--out", str(out), "--windows", "2", "--length", "40",
+                              "--random-windows", "2", "--random-length", "10", "--n-boot", "50",
+                              "--interventions", "sym,anti", "--top", "3:-directionality", "--intervention-windows", "3")
+    assert code == 0, err
+    assert len(loads) == 1  # was: twice (the atlas's load, then the interventions')
+    atlas = pd.read_parquet(out / "atlas.parquet")
+    iv = pd.read_parquet(out / "interventions.parquet")
+    lowest = atlas.nsmallest(3, "directionality")
+    assert set(zip(iv["layer"], iv["head"])) == set(zip(lowest["layer"], lowest["head"]))
+    assert "interventions: 3 heads, each under sym, anti on 3 windows" in err
+    assert "largest changes in loss: L" in err and "detectable" in err

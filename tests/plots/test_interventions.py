@@ -42,3 +42,37 @@ def test_an_encoder_without_loss_draws_a_note():
 
     fig = loss_heatmap(_table(encoder=True))
     assert any("no loss" in t.get_text() for a in fig.axes for t in a.texts)
+
+
+def test_the_sym_figure_plots_the_kept_fraction_and_its_labels_never_overlap():
+    from attnscope.plots.interventions import MIN_CLEAN, sym_vs_symmetry
+
+    rng = np.random.default_rng(1)
+    rows = []
+    for head in range(12):  # crowded: every head at nearly the same s and kept fraction
+        clean = 0.05 if head == 11 else 0.6
+        value = clean * (0.1 + 0.01 * head)
+        rows.append(dict(model="m", layer=head % 3, head=head, intervention="sym", measure="sink_random", n=4,
+                         clean=clean, value=value, delta=value - clean, ci_low=value - clean - 0.02,
+                         ci_high=value - clean + 0.02, p=0.01, p_bh=0.01, symmetry=0.3 + 1e-3 * rng.normal()))
+    rows.append({**rows[0], "measure": "induction_random", "clean": 0.01, "value": 0.0})  # no head shows it
+    t = pd.DataFrame(rows)
+    fig = sym_vs_symmetry(t)
+    ax = [a for a in fig.axes if a.get_label() != "<colorbar>" and a.collections][0]
+    assert ax.get_title() == "sink_random"  # induction (all clean < 0.1) gets no panel, the title says so
+    assert "induction_random" in fig._suptitle.get_text()
+    from matplotlib.collections import PathCollection
+
+    drawn = np.concatenate([c.get_offsets()[:, 1] for c in ax.collections if isinstance(c, PathCollection)])
+    kept = (t["value"] / t["clean"])[(t["measure"] == "sink_random") & (t["clean"] >= MIN_CLEAN)]
+    np.testing.assert_allclose(np.sort(drawn), np.sort(kept.to_numpy()))  # the kept fraction, not the change
+    assert "kept fraction" in ax.get_ylabel() and "1 heads with clean < 0.1 not drawn" in ax.get_xlabel()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    boxes = [Text.get_window_extent(a, renderer) for a in ax.texts]  # the label itself, not its leader line
+    assert len(boxes) == 3
+    assert not any(b1.overlaps(b2) for i, b1 in enumerate(boxes) for b2 in boxes[i + 1:])

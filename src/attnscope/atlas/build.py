@@ -68,6 +68,15 @@ def behaviour_columns(table: "pd.DataFrame") -> list[str]:
     return [f"{m}_{p}" for p in PROBES for m in BEHAVIOUR_METRICS if f"{m}_{p}" in table.columns]
 
 
+def atlas_columns(probes: str | Sequence[str] = "both") -> list[str]:
+    """The numeric per-head columns an atlas of ``probes`` will hold (geometry, ``<metric>_<probe>``, cluster),
+    known before any work: e.g. to check ``--top``'s columns first."""
+    from attnscope.heads.probes import PROBES, check_probes
+
+    chosen = check_probes(probes)
+    return [*GEOMETRY_COLUMNS, *(f"{m}_{p}" for p in PROBES if p in chosen for m in BEHAVIOUR_METRICS), "cluster"]
+
+
 def behaviour_wide(probes: "pd.DataFrame") -> "pd.DataFrame":
     """run_probes' long table (one row per probe, layer, head) -> one row per (layer, head), ``<metric>_<probe>``."""
     import pandas as pd
@@ -214,8 +223,16 @@ def atlas(
                         batch_size=batch_size, device=device)
     if isinstance(source, (str, os.PathLike)) and tokenizer is not None:
         raise InputError(f"{source}: tokenizer= is for a model loaded in memory; a directory or file brings its own")
+    from attnscope.heads.maps import MapModel
+    from attnscope.progress import phase
+
+    if isinstance(source, MapModel) and not source.source:
+        raise InputError("source: a MapModel made from a model in memory has no weight file to read the geometry "
+                         "from; give the loaded model itself with tokenizer=", params="source")
     plan = probe_plan(check_probes(probes), data, windows, length, random_length)  # checked before the weights load
-    model = as_map_model(source, device=device, tokenizer=tokenizer, plan=plan)
+    shown = source.source if isinstance(source, MapModel) else source if isinstance(source, (str, os.PathLike)) else None
+    with phase(f"atlas: loading {shown or 'the model'}", enabled=progress and not isinstance(source, MapModel)):
+        model = as_map_model(source, device=device, tokenizer=tokenizer, plan=plan)
     label = name or model.name
     examples: dict[str, dict[int, np.ndarray]] = {}
     views: dict[str, Any] = {}
@@ -225,7 +242,7 @@ def atlas(
     stack = str(beh["stack"].iloc[0])
     lengths = beh.groupby("probe")["length"].first().to_dict()
     offsets = summary_offsets(max(lengths.values()))
-    src = str(source) if isinstance(source, os.PathLike) else source
+    src = source.source if isinstance(source, MapModel) else str(source) if isinstance(source, os.PathLike) else source
     position_notes: list[str] = []
     with warnings.catch_warnings(record=True) as seen:  # "positions are no rotation here": kept in info
         warnings.simplefilter("always", PositionNote)
@@ -253,8 +270,9 @@ def atlas(
     table.insert(2, "stack", stack)
     table = table.sort_values(["layer", "head"]).reset_index(drop=True)
     behaviours = behaviour_columns(table)
-    table, k = add_clusters(table, behaviours, seed=seed)
-    corr = correlation_table(table, GEOMETRY_COLUMNS, behaviours, n_boot=n_boot, seed=seed)
+    with phase(f"atlas {label}: clusters and statistics ({n_boot} resamples)", enabled=progress):
+        table, k = add_clusters(table, behaviours, seed=seed)
+        corr = correlation_table(table, GEOMETRY_COLUMNS, behaviours, n_boot=n_boot, seed=seed)
     corr.insert(0, "model", label)
     info = {"model": label, "source": given, "stack": stack, "causal": bool(model.causal), "n_layers": model.n_layers,
             "n_heads": model.n_heads, "probes": list(beh["probe"].unique()), "data": data,

@@ -2,8 +2,10 @@
 
 :func:`atlas_section` is a fragment (for the model report, :mod:`attnscope.report`);
 :func:`atlas_page` wraps it as a whole document (``attnscope atlas`` writes it as ``atlas.html``), with
-:func:`interventions_section` (change in loss per intervention, the heads that need the directional part
-of their W_qk) when ``attnscope atlas --interventions`` ran.
+:func:`interventions_section` (change in loss per intervention, the heads whose behaviour collapses when
+only the symmetric part of their W_qk is kept, and whether it lives in the antisymmetric part or needs
+both) when ``attnscope atlas --interventions`` ran. The scatter opens on the strongest relation
+(:func:`opening_pair`).
 Self-contained: the per-head table travels as JSON inside the page and a few lines of inline
 JavaScript draw an SVG scatter (choose x = s or d, y = any behaviour column); hovering a point shows
 its model, layer, head and every metric; clicking a point selects the head and draws its example
@@ -205,8 +207,37 @@ def _judged_by(correlations: "pd.DataFrame") -> str:
     r = correlations.iloc[0]
     family = ("q (model): over each model's tests, q (run): over every test of this run; the relation reads q (run)"
               if _pooled(correlations) else "over the model's tests; the relation reads q")
+    copies = int(correlations["copy_of"].fillna("").ne("").sum()) if "copy_of" in correlations.columns else 0
+    counted = (f" {copies} rows repeat the test of another geometry column (the same values: positions are no "
+               "rotation here) and are counted once." if copies else "")
     return (f"95% CI: {r['interval']}. p: {r['test']}. q: Benjamini-Hochberg adjusted p ({family} <= {ALPHA}: "
-            "a false-discovery rate of 5% among the relations reported).")
+            f"a false-discovery rate of 5% among the relations reported).{counted}")
+
+
+def opening_pair(table: "pd.DataFrame", correlations: "pd.DataFrame", info: "Mapping[str, Any]") -> tuple[str, str]:
+    """The (geometry, behaviour) pair the page opens on: the strongest relation (smallest q, then largest
+    |rho|) among behaviours the heads show at all (a range of at least 0.05); never induction for an
+    encoder (it has no previous occurrence to copy from: every head scores ~0 there)."""
+    import numpy as np
+
+    from .build import GEOMETRY_COLUMNS, behaviour_columns
+
+    def shown(c: str) -> bool:
+        v = table[c].to_numpy(float) if c in table.columns else np.empty(0)
+        v = v[np.isfinite(v)]
+        return len(v) > 0 and float(v.max() - v.min()) >= 0.05 and not (
+            info.get("causal") is False and c.startswith("induction_"))
+
+    ys = [c for c in behaviour_columns(table) if shown(c)] or behaviour_columns(table)
+    xs = [c for c in GEOMETRY_COLUMNS if c in table.columns and table[c].notna().any()] or list(GEOMETRY_COLUMNS)
+    cand = correlations[correlations["x"].isin(xs) & correlations["y"].isin(ys) & correlations["rho"].notna()]
+    if "copy_of" in cand.columns:
+        cand = cand[cand["copy_of"].fillna("").eq("")]
+    q = "q_run" if "q_run" in cand.columns else "q"
+    if len(cand):
+        best = cand.assign(_a=-cand["rho"].abs()).sort_values([q, "_a"], kind="stable").iloc[0]
+        return str(best["x"]), str(best["y"])
+    return xs[0], ys[0] if ys else ""
 
 
 def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any],
@@ -223,8 +254,13 @@ def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dic
     def usable(c: str) -> bool:  # a column with no value anywhere (e.g. offsets refused) is no choice
         return c in table.columns and bool(table[c].notna().any())
 
-    xs = "".join(f'<option value="{c}">{c}</option>' for c in GEOMETRY_COLUMNS if usable(c))
-    ys = "".join(f'<option value="{c}">{c}</option>' for c in behaviour_columns(table) if usable(c))
+    x0, y0 = opening_pair(table, correlations, info)
+
+    def option(c: str, chosen: str) -> str:
+        return f'<option value="{c}"{" selected" if c == chosen else ""}>{c}</option>'
+
+    xs = "".join(option(c, x0) for c in GEOMETRY_COLUMNS if usable(c))
+    ys = "".join(option(c, y0) for c in behaviour_columns(table) if usable(c))
     lengths = info.get("lengths", {})
     note = (f"One point per head ({len(table)} heads), coloured by {hue}. Behaviour columns are "
             f"<code>&lt;metric&gt;_&lt;probe&gt;</code>: <code>random</code> = BOS + random tokens + their repeat "
@@ -283,34 +319,52 @@ def _fmt(v: float, signed: bool = True) -> str:
 
 def interventions_section(table: "pd.DataFrame") -> str:
     """The HTML fragment of :func:`attnscope.interventions.intervene`'s table: per intervention, the change
-    in loss over heads; the heads whose behaviour collapses under ``sym`` (they need the directional part
-    of their W_qk, :func:`attnscope.interventions.needs_direction`)."""
+    in loss over heads (or, for an encoder, why there is none); the heads whose behaviour collapses under
+    ``sym`` and where it lives (:func:`attnscope.interventions.sym_collapse`: the antisymmetric part alone,
+    or both parts)."""
     import numpy as np
 
-    from attnscope.interventions.summary import ALPHA, KEEP, STRONG, needs_direction
+    from attnscope.interventions.summary import ALPHA, KEEP, STRONG, sym_collapse
 
     esc = html.escape
     n = int(table["n"].max()) if len(table) else 0
     rows = []
-    for kind, sub in table[table["measure"] == "loss"].groupby("intervention", sort=False):
+    loss_rows = table[table["measure"] == "loss"]
+    for kind, sub in loss_rows.groupby("intervention", sort=False):
         d = sub["delta"].to_numpy(float)
+        if not np.isfinite(d).any():
+            continue
         up = int(((sub["p_bh"] < ALPHA) & (sub["delta"] > 0)).sum())
-        big = sub.loc[sub["delta"].idxmax()] if np.isfinite(d).any() else None
-        worst = f"L{int(big['layer'])}H{int(big['head'])} {_fmt(float(big['delta']))}" if big is not None else "&ndash;"
-        rows.append(f'<tr><td class="l">{esc(str(kind))}</td><td>{len(sub)}</td><td>{_fmt(float(np.nanmedian(d)) if np.isfinite(d).any() else float("nan"))}</td>'
-                    f"<td>{up}</td><td>{worst}</td></tr>")
-    loss = ("<table><thead><tr><th class=\"l\">intervention</th><th>heads</th><th>median delta loss</th>"
-            f"<th>loss up, p_bh &lt; {ALPHA}</th><th>largest increase</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-            if rows else '<p class="note">No loss (an encoder has no output matrix).</p>')
-    hit = needs_direction(table)
+        big = sub.loc[sub["delta"].idxmax()]
+        worst = f"L{int(big['layer'])}H{int(big['head'])} {_fmt(float(big['delta']))}"
+        detect = float(np.nanmedian(sub["detectable_change"])) if "detectable_change" in sub else float("nan")
+        rows.append(f'<tr><td class="l">{esc(str(kind))}</td><td>{len(sub)}</td><td>{_fmt(float(np.nanmedian(d)))}</td>'
+                    f"<td>{_fmt(detect, False)}</td><td>{up}</td><td>{worst}</td></tr>")
+    encoder = "stack" in table.columns and set(table["stack"].dropna()) == {"encoder"}
+    if rows:
+        loss = ("<table><thead><tr><th class=\"l\">intervention</th><th>heads</th><th>median change in loss</th>"
+                "<th>median detectable change</th>"
+                f"<th>loss up, p_bh &lt; {ALPHA}</th><th>largest increase</th></tr></thead><tbody>{''.join(rows)}"
+                "</tbody></table><p class=\"note\">Detectable change: the smallest true change in loss a row's "
+                "windows detect with 80% power (two-sided 5% t-test): (t<sub>0.975,n-1</sub> + t<sub>0.8,n-1</sub>) "
+                "x sd / &radic;n of its per-window changes. A change below it may be real; 4x the windows halve it.</p>")
+    elif encoder:
+        loss = ('<p class="note">No change in loss: an encoder (a masked language model here) has no next-token '
+                "loss to change, so its interventions are measured by the heads' behaviour alone (below and in "
+                "interventions.csv).</p>")
+    else:
+        loss = '<p class="note">No loss: the model has no output matrix (no LM head) to score the next token with.</p>'
+    hit = sym_collapse(table)
     if len(hit):
         body = "".join(
             f'<tr><td class="l">L{int(r.layer)}H{int(r.head)}</td><td class="l">{esc(str(r.measure))}</td>'
             f"<td>{_fmt(r.clean, False)}</td><td>{_fmt(r.value, False)}</td><td>{_fmt(r.delta)}</td>"
-            f"<td>[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]</td><td>{r.p_bh:.2g}</td><td>{_fmt(r.anti_value, False)}</td></tr>"
+            f"<td>[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]</td><td>{r.p_bh:.2g}</td><td>{_fmt(r.anti_value, False)}</td>"
+            f'<td class="l">{esc(str(r.lives_in))}</td></tr>'
             for r in hit.itertuples())
         heads = ("<table><thead><tr><th class=\"l\">head</th><th class=\"l\">behaviour</th><th>clean</th>"
-                 "<th>under sym</th><th>delta</th><th>95% CI</th><th>p_bh</th><th>under anti</th></tr></thead>"
+                 "<th>under sym</th><th>delta</th><th>95% CI</th><th>p_bh</th><th>under anti</th>"
+                 "<th class=\"l\">lives in</th></tr></thead>"
                  f"<tbody>{body}</tbody></table>")
     else:
         heads = '<p class="note">No head\'s behaviour collapses under sym by this rule.</p>'
@@ -318,13 +372,14 @@ def interventions_section(table: "pd.DataFrame") -> str:
             "after rotary), only the antisymmetric part (<code>anti</code>), zero its output (<code>ablate</code>) or "
             "replace it by its mean (<code>mean</code>). Deltas are intervened minus clean, "
             f"mean over windows with a 95% t interval (n = {n} windows); p_bh: Benjamini-Hochberg across heads.")
-    rule = (f"A head needs its directional part when it scores at least {STRONG} on a behaviour (induction, "
+    rule = (f"A head's behaviour collapses under <code>sym</code> when it scores at least {STRONG} on it (induction, "
             f"previous token, sink), keeps less than {KEEP:.0%} of it under <code>sym</code>, and p_bh &lt; {ALPHA}. "
             "Either part alone carries about half of a pattern that is neither symmetric nor antisymmetric (a sink "
-            "column, a diagonal stripe), so read the score under <code>anti</code> beside it: a behaviour lost under "
-            "both needs the whole form; one kept under <code>anti</code> lives in the directional part.")
+            f"column, a diagonal stripe), so the score under <code>anti</code> tells where it lives: kept (at least "
+            f"{KEEP:.0%}) under <code>anti</code>, the head needs its <b>antisymmetric part</b> (its direction); lost "
+            "under both, it needs <b>both parts</b> (the whole form), not its direction.")
     return "\n".join(["<h2>Interventions: does a head need its directional part?</h2>", f'<p class="note">{note}</p>',
-                      "<h3>Change in loss</h3>", loss, "<h3>Heads that need their directional part</h3>",
+                      "<h3>Change in loss</h3>", loss, "<h3>Heads whose behaviour collapses under sym</h3>",
                       f'<p class="note">{rule}</p>', heads])
 
 

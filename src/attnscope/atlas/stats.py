@@ -15,7 +15,8 @@ Pure functions on arrays (numpy, vectorised over resamples).
   exchangeable" every such pairing is equally likely, so the test holds its level exactly, however
   strongly heads of one layer resemble each other. ``p = (1 + #{|rho*| >= |rho|}) / (1 + n_perm)``.
 * :func:`spearman_test` -- rho, its interval and its p-value for one pair of columns.
-* :func:`bh_adjust` -- Benjamini-Hochberg adjusted p-values (q): the false-discovery rate across a family of tests.
+* :func:`bh_adjust` -- Benjamini-Hochberg adjusted p-values (q): the false-discovery rate across a family of tests;
+  :func:`family_q` counts each test once (a column that copies another, ``copy_of``, is no test of its own).
 * :func:`correlation_table` -- all of this for every (geometry score, behaviour) pair of a table; the
   verdict is read from q (``q_run``: the Benjamini-Hochberg family of every test in the table).
 
@@ -316,12 +317,49 @@ def verdict(rho: float, q: float, alpha: float = ALPHA) -> str:
     return NO_RELATION
 
 
+def family_q(correlations: "pd.DataFrame", keys: Sequence[str] = ()) -> np.ndarray:
+    """Benjamini-Hochberg q of every row with each test counted once: a row whose ``copy_of`` names
+    another x column (the same values: s at offset 1 of a model without rotary positions is s itself)
+    takes the q of that row (same ``keys`` values, e.g. model, and the same y) and is not a member of the
+    family itself. Without a ``copy_of`` column every row is a test of its own."""
+    p = correlations["p"].to_numpy(float)
+    if "copy_of" not in correlations.columns or not len(correlations):
+        return bh_adjust(p) if len(p) else np.empty(0)
+    copy_of = correlations["copy_of"].fillna("").astype(str).to_numpy()
+    own = copy_of == ""
+    q = np.full(len(p), np.nan)
+    q[own] = bh_adjust(p[own])
+    cols = [*keys, "x", "y"]
+    index = {tuple(r): i for i, r in zip(np.flatnonzero(own), correlations.loc[own, cols].itertuples(index=False))}
+    for i in np.flatnonzero(~own):
+        row = correlations.iloc[i]
+        q[i] = q[index[(*(row[k] for k in keys), copy_of[i], row["y"])]]
+    return q
+
+
 def judge(correlations: "pd.DataFrame", alpha: float = ALPHA) -> "pd.DataFrame":
-    """``q_run`` (Benjamini-Hochberg over every row: the family of all tests the table reports) and the
-    ``relation`` read from it; returns a copy."""
+    """``q_run`` (Benjamini-Hochberg over every test the table reports, each counted once: see
+    :func:`family_q`) and the ``relation`` read from it; returns a copy."""
     out = correlations.drop(columns=["q_run"], errors="ignore")
-    out.insert(out.columns.get_loc("q") + 1, "q_run", bh_adjust(out["p"].to_numpy(float)) if len(out) else [])
+    keys = [c for c in ("model",) if c in out.columns]
+    out.insert(out.columns.get_loc("q") + 1, "q_run", family_q(out, keys) if len(out) else [])
     out["relation"] = [verdict(r, q, alpha) for r, q in zip(out["rho"], out["q_run"])]
+    return out
+
+
+def copied_columns(table: "pd.DataFrame", cols: Sequence[str]) -> dict[str, str]:
+    """column -> the first earlier column of ``cols`` holding the same values (to 1e-9 relative, the rounding
+    of a mean of equal numbers; NaN where it has NaN): e.g. ``symmetry_at_1`` -> ``symmetry`` for a model
+    whose positions are no rotation."""
+    out: dict[str, str] = {}
+    for i, c in enumerate(cols):
+        a = table[c].to_numpy(float)
+        for earlier in cols[:i]:
+            b = table[earlier].to_numpy(float)
+            if earlier not in out and np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True) and (
+                    np.array_equal(np.argsort(a, kind="stable"), np.argsort(b, kind="stable"))):  # the same ranks
+                out[c] = earlier
+                break
     return out
 
 
@@ -329,8 +367,9 @@ def statistics_info(alpha: float = ALPHA) -> dict[str, str]:
     """How the correlations were judged, for ``atlas.json``."""
     return {"resampling_unit": "layer (whole layers resampled and permuted; within each model when pooled)",
             "p_value": "two-sided permutation test of whole layers, p = (1 + #{|rho*| >= |rho|}) / (1 + n_boot)",
-            "fdr": f"Benjamini-Hochberg: q over each model's tests, q_run over every test of the run; "
-                   f"relation reads q_run <= {alpha}"}
+            "fdr": f"Benjamini-Hochberg: q over each model's tests, q_run over every test of the run, each test "
+                   f"counted once (a column that copies another, copy_of, repeats its test); relation reads "
+                   f"q_run <= {alpha}"}
 
 
 def correlation_table(
@@ -349,8 +388,11 @@ def correlation_table(
     ``unit``: the column whose values are resampled and permuted whole (``layer``; None: single heads),
     within each ``strata`` value (e.g. the model of a pooled table). ``q``: Benjamini-Hochberg across the
     tests of one ``by`` group (a model's); ``q_run``: across every row; ``relation`` is read from ``q_run``.
+    An x column whose values in a group equal an earlier x column's (``copy_of``, :func:`copied_columns`:
+    the position-aware columns of a model without rotary positions) repeats that column's test: same
+    numbers, and it is counted once in each Benjamini-Hochberg family (:func:`family_q`).
 
-    Columns: [by,] x, y, n, unit, n_units, rho, ci_low, ci_high, interval, p, q, q_run, test, relation.
+    Columns: [by,] x, y, n, unit, n_units, rho, ci_low, ci_high, interval, p, copy_of, q, q_run, test, relation.
     """
     import pandas as pd
 
@@ -368,14 +410,19 @@ def correlation_table(
             clusters = pd.Series(list(zip(sub[strata], sub[unit]))).astype(str).to_numpy()
         st = sub[strata].to_numpy() if strata else None
         rows = []
+        copies = copied_columns(sub, list(x_cols))
+        done: dict[tuple[str, str], SpearmanTest] = {}
         for x in x_cols:
             for y in y_cols:
-                t = spearman_test(sub[x].to_numpy(float), sub[y].to_numpy(float), clusters, n_boot, seed, strata=st)
+                t = done[(copies[x], y)] if x in copies else spearman_test(
+                    sub[x].to_numpy(float), sub[y].to_numpy(float), clusters, n_boot, seed, strata=st)
+                done[(x, y)] = t
                 row = {"x": x, "y": y, "n": t.n, "unit": unit_name, "n_units": t.n_units, "rho": t.rho,
-                       "ci_low": t.low, "ci_high": t.high, "interval": interval_label(unit_name, n_boot), "p": t.p}
+                       "ci_low": t.low, "ci_high": t.high, "interval": interval_label(unit_name, n_boot), "p": t.p,
+                       "copy_of": copies.get(x, "")}
                 rows.append({by: key, **row} if by else row)
         part = pd.DataFrame(rows)
-        part["q"] = bh_adjust(part["p"].to_numpy(float))
+        part["q"] = family_q(part, [by] if by else [])
         part["test"] = p_label(unit_name, n_boot)
         parts.append(part)
     return judge(pd.concat(parts, ignore_index=True), alpha)

@@ -74,8 +74,36 @@ class Terminated(BaseException):
     for Ctrl-C runs: pool workers are ended, temporaries removed. A BaseException: no task handler swallows it."""
 
 
+#: the stop signals this process received (set by the handlers run_app installs)
+_SIGNALLED: list[int] = []
+
+
 def _raise_terminated(signum: int, frame: Any) -> None:
+    _SIGNALLED.append(signum)
     raise Terminated()
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    _SIGNALLED.append(signum)
+    raise KeyboardInterrupt
+
+
+def _stop_now(code: int) -> None:
+    """End the process with ``code`` once a stop has unwound the command. After a real signal (SIGTERM, Ctrl-C)
+    the command's own cleanup (``finally`` blocks, staging folders, worker processes) has run, and so do the
+    atexit hooks; the interpreter's own teardown (freeing every module and tensor one by one) is skipped: after
+    a model was loaded it takes seconds to tens of seconds, while the user waits for a process that said
+    "terminated". Without a signal (an interrupt raised in this process, e.g. by a test) a plain exit."""
+    if not _SIGNALLED:
+        sys.exit(code)
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
 
 
 def _can_write_in(folder: Path) -> bool:
@@ -137,19 +165,22 @@ def run_app(app: typer.Typer) -> None:
     writable_matplotlib_dirs()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_terminated)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # Ctrl-C: noted, then as Python does
+            signal.signal(signal.SIGINT, _raise_interrupt)
     try:
         check_option_integers(sys.argv[1:])
         check_no_empty_arguments(sys.argv[1:])
         app()
     except Terminated:
         print("attnscope: terminated", file=sys.stderr)
-        sys.exit(143)
+        _stop_now(143)
     except KeyboardInterrupt:  # raised outside typer's own handling (while parsing)
         print("attnscope: interrupted", file=sys.stderr)
-        sys.exit(130)
+        _stop_now(130)
     except SystemExit as exc:  # typer turns Ctrl-C inside a command into a silent Exit(130)
         if exc.code == 130:
             print("attnscope: interrupted", file=sys.stderr)
+            _stop_now(130)
         if _is_broken_pipe(exc.__context__):  # typer's standalone mode (and rich's Console) exit 1 there
             _silence_stdout()
             sys.exit(0)

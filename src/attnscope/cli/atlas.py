@@ -2,16 +2,19 @@
 
     attnscope atlas SOURCE --out DIR [--probe both|random|text] [--data CORPUS] [--windows N] [--length L] ...
     attnscope atlas --zoo offline-real --out DIR
-    attnscope atlas SOURCE --out DIR --interventions sym,anti,ablate [--heads 3.1,4.2 | --top 10:previous_token_random]
+    attnscope atlas SOURCE --out DIR --interventions sym,anti,ablate [--heads 3.1,4.2 | --top 10:-directionality]
 
-Thin layer over :mod:`attnscope.atlas`: checks the options and DIR before any work, calls the API,
-writes the tables (Parquet and CSV), the figures and a self-contained atlas.html, prints a summary.
+Thin layer over :mod:`attnscope.atlas`: checks the options and DIR before any work (with
+--interventions: the heads against the model's config, --top's columns against the atlas to come),
+loads the model once for the atlas and the interventions, calls the API, writes the tables (Parquet
+and CSV), the figures and a self-contained atlas.html, prints a short summary (the full tables are in
+the files).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -39,7 +42,7 @@ def atlas(
     threads: Optional[int] = THREADS,
     interventions: Optional[str] = typer.Option(None, "--interventions", help="Also intervene on each head: any of sym, anti (keep only the symmetric / antisymmetric part of its scores), ablate, mean (zero / mean its output); comma-separated."),
     heads: Optional[str] = typer.Option(None, "--heads", help="With --interventions: only these heads, LAYER.HEAD comma-separated (e.g. 3.1,10.4)."),
-    top: Optional[str] = typer.Option(None, "--top", help="With --interventions: only the K heads scoring highest on an atlas column, K:COLUMN; several joined by commas (e.g. 4:induction_random,4:sink_random)."),
+    top: Optional[str] = typer.Option(None, "--top", help="With --interventions: only the K heads scoring highest on an atlas column, K:COLUMN, or lowest, K:-COLUMN (e.g. 4:-directionality: the most negative d); several joined by commas (e.g. 4:induction_random,4:sink_random)."),
     intervention_windows: int = typer.Option(4, "--intervention-windows", help="With --interventions: text windows (loss and behaviour) and random-probe windows (behaviour) per head."),
     intervention_precision: str = typer.Option("auto", "--intervention-precision", help="With --interventions: full (every product in the model's dtype), bf16-delta (the intervened copies' linear layers as the clean copy's plus their difference's product in bfloat16: ~1.7x faster on a CPU, rounding ~0.4% of each effect) or auto (bf16-delta where the CPU or GPU multiplies bfloat16 natively)."),
 ) -> None:
@@ -60,30 +63,41 @@ def atlas(
     if (source is None) == (zoo is None):
         raise InputError("give a SOURCE or --zoo GROUP (one of them)")
     use_threads(threads)
-    plan = _intervention_plan(interventions, heads, top, intervention_windows, zoo, intervention_precision, device)
+    plan = _intervention_plan(interventions, heads, top, intervention_windows, zoo, intervention_precision, device,
+                              source, probe)
     opts = dict(probes=probe, data=data, windows=windows, length=length, random_windows=random_windows,
                 random_length=random_length, seed=seed, n_boot=n_boot, batch_size=batch_size, device=device)
     if zoo is not None:
         _run_zoo(zoo, out, opts, as_json)
         return
     from attnscope.atlas import atlas as run_atlas
+    from attnscope.progress import phase
 
-    res = run_atlas(source, progress=True, **opts)
+    subject = None
+    if plan is not None:  # one load for both: the atlas runs on the interventions' model (with its LM head)
+        from attnscope.interventions import open_subject
+
+        with phase(f"loading {source}"):
+            subject = open_subject(source, device=device)
+    res = run_atlas(subject.maps if subject is not None else source, progress=True, **opts)
     for note in res.info.get("position_notes", []):
         stderr_console().print(f"attnscope: note: {note}", highlight=False, soft_wrap=True)
     iv = None
     if plan is not None:
-        iv = _intervene(source, res, plan, out, opts)
-    written = write_atlas(res.table, res.correlations, res.info, out, hue="layer", maps=res.maps, interventions=iv,
-                          views=res.views, settings={"source": source, **opts, "interventions": plan})
+        iv = _intervene(subject, res, plan, out, opts)
+    with phase(f"atlas {res.info['model']}: figures and atlas.html"):
+        written = write_atlas(res.table, res.correlations, res.info, out, hue="layer", maps=res.maps,
+                              interventions=iv, views=res.views,
+                              settings={"source": source, **opts, "interventions": plan})
     _finish(res.correlations, res.info["model"], written, as_json)
     if iv is not None:
         _finish_interventions(iv)
 
 
 def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: str = "auto",
-                       device: str = "cpu") -> dict | None:
-    """The checked --interventions options (before any work), or None without --interventions."""
+                       device: str = "cpu", source=None, probes: str = "both") -> dict | None:
+    """The checked --interventions options (before any work: the heads against the model's config, --top's
+    columns against the columns the atlas will have), or None without --interventions."""
     from attnscope.interventions.deltas import PRECISIONS, resolve_precision
 
     if precision not in PRECISIONS:
@@ -93,7 +107,10 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: 
             raise InputError("--heads, --top and --intervention-precision are options of --interventions; "
                              "give --interventions too")
         return None
+    from attnscope.atlas.build import atlas_columns
     from attnscope.interventions import check_kinds, parse_heads
+    from attnscope.interventions.run import check_heads_in, head_grid
+    from attnscope.interventions.summary import check_top_columns, parse_top
 
     if zoo is not None:
         raise InputError("--interventions runs on one model: give a SOURCE, not --zoo")
@@ -101,55 +118,68 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: 
         raise InputError("give --heads or --top, not both")
     if windows < 1:
         raise InputError(f"--intervention-windows must be at least 1, not {windows}")
-    plan = {"kinds": check_kinds(interventions), "heads": parse_heads(heads) if heads else None, "top": None,
+    plan: dict[str, Any] = {"kinds": check_kinds(interventions), "heads": parse_heads(heads) if heads else None, "top": None,
             "windows": windows, "precision": resolve_precision(precision, device)}
     if top is not None:
-        plan["top"] = []
-        for part in (p.strip() for p in top.split(",")):
-            k, colon, column = part.partition(":")
-            if not (colon and k.isdigit() and int(k) > 0 and column):
-                raise InputError(f"--top must be K:COLUMN with K >= 1, e.g. 10:previous_token_random, not {part!r}")
-            plan["top"].append((int(k), column))
+        plan["top"] = parse_top(top)
+        check_top_columns(plan["top"], atlas_columns(probes))
+    check_heads_in(plan["heads"], head_grid(source))  # the config alone: seconds, not the atlas's minutes
     return plan
 
 
-def _intervene(source, res, plan: dict, out: Path, opts: dict):
-    """The interventions of ``plan`` on ``source``, joined to the atlas table on (model, layer, head)."""
+def _intervene(subject, res, plan: dict, out: Path, opts: dict):
+    """The interventions of ``plan`` on the loaded ``subject``, joined to the atlas table on (model, layer, head)."""
     from attnscope.interventions import intervene
 
-    chosen = plan["heads"]
-    if plan["top"] is not None:
-        chosen = []
-        for k, column in plan["top"]:
-            if column not in res.table.columns:
-                raise InputError(f"--top: the atlas table has no column {column!r}")
-            best = res.table.nlargest(k, column)
-            chosen += [pair for pair in zip(best["layer"].astype(int), best["head"].astype(int)) if pair not in chosen]
     random_n = plan["windows"] if opts["probes"] in ("both", "random") else 0
-    iv = intervene(source, interventions=plan["kinds"], heads=chosen, data=opts["data"], windows=plan["windows"],
-                   length=opts["length"], random_windows=random_n, random_length=opts["random_length"],
-                   seed=opts["seed"], device=opts["device"], precision=plan["precision"],
-                   store=out / "interventions-store",
-                   name=res.info["model"], progress=True)  # a long job: progress lines in a log too
-    keep = [c for c in res.table.columns if c not in ("stack",)]
-    return iv.table.merge(res.table[keep], on=["model", "layer", "head"], how="left", validate="many_to_one")
+    iv = intervene(subject, interventions=plan["kinds"], heads=plan["heads"], top=plan["top"], atlas=res,
+                   data=opts["data"], windows=plan["windows"], length=opts["length"], random_windows=random_n,
+                   random_length=opts["random_length"], seed=opts["seed"], device=opts["device"],
+                   precision=plan["precision"], store=out / "interventions-store", name=res.info["model"],
+                   progress=True)  # a long job: progress lines in a log too
+    return iv.table
 
 
 def _finish_interventions(table) -> None:
-    from attnscope.interventions import needs_direction
+    """A few lines on the console: heads run, the largest loss changes, the heads whose behaviour lives in
+    their antisymmetric part (and those that need both parts); the rest is in interventions.csv and atlas.html."""
+    from attnscope.interventions.summary import ALPHA, ANTISYMMETRIC, BOTH, sym_collapse
 
     con = stderr_console()
-    hit = needs_direction(table)
+
+    def say(text: str) -> None:
+        con.print(text, soft_wrap=True, highlight=False)
+
+    heads = table[["layer", "head"]].drop_duplicates()
+    kinds = ", ".join(dict.fromkeys(table["intervention"]))
+    n = int(table["n"].max()) if len(table) else 0
+    say(f"interventions: {len(heads)} heads, each under {kinds} on {n} windows (full table: interventions.csv)")
     loss = table[table["measure"] == "loss"]
-    for kind, sub in loss.groupby("intervention", sort=False):
-        if sub["delta"].notna().any():
-            con.print(f"{kind}: median delta loss {sub['delta'].median():+.4f} nats over {len(sub)} heads; "
-                      f"{int(((sub['p_bh'] < 0.05) & (sub['delta'] > 0)).sum())} heads raise it (p_bh < 0.05)")
-    shown = 8  # the strongest; the page and interventions.csv hold them all
-    names = ", ".join(f"L{r.layer}H{r.head} ({r.measure} {r.clean:.2f} -> {r.value:.2f})" for r in hit.head(shown).itertuples())
-    more = f" and {len(hit) - shown} more (atlas.html)" if len(hit) > shown else ""
-    con.print(f"heads that need their directional part (behaviour collapses under sym): {names or 'none'}{more}",
-              soft_wrap=True, highlight=False)
+    if loss.empty or not loss["delta"].notna().any():
+        say("loss: none measured (an encoder has no next-token loss); behaviour changes are in interventions.csv")
+    else:
+        for kind, sub in loss.groupby("intervention", sort=False):
+            up = int(((sub["p_bh"] < ALPHA) & (sub["delta"] > 0)).sum())
+            say(f"{kind}: median change in loss {sub['delta'].median():+.4f} nats over {len(sub)} heads "
+                f"(median detectable {sub['detectable_change'].median():.4f}); {up} raise it (p_bh < {ALPHA})")
+        big = loss.reindex(loss["delta"].abs().sort_values(ascending=False).index).head(5)
+        say("largest changes in loss: " + ", ".join(
+            f"L{r.layer}H{r.head} {r.intervention} {r.delta:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]"
+            for r in big.itertuples()))
+    hit = sym_collapse(table)
+    shown = 6  # the strongest; the page and interventions.csv hold them all
+    for lives, what in ((ANTISYMMETRIC, "heads that need their antisymmetric (directional) part "
+                                        "(behaviour collapses under sym, kept under anti)"),
+                        (BOTH, "heads that need both parts (behaviour collapses under sym and under anti)")):
+        sub = hit[hit["lives_in"] == lives]
+        names = ", ".join(f"L{r.layer}H{r.head} ({r.measure} {r.clean:.2f} -> {r.value:.2f})"
+                          for r in sub.head(shown).itertuples())
+        more = f" and {len(sub) - shown} more (atlas.html)" if len(sub) > shown else ""
+        say(f"{what}: {names or 'none'}{more}")
+    unknown = hit[~hit["lives_in"].isin([ANTISYMMETRIC, BOTH])]
+    if len(unknown):
+        say(f"{len(unknown)} heads collapse under sym; run anti too to tell whether they need their "
+            "antisymmetric part or both parts")
 
 
 def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, interventions=None,
@@ -197,7 +227,13 @@ def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, inter
     return write_result_set(out, files, settings, kind="atlas")
 
 
+#: relations listed on the console (the strongest by q); correlations.csv and atlas.html hold every test
+SHOWN_RELATIONS = 8
+
+
 def _finish(correlations, model: str, written: list[Path], as_json: bool) -> None:
+    """The console's part: a few lines (how many tests, how many relations survive, the strongest ones as a
+    small table); the whole table is correlations.csv (and ``--json``)."""
     from attnscope.atlas.stats import ALPHA, pvalue
 
     if as_json:
@@ -207,29 +243,34 @@ def _finish(correlations, model: str, written: list[Path], as_json: bool) -> Non
         return
     con = stderr_console()
 
+    def say(text: str) -> None:
+        con.print(text, highlight=False, soft_wrap=True)
+
     def num(v: float) -> str:
         return "-" if v != v else f"{v:+.2f}"  # an undefined rho (NaN) prints as "-", as on the page
 
     pooled = correlations["model"].nunique() > 1
-    lead = ["model"] if pooled else []
-    rows = [[*(str(getattr(r, c)) for c in lead), str(r.x), str(r.y), f"{r.n}/{r.n_units}", num(r.rho),
-             "-" if r.ci_low != r.ci_low else f"[{num(r.ci_low)}, {num(r.ci_high)}]", pvalue(r.p), pvalue(r.q),
-             *([pvalue(r.q_run)] if pooled else []), str(r.relation)]
-            for r in correlations.itertuples()]
+    q_col = "q_run" if pooled else "q"
     first = correlations.iloc[0] if len(correlations) else None
-    unit = str(first["unit"]) if first is not None else "layer"
-    q_cols = ["q (model)", "q (run)"] if pooled else ["q"]
-    print_table(con, f"{model}: Spearman rho across heads", [*lead, "geometry", "behaviour", f"heads/{unit}s", "rho",
-                                                             "95% CI", "p", *q_cols, "relation"], rows,
-                keys=(*lead, "geometry", "behaviour"))
+    own = correlations[correlations["copy_of"].eq("")] if "copy_of" in correlations.columns else correlations
+    found = correlations[~correlations["relation"].str.startswith(("no relation", "undefined"))]
+    found_own = found[found.index.isin(own.index)].sort_values(q_col, kind="stable")
+    copies = len(correlations) - len(own)
+    say(f"{model}: {len(own)} tests of geometry against behaviour across heads"
+        + (f" ({copies} more columns repeat another, e.g. s at offset 1 = s where positions are no rotation: "
+           "each test counted once)" if copies else "")
+        + f"; {len(found_own)} relations survive Benjamini-Hochberg ({q_col} <= {ALPHA}).")
+    if len(found_own):
+        lead = ["model"] if pooled else []
+        rows = [[*(str(getattr(r, c)) for c in lead), str(r.x), str(r.y), num(r.rho),
+                 "-" if r.ci_low != r.ci_low else f"[{num(r.ci_low)}, {num(r.ci_high)}]", pvalue(getattr(r, q_col))]
+                for r in found_own.head(SHOWN_RELATIONS).itertuples()]
+        more = f", the first {SHOWN_RELATIONS} of {len(found_own)}" if len(found_own) > SHOWN_RELATIONS else ""
+        print_table(con, f"relations found{more}", [*lead, "geometry", "behaviour", "rho", "95% CI", q_col], rows,
+                    keys=(*lead, "geometry", "behaviour"))
     if first is not None:
-        family = ("over each model's tests (model) and over every test of the run (run); relation: q (run)"
-                  if pooled else "over the model's tests; relation: q")
-        con.print(f"95% CI: {first['interval']}; p: {first['test']}; q: Benjamini-Hochberg {family} <= {ALPHA}.",
-                  highlight=False, soft_wrap=True)
-        found = (~correlations["relation"].str.startswith(("no relation", "undefined"))).sum()
-        con.print(f"{found} of {len(correlations)} relations survive the correction.", highlight=False)
-    con.print(f"wrote {len(written)} files into {written[0].parent}")
+        say(f"95% CI: {first['interval']}; p: {first['test']}. Every test: correlations.csv, atlas.html.")
+    say(f"wrote {len(written)} files into {written[0].parent}")
 
 
 def _run_zoo(group: str, out: Path, opts: dict, as_json: bool) -> None:

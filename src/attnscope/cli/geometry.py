@@ -338,8 +338,19 @@ def print_summary(df: "pd.DataFrame", per_layer: bool = True, sources: dict[str,
            _fmt(r["directionality_median"], r["directionality_q1"], r["directionality_q3"])]
         for _, r in summ.iterrows()
     ]  # fmt: skip
-    print_table(con, f"W_qk geometry: median [Q1, Q3] over {over}", header, rows, left=header[:3], fold=("model",),
-                keys=("model", "stack", "offset") if by_offset else ("model", "stack"))
+    # a column with one value in every row (one model, its family, its layer count) goes into the title, so
+    # that one model's small table is one table, not three parts repeating the model's name
+    same = [i for i, name in enumerate(header) if name in ("model", "family", "layers") and len(rows) > 0
+            and len({r[i] for r in rows}) == 1]
+    lead = [rows[0][i] for i in same if header[i] != "layers"]
+    count = next((rows[0][i] for i in same if header[i] == "layers"), None)
+    named = f"{lead[0]} ({lead[1]})" if len(lead) == 2 else "".join(lead)  # "(gguf:llama)": no ":llama:" emoji
+    what = (f"{named}, " if named else "") + f"W_qk geometry: median [Q1, Q3] over {count + ' ' if count else ''}{over}"
+    keep = [i for i in range(len(header)) if i not in same]
+    header, rows = [header[i] for i in keep], [[r[i] for i in keep] for r in rows]
+    print_table(con, what, header, rows, left=[h for h in header if h in ("model", "family", "stack")],
+                fold=("model",) if "model" in header else (),
+                keys=tuple(h for h in ("model", "stack", "offset") if h in header))
     from attnscope.zoo.registry import resolve_spec
 
     for model in dict.fromkeys(summ["model"]):

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from attnscope.errors import InputError, UnsupportedError, check_type
+from attnscope.errors import ArgumentTypeError, InputError, UnsupportedError, check_type
 
 from .attention import (CLEAN, KINDS, SCORE_KINDS, Plan, StopForward, expand_at, keep_outputs, layer_list, patched,
                         reuse_outputs)
@@ -102,14 +102,98 @@ def check_kinds(kinds: str | Sequence[str]) -> tuple[str, ...]:
 
 
 def parse_heads(spec: str) -> list[tuple[int, int]]:
-    """``"3.1,10.4"`` -> [(3, 1), (10, 4)] (layer.head, both counted from 0)."""
+    """``"3.1,10.4"`` -> [(3, 1), (10, 4)] (layer.head, both counted from 0; ASCII digits only: ``²`` is
+    a digit to Python's ``isdigit`` but no number)."""
+    import re
+
     out = []
     for part in (p.strip() for p in spec.split(",")):
-        layer, dot, head = part.partition(".")
-        if not (dot and layer.isdigit() and head.isdigit()):
+        if not re.fullmatch(r"[0-9]+\.[0-9]+", part):
             raise InputError(f"heads must be LAYER.HEAD pairs such as 3.1,10.4, not {part!r}", params="heads")
+        layer, _, head = part.partition(".")
         out.append((int(layer), int(head)))
     return out
+
+
+def check_head_pairs(heads: Any) -> list[tuple[int, int]] | None:
+    """``heads`` as given to :func:`intervene` -> a list of (layer, head) int pairs, duplicates dropped
+    (None stays None). Each pair holds two whole numbers >= 0 (Python or numpy integers; a bool, a float
+    such as 1.7 or NaN, a string is refused, never truncated), checked before any model is loaded."""
+    if heads is None:
+        return None
+    if isinstance(heads, str):
+        return check_head_pairs(parse_heads(heads))
+    check_type(heads, (list, tuple), "heads", "a list of (layer, head) pairs such as [(3, 1), (10, 4)]")
+    out: list[tuple[int, int]] = []
+    for pair in heads:
+        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+            raise InputError(f"heads must be (layer, head) pairs, not {pair!r:.40}", params="heads")
+        for value in pair:
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                raise ArgumentTypeError(f"heads must hold whole numbers (layer, head), not {type(value).__name__} "
+                                        f"{value!r:.30} in {tuple(pair)!r:.60}", params="heads")
+            if value < 0:
+                raise InputError(f"heads must hold numbers >= 0 (counted from 0), not {value} in {tuple(pair)!r}",
+                                 params="heads")
+        if (int(pair[0]), int(pair[1])) not in out:
+            out.append((int(pair[0]), int(pair[1])))
+    if not out:
+        raise InputError("heads is empty", params="heads")
+    return out
+
+
+def head_grid(source: Any) -> tuple[int, int] | None:
+    """(layers, heads per layer) of a GGUF file or HF directory / hub id read from its config and tensor
+    names only (no weights loaded), or None where that cannot be told cheaply (a loaded model: ask it;
+    a model with several self-attention stacks; anything unreadable, which the load reports)."""
+    if isinstance(source, Subject):
+        return source.n_layers, source.maps.n_heads
+    if not isinstance(source, (str, os.PathLike)):
+        return None
+    try:
+        from attnscope.families import get_family
+        from attnscope.sources import open_source
+        from attnscope.zoo.registry import resolve_spec
+
+        src = open_source(str(resolve_spec(source)))
+        stacks = [s for s in get_family(src.config).stacks(src.config, src) if s.stack != "cross"]
+    except Exception:  # noqa: BLE001 - the load says what is wrong, in its own words
+        return None
+    return (stacks[0].n_layers, stacks[0].n_heads) if len(stacks) == 1 else None
+
+
+def check_heads_in(heads: list[tuple[int, int]] | None, grid: tuple[int, int] | None) -> None:
+    """Every (layer, head) of ``heads`` within ``grid`` = (layers, heads per layer); nothing to do for None."""
+    if heads is None or grid is None:
+        return
+    n_layers, n_heads = grid
+    for layer, head in heads:
+        if not (0 <= layer < n_layers and 0 <= head < n_heads):
+            # (no word "heads" in the text: the CLI shows the parameter's name as its flag)
+            raise InputError(f"head {layer}.{head} is not in the model (layers 0-{n_layers - 1}, each with head "
+                             f"0-{n_heads - 1})", params="heads")
+
+
+def check_source(source: Any, tokenizer: Any = None) -> None:
+    """``source`` is something :func:`open_subject` can open: a path / hub id (without ``tokenizer=``), an
+    opened :class:`Subject`, or a loaded transformers model (with ``tokenizer=``); a one-line error otherwise."""
+    if isinstance(source, Subject):
+        if tokenizer is not None:
+            raise InputError("tokenizer= is for a model loaded in memory; an opened subject has its own",
+                             params="tokenizer")
+        return
+    if isinstance(source, (str, os.PathLike)):
+        if tokenizer is not None:
+            raise InputError(f"{source}: tokenizer= is for a model loaded in memory; a directory or file brings "
+                             "its own", params="tokenizer")
+        return
+    if not (hasattr(source, "config") and callable(source)):
+        raise ArgumentTypeError("source must be a GGUF file, an HF directory / hub id, an opened subject "
+                                "(open_subject) or a loaded transformers model with tokenizer=, not "
+                                f"{type(source).__name__} {source!r:.40}", params="source")
+    if tokenizer is None:
+        raise InputError(f"a loaded {type(source).__name__} needs tokenizer= (its transformers tokenizer)",
+                         params="tokenizer")
 
 
 # --------------------------------------------------------------------------- loading
@@ -137,20 +221,23 @@ def _softcap(model: Any) -> float | None:
 
 
 def open_subject(source: Any, tokenizer: Any = None, device: str = "cpu", name: str | None = None) -> Subject:
-    """A :class:`Subject` from a GGUF file, an HF directory / hub id, or a loaded transformers model with its tokenizer."""
+    """A :class:`Subject` from a GGUF file, an HF directory / hub id, or a loaded transformers model with its
+    tokenizer (a Subject is returned as it is). Load once, use twice: ``attnscope.atlas(subject.maps)`` runs the
+    atlas on the same loaded model and ``intervene(subject, atlas=...)`` the interventions."""
     from attnscope.heads.maps import MapModel
 
     label: str | None
+    check_source(source, tokenizer)
+    if isinstance(source, Subject):
+        return source
     if isinstance(source, (str, os.PathLike)):
-        if tokenizer is not None:
-            raise InputError(f"{source}: tokenizer= is for a model loaded in memory; a directory or file brings its own")
         full, tok, label = _load(source, device)
     else:
-        if tokenizer is None:
-            raise InputError(f"a loaded {type(source).__name__} needs tokenizer= (its transformers tokenizer)")
         full, tok, label = source, tokenizer, name
     base = getattr(full, "base_model", full)
     maps = MapModel.from_hf(full, tok, name=name or label)
+    if isinstance(source, (str, os.PathLike)):
+        maps.source = str(source)  # the atlas reads the geometry from the same file (attnscope.atlas(subject.maps))
     out_weight = _out_weight(full, base) if maps.causal else None
     return Subject(model=base, out_weight=out_weight, softcap=_softcap(full), maps=maps, name=maps.name)
 
@@ -184,6 +271,7 @@ def _load(source: str | os.PathLike, device: str) -> tuple[Any, Any, str]:
     from attnscope.training.tokenizers import load_tokenizer
 
     transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()  # its "Loading weights" tqdm bar: attnscope shows the load
     path = Path(spec)
     local = path if path.is_dir() else _hub_dir(str(source))
     from attnscope.sources.hf import HFDirectorySource
@@ -421,6 +509,19 @@ def check_intervene_options(kinds: Any, windows: int, random_windows: int, seed:
     return check_kinds(kinds)
 
 
+def _atlas_table(atlas: Any) -> "pd.DataFrame | None":
+    """The per-head table of ``atlas=`` (an :class:`attnscope.atlas.AtlasResult` or its table), or None."""
+    import pandas as pd
+
+    if atlas is None:
+        return None
+    table = getattr(atlas, "table", atlas)
+    if not isinstance(table, pd.DataFrame) or not {"model", "layer", "head"} <= set(table.columns):
+        raise ArgumentTypeError("atlas must be the result of attnscope.atlas() (or its table), not "
+                                f"{type(atlas).__name__}", params="atlas")
+    return table
+
+
 def intervene(
     source: Any,
     *,
@@ -439,6 +540,8 @@ def intervene(
     name: str | None = None,
     progress: bool = False,
     workers: int | None = None,
+    atlas: Any = None,
+    top: "str | Sequence[tuple[int, str]] | None" = None,
 ) -> InterventionResult:
     """Intervene on every head of ``source`` (or the (layer, head) pairs ``heads``) with each of
     ``interventions`` (sym, anti, ablate, mean): the change in loss on ``windows`` text windows of ``data``
@@ -453,19 +556,44 @@ def intervene(
     ``store``: a directory keeping each finished layer (resumable; reused only with the same settings).
     ``workers``: processes sharing the layers (:mod:`.workers`; None: one per CPU thread of this process on
     Linux with 2 to 4 threads and the model on the CPU, else 1: this process alone).
+    ``atlas``: the :func:`attnscope.atlas` result of the same model (or its table): each row is joined to its
+    head's atlas row (geometry, behaviour, cluster: the table ``attnscope atlas --interventions`` writes), and
+    ``top`` (``"4:induction_random,4:-directionality"``: the K highest on a column, ``-COLUMN`` the K lowest)
+    chooses the heads from it. ``source`` may be a :func:`open_subject` result, so that one loaded model serves
+    both (``attnscope.atlas(subject.maps)``). ``heads``, ``top``, ``device`` and the other options are checked
+    before the model loads (head ranges from the config where it can be read alone).
     Returns one row per (layer, head, intervention, measure): mean delta over windows, 95% t interval,
-    p value, and ``p_bh`` (Benjamini-Hochberg across the heads of one intervention and measure).
+    p value, ``p_bh`` (Benjamini-Hochberg across the heads of one intervention and measure), ``sd`` of the
+    per-window deltas and ``detectable_change`` (:func:`.summary.detectable_change`: the smallest true change
+    these windows detect with 80% power).
     """
     import pandas as pd
     import torch
 
     from attnscope.heads.maps import make_windows
     from attnscope.heads.probes import default_length, default_random_length, random_windows as make_random
-    from attnscope.progress import progress as progress_bar
+    from attnscope.progress import phase
 
-    from .summary import add_bh, summarise
+    from attnscope.devices import check_device
 
+    from .summary import DETECTABLE, add_bh, join_atlas, parse_top, summarise, top_heads
+
+    check_source(source, tokenizer)
     kinds = check_intervene_options(interventions, windows, random_windows, seed)
+    if type(device).__name__ == "device":  # a torch.device: its name
+        device = str(device)
+    check_type(device, str, "device", "a torch device name such as cpu or cuda")
+    check_device(device)
+    heads = check_head_pairs(heads)
+    atlas_table = _atlas_table(atlas)
+    if top is not None:
+        if heads is not None:
+            raise InputError("give heads or top, not both", params=("heads", "top"))
+        if atlas_table is None:
+            raise InputError("top chooses heads from an atlas: give atlas= too (attnscope.atlas(...))",
+                             params=("top", "atlas"))
+        heads = top_heads(atlas_table, parse_top(top))
+    check_heads_in(heads, head_grid(source))  # from the config alone, before the weights load
     if workers is not None:
         check_type(workers, (int, np.integer), "workers", "an integer or None")
         if workers < 1:
@@ -474,7 +602,13 @@ def intervene(
             raise InputError(f"workers={workers} needs Linux and the model on the CPU (forked processes); "
                              "use workers=1 here", params="workers")
     precision = resolve_precision(precision, device)
-    subject = open_subject(source, tokenizer=tokenizer, device=device, name=name)
+    if name is None and atlas_table is not None and atlas_table["model"].nunique() == 1:
+        name = str(atlas_table["model"].iloc[0])  # the atlas's name for the model: the join's key
+    with phase(f"interventions: loading {source if isinstance(source, (str, os.PathLike)) else 'the model'}",
+               enabled=progress and not isinstance(source, Subject)):
+        subject = open_subject(source, tokenizer=tokenizer, device=device, name=name)
+    if isinstance(source, Subject) and name is not None:
+        subject.maps.name = subject.name = name
     mm = subject.maps
     n_layers, n_heads = subject.n_layers, mm.n_heads
     chosen = _check_heads(heads, n_layers, n_heads)
@@ -501,7 +635,9 @@ def intervene(
         pending = [l for l in sorted(by_layer) if results is None or not results.is_done(_key(l, by_layer[l]))]
         low = (LowWeights().prepare(layer_list(subject.model).modules(), subject.out_weight)  # before any forward
                if precision == "bf16-delta" and pending else None)
-        clean = clean_pass(subject, wins, ctl, for_deltas=low is not None) if pending else None  # none: all stored
+        with phase(f"interventions {mm.name}: clean pass ({sum(len(w) for w in wins.values())} windows)",
+                   enabled=progress and bool(pending)):
+            clean = clean_pass(subject, wins, ctl, for_deltas=low is not None) if pending else None  # none: all stored
         count = worker_count(torch.get_num_threads(), len(pending), device) if workers is None else workers
         keep = results
         if keep is None and count > 1:  # the workers' results come back through a store of this run's own
@@ -519,9 +655,8 @@ def intervene(
             else:
                 here[layer] = df
 
-        with progress_bar(len(by_layer), f"interventions {mm.name}", enabled=progress, unit="layers") as bar:
-            for _ in range(len(by_layer) - len(pending)):
-                bar.advance()
+        with phase(f"interventions {mm.name}", enabled=progress, total=len(by_layer), unit="layers",
+                   start=len(by_layer) - len(pending)) as bar:  # the stored layers count as done
             run_layers(pending, work, count, on_done=lambda _l: bar.advance(),
                        cost=lambda l: len(by_layer[l]) * (n_layers - l + 6))  # its suffix; the loss ~6 layers
         frames = [here[l] if l in here else keep.read(_key(l, by_layer[l]))  # type: ignore[union-attr]
@@ -534,7 +669,10 @@ def intervene(
             "none (no output matrix: an encoder)",
             "products": f"{precision}: {DESCRIBE[precision]}",
             "interval": "mean over windows, 95% t interval (n windows); p: one-sample t-test; p_bh: "
-                        "Benjamini-Hochberg across heads per intervention and measure"}
+                        "Benjamini-Hochberg across heads per intervention and measure",
+            "detectable_change": DETECTABLE}
+    if atlas_table is not None:
+        table = join_atlas(table, atlas_table)
     return InterventionResult(table=table, info=info)
 
 
@@ -543,20 +681,8 @@ def _key(layer: int, heads: Sequence[int]) -> str:
 
 
 def _check_heads(heads: Sequence[tuple[int, int]] | None, n_layers: int, n_heads: int) -> list[tuple[int, int]]:
-    if heads is None:
+    chosen = check_head_pairs(heads)
+    if chosen is None:
         return [(l, h) for l in range(n_layers) for h in range(n_heads)]
-    out = []
-    for pair in heads:
-        if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
-            raise InputError(f"heads must be (layer, head) pairs, not {pair!r}", params="heads")
-        layer, head = int(pair[0]), int(pair[1])
-        if not (0 <= layer < n_layers and 0 <= head < n_heads):
-            # (no word "heads" in the text: the CLI shows the parameter's name as its flag)
-            raise InputError(f"head {layer}.{head} is not in the model (layers 0-{n_layers - 1}, each with head "
-                             f"0-{n_heads - 1})",
-                             params="heads")
-        if (layer, head) not in out:
-            out.append((layer, head))
-    if not out:
-        raise InputError("heads is empty", params="heads")
-    return out
+    check_heads_in(chosen, (n_layers, n_heads))
+    return chosen

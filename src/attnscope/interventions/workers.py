@@ -10,7 +10,8 @@ each child sets one thread before any operation (the pattern PyTorch's own data-
 as an OpenMP team does not survive a fork), runs its share of the layers, and reports each one as it
 is done (its result written by ``work`` itself, e.g. into the resumable store); the parent only shows
 progress and waits. A child's exception reaches the parent and is raised there as it was; a child that
-dies (killed, out of memory) is reported in one line with the layers it left undone.
+dies (killed, out of memory) is a :class:`WorkerLost`: one line naming the signal and the layers it left
+undone, and how to go on (the layers finished are in the store).
 
 :func:`worker_count` chooses the workers: as many as the CPU threads of this process, from 2 up to
 :data:`MAX_WORKERS`, on Linux (where ``fork`` is the platform's own way) with the model on the CPU;
@@ -27,6 +28,8 @@ import struct
 import sys
 import warnings
 from typing import Any, Callable, Sequence
+
+from attnscope.errors import AttnscopeError
 
 #: most worker processes (each holds a copy batch's activations: ~1.2 GB for SmolLM2-135M)
 MAX_WORKERS = 4
@@ -180,11 +183,26 @@ def _wait(children: dict[int, tuple[int, list[int]]], on_done: Callable[[int], N
             _, status = os.waitpid(pid, 0)
             children[fd] = (-1, [])  # reaped
             if left[fd]:
-                how = (f"by {signal.Signals(os.WTERMSIG(status)).name} (killed, or out of memory?)"
-                       if os.WIFSIGNALED(status) else f"with exit status {os.WEXITSTATUS(status)}")
-                raise RuntimeError(f"an interventions worker ended {how} before layers {', '.join(map(str, left[fd]))}; "
-                                   "with a store, the layers finished are kept: run again to go on (--threads 1: "
-                                   "one process)")
+                raise WorkerLost(lost_message(status, left[fd]))
+
+
+class WorkerLost(AttnscopeError, RuntimeError):
+    """A worker process ended before its layers were done: killed (SIGKILL: the out-of-memory killer or
+    ``kill -9``) or gone. Not a bug and not the input: one line that says what happened and how to go on."""
+
+
+def lost_message(status: int, left: Sequence[int]) -> str:
+    """What :class:`WorkerLost` says for a child's wait ``status`` with the layers ``left`` undone."""
+    layers = f"layer{'s' if len(left) > 1 else ''} {', '.join(map(str, left))}"
+    if os.WIFSIGNALED(status):
+        sig = signal.Signals(os.WTERMSIG(status)).name
+        how = (f"was killed by {sig} (the out-of-memory killer or kill -9)" if sig == "SIGKILL"
+               else f"was stopped by {sig}")
+    else:
+        how = f"ended with exit status {os.WEXITSTATUS(status)}"
+    return (f"an interventions worker {how} before {layers}; the layers finished are kept in the store "
+            "(attnscope atlas: DIR/interventions-store): run the same command again to go on, with fewer "
+            "--threads (fewer workers, less memory) if memory ran out")
 
 
 def _end(pid: int) -> None:

@@ -1,8 +1,8 @@
 """Figures of head interventions (:func:`attnscope.interventions.intervene`).
 
-* :func:`sym_vs_symmetry` one panel per named behaviour: the change of the head's behaviour when only the
-  symmetric part of its scores is kept, against the head's s, one point per head coloured by layer,
-  its 95% interval over windows as a bar, heads with p_bh < 0.05 drawn filled
+* :func:`sym_vs_symmetry` one panel per named behaviour: the kept fraction of the head's behaviour when only
+  the symmetric part of its scores is kept (under sym / clean), against the head's s, one point per head
+  coloured by layer, its 95% interval over windows as a bar, heads with p_bh < 0.05 drawn filled
 * :func:`loss_heatmap`    layer x head heat map of the change in loss, one panel per intervention (heads
   not run grey)
 
@@ -36,42 +36,71 @@ def named_measures(table: "pd.DataFrame") -> list[str]:
     return out
 
 
+#: heads whose clean score is below this are left out of the kept fraction (a fraction of ~0 means nothing)
+MIN_CLEAN = 0.1
+
+
 def sym_vs_symmetry(joined: "pd.DataFrame", measures: Sequence[str] | None = None, x: str = "symmetry",
                     title: str = "", *, fig: "Figure | None" = None) -> "Figure":
-    """Delta behaviour under ``sym`` against ``x`` (the head's s), one panel per measure."""
+    """The kept fraction of each head's behaviour under ``sym`` (score under sym / clean score: 1 kept
+    whole, 0 lost) against ``x`` (the head's s), one panel per measure: one point per head with a clean
+    score of at least :data:`MIN_CLEAN`, coloured by layer, its 95% interval as a bar, filled where
+    p_bh < 0.05; a dashed line at the collapse threshold (:data:`attnscope.interventions.summary.KEEP`);
+    the three heads that keep least labelled, each label at its own height."""
     import numpy as np
+
+    from attnscope.interventions.summary import KEEP
+
+    from matplotlib.lines import Line2D
 
     sym = joined[joined["intervention"] == "sym"]
     measures = list(measures) if measures is not None else named_measures(sym)
+    weak = [m for m in measures if not (sym.loc[sym["measure"] == m, "clean"] >= MIN_CLEAN).any()]
+    measures = [m for m in measures if m not in weak]  # no head shows it (an encoder's induction): no panel
     n = max(1, len(measures))
-    fig = figure_for(fig, figsize=(3.4 * n, 3.0))
+    fig = figure_for(fig, figsize=(3.6 * n + 1.0, 3.3))
     axes = fig.subplots(1, n, squeeze=False).ravel()
     if not measures or x not in sym.columns:
-        axes[0].text(0.5, 0.5, "no sym rows to draw", ha="center", va="center", transform=axes[0].transAxes)
+        why = (f"no head scores {MIN_CLEAN:g} or more clean on {', '.join(weak)}" if weak and x in sym.columns
+               else "no sym rows to draw")
+        axes[0].text(0.5, 0.5, why, ha="center", va="center", transform=axes[0].transAxes, wrap=True)
         axes[0].set_axis_off()
         return fig
     sc = None
+    lo_layer, hi_layer = sym["layer"].min(), sym["layer"].max()
     for ax, measure in zip(axes, measures):
-        sub = sym[sym["measure"] == measure]
-        xs, ys = sub[x].to_numpy(float), sub["delta"].to_numpy(float)
-        err = np.vstack([ys - sub["ci_low"].to_numpy(float), sub["ci_high"].to_numpy(float) - ys])
-        ax.errorbar(xs, ys, yerr=np.where(np.isfinite(err), err, 0), fmt="none", ecolor="#bbb", elinewidth=0.6)
+        sub = sym[(sym["measure"] == measure) & (sym["clean"] >= MIN_CLEAN)]
+        left = int(((sym["measure"] == measure) & ~(sym["clean"] >= MIN_CLEAN)).sum())
+        clean = sub["clean"].to_numpy(float)
+        xs, kept = sub[x].to_numpy(float), sub["value"].to_numpy(float) / clean
+        err = np.vstack([-sub["ci_low"].to_numpy(float), sub["ci_high"].to_numpy(float)]) / clean  # delta's CI / clean
+        ax.errorbar(xs, kept, yerr=np.where(np.isfinite(err), np.abs(err), 0), fmt="none", ecolor="#bbb",
+                    elinewidth=0.6)
         sig = (sub["p_bh"] < 0.05).to_numpy()
-        sc = ax.scatter(xs[sig], ys[sig], c=sub["layer"][sig], cmap="viridis", s=16, vmin=sub["layer"].min(),
-                        vmax=sub["layer"].max(), label="p_bh < 0.05")
-        ax.scatter(xs[~sig], ys[~sig], facecolors="none", edgecolors="#888", s=14, linewidths=0.6, label="p_bh >= 0.05")
-        ax.axhline(0, color="k", lw=0.6)
-        for r in sub.nsmallest(3, "delta").itertuples():
-            ax.annotate(f"L{r.layer}H{r.head}", (getattr(r, x), r.delta), fontsize=6, xytext=(2, 2),
-                        textcoords="offset points")
-        ax.set_xlabel(f"{x} of W_qk", fontsize=8)
-        ax.set_ylabel(f"delta {measure} under sym", fontsize=8)
+        sc = ax.scatter(xs[sig], kept[sig], c=sub["layer"][sig], cmap="viridis", s=16, vmin=lo_layer, vmax=hi_layer)
+        ax.scatter(xs[~sig], kept[~sig], facecolors="none", edgecolors="#888", s=14, linewidths=0.6)
+        ax.axhline(1, color="k", lw=0.6)
+        ax.axhline(KEEP, color="#c0392b", lw=0.7, ls="--")
+        lowest = sub.assign(kept_fraction=kept).nsmallest(3, "kept_fraction")
+        for i, r in enumerate(lowest.itertuples()):  # each label its own height: none overlaps another
+            ax.annotate(f"L{r.layer}H{r.head}", (getattr(r, x), r.kept_fraction), fontsize=6,
+                        xytext=(0.97, 0.30 - 0.09 * i), textcoords="axes fraction", ha="right", va="center",
+                        arrowprops=dict(arrowstyle="-", lw=0.4, color="#666"))
+        ax.set_xlabel(f"{x} of W_qk" + (f"\n({left} heads with clean < {MIN_CLEAN:g} not drawn)" if left else ""),
+                      fontsize=8)
+        ax.set_ylabel(f"kept fraction of {measure} under sym", fontsize=8)
+        ax.set_title(measure, fontsize=9)
         ax.tick_params(labelsize=7)
-    axes[0].legend(fontsize=6, loc="best")
+    handles = [Line2D([], [], marker="o", ls="", color="#3b528b", markersize=4, label="p_bh < 0.05"),
+               Line2D([], [], marker="o", ls="", markerfacecolor="none", color="#888", markersize=4,
+                      label="p_bh >= 0.05"),
+               Line2D([], [], color="#c0392b", lw=0.7, ls="--", label=f"collapse: kept < {KEEP:g}")]
+    fig.legend(handles=handles, fontsize=6, loc="lower right", frameon=False)  # beside the panels: covers no point
+    note = f"not drawn: {', '.join(weak)} (no head scores {MIN_CLEAN:g} or more clean)" if weak else ""
     if sc is not None:
         fig.colorbar(sc, ax=list(axes), label="layer", shrink=0.8)
-    if title:
-        fig.suptitle(title, fontsize=10)
+    if title or note:
+        fig.suptitle("\n".join(t for t in (title, note) if t), fontsize=9)
     return fig
 
 

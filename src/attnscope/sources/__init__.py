@@ -11,11 +11,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from attnscope._exports import submodules
 from attnscope.errors import InputError
 
 from .base import DictSource, WeightSource, check_local_path
 
 __all__ = ["WeightSource", "DictSource", "open_source", "SOURCE_TYPES"]
+__getattr__ = submodules(__name__)  # attnscope.sources.gguf_header etc., imported on first use
 
 #: (module, class) pairs, tried in order; imported lazily so optional formats cost nothing
 SOURCE_TYPES: list[tuple[str, str]] = [

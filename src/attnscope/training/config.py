@@ -81,7 +81,7 @@ class TrainConfig:
     keep_checkpoints: int | None = opt(None, "Keep only the last N checkpoints (unset: all).")
     out: str = opt("runs/run", "Run directory.", short="-o")
     resume: bool = opt(False, "Continue the run in --out from its last checkpoint.")
-    progress: bool = opt(True, "Show progress: a bar on a terminal, plain lines in a log (--no-progress: none).")
+    progress: bool = opt(True, "No progress display (without it: a bar on a terminal, plain lines in a log).")
     device: str = opt("cpu", "cpu, cuda, cuda:N or mps.")
     threads: int | None = opt(None, "CPU threads (unset: ATTNSCOPE_THREADS, else OMP_NUM_THREADS, else the CPUs minus the 1-minute load average, at least 1).")
     wandb: str | None = opt(None, "Also log to this Weights & Biases project (optional package).")
