@@ -14,6 +14,7 @@ Rooms (each a subpackage, data flows one way):
   zoo            the registry of the paper's models, the survey and its tables
   runs           results store and executors shared by long jobs
   plots          matplotlib figures from tidy tables
+  pages          what every HTML page shares (frame, escaping, embedded JSON, the head and per-token views)
   cli            the ``attnscope`` command, a thin layer over the above
 
 Modules:
@@ -41,8 +42,8 @@ from attnscope._exports import lazy_exports
 #: the rooms, reachable as ``attnscope.geometry`` etc. without an import of their own (imported on first use)
 _EXPORTS = {
     ".": ["architecture", "devices", "dynamics", "emergence", "errors", "families", "geometry", "heads", "heap",
-          "interrupts", "interventions", "naming", "outputs", "plots", "progress", "report", "runs", "sources", "sparse",
-          "tables", "threads", "training", "zoo"],
+          "interrupts", "interventions", "naming", "outputs", "pages", "plots", "progress", "report", "runs",
+          "sources", "sparse", "tables", "threads", "training", "zoo"],
     ".atlas.build": ["atlas"],  # attnscope.atlas(model_or_source): the atlas room's entry point (the room is callable)
     ".threads": ["set_threads"],  # attnscope.set_threads(n): the one place to set the CPU threads
 }
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
         interventions as interventions,
         naming as naming,
         outputs as outputs,
+        pages as pages,
         plots as plots,
         progress as progress,
         report as report,
@@ -95,6 +97,7 @@ if TYPE_CHECKING:
         "interventions",
         "naming",
         "outputs",
+        "pages",
         "plots",
         "progress",
         "report",

@@ -38,6 +38,10 @@ import math
 import uuid
 from typing import Any
 
+from attnscope._exports import submodules
+
+__getattr__ = submodules(__name__)  # attnscope.pages.head_view / .token_effects, imported on first use
+
 #: the look every page shares (a page adds its own rules after these)
 BASE_CSS = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#1a1a2e;max-width:1150px}
