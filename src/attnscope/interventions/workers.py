@@ -19,6 +19,7 @@ else one, and the layers run here in order.
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import select
@@ -126,6 +127,10 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def _tell(fd: int, task: int, fraction: float) -> None:
+    _send(fd, ("tick", task, fraction))
+
+
 def _child(fd: int, group: list[int], work: Callable[[int], None], parent: int) -> None:
     """The forked worker: one thread, its layers in order, a message per layer (and, as :func:`report` is
     called, a few a second on how far it is); never returns."""
@@ -138,7 +143,7 @@ def _child(fd: int, group: list[int], work: Callable[[int], None], parent: int) 
 
         torch.set_num_threads(1)
         for task in group:
-            _reporter = _throttled(lambda f, t=task: _send(fd, ("tick", t, f)))
+            _reporter = _throttled(functools.partial(_tell, fd, task))
             work(task)
             _send(fd, ("done", task, None))
     except BaseException as exc:  # noqa: BLE001 - everything goes to the parent, which raises it
@@ -163,7 +168,7 @@ def run_layers(tasks: Sequence[int], work: Callable[[int], None], workers: int,
     tasks = list(tasks)
     if workers <= 1 or len(tasks) < 2:
         for task in tasks:
-            _reporter = lambda f, t=task: on_report(t, f)  # noqa: E731
+            _reporter = functools.partial(on_report, task)
             try:
                 work(task)
             finally:
