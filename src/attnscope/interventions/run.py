@@ -275,7 +275,7 @@ def _shifted_cross_entropy(subject: Subject, hidden: "torch.Tensor", target: "to
     total = z.sub_(shift[:, None]).exp_().sum(-1)  # [i - 1] sum_v e^(z_v - shift)
     if not bool((torch.isfinite(total) & (total > 1e-30)).all()):
         return _cross_entropy(subject, _clean_logits(subject, hidden), target)
-    return float((total.log_() + shift - z_target).mean())
+    return float(((shift - z_target) + total.log_()).mean())  # (the two large terms first, as log-softmax does)
 
 
 def _forward(subject: Subject, idx: "torch.Tensor") -> "torch.Tensor | None":
