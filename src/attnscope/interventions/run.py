@@ -275,7 +275,8 @@ def _shifted_cross_entropy(subject: Subject, hidden: "torch.Tensor", target: "to
     total = z.sub_(shift[:, None]).exp_().sum(-1)  # [i - 1] sum_v e^(z_v - shift)
     if not bool((torch.isfinite(total) & (total > 1e-30)).all()):
         return _cross_entropy(subject, _clean_logits(subject, hidden), target)
-    return float(((shift - z_target) + total.log_()).mean())  # (the two large terms first, as log-softmax does)
+    # the two large terms subtracted first (as log-softmax does), the rest in float64: no float32 mean of ~3-nat terms
+    return float(((shift - z_target).double() + total.log_().double()).mean())
 
 
 def _forward(subject: Subject, idx: "torch.Tensor") -> "torch.Tensor | None":
