@@ -15,6 +15,14 @@ whole run is counted from the model's shapes, beside the throughput measured.
     OMP_NUM_THREADS=1 python benchmarks/interventions.py smollm2 [--layers 0,10,20,29] [--precision full,bf16-delta]
         [--append docs/benchmarks/atlas.md]
     python benchmarks/interventions.py smollm2 --layers 14,15,16,17 --precision bf16-delta --workers 2
+
+``--compare-baseline REV`` instead times the whole of ``intervene()`` as ``attnscope atlas MODEL
+--interventions sym,anti,ablate --threads N`` runs it (N threads: N forked workers), once with the code
+of git revision REV (``git archive`` into a temporary directory) and once with this checkout's, in
+separate processes, alternating (``--repeat``), and prints each one's wall and CPU seconds, the ratio
+and how far the two tables are apart (loss rows relative to each row's 95% interval):
+
+    python benchmarks/interventions.py smollm2 --compare-baseline 554e449 --threads 2 --layers all
 """
 
 from __future__ import annotations
@@ -83,12 +91,19 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=256)
     ap.add_argument("--random-windows", type=int, default=4)
     ap.add_argument("--append", help="append the markdown section to this file")
+    ap.add_argument("--compare-baseline", metavar="REV",
+                    help="instead: intervene() on --layers ('all': every head) with the code of git revision REV "
+                         "against this checkout's, in separate processes, alternating; prints the ratio")
+    ap.add_argument("--threads", type=int, default=2, help="--compare-baseline: torch threads (the CLI's --threads)")
+    ap.add_argument("--repeat", type=int, default=1, help="--compare-baseline: runs of each, alternating")
     ap.add_argument("--workers", type=int, default=0,
                     help="instead: --layers in one process of N threads against N forked one-thread workers (wall "
                          "seconds, side by side in one run; the last --precision)")
     args = ap.parse_args()
     if args.model in RANDOM and not args.tokenizer:
         ap.error(f"{args.model} needs --tokenizer DIR")
+    if args.compare_baseline:
+        return compare_baseline(args)
 
     import torch
 
@@ -176,7 +191,7 @@ def main() -> None:
         f"{args.windows} text windows x {args.length} tokens, {args.random_windows} random-probe windows; torch "
         f"{torch.__version__}, " + (f"{torch.cuda.get_device_name()} (times: wall seconds, the GPU's)" if cuda else
         f"{torch.get_num_threads()} thread(s) (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}), "
-        f"{platform.processor() or platform.machine()}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
+        f"{_cpu_class()}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
         "cores at the end (times: CPU seconds, which a loaded machine does not inflate)") + ".",
         "",
         "| stage | wall s | CPU s | GFLOP/s | time, baseline / this |",
@@ -220,7 +235,7 @@ def compare_workers(args, subject, wins, clean, ctl, low, layers: list[int]) -> 
         "",
         f"`python benchmarks/interventions.py {args.model} --layers {args.layers} --precision {precision} "
         f"--workers {n}`; {args.windows} text windows x {args.length} tokens, {args.random_windows} random-probe "
-        f"windows; torch {torch.__version__}, {platform.processor() or platform.machine()}, load average "
+        f"windows; torch {torch.__version__}, {_cpu_class()}, load average "
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end (wall seconds; the workers' time includes "
         "their forks and each one's first pass on a cold heap).",
         "",
@@ -230,6 +245,115 @@ def compare_workers(args, subject, wins, clean, ctl, low, layers: list[int]) -> 
         f"| {n} forked workers, 1 thread each | {forked:.1f} | {forked / len(layers):.1f} | {one / forked:.2f}x |",
     ]
     emit("\n".join(lines), args.append)
+
+
+#: run in a fresh process with one source tree first on PYTHONPATH: intervene() as the CLI's atlas runs it
+_RUN = """
+import json, os, resource, sys, time
+import torch
+torch.set_num_threads({threads})
+from attnscope.interventions import intervene
+import attnscope
+heads = {heads}
+w0 = time.perf_counter()
+res = intervene({source!r}, interventions="sym,anti,ablate", heads=heads, windows={windows}, length={length},
+                random_windows={random_windows}, progress=True)
+wall = time.perf_counter() - w0
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+res.table.to_csv({csv!r}, index=False)
+print(json.dumps(dict(wall=wall, cpu=me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+                      code=os.path.dirname(attnscope.__file__))))
+"""
+
+
+def compare_baseline(args) -> None:
+    """intervene() with git revision ``args.compare_baseline``'s code against this checkout's: wall and CPU
+    seconds of each run (separate processes, alternating), the ratio, and the tables' agreement."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    import pandas as pd
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    source = _path(args.model)
+    with tempfile.TemporaryDirectory(prefix="attnscope-baseline-") as tmp:
+        base = os.path.join(tmp, "baseline")
+        os.makedirs(base)
+        archive = subprocess.run(["git", "-C", here, "archive", args.compare_baseline, "src"], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", base], input=archive, check=True)
+        trees = {f"baseline {args.compare_baseline}": os.path.join(base, "src"), "this checkout": os.path.join(here, "src")}
+        heads = None
+        if args.layers != "all":
+            from attnscope.interventions.run import open_subject
+
+            n_heads = open_subject(source).maps.n_heads
+            heads = [(int(l), h) for l in args.layers.split(",") for h in range(n_heads)]
+        runs: dict[str, list[dict]] = {name: [] for name in trees}
+        for rep in range(args.repeat):
+            for name, src in trees.items():
+                csv = os.path.join(tmp, f"{len(runs[name])}-{name.split()[0]}.csv")
+                code = _RUN.format(threads=args.threads, heads=heads, source=source, windows=args.windows,
+                                   length=args.length, random_windows=args.random_windows, csv=csv)
+                env = {**os.environ, "PYTHONPATH": src}
+                print(f"run {rep + 1}/{args.repeat}: {name} ({src})", flush=True)
+                out = subprocess.run([sys.executable, "-c", code], env=env, check=True, stdout=subprocess.PIPE,
+                                     text=True).stdout
+                got = json.loads(out.strip().splitlines()[-1])
+                assert os.path.samefile(got["code"], os.path.join(src, "attnscope")), got["code"]
+                runs[name].append({**got, "csv": csv})
+                print(f"  {got['wall']:.1f} s wall, {got['cpu']:.1f} s CPU", flush=True)
+        old_name, new_name = list(trees)
+        key = ["layer", "head", "intervention", "measure"]
+        a = pd.read_csv(runs[old_name][0]["csv"]).set_index(key).sort_index()
+        b = pd.read_csv(runs[new_name][0]["csv"]).set_index(key).sort_index()
+    loss = a.index.get_level_values("measure") == "loss"
+    err = (a["delta"] - b["delta"]).abs()
+    half = (a["ci_high"] - a["ci_low"]) / 2
+    best = {name: min(r["wall"] for r in rs) for name, rs in runs.items()}
+    cpu = {name: min(r["cpu"] for r in rs) for name, rs in runs.items()}
+    import torch
+
+    lines = [
+        f"### Interventions against {args.compare_baseline}: {os.path.basename(source)}, "
+        f"{'every head' if heads is None else f'layers {args.layers}'} x (sym, anti, ablate)",
+        "",
+        f"`python benchmarks/interventions.py {args.model} --compare-baseline {args.compare_baseline} --threads "
+        f"{args.threads} --layers {args.layers} --repeat {args.repeat}`: `intervene()` as `attnscope atlas "
+        f"--interventions sym,anti,ablate --threads {args.threads}` runs it, each in its own process, alternating; "
+        f"{args.windows} text windows x {args.length} tokens, {args.random_windows} random-probe windows; torch "
+        f"{torch.__version__}, {_cpu_class()}, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at "
+        "the end. Best of the runs; CPU seconds include the forked workers'.",
+        "",
+        "| code | wall s (each run) | CPU s (each run) | wall, baseline / this |",
+        "|---|---|---|---|",
+        *[f"| {name} | {_each(rs, 'wall')} | {_each(rs, 'cpu')} | {best[old_name] / best[name]:.2f}x |"
+          for name, rs in runs.items()],
+        "",
+        f"Tables: {int(loss.sum())} loss rows, largest |delta difference| {err[loss].max():.2e} nats, at most "
+        f"{(err[loss] / half[loss]).max():.3%} of the row's 95% interval half-width; {int((~loss).sum())} behaviour "
+        f"rows, largest difference {err[~loss].max():.1e}. Ratio: wall {best[old_name] / best[new_name]:.2f}x, "
+        f"CPU {cpu[old_name] / cpu[new_name]:.2f}x.",
+    ]
+    emit("\n".join(lines), args.append)
+
+
+def _each(runs: list[dict], clock: str) -> str:
+    return ", ".join(f"{r[clock]:.0f}" for r in runs)
+
+
+def _cpu_class() -> str:
+    """The CPU and its widest matrix instructions: AMX, AVX-512 BF16, AVX-512 or AVX2 (what bf16-delta needs)."""
+    try:
+        flags = next(ln for ln in open("/proc/cpuinfo") if ln.startswith("flags")).split()
+        name = next(ln for ln in open("/proc/cpuinfo") if ln.startswith("model name")).split(":", 1)[1].strip()
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+    cls = ("AMX" if "amx_tile" in flags else "AVX-512 BF16" if "avx512_bf16" in flags else
+           "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2")
+    return f"{name} ({cls})"
 
 
 if __name__ == "__main__":

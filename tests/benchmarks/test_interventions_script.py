@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -46,3 +48,25 @@ def test_interventions_benchmark_compares_one_process_with_forked_workers(tmp_pa
     assert text.startswith("### Interventions: one process of 2 threads against 2 one-thread workers")
     ratios = re.findall(r"\| ([\d.]+)x \|$", text, re.M)
     assert len(ratios) == 2 and ratios[0] == "1.00" and float(ratios[1]) > 0
+
+
+@pytest.mark.slow
+def test_compare_baseline_runs_intervene_with_a_revisions_code_and_this_checkouts(tmp_path):
+    """Two processes, each on its own source tree (REV from git archive), the ratio and the tables' agreement."""
+    sys.path.insert(0, str(ROOT / "tests" / "heads"))
+    from _tiny_gguf import tiny_llama_model, write_llama_gguf_model
+
+    gguf = write_llama_gguf_model(tmp_path / "tiny.gguf", tiny_llama_model(n_layers=2, d=32, n_heads=4, n_kv=2))
+    md = tmp_path / "c.md"
+    env = {"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "HF_HUB_OFFLINE": "1",
+           "ATTNSCOPE_QUIET": "1"}
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "interventions.py"), str(gguf), "--compare-baseline",
+                        "HEAD", "--layers", "1", "--windows", "2", "--length", "24", "--random-windows", "1",
+                        "--threads", "1", "--append", str(md)], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = md.read_text()
+    assert text.startswith("### Interventions against HEAD: tiny.gguf, layers 1 x (sym, anti, ablate)")
+    assert "| baseline HEAD |" in text and "| this checkout |" in text and ("(AVX" in text or "(no AVX2)" in text)
+    rows = re.search(r"(\d+) loss rows, largest \|delta difference\| ([\d.e+-]+) nats", text)
+    assert rows and int(rows.group(1)) == 4 * 3 and float(rows.group(2)) < 1e-5  # the same code: the same deltas
+    assert re.search(r"Ratio: wall [\d.]+x, CPU [\d.]+x", text)

@@ -264,13 +264,19 @@ def test_skipping_the_layers_before_from_kept_outputs_changes_nothing(tiny_gguf,
     subject = open_subject(str(tiny_gguf))
     wins = {"text": make_windows(subject.maps, "builtin", 2, 40), "random": random_windows(subject.maps, 2, 10, seed=0)}
     low = LowWeights() if precision == "bf16-delta" else None
+    ticks: dict[str, list[float]] = {"clean": [], "kept": [], "again": []}
     with torch.inference_mode(), patched(subject.model) as ctl:
-        clean = clean_pass(subject, wins, ctl)
+        clean = clean_pass(subject, wins, ctl, tick=lambda: ticks["clean"].append(1.0))
         assert clean.outputs is not None and all(o is not None for o in clean.outputs["text"][1])
-        kept = layer_pass(subject, 1, [0, 1, 2, 3], ("sym", "anti", "ablate"), wins, clean, ctl, low)
+        kept = layer_pass(subject, 1, [0, 1, 2, 3], ("sym", "anti", "ablate"), wins, clean, ctl, low,
+                          tick=ticks["kept"].append)
         again = layer_pass(subject, 1, [0, 1, 2, 3], ("sym", "anti", "ablate"), wins,
-                           dataclasses.replace(clean, outputs=None), ctl, low)
+                           dataclasses.replace(clean, outputs=None), ctl, low, tick=ticks["again"].append)
     assert len(kept) == len(again) > 0
+    assert len(ticks["clean"]) == 4  # one per window
+    for name in ("kept", "again"):  # how far the pass is: after each layer and each copy's loss, up to 1
+        f = ticks[name]
+        assert len(f) > 8 and f == sorted(f) and f[-1] == pytest.approx(1.0) and 0 < f[0] < 0.5
     # the kept prefix is the clean pass's (eager attention), the recomputed one SDPA's: ~1e-7 apart, which
     # bf16-delta's rounding (~2^-8 of each effect) may carry into a delta
     rtol = 1e-4 if precision == "full" else 1e-2
@@ -337,3 +343,32 @@ def test_cli_loads_the_model_once_and_takes_the_lowest_with_a_minus(tiny_gguf, t
     assert set(zip(iv["layer"], iv["head"])) == set(zip(lowest["layer"], lowest["head"]))
     assert "interventions: 3 heads, each under sym, anti on 3 windows" in err
     assert "largest changes in loss: L" in err and "detectable" in err
+
+
+@settings(max_examples=25, deadline=None)
+@given(c=st.integers(2, 5), i=st.integers(2, 9), v=st.integers(2, 60), scale=st.sampled_from([1e-4, 1.0, 30.0, 400.0]),
+       seed=st.integers(0, 2**16))
+def test_full_precision_loss_changes_are_each_copys_cross_entropy_minus_the_clean_ones(c, i, v, scale, seed):
+    """The one-pass route (exp of the logits shifted by the clean maximum) against the plain cross-entropy
+    in float64, a copy equal to the clean one exactly 0; logits out of exp's range take the plain route."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from attnscope.interventions.run import _loss_changes
+
+    g = torch.Generator().manual_seed(seed)
+    e = 8
+    subject = SimpleNamespace(out_weight=torch.randn(v, e, generator=g), softcap=None)
+    h0 = torch.randn(1, i, e, generator=g)
+    hidden = torch.cat([h0, h0 + scale * torch.randn(c - 1, i, e, generator=g) / e])  # [c, i, e]
+    hidden[-1] = h0[0]  # the last copy changes nothing
+    idx = torch.randint(0, v, (1, i), generator=g)
+    ticks = []
+    got = _loss_changes(subject, hidden, idx, tick=lambda: ticks.append(1))
+    logits = hidden.double()[:, :-1] @ subject.out_weight.double().T  # [c, i - 1, v]
+    ce = [float(torch.nn.functional.cross_entropy(z, idx[0, 1:])) for z in logits]
+    ref = np.array(ce[1:]) - ce[0]
+    size = max(1.0, float(logits.abs().max()))  # float32's rounding scales with the logits
+    np.testing.assert_allclose(got, ref, rtol=0, atol=2e-6 * size)
+    assert got[-1] == 0.0 and len(ticks) == c - 1

@@ -74,6 +74,25 @@ def test_a_child_that_dies_is_named_with_the_layers_it_left(tmp_path):
         run_layers(range(6), work, 2)
 
 
+@linux_fork
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_tasks_progress_reaches_the_parent_from_a_worker_and_from_here(workers, monkeypatch):
+    from attnscope.interventions import workers as w
+
+    monkeypatch.setattr(w, "REPORT_EVERY_S", 0.0)  # every report sent (a worker's are throttled)
+    seen: list[tuple[int, float]] = []
+
+    def work(task: int) -> None:
+        for k in range(1, 4):
+            w.report(k / 3)
+
+    run_layers(range(4), work, workers, on_report=lambda t, f: seen.append((t, f)))
+    for task in range(4):
+        mine = [f for t, f in seen if t == task]
+        assert mine == [1 / 3, 2 / 3, 1.0]  # in order, each task's own
+    w.report(0.5)  # outside run_layers: nothing, no error
+
+
 def test_one_worker_runs_here_in_order():
     seen = []
     run_layers([3, 1, 2], lambda t: seen.append(("work", t)), 1, on_done=lambda t: seen.append(("done", t)))

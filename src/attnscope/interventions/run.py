@@ -32,17 +32,17 @@ import os
 import tempfile
 from contextlib import ExitStack, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
 from attnscope.errors import ArgumentTypeError, InputError, UnsupportedError, check_type
 
-from .attention import (CLEAN, KINDS, SCORE_KINDS, Plan, StopForward, expand_at, keep_outputs, layer_list, patched,
-                        reuse_outputs)
+from .attention import (CLEAN, KINDS, SCORE_KINDS, Plan, StopForward, expand_at, forward_hooks, keep_outputs,
+                        layer_list, patched, reuse_outputs)
 from .deltas import (DESCRIBE, LossDeltas, LowWeights, delta_linears, delta_logits, out_features,
                      record_clean_outputs, resolve_precision)
-from .workers import can_fork, run_layers, worker_count
+from .workers import can_fork, report, run_layers, worker_count
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -308,7 +308,8 @@ def _clean_logits(subject: Subject, hidden: "torch.Tensor") -> "torch.Tensor":
 
 
 def _loss_changes(subject: Subject, hidden: "torch.Tensor | None", idx: "torch.Tensor",
-                  low: LowWeights | None = None, p0: "torch.Tensor | None" = None) -> np.ndarray:
+                  low: LowWeights | None = None, p0: "torch.Tensor | None" = None,
+                  tick: Callable[[], None] = lambda: None) -> np.ndarray:
     """Each copy's mean next-token cross-entropy minus copy 0's: hidden [c, i, e], idx [1, i] -> [c - 1]
     (NaN without an output matrix). With ``low``, computed from each copy's logits' difference from copy 0's
     (:class:`.deltas.LossDeltas`, weighed by ``p0`` [i - 1, v], the window's clean distribution when it is
@@ -326,14 +327,44 @@ def _loss_changes(subject: Subject, hidden: "torch.Tensor | None", idx: "torch.T
         deltas = LossDeltas(p0, target, subject.out_weight, out_low)
         for ci in range(1, hidden.shape[0]):  # one copy's [i, v] logits at a time
             out[ci - 1] = deltas.of(hidden[ci, :-1] - hidden[0, :-1], hidden[0, :-1])
+            tick()
         return out
     first = _clean_logits(subject, hidden[0])  # [i, v] copy 0's logits, in the model's dtype
+    if out_low is None and not subject.softcap:  # full precision: one pass over each copy's logits
+        shift = first.float().amax(-1)  # [i] copy 0's largest logit at each position
+        base = _shifted_cross_entropy(subject, hidden[0], target, shift, first)
+        for ci in range(1, hidden.shape[0]):
+            out[ci - 1] = _shifted_cross_entropy(subject, hidden[ci], target, shift) - base
+            tick()
+        return out
     base = _cross_entropy(subject, first, target)
     for ci in range(1, hidden.shape[0]):
         logits = (delta_logits(hidden[ci, :-1] - hidden[0, :-1], first, out_low) if out_low is not None
                   else _clean_logits(subject, hidden[ci]))
         out[ci - 1] = _cross_entropy(subject, logits, target) - base
+        tick()
     return out
+
+
+def _shifted_cross_entropy(subject: Subject, hidden: "torch.Tensor", target: "torch.Tensor",
+                           shift: "torch.Tensor", logits: "torch.Tensor | None" = None) -> float:
+    """One copy's mean next-token cross-entropy from its hidden state [i, e] (``logits`` [i - 1, v]: its
+    logits when already at hand; they are overwritten): log sum_v e^(z_v - shift) + shift - z_target per
+    position, ``shift`` [i - 1] being the clean copy's largest logit there. The same number as
+    :func:`_cross_entropy` to float32 rounding, in one pass over the logits (exp in place, then the sum)
+    instead of log-softmax's three and its second [i, v] array (log-softmax was ~3% of a layer pass's CPU
+    time on SmolLM2, torch.profiler). Where a
+    copy's logits leave exp's range (a logit > 80 nats above the clean maximum, or every one far below
+    it), the plain route."""
+    import torch
+
+    z = (_clean_logits(subject, hidden) if logits is None else logits).float()  # [i - 1, v]
+    z_target = z.gather(1, target[:, None])[:, 0]  # [i - 1]
+    total = z.sub_(shift[:, None]).exp_().sum(-1)  # [i - 1] sum_v e^(z_v - shift)
+    if not bool((torch.isfinite(total) & (total > 1e-30)).all()):
+        return _cross_entropy(subject, _clean_logits(subject, hidden), target)
+    # the two large terms subtracted first (as log-softmax does), the rest in float64: no float32 mean of ~3-nat terms
+    return float(((shift - z_target).double() + total.log_().double()).mean())
 
 
 def _forward(subject: Subject, idx: "torch.Tensor") -> "torch.Tensor | None":
@@ -369,12 +400,12 @@ class _Clean:
 
 
 def clean_pass(subject: Subject, windows: dict[str, "torch.Tensor"], ctl: Any,
-               for_deltas: bool = False) -> _Clean:
+               for_deltas: bool = False, tick: Callable[[], None] | None = None) -> _Clean:
     """Every head's clean behaviour per probe window, the clean loss per text window, the heads' mean outputs
     over the text windows' positions; with ``for_deltas`` (bf16-delta), each text window's clean
     next-token distribution (what every copy's logit change is weighed by) and its linear layers' clean
     outputs (copy 0's in :func:`.deltas.delta_linears`), each kind where it fits its budget
-    (:data:`DISTRIBUTION_BUDGET`, :data:`LINEAR_BUDGET`)."""
+    (:data:`DISTRIBUTION_BUDGET`, :data:`LINEAR_BUDGET`). ``tick()`` is called after each window."""
     import torch
 
     behaviour: dict[str, list[dict[int, dict[str, np.ndarray]]]] = {}
@@ -423,6 +454,8 @@ def clean_pass(subject: Subject, windows: dict[str, "torch.Tensor"], ctl: Any,
             if probe == "text":
                 losses.append(_clean_loss(subject, hidden_out, tok, kept))
                 count[0] += tok.shape[1]
+            if tick is not None:
+                tick()
     means = {layer: (s / max(count[0], 1)).float() for layer, s in sums.items()}
     return _Clean(behaviour=behaviour, loss=np.asarray(losses, dtype=float), means=means, outputs=outputs,
                   distributions=kept, linears=linears)
@@ -443,31 +476,60 @@ def _clean_loss(subject: Subject, hidden: "torch.Tensor | None", idx: "torch.Ten
 
 def layer_pass(subject: Subject, layer: int, heads: Sequence[int], kinds: Sequence[str],
                windows: dict[str, "torch.Tensor"], clean: _Clean, ctl: Any,
-               low: LowWeights | None = None) -> "pd.DataFrame":
+               low: LowWeights | None = None, tick: Callable[[float], None] = report) -> "pd.DataFrame":
     """Per-window deltas of every (kind, head) of ``layer``: long table of window, head, intervention,
     measure, clean, value, delta.
 
     Each forward's batch holds a clean copy first (:data:`.attention.CLEAN`): a copy's loss delta is its
     loss minus that copy's, so an intervention that changes nothing has a delta of exactly 0. With
     ``low`` the linear layers from ``layer`` on and the output matrix take the copies' differences from
-    it in bfloat16 (:mod:`.deltas`)."""
+    it in bfloat16 (:mod:`.deltas`). ``tick(fraction)`` is told how far the pass is after each layer of each
+    forward and each copy's loss (by default :func:`.workers.report`: the progress of :func:`intervene`)."""
     import pandas as pd
 
     from attnscope.heap import reused_heap
 
     with reused_heap():  # the copies' big activations reuse freed heap blocks (no fresh zeroed pages)
-        rows = _layer_rows(subject, layer, heads, kinds, windows, clean, ctl, low)  # a no-op inside intervene()'s
+        rows = _layer_rows(subject, layer, heads, kinds, windows, clean, ctl, low, tick)  # a no-op inside intervene()'s
     df = pd.DataFrame(rows)
     df.insert(0, "layer", layer)
     return df
 
 
+class _Steps:
+    """How far a layer pass is, in units of one layer's forward over its copies (a copy batch's loss ~
+    :data:`LOSS_UNITS` of them), for ``tick(fraction)``."""
+
+    def __init__(self, total: float, tick: Callable[[float], None]) -> None:
+        self.total, self.done, self.tick = max(total, 1e-9), 0.0, tick
+
+    def step(self, units: float = 1.0) -> None:
+        self.done += units
+        self.tick(min(self.done / self.total, 1.0))
+
+
+#: the work of a copy batch's loss (the output matrix) in layers' forwards, for progress only
+LOSS_UNITS = 6.0
+
+
 def _layer_rows(subject: Subject, layer: int, heads: Sequence[int], kinds: Sequence[str],
                 windows: dict[str, "torch.Tensor"], clean: _Clean, ctl: Any,
-                low: LowWeights | None) -> list[dict[str, Any]]:
+                low: LowWeights | None, tick: Callable[[float], None] = report) -> list[dict[str, Any]]:
     layers = layer_list(subject.model)
     suffix = [m for block in list(layers)[layer:] for m in block.modules()] if low is not None else []
     rows: list[dict[str, Any]] = []
+    n = len(layers)
+
+    def forwards(probe: str) -> int:  # forwards of one window
+        copies = len([1 for k in kinds for _h in heads if probe == "text" or k in SCORE_KINDS])
+        return -(-copies // (MAX_COPIES - 1)) if copies else 0
+
+    def units(probe: str) -> float:  # layers run per forward (+ the loss)
+        first = layer if clean.outputs is not None else 0
+        return (n - first + LOSS_UNITS) if probe == "text" else (layer - first + 1)
+
+    steps = _Steps(sum(len(idx) * forwards(p) * units(p) for p, idx in windows.items()), tick)
+    counted = list(layers)[layer if clean.outputs is not None else 0:]
     for probe, idx in windows.items():
         text = probe == "text"
         copies = [(k, h) for k in kinds for h in heads if text or k in SCORE_KINDS]
@@ -482,11 +544,15 @@ def _layer_rows(subject: Subject, layer: int, heads: Sequence[int], kinds: Seque
                 kept = clean.outputs[probe][w] if clean.outputs is not None else None
                 linears = clean.linears[w] if text and clean.linears is not None else None
                 with expand_at(layers, layer, len(chunk)), reuse_outputs(layers, layer, kept), \
-                        delta_linears(suffix, low, linears) if low is not None else nullcontext():
+                        delta_linears(suffix, low, linears) if low is not None else nullcontext(), \
+                        forward_hooks((block, lambda *_a: steps.step()) for block in counted):
                     hidden = _forward(subject, tok)
+                if not text:
+                    steps.step()  # the intervened layer, where the forward stopped
                 if text:
                     p0 = clean.distributions[w] if clean.distributions is not None else None
-                    changes = _loss_changes(subject, hidden, tok, low, p0)
+                    changes = _loss_changes(subject, hidden, tok, low, p0,
+                                            lambda: steps.step(LOSS_UNITS / (len(chunk) - 1)))
                     base = clean.loss[w]
                     rows += [dict(window=w, head=h, intervention=k, measure="loss", clean=base,
                                   value=base + v, delta=v) for (k, h), v in zip(chunk[1:], changes)]
@@ -635,9 +701,11 @@ def intervene(
         pending = [l for l in sorted(by_layer) if results is None or not results.is_done(_key(l, by_layer[l]))]
         low = (LowWeights().prepare(layer_list(subject.model).modules(), subject.out_weight)  # before any forward
                if precision == "bf16-delta" and pending else None)
-        with phase(f"interventions {mm.name}: clean pass ({sum(len(w) for w in wins.values())} windows)",
-                   enabled=progress and bool(pending)):
-            clean = clean_pass(subject, wins, ctl, for_deltas=low is not None) if pending else None  # none: all stored
+        clean = None  # none: every layer stored
+        if pending:
+            with phase(f"interventions {mm.name}: clean pass", enabled=progress,
+                       total=sum(len(idx) for idx in wins.values()), unit="windows") as bar:
+                clean = clean_pass(subject, wins, ctl, for_deltas=low is not None, tick=bar.advance)
         count = worker_count(torch.get_num_threads(), len(pending), device) if workers is None else workers
         keep = results
         if keep is None and count > 1:  # the workers' results come back through a store of this run's own
@@ -657,7 +725,19 @@ def intervene(
 
         with phase(f"interventions {mm.name}", enabled=progress, total=len(by_layer), unit="layers",
                    start=len(by_layer) - len(pending)) as bar:  # the stored layers count as done
-            run_layers(pending, work, count, on_done=lambda _l: bar.advance(),
+            done = [float(len(by_layer) - len(pending))]  # layers finished
+            running: dict[int, float] = {}  # layer -> how far it is
+
+            def show(layer: int, fraction: float | None) -> None:
+                if fraction is None:
+                    running.pop(layer, None)
+                    done[0] += 1
+                else:
+                    running[layer] = fraction
+                bar.update(completed=round(done[0] + sum(running.values()), 2))
+
+            bar.update(completed=done[0])
+            run_layers(pending, work, count, on_done=lambda l: show(l, None), on_report=show,
                        cost=lambda l: len(by_layer[l]) * (n_layers - l + 6))  # its suffix; the loss ~6 layers
         frames = [here[l] if l in here else keep.read(_key(l, by_layer[l]))  # type: ignore[union-attr]
                   for l in sorted(by_layer)]

@@ -8,10 +8,11 @@ operations, run side by side): SmolLM2-135M's layers 14-17, 16.5 s per layer aga
 the clean pass's outputs and the windows in memory (copy-on-write: nothing is loaded or computed twice);
 each child sets one thread before any operation (the pattern PyTorch's own data-loader workers rely on,
 as an OpenMP team does not survive a fork), runs its share of the layers, and reports each one as it
-is done (its result written by ``work`` itself, e.g. into the resumable store); the parent only shows
-progress and waits. A child's exception reaches the parent and is raised there as it was; a child that
-dies (killed, out of memory) is a :class:`WorkerLost`: one line naming the signal and the layers it left
-undone, and how to go on (the layers finished are in the store).
+is done (its result written by ``work`` itself, e.g. into the resumable store) and, a few times a second,
+how far its layer is (:func:`report`); the parent only shows progress and waits. A child's exception
+reaches the parent and is raised there as it was; a child that dies (killed, out of memory) is a
+:class:`WorkerLost`: one line naming the signal and the layers it left undone, and how to go on (the
+layers finished are in the store).
 
 :func:`worker_count` chooses the workers: as many as the CPU threads of this process, from 2 up to
 :data:`MAX_WORKERS`, on Linux (where ``fork`` is the platform's own way) with the model on the CPU;
@@ -20,6 +21,7 @@ else one, and the layers run here in order.
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import select
@@ -33,6 +35,32 @@ from attnscope.errors import AttnscopeError
 
 #: most worker processes (each holds a copy batch's activations: ~1.2 GB for SmolLM2-135M)
 MAX_WORKERS = 4
+#: a worker tells the parent how far its layer is at most this often (seconds)
+REPORT_EVERY_S = 0.5
+
+#: where :func:`report` sends the running task's progress (set by :func:`run_layers` around each task)
+_reporter: Callable[[float], None] | None = None
+
+
+def report(fraction: float) -> None:
+    """Inside ``work``: how far the task it was given is (0 to 1), shown in the parent's progress while the
+    task runs, here or in a worker. Does nothing outside :func:`run_layers`."""
+    if _reporter is not None:
+        _reporter(fraction)
+
+
+def _throttled(send: Callable[[float], None]) -> Callable[[float], None]:
+    """``send`` at most every :data:`REPORT_EVERY_S` seconds (the pipe carries a few messages a second)."""
+    import time
+
+    last = [0.0]
+
+    def call(fraction: float) -> None:
+        now = time.monotonic()
+        if now - last[0] >= REPORT_EVERY_S:
+            last[0] = now
+            send(fraction)
+    return call
 
 
 def can_fork(device: Any = "cpu") -> bool:
@@ -103,8 +131,14 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
+def _tell(fd: int, task: int, fraction: float) -> None:
+    _send(fd, ("tick", task, fraction))
+
+
 def _child(fd: int, group: list[int], work: Callable[[int], None], parent: int) -> None:
-    """The forked worker: one thread, its layers in order, a message per layer; never returns."""
+    """The forked worker: one thread, its layers in order, a message per layer (and, as :func:`report` is
+    called, a few a second on how far it is); never returns."""
+    global _reporter
     code, task = 0, None
     try:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C: the parent reports it, the children just end
@@ -113,6 +147,7 @@ def _child(fd: int, group: list[int], work: Callable[[int], None], parent: int) 
 
         torch.set_num_threads(1)
         for task in group:
+            _reporter = _throttled(functools.partial(_tell, fd, task))
             work(task)
             _send(fd, ("done", task, None))
     except BaseException as exc:  # noqa: BLE001 - everything goes to the parent, which raises it
@@ -127,14 +162,21 @@ def _child(fd: int, group: list[int], work: Callable[[int], None], parent: int) 
 
 def run_layers(tasks: Sequence[int], work: Callable[[int], None], workers: int,
                on_done: Callable[[int], None] = lambda _t: None,
-               cost: Callable[[int], float] = lambda _t: 1.0) -> None:
+               cost: Callable[[int], float] = lambda _t: 1.0,
+               on_report: Callable[[int, float], None] = lambda _t, _f: None) -> None:
     """``work(task)`` for every task (a layer), in ``workers`` forked processes of one thread each (or here,
-    in order, when ``workers`` <= 1); ``on_done(task)`` in this process as each one finishes. ``work`` keeps
-    its own result (the children's memory is gone when they end). Raises the first child's exception."""
+    in order, when ``workers`` <= 1); ``on_done(task)`` in this process as each one finishes, and
+    ``on_report(task, fraction)`` as ``work`` calls :func:`report`. ``work`` keeps its own result (the
+    children's memory is gone when they end). Raises the first child's exception."""
+    global _reporter
     tasks = list(tasks)
     if workers <= 1 or len(tasks) < 2:
         for task in tasks:
-            work(task)
+            _reporter = functools.partial(on_report, task)
+            try:
+                work(task)
+            finally:
+                _reporter = None
             on_done(task)
         return
     sys.stdout.flush()
@@ -152,7 +194,7 @@ def run_layers(tasks: Sequence[int], work: Callable[[int], None], workers: int,
                 _child(write, group, work, parent)
             os.close(write)
             children[read] = (pid, group)
-        _wait(children, on_done)
+        _wait(children, on_done, on_report)
     finally:
         for read, (pid, _group) in children.items():
             _end(pid)
@@ -162,7 +204,8 @@ def run_layers(tasks: Sequence[int], work: Callable[[int], None], workers: int,
                 pass
 
 
-def _wait(children: dict[int, tuple[int, list[int]]], on_done: Callable[[int], None]) -> None:
+def _wait(children: dict[int, tuple[int, list[int]]], on_done: Callable[[int], None],
+          on_report: Callable[[int, float], None] = lambda _t, _f: None) -> None:
     """Messages from every child until all have ended; a child's error is raised at once (the caller's
     ``finally`` stops the others), as is a child that ended with layers undone."""
     open_fds = set(children)
@@ -172,9 +215,12 @@ def _wait(children: dict[int, tuple[int, list[int]]], on_done: Callable[[int], N
         for fd in ready:
             message = _receive(fd)
             if message is not None:
-                kind, task, exc = message
+                kind, task, payload = message  # payload: the error raised, or how far the task is
                 if kind == "error":
-                    raise exc
+                    raise payload
+                if kind == "tick":
+                    on_report(task, payload)
+                    continue
                 left[fd].remove(task)
                 on_done(task)
                 continue
