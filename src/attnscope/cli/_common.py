@@ -78,22 +78,6 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
-def _can_write_in(folder: Path) -> bool:
-    """True when a file can be created in ``folder`` or, while it is missing, in its nearest existing parent
-    (where it would be made); tried for real with a temporary file, nothing else is created. A folder that
-    cannot even be looked at (a HOME this user may not search) is not writable."""
-    import tempfile
-
-    try:
-        while not folder.exists() and folder.parent != folder:
-            folder = folder.parent
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except (OSError, ValueError):  # PermissionError from exists() itself, a name with a NUL
-        return False
-    return True
-
-
 def _cache_folders() -> dict[str, tuple[str, list[Path]]]:
     """{environment variable: (the module reading it, the folders it writes its config or cache into by default)}.
 
@@ -115,6 +99,8 @@ def writable_cache_dirs() -> list[str]:
 
     Silent: figures and numbers are unchanged, only those libraries' caches are rebuilt there for this run.
     Must run before matplotlib or numba is imported (both read the variables on import)."""
+    from attnscope.tables import can_write_in
+
     changed = []
     for var, (module, defaults) in _cache_folders().items():
         if module in sys.modules:
@@ -122,7 +108,7 @@ def writable_cache_dirs() -> list[str]:
         given = os.environ.get(var)
         folders = [Path(given)] if given else defaults
         check = all if var == "MPLCONFIGDIR" or given else any  # numba needs one of its two places
-        if check(_can_write_in(f) for f in folders):
+        if check(can_write_in(f) for f in folders):
             continue
         import atexit
         import shutil

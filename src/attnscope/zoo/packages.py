@@ -23,6 +23,7 @@ from pathlib import Path
 
 from attnscope.errors import FormatError, InputError, warn
 from attnscope.sources.base import path_inside, relative_name
+from attnscope.tables import can_write_in
 
 PYPI_PREFIX = "pypi:"
 JOIN_PREFIX = "join:"
@@ -37,24 +38,12 @@ def cache_root() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "attnscope"
     )
     wanted = Path(root) / "joined"
-    return wanted if _usable(wanted) else _fallback_root()
+    return wanted if can_write_in(wanted) else _fallback_root()
 
 
 def _fallback_root() -> Path:
     uid = os.getuid() if hasattr(os, "getuid") else "user"
     return Path(tempfile.gettempdir()) / f"attnscope-{uid}" / "joined"
-
-
-def _usable(folder: Path) -> bool:
-    """True when ``folder`` exists and takes a file, or does not exist yet and its nearest existing parent does."""
-    try:
-        while not folder.exists() and folder.parent != folder:
-            folder = folder.parent
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except (OSError, ValueError):
-        return False
-    return True
 
 
 def pypi_path(spec: str) -> Path:
