@@ -95,7 +95,7 @@ def test_every_command_group_runs_without_home_or_caches(locked_out, group, tiny
                   "--random-length", "12", "--n-boot", "20"),
         "train": ("train", "--steps", "2", "--out", run),
         "compare": ("compare", run, "--out", out),
-        "dynamics": ("dynamics", "lyapunov", "--steps", "50", "--transient", "1", "--out", out / "l.txt"),
+        "dynamics": ("dynamics", "lyapunov", "--steps", "50", "--transient", "1", "--out", out / "l.csv"),
         "emergence": ("emergence", run, "--out", out),
         "report": ("report", tiny_gguf_model, "--out", out),
     }[group]
