@@ -59,6 +59,7 @@ def test_compare_out_refuses_a_users_file_by_a_name_it_writes_in_one_line(runs, 
     assert res.stdout == ""  # refused before any work
 
 
+@pytest.mark.slow  # draws every figure of a comparison (core/test_outputs.py: the same rules, fast)
 def test_compare_out_refuses_a_figure_only_this_run_writes_and_keeps_it(runs, tmp_path):
     out = tmp_path / "cmp"
     out.mkdir()
@@ -68,6 +69,7 @@ def test_compare_out_refuses_a_figure_only_this_run_writes_and_keeps_it(runs, tm
     assert sorted(os.listdir(out)) == ["loss_differences.png"] and (out / "loss_differences.png").read_bytes() == MINE
 
 
+@pytest.mark.slow  # draws every figure of a comparison (core/test_outputs.py: the same rules, fast)
 def test_a_rerun_replaces_its_own_files_and_only_those(runs, tmp_path):
     out = tmp_path / "cmp"
     _compare(runs, out)  # writes loss_differences.png
@@ -77,6 +79,7 @@ def test_a_rerun_replaces_its_own_files_and_only_those(runs, tmp_path):
     assert not (out / "loss_differences.png").exists() and (out / "notes.md").read_text() == "mine"
 
 
+@pytest.mark.slow  # draws every figure of a comparison (core/test_outputs.py: the same rules, fast)
 def test_an_edited_result_file_is_the_users_and_never_removed(runs, tmp_path):
     out = tmp_path / "cmp"
     _compare(runs, out)
