@@ -124,6 +124,21 @@ def check_writable(path: str | os.PathLike, option: str = "out", directory: bool
     return path
 
 
+def can_write_in(folder: str | os.PathLike) -> bool:
+    """True when a file can be created in ``folder`` or, while it is missing, in its nearest existing parent
+    (where it would be made); tried for real with a temporary file, nothing else is created. A folder that
+    cannot even be looked at (in a HOME this user may not search) is not writable: False, never an error."""
+    folder = Path(folder)
+    try:
+        while not folder.exists() and folder.parent != folder:
+            folder = folder.parent
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except (OSError, ValueError):  # PermissionError from exists() itself, a name with a NUL
+        return False
+    return True
+
+
 def make_out_dir(path: str | os.PathLike, option: str = "out") -> Path:
     """Check ``path`` can be a writable directory (:func:`check_writable`), create it, and return it."""
     path = check_writable(path, option, directory=True)

@@ -1,10 +1,12 @@
 """Fuzz loop for GGUF and safetensors headers, run as a script in a memory-limited subprocess.
 
 ``python _header_fuzz.py gguf|safetensors N`` writes a small valid file, then lets hypothesis mutate
-its header N times (the numbers that are counts, lengths, types, dims and offsets; stray bytes; cut
-files; for safetensors also the JSON entries) and opens each mutant the way attnscope does, reading
-every tensor it accepts. Any exception other than an AttnscopeError fails the run (non-zero exit,
-hypothesis prints the falsifying example). The test (test_hostile_headers.py) sets RLIMIT_AS first,
+its header N times (the numbers that are counts, lengths, types, dims and offsets; stray bytes; bytes
+inserted or deleted anywhere before the data; cut files; for safetensors also the JSON entries) and
+opens each mutant the way attnscope does, reading every tensor it accepts. Any exception other than an
+AttnscopeError fails the run (non-zero exit, hypothesis prints the falsifying example), and so does a
+GGUF mutant accepted with other numbers: every tensor it reads under a name and type of the valid file
+must hold that tensor's values (a byte inserted before the data once shifted every tensor silently). The test (test_hostile_headers.py) sets RLIMIT_AS first,
 so an allocation sized by a lie fails as MemoryError instead of swapping.
 """
 
@@ -79,24 +81,31 @@ def rarely(strategy, absent=None):
     return st.one_of(st.just(absent), st.just(absent), st.just(absent), strategy)
 
 
-def open_gguf(path: Path) -> None:
+def open_gguf(path: Path) -> dict[str, tuple[str, np.ndarray]]:
+    """Open ``path`` as attnscope does; {tensor name: (ggml type, its values flattened)}."""
     from attnscope.sources.gguf import GGUFSource
     from attnscope.sources.gguf_header import read_gguf_header
 
     read_gguf_header(path, keep=lambda key: True)  # every value decoded
     read_gguf_header(path, keep=lambda key: False)  # every value skipped (the path before transformers)
     src = GGUFSource(path)
+    values = {}
     for name in src.keys():
         arr = src.get_numpy(name)
         assert arr.dtype == np.float32
+        values[name] = (src.tensor_type(name), arr.ravel())
     assert isinstance(src.config["num_attention_heads"], int)
+    return values
 
 
 def mutations(slots: list[tuple[int, int]], header_end: int):
     slot = st.tuples(st.sampled_from(slots), st.one_of(st.sampled_from(SPECIAL), st.integers(0, 2**64 - 1)))
     byte = st.tuples(st.integers(0, header_end - 1), st.integers(0, 255))
+    # (where, bytes inserted there, bytes deleted there), anywhere up to the first bytes of the data
+    splice = st.tuples(st.integers(0, header_end + 8), st.sampled_from([b"", b"\0", b"\1", b"\0" * 8, b"\xff" * 3]),
+                       st.sampled_from([0, 0, 1, 4, 8]))
     return st.tuples(st.lists(slot, max_size=3), rarely(st.lists(byte, min_size=1, max_size=2), []),
-                     rarely(st.integers(0, header_end + 64)))
+                     rarely(st.integers(0, header_end + 64)), rarely(st.lists(splice, min_size=1, max_size=2), []))
 
 
 def fuzz_gguf(n: int, root: Path) -> None:
@@ -104,22 +113,29 @@ def fuzz_gguf(n: int, root: Path) -> None:
     data = base.read_bytes()
     slots, header_end = gguf_slots(base)
     target = root / "mutant.gguf"
+    truth = open_gguf(base)
 
     @settings(max_examples=n, database=None, derandomize=True, deadline=None,
               suppress_health_check=list(HealthCheck))
     @given(mutations(slots, header_end))
     def run(mut):
-        slot_changes, byte_changes, cut = mut
+        slot_changes, byte_changes, cut, splices = mut
         buf = bytearray(data)
         for (at, size), value in slot_changes:
             buf[at:at + size] = (value % 2 ** (8 * size)).to_bytes(size, "little")
         for at, value in byte_changes:
             buf[at] = value
+        for at, inserted, deleted in sorted(splices, reverse=True):  # from the back: the positions stay true
+            buf[at:at + deleted] = inserted
         target.write_bytes(bytes(buf if cut is None else buf[:cut]))
         try:
-            open_gguf(target)
+            read = open_gguf(target)
         except AttnscopeError as exc:
             assert "\n" not in str(exc) and str(target) in str(exc), str(exc)
+            return
+        for name, (ggml_type, values) in read.items():  # accepted: the numbers are the file's own
+            if name in truth and truth[name][0] == ggml_type:
+                np.testing.assert_array_equal(values, truth[name][1], err_msg=f"{name} read with other numbers")
 
     run()
 

@@ -201,11 +201,12 @@ def test_a_gguf_rotary_dimension_count_that_is_none_is_refused(count):
 
 LIES = {
     "layers-1e6": ({"num_hidden_layers": 1_000_000}, "layer 999999 of 1000000 in the config"),
-    "layers-1e12-float": ({"num_hidden_layers": 1e12}, "num_hidden_layers=1000000000000.0 is not a valid"),
+    # past 2^31 - 1: refused as config.json is read (attnscope.sources.hf.check_config_sizes), naming the field
+    "layers-1e12-float": ({"num_hidden_layers": 1e12}, "num_hidden_layers is 1000000000000.0; a size is a whole"),
     "heads-0": ({"num_attention_heads": 0}, "num_attention_heads=0 is not a valid"),
     "heads-bool": ({"num_attention_heads": True}, "num_attention_heads=True is not a valid"),
     "width-negative": ({"hidden_size": -16}, "hidden_size=-16 is not a valid"),
-    "heads-2^31": ({"num_attention_heads": 2**31}, "needs (8589934592, 16)"),
+    "heads-2^31": ({"num_attention_heads": 2**31}, "num_attention_heads is 2147483648; a size is a whole number"),
     "width-lies": ({"hidden_size": 4096}, "q_proj.weight' has shape (16, 16)"),
 }
 

@@ -34,9 +34,10 @@ def test_a_manifest_naming_files_outside_its_folder_never_removes_them(tmp_path,
     (out / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(FormatError, match="not a plain file name"):
         check_result_set(out)
-    write_result_set(out, {"a.csv": "x\n2\n"}, kind="atlas")  # the lying manifest is replaced, nothing outside touched
+    with pytest.raises(InputError, match="no manifest attnscope can read"):  # nothing it lists is proven ours
+        write_result_set(out, {"a.csv": "x\n2\n"}, kind="atlas")
     assert victim.read_text() == "the user's"
-    assert set(check_result_set(out)) == {"atlas"} and (out / "b.png").exists()  # not ours to remove: unknown
+    assert (out / "a.csv").read_text() == "x\n1\n" and (out / "b.png").exists()
 
 
 def test_a_commit_record_naming_files_outside_its_folder_is_refused(tmp_path):
@@ -48,9 +49,9 @@ def test_a_commit_record_naming_files_outside_its_folder_is_refused(tmp_path):
     staging.mkdir()
     entry = {"files": {"a.csv": {"sha256": "0" * 64}}}
     (staging / "commit.json").write_text(json.dumps({"kind": "atlas", "entry": entry, "replaces": ["../victim.txt"]}))
-    with pytest.raises(FormatError, match="replaces"):
+    with pytest.warns(UserWarning, match="without the record attnscope writes"):  # not attnscope's: left alone
         write_result_set(out, {"a.csv": "x\n2\n"}, kind="atlas")
-    assert victim.read_text() == "the user's"
+    assert victim.read_text() == "the user's" and (staging / "commit.json").exists()
 
 
 @pytest.mark.parametrize("text", [
@@ -60,7 +61,7 @@ def test_a_commit_record_naming_files_outside_its_folder_is_refused(tmp_path):
     json.dumps({"results": {"atlas": "zzz"}}),
     json.dumps({"results": {"../x": {"files": {}}}}),
 ], ids=["nested", "files-not-a-mapping", "file-without-hash", "entry-not-a-mapping", "kind-outside"])
-def test_a_malformed_manifest_is_one_formaterror_for_readers_and_replaced_by_a_writer(tmp_path, text):
+def test_a_malformed_manifest_is_one_formaterror_for_readers_and_refused_by_a_writer(tmp_path, text):
     from attnscope.tables import read_table
 
     _result(tmp_path)
@@ -69,8 +70,9 @@ def test_a_malformed_manifest_is_one_formaterror_for_readers_and_replaced_by_a_w
         check_result_set(tmp_path)
     with pytest.raises(FormatError):
         read_table(tmp_path / "a.csv")
-    write_result_set(tmp_path, {"a.csv": "x\n3\n"}, kind="atlas")
-    assert read_table(tmp_path / "a.csv")["x"].tolist() == [3]
+    with pytest.raises(InputError, match="attnscope-manifest.json exists and it is no manifest attnscope can read"):
+        write_result_set(tmp_path, {"a.csv": "x\n3\n"}, kind="atlas")  # nothing there is proven attnscope's
+    assert (tmp_path / MANIFEST).read_text() == text and (tmp_path / "a.csv").read_text() == "x\n1\n"
 
 
 def test_an_oversized_manifest_is_refused_without_reading_it(tmp_path):
@@ -81,8 +83,9 @@ def test_an_oversized_manifest_is_refused_without_reading_it(tmp_path):
         fh.truncate(outputs.MAX_RECORD_BYTES + 1)  # sparse: no disk, no memory
     with pytest.raises(FormatError, match="bytes is no manifest"):
         check_result_set(tmp_path)
-    write_result_set(tmp_path, {"a.csv": "x\n4\n"}, kind="atlas")
-    assert os.path.getsize(tmp_path / MANIFEST) < 10_000
+    with pytest.raises(InputError, match="bytes is no manifest"):
+        write_result_set(tmp_path, {"a.csv": "x\n4\n"}, kind="atlas")
+    assert os.path.getsize(tmp_path / MANIFEST) == outputs.MAX_RECORD_BYTES + 1
 
 
 @pytest.fixture

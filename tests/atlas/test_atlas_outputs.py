@@ -1,4 +1,5 @@
-"""An atlas folder is replaced whole: a kill while the files move in leaves a folder the next reader completes."""
+"""An atlas folder is replaced whole: a kill while the files move in leaves a folder a reader refuses (changing
+nothing) and the next write completes."""
 
 from __future__ import annotations
 
@@ -36,9 +37,10 @@ class Killed(BaseException):
     pass
 
 
-def test_a_kill_while_the_atlas_moves_in_is_finished_by_the_next_reader(atlas_dir, monkeypatch):
+def test_a_kill_while_the_atlas_moves_in_is_finished_by_the_next_write(atlas_dir, monkeypatch):
     from attnscope.cli.atlas import write_atlas
-    from attnscope.outputs import MANIFEST, check_result_set
+    from attnscope.errors import FormatError
+    from attnscope.outputs import MANIFEST, check_result_set, clean_stale
     from attnscope.tables import read_table
 
     manifest = json.loads((atlas_dir / MANIFEST).read_text())["results"]["atlas"]
@@ -51,10 +53,11 @@ def test_a_kill_while_the_atlas_moves_in_is_finished_by_the_next_reader(atlas_di
     corr["rho"], corr["ci_low"], corr["ci_high"] = -corr["rho"], -corr["ci_high"], -corr["ci_low"]
     real, calls = os.replace, []
 
-    def replace(src, dst):  # the commit record and two files move in, then the process dies
-        calls.append(dst)
-        if len(calls) == 4:
-            raise Killed
+    def replace(src, dst):  # two files move into the folder, then the process dies
+        if Path(dst).parent == atlas_dir:
+            calls.append(dst)
+            if len(calls) == 3:
+                raise Killed
         real(src, dst)
 
     monkeypatch.setattr(os, "replace", replace)
@@ -62,7 +65,11 @@ def test_a_kill_while_the_atlas_moves_in_is_finished_by_the_next_reader(atlas_di
         write_atlas(table, corr, info, atlas_dir, hue="layer")
     monkeypatch.setattr(os, "replace", real)
     assert (atlas_dir / "correlations.csv").read_bytes() == old_corr  # the tables moved in, the rest still old
-    new_table = read_table(atlas_dir / "atlas.csv")  # finishes the move, then reads
+    with pytest.raises(FormatError, match="killed while moving its files"):
+        read_table(atlas_dir / "atlas.csv")  # a reader changes nothing
+    assert (atlas_dir / "correlations.csv").read_bytes() == old_corr
+    clean_stale(atlas_dir)  # what the next write into the folder does first
+    new_table = read_table(atlas_dir / "atlas.csv")
     assert new_table["symmetry"].tolist() == pytest.approx(table["symmetry"].tolist())
     assert read_table(atlas_dir / "correlations.csv")["rho"].tolist() == pytest.approx(corr["rho"].tolist(), nan_ok=True)
     check_result_set(atlas_dir, "atlas")

@@ -1,11 +1,13 @@
 """Results of several files are replaced whole (attnscope.outputs): staged, committed, moved, manifest last.
 
 A fault (an exception, a real SIGKILL) at any moment leaves the folder with the complete old or the
-complete new result once the next run or reader has looked at it; what killed writers leave is cleaned.
+complete new result once the next run has looked at it (a reader refuses the mix and changes nothing);
+what killed writers leave is cleaned. A file attnscope cannot prove it wrote is never replaced or removed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -56,8 +58,20 @@ def test_a_new_result_replaces_the_old_whole_and_leaves_other_files_alone(tmp_pa
     write_result_set(tmp_path, {"a.csv": b"new"}, kind="atlas")  # b.json and c.png belonged to the old atlas only
     assert _contents(tmp_path) == {"a.csv": b"new", "fig.png": b"heads", "mine.csv": b"user"}
     assert set(check_result_set(tmp_path)) == {"atlas", "heads"}
-    write_result_set(tmp_path, {"x.png": b"1"}, kind="compare", replaces=["mine.csv", "gone.png"])
-    assert "mine.csv" not in os.listdir(tmp_path)  # a name the caller says an older result of its kind had
+    with pytest.raises(InputError, match=r"mine.csv exists and no entry of attnscope-manifest.json .* move it away"):
+        write_result_set(tmp_path, {"mine.csv": b"1", "x.png": b"2"}, kind="compare")
+    assert (tmp_path / "mine.csv").read_text() == "user" and "x.png" not in os.listdir(tmp_path)
+    assert not _staging(tmp_path)
+
+
+def test_a_file_of_the_previous_result_edited_since_is_kept(tmp_path):
+    write_result_set(tmp_path, _set("old"), kind="atlas")
+    (tmp_path / "b.json").write_text("my notes")  # the user's now
+    with pytest.raises(InputError, match="b.json exists"):
+        write_result_set(tmp_path, _set("new"), kind="atlas")
+    write_result_set(tmp_path, {"a.csv": b"new"}, kind="atlas")  # b.json not written: kept, no longer listed
+    assert _contents(tmp_path) == {"a.csv": b"new", "b.json": b"my notes"}
+    assert set(check_result_set(tmp_path)["atlas"]["files"]) == {"a.csv"}
 
 
 def test_a_mixed_folder_is_refused_naming_the_files(tmp_path):
@@ -91,12 +105,12 @@ def test_a_fault_while_rendering_leaves_the_old_result_and_no_staging(tmp_path):
     check_result_set(tmp_path)
 
 
-def test_a_fault_while_moving_is_finished_by_the_next_reader_or_writer(tmp_path, monkeypatch):
+def test_a_fault_while_moving_is_refused_by_a_reader_and_finished_by_the_next_writer(tmp_path, monkeypatch):
     write_result_set(tmp_path, _set("old"), kind="atlas")
     real_replace, moves = os.replace, []
 
     def replace_then_die(src, dst):
-        if len(moves) == 2:  # the commit record, then a.csv moved into place
+        if len(moves) == 5:  # three staging records, the commit record, a.csv moved into place
             raise Killed
         moves.append(dst)
         real_replace(src, dst)
@@ -107,8 +121,12 @@ def test_a_fault_while_moving_is_finished_by_the_next_reader_or_writer(tmp_path,
     monkeypatch.setattr(os, "replace", real_replace)
     assert _contents(tmp_path)["a.csv"] == b"x\nnew\n" and _contents(tmp_path)["b.json"] == _set("old")["b.json"]
     assert len(_staging(tmp_path)) == 1  # committed: the journal of the move
-    check_result_set(tmp_path)  # replays the move first
-    assert _contents(tmp_path) == _set("new") and not _staging(tmp_path)
+    with pytest.raises(FormatError, match="killed while moving its files: the next write into the folder finishes"):
+        check_result_set(tmp_path)  # reading changes nothing
+    assert len(_staging(tmp_path)) == 1 and _contents(tmp_path)["b.json"] == _set("old")["b.json"]
+    write_result_set(tmp_path, {"z.png": b"z"}, kind="heads")  # any write replays the move first
+    assert set(check_result_set(tmp_path)) == {"atlas", "heads"} and not _staging(tmp_path)
+    assert {n: b for n, b in _contents(tmp_path).items() if n != "z.png"} == _set("new")
 
 
 def test_stale_temporaries_of_attnscope_are_cleaned_and_nothing_else(tmp_path):
@@ -124,6 +142,9 @@ def test_stale_temporaries_of_attnscope_are_cleaned_and_nothing_else(tmp_path):
     dead = tmp_path / f"{STAGING_PREFIX}atlas-1-abcdefgh"  # uncommitted, its process gone
     dead.mkdir()
     (dead / "a.csv").write_text("half")
+    record = {"format": "attnscope-staging/1", "kind": "atlas", "pid": 1,
+              "files": {"a.csv": {"sha256": hashlib.sha256(b"half").hexdigest()}}}
+    (dead / ".attnscope-staging.json").write_text(json.dumps(record))
     os.utime(dead, (old, old))
     write_result_set(tmp_path, {"a.csv": b"1"}, kind="atlas")
     names = set(os.listdir(tmp_path))
@@ -133,6 +154,7 @@ def test_stale_temporaries_of_attnscope_are_cleaned_and_nothing_else(tmp_path):
 def test_a_live_writers_staging_folder_is_left_alone(tmp_path):
     live = tmp_path / f"{STAGING_PREFIX}atlas-1-abcdefgh"
     live.mkdir()
+    (live / ".attnscope-staging.json").write_text(json.dumps({"format": "attnscope-staging/1", "files": {}}))
     os.utime(live, (0, 0))
     with outputs._locked(live):  # its writer holds the lock
         assert clean_stale(tmp_path) == []
@@ -167,7 +189,7 @@ CHILD = textwrap.dedent("""
         real, n = os.replace, [0]
         def replace(src, dst):
             n[0] += 1
-            if n[0] == 3:  # the commit record, then a.csv moved into place
+            if n[0] == 6:  # three staging records, the commit record, then a.csv moved into place
                 os.kill(os.getpid(), signal.SIGKILL)
             real(src, dst)
         os.replace = replace
@@ -194,7 +216,7 @@ def test_sigkill_while_rendering_leaves_the_old_set_and_the_next_run_cleans(tmp_
     assert _contents(tmp_path) == _set("next") and not _staging(tmp_path)
 
 
-def test_sigkill_while_moving_leaves_a_set_the_next_reader_completes(tmp_path):
+def test_sigkill_while_moving_leaves_a_set_a_reader_refuses_and_the_next_run_completes(tmp_path):
     from attnscope.tables import read_table
 
     write_result_set(tmp_path, _set("old"), kind="atlas")
@@ -202,13 +224,20 @@ def test_sigkill_while_moving_leaves_a_set_the_next_reader_completes(tmp_path):
     assert child.wait(timeout=120) == -signal.SIGKILL
     assert len(_staging(tmp_path)) == 1 and (tmp_path / "a.csv").read_bytes() == b"x\nnew\n"
     assert (tmp_path / "b.json").read_bytes() == _set("old")["b.json"]  # mixed on disk, for now
-    assert read_table(tmp_path / "a.csv")["x"].tolist() == ["new"]  # the reader finished the move first
-    assert _contents(tmp_path) == _set("new") and not _staging(tmp_path)
+    with pytest.raises(FormatError, match="mixed atlas result: a.csv differs from it .2 of 3 files match.*killed while moving"):
+        read_table(tmp_path / "a.csv")  # and changes nothing
+    assert len(_staging(tmp_path)) == 1
+    nxt = _child(tmp_path / "other", "x", "never")  # a write into another folder finishes nothing here
+    assert nxt.wait(timeout=120) == 0 and len(_staging(tmp_path)) == 1
+    write_result_set(tmp_path, {"z.png": b"z"}, kind="heads")
+    assert read_table(tmp_path / "a.csv")["x"].tolist() == ["new"]
+    assert {n: b for n, b in _contents(tmp_path).items() if n != "z.png"} == _set("new") and not _staging(tmp_path)
 
 
-def test_an_unreadable_manifest_is_refused_by_readers_and_replaced_by_the_next_write(tmp_path):
+def test_an_unreadable_manifest_is_refused_by_readers_and_writers_and_kept(tmp_path):
     (tmp_path / MANIFEST).write_text("{not json")
     with pytest.raises(FormatError, match="unreadable manifest"):
         check_result_set(tmp_path)
-    write_result_set(tmp_path, {"a.csv": b"x\n1\n"}, kind="atlas")
-    assert set(check_result_set(tmp_path)) == {"atlas"}
+    with pytest.raises(InputError, match="attnscope-manifest.json exists and it is no manifest attnscope can read"):
+        write_result_set(tmp_path, {"a.csv": b"x\n1\n"}, kind="atlas")
+    assert os.listdir(tmp_path) == [MANIFEST] and (tmp_path / MANIFEST).read_text() == "{not json"

@@ -106,43 +106,47 @@ def _stop_now(code: int) -> None:
         os._exit(code)
 
 
-def _can_write_in(folder: Path) -> bool:
-    """True when a file can be created in ``folder`` or, while it is missing, in its nearest existing parent
-    (where it would be made); tried for real with a temporary file, nothing else is created."""
-    import tempfile
+def _cache_folders() -> dict[str, tuple[str, list[Path]]]:
+    """{environment variable: (the module reading it, the folders it writes its config or cache into by default)}.
 
-    while not folder.exists() and folder.parent != folder:
-        folder = folder.parent
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError:
-        return False
-    return True
-
-
-def writable_matplotlib_dirs() -> None:
-    """Point ``MPLCONFIGDIR`` at a fresh temporary folder (removed at exit) when matplotlib's config or cache
-    folder cannot be written (an unwritable HOME or MPLCONFIGDIR): matplotlib would do the same but print two
-    raw lines about it. Figures are unchanged; only its font cache is rebuilt there."""
-    if "matplotlib" in sys.modules:
-        return
+    matplotlib checks its config folder on import (a PermissionError traceback where HOME cannot be
+    searched); numba writes the compiled kernels of ``cache=True`` functions beside their source or
+    into the user's cache folder, and refuses to decorate them when neither can be written."""
     home = Path(os.path.expanduser("~"))
-    given = os.environ.get("MPLCONFIGDIR")
-    if given:
-        folders = [Path(given)]
-    else:
-        folders = [Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config") / "matplotlib",
-                   Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache") / "matplotlib"]
-    if all(_can_write_in(f) for f in folders):
-        return
-    import atexit
-    import shutil
-    import tempfile
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or home / ".cache")
+    kernels = Path(__file__).resolve().parents[1] / "dynamics" / "__pycache__"
+    return {"MPLCONFIGDIR": ("matplotlib", [config / "matplotlib", cache / "matplotlib"]),
+            "NUMBA_CACHE_DIR": ("numba", [kernels, cache / "numba"])}
 
-    folder = tempfile.mkdtemp(prefix="attnscope-matplotlib-")
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    os.environ["MPLCONFIGDIR"] = folder
+
+def writable_cache_dirs() -> list[str]:
+    """Point ``MPLCONFIGDIR`` / ``NUMBA_CACHE_DIR`` at fresh temporary folders (removed at exit) when the
+    folders matplotlib or numba would write cannot be written or even searched (a HOME, XDG or cache folder
+    this user may not use, an unwritable value of the variable itself); the variables changed.
+
+    Silent: figures and numbers are unchanged, only those libraries' caches are rebuilt there for this run.
+    Must run before matplotlib or numba is imported (both read the variables on import)."""
+    from attnscope.tables import can_write_in
+
+    changed = []
+    for var, (module, defaults) in _cache_folders().items():
+        if module in sys.modules:
+            continue
+        given = os.environ.get(var)
+        folders = [Path(given)] if given else defaults
+        check = all if var == "MPLCONFIGDIR" or given else any  # numba needs one of its two places
+        if check(can_write_in(f) for f in folders):
+            continue
+        import atexit
+        import shutil
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix=f"attnscope-{module}-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        os.environ[var] = folder
+        changed.append(var)
+    return changed
 
 
 def run_app(app: typer.Typer) -> None:
@@ -162,7 +166,7 @@ def run_app(app: typer.Typer) -> None:
     if "--debug" in sys.argv[1:]:  # honoured even when the failure happens while parsing
         os.environ[DEBUG_ENV] = "1"
     install_one_line_warnings(lambda text, names: in_flags(text, names, command_params(app, sys.argv[1:])))
-    writable_matplotlib_dirs()
+    writable_cache_dirs()
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _raise_terminated)
         if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # Ctrl-C: noted, then as Python does

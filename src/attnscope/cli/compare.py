@@ -24,11 +24,9 @@ def _steps(text: Optional[str]) -> list[int]:
         raise InputError(f"--at takes comma-separated steps, not {text!r}") from None
 
 
-#: every file compare may write into --out (those this comparison does not write are removed with the old result)
-OUTPUTS = frozenset({
-    "summary.csv", "stats.csv", "curves.csv", "losses.csv", "score_summary.csv", "table.md",
-    "loss_curves.png", "loss_bands.png", "loss_differences.png", "scores_median.png", "scores_per_layer.png",
-})
+#: the files every comparison writes into --out (with scores and several inits, also score_summary.csv,
+#: loss_differences.png, scores_median.png and scores_per_layer.png)
+OUTPUTS = ("summary.csv", "stats.csv", "curves.csv", "losses.csv", "table.md", "loss_curves.png", "loss_bands.png")
 
 
 def compare(
@@ -59,6 +57,7 @@ def compare(
     import json
 
     from ._common import stderr_console
+    from attnscope.outputs import check_result_names
     from attnscope.tables import check_writable, records_to_json
     from attnscope.training.compare import compare as run_compare
 
@@ -66,6 +65,7 @@ def compare(
 
     if out is not None:  # before any work: nothing printed, then refused
         check_writable(out, "--out", directory=True)
+        check_result_names(out, OUTPUTS)  # a file of the user's by one of these names is never replaced
     result = run_compare(runs, baseline=baseline, smooth=smooth, at=_steps(at), target=target, speedup=speedup,
                          curve=curve)
     err = stderr_console()
@@ -100,7 +100,7 @@ def compare(
     files.update({name: (lambda fig=fig: figure_bytes(fig)) for name, fig in figures.items()})
     write_result_set(out, files, {"runs": list(runs), "baseline": baseline, "at": at, "target": target,
                                   "smooth": smooth, "speedup": speedup, "curve": curve},
-                     kind="compare", replaces=OUTPUTS)
+                     kind="compare")
     err.print(f"wrote {len(figures)} figures and {len(tables) + 1} tables to {out}", highlight=False, soft_wrap=True)
 
 

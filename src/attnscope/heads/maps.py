@@ -282,6 +282,10 @@ def _open_hf(name: str, local: Path, device: str, plan: "WindowPlan | None" = No
         msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         if "eager" in msg or "attn_implementation" in msg:
             raise UnsupportedError(f"{name}: model cannot return attention maps (no eager attention): {msg}") from None
+        if "ignore_mismatched_sizes" in msg:  # transformers' report went to a silenced log: say what it means
+            raise FormatError(f"{name}: config.json does not fit the weights: some tensors of the checkpoint have "
+                              "other shapes than config.json gives them (compare its vocab_size, hidden_size and "
+                              "intermediate_size with the weights)") from None
         raise FormatError(f"{name}: cannot load the model ({exc.__class__.__name__}: {msg[:200]})") from None
     unfilled = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(_NOT_ON_THE_MAP_PATH))
     if unfilled:  # transformers initialises them at random and only logs it: maps would be of random weights

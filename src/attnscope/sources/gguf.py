@@ -90,8 +90,6 @@ class GGUFSource(WeightSource):
         qtype = GGMLQuantizationType(t.ggml_type)
         n_bytes = t.n_bytes
         raw = np.frombuffer(_pread(self.path, t.offset, n_bytes, self.name, name), dtype=np.uint8)
-        if n_bytes == 0:  # a dim of 0: nothing to read or dequantise
-            return np.zeros(shape, dtype=np.float32)
         if qtype == GGMLQuantizationType.F32:
             out = raw.view(np.float32).reshape(shape)
         elif qtype == GGMLQuantizationType.F16:

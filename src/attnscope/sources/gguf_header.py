@@ -10,8 +10,14 @@ the bytes left in the file *before* it reads or allocates what the claim describ
   against the smallest record that many keys / tensors need;
 * string lengths (a key or tensor name at most :data:`MAX_NAME` bytes) and array lengths x element size;
   all metadata arrays together hold at most :data:`MAX_ARRAY_ENTRIES` entries; no arrays of arrays;
-* tensors: at most 4 dims, a known ggml type, a first dim that is whole blocks of that type, an offset
-  that is a multiple of the alignment, data that ends inside the file and overlaps no other tensor;
+* tensors: at most 4 dims, each from 1 to 2^63 - 1 (ggml's int64; a dim of 0 is no tensor), a known ggml
+  type, a first dim that is whole blocks of that type, an offset that is a multiple of the alignment;
+* the layout, against the file's size exactly, as llama.cpp and the gguf package write it: the data
+  section starts where the header ends, padded with zeros to the alignment; the tensors' data follow
+  one another from data offset 0, each padded with zeros to the alignment (no gap, no overlap); the file
+  ends where the last tensor's data ends (padded or not). A file longer or shorter than its table says,
+  a gap, or padding that is not zero (a byte inserted or deleted before the data shifts every tensor)
+  is refused in one line naming the offsets;
 * ``general.alignment``: a uint32 power of two; names that are UTF-8 and not repeated.
 
 Values a run does not use are skipped by seeking past them, never materialised: tokenizer keys
@@ -326,6 +332,8 @@ class _Walk:
                 block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(raw_type)]
             except (ValueError, KeyError):
                 raise cur.fail(f"tensor {shown(name)} has an unknown ggml type {raw_type}") from None
+            if any(d == 0 or d >= 1 << 63 for d in dims):
+                raise cur.fail(f"tensor {shown(name)} has the dims {list(dims)}: each must be from 1 to 2^63 - 1")
             if dims and dims[0] % block:
                 raise cur.fail(f"tensor {shown(name)}: its first dim {dims[0]} is not a whole number of "
                                f"{block}-element blocks of its type")
@@ -341,8 +349,40 @@ class _Walk:
                 raise FormatError(f"{self.path}: truncated GGUF file: tensor {shown(name)} needs bytes up to "
                                   f"{start + n_bytes}, the file has {cur.size}")
             out[name] = TensorInfo(name, raw_type, dims, start, n_bytes)
-        spans = sorted((t.offset, t.offset + t.n_bytes, t.name) for t in out.values() if t.n_bytes)
+        spans = sorted((t.offset, t.offset + t.n_bytes, t.name) for t in out.values())
         for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
             if start < end:
                 raise cur.fail(f"the data of tensors {shown(a)} and {shown(b)} overlap")
+        self._check_layout(spans, head)
         return out
+
+    def _check_layout(self, spans: list[tuple[int, int, str]], head: GGUFHeader) -> None:
+        """The tensors' data tile the data section from its start to the file's end, every gap zero padding
+        shorter than the alignment (what every GGUF writer makes); one line naming the offsets otherwise."""
+        cur, align = self.cur, head.alignment
+        where = cur.pos  # the header's end: from here, padding to data_offset, then the tensors
+        previous = "the header"
+        for start, end, name in spans:
+            expected = where + (-where % align)
+            if start != expected:
+                raise cur.fail(f"tensor {shown(name)} starts at offset {start}, but {previous} ends at {where} "
+                               f"(padded to the alignment {align}: {expected}); a gap of {start - where} bytes, "
+                               "as a byte inserted before the data or a wrong offset leaves")
+            self._zero_padding(where, start, previous)
+            where, previous = end, f"tensor {shown(name)}"
+        if cur.size < where:  # pragma: no cover - each tensor's end was checked against the size
+            raise FormatError(f"{self.path}: truncated GGUF file: its data end at {where}, the file has {cur.size}")
+        padded = where + (-where % align)
+        if cur.size > padded:
+            raise cur.fail(f"the file is {cur.size} bytes long but its {'data end' if spans else 'header ends'} at "
+                           f"{where} (padded: {padded}); {cur.size - padded} bytes more than its table says, as a "
+                           "byte inserted or a file appended leaves")
+        self._zero_padding(where, cur.size, previous)
+
+    def _zero_padding(self, start: int, end: int, after: str) -> None:
+        if end <= start:
+            return
+        self.cur.fh.seek(start)
+        if self.cur.fh.read(end - start).strip(b"\0"):
+            raise self.cur.fail(f"the padding after {after} (offsets {start} to {end}) is not zero: its data are "
+                                "shifted, as a byte inserted or deleted before them leaves")

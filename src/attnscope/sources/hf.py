@@ -17,7 +17,10 @@ directory and the hub (:mod:`attnscope.sources.hub`).
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -48,11 +51,36 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    """config.json as a dict that names its ``model_type``."""
+    """config.json as a dict that names its ``model_type``, its sizes checked (:func:`check_config_sizes`)."""
     cfg = read_json(path, "config.json")
     if "model_type" not in cfg:
         raise FormatError(f"{path}: config.json has no model_type, so the architecture is unknown")
+    check_config_sizes(cfg, str(path))
     return cfg
+
+
+#: the largest size a config may give (a vocabulary, a width, a count of layers or positions): torch indexes
+#: embeddings and shapes with it, and no model has a dimension past int32
+MAX_CONFIG_SIZE = 2**31 - 1
+_SIZE_KEY = re.compile(r"^(num_|n_).+|.+_(size|dim|layers|heads)$|^(d_model|d_ff|d_kv|head_dim)$")
+
+
+def check_config_sizes(config: Mapping[str, Any], label: str, where: str = "") -> None:
+    """Refuse a size in ``config`` (``vocab_size``, ``hidden_size``, ``num_*``, ``n_*``, ``*_size``, ``*_dim``,
+    ``*_layers``, ``*_heads``, also in nested ``*_config`` mappings) that is a number but not a whole one from
+    0 to :data:`MAX_CONFIG_SIZE`: one FormatError naming the field, before transformers builds a model of it
+    (``vocab_size: 1e12`` once gave its "look at the above report" with no report)."""
+    for key, value in config.items():
+        if isinstance(value, Mapping) and isinstance(key, str) and key.endswith("_config"):
+            check_config_sizes(value, label, f"{where}{key}.")
+            continue
+        if not isinstance(key, str) or not _SIZE_KEY.match(key) or isinstance(value, bool) \
+                or not isinstance(value, (int, float)):
+            continue
+        whole = isinstance(value, int) or (math.isfinite(value) and float(value).is_integer())
+        if not whole or value > MAX_CONFIG_SIZE:
+            raise FormatError(f"{label}: {where}{key} is {value!r}; a size is a whole number of at most "
+                              f"{MAX_CONFIG_SIZE:,} (this config.json does not describe a model that can be built)")
 
 
 class ShardedWeights:

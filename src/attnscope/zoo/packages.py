@@ -18,10 +18,12 @@ import importlib.metadata
 import os
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
-from attnscope.errors import FormatError, InputError
+from attnscope.errors import FormatError, InputError, warn
 from attnscope.sources.base import path_inside, relative_name
+from attnscope.tables import can_write_in
 
 PYPI_PREFIX = "pypi:"
 JOIN_PREFIX = "join:"
@@ -29,11 +31,19 @@ _CHUNK = 1 << 22
 
 
 def cache_root() -> Path:
-    """Where joined files live: ``$ATTNSCOPE_CACHE/joined`` (default ``~/.cache/attnscope/joined``)."""
+    """Where joined files live: ``$ATTNSCOPE_CACHE/joined`` (default ``~/.cache/attnscope/joined``), or, where
+    that folder cannot be made or written (a HOME this user may not search), ``attnscope-<uid>/joined`` in the
+    system's temporary folder (:func:`join_parts` says so once)."""
     root = os.environ.get("ATTNSCOPE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "attnscope"
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "attnscope"
     )
-    return Path(root) / "joined"
+    wanted = Path(root) / "joined"
+    return wanted if can_write_in(wanted) else _fallback_root()
+
+
+def _fallback_root() -> Path:
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return Path(tempfile.gettempdir()) / f"attnscope-{uid}" / "joined"
 
 
 def pypi_path(spec: str) -> Path:
@@ -95,6 +105,9 @@ def join_parts(
     if missing:
         raise InputError(f"{entry_id}: missing part(s) {', '.join(missing)}")
     out_dir, name = _join_place(entry_id, target, paths[0], root)
+    if root is None and out_dir.parent == _fallback_root():
+        warn(f"the cache folder ($ATTNSCOPE_CACHE, else $XDG_CACHE_HOME/attnscope, else ~/.cache/attnscope) cannot "
+             f"be written; {entry_id} is joined into {out_dir.parent} instead")
     out = out_dir / name
     stamp = out_dir / f".{name}.sha256"
     if not (out.is_file() and stamp.is_file() and out.stat().st_size == sum(p.stat().st_size for p in paths)):

@@ -305,9 +305,17 @@ def entry_for_path(spec: str | Path, path: str | Path | None = None) -> ZooEntry
     for e in load_registry(path):
         if e.source:
             where = e.installed_path()
-            if where is not None and where.exists() and where.resolve() == here:
+            if where is not None and _exists(where) and where.resolve() == here:
                 return e
     return None
+
+
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False where a folder on the way cannot be searched (a cache in a closed HOME)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def published_table(path: str | Path | None = None) -> "Any":

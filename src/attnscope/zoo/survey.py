@@ -138,8 +138,7 @@ def run_zoo(
     files = {"failures.json": json_text(failures)}  # one result: a reader never pairs old tables with new failures
     if len(merged):
         files.update({name: table_bytes(merged, name) for name in ("merged.parquet", "merged.csv")})
-    write_result_set(out, files, {"group": group, **settings}, kind="zoo-survey",
-                     replaces=("merged.parquet", "merged.csv"))
+    write_result_set(out, files, {"group": group, **settings}, kind="zoo-survey")
     merged.attrs["summary"] = summary
     merged.attrs["failures"] = dict(summary.failed)
     return merged
