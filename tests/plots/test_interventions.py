@@ -76,3 +76,12 @@ def test_the_sym_figure_plots_the_kept_fraction_and_its_labels_never_overlap():
     boxes = [Text.get_window_extent(a, renderer) for a in ax.texts]  # the label itself, not its leader line
     assert len(boxes) == 3
     assert not any(b1.overlaps(b2) for i, b1 in enumerate(boxes) for b2 in boxes[i + 1:])
+
+
+def test_the_sym_figures_collapse_line_is_the_interventions_own_threshold():
+    import inspect
+
+    from attnscope.interventions.summary import KEEP
+    from attnscope.plots.interventions import sym_vs_symmetry
+
+    assert inspect.signature(sym_vs_symmetry).parameters["collapse_at"].default == KEEP

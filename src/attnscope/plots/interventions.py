@@ -41,15 +41,14 @@ MIN_CLEAN = 0.1
 
 
 def sym_vs_symmetry(joined: "pd.DataFrame", measures: Sequence[str] | None = None, x: str = "symmetry",
-                    title: str = "", *, fig: "Figure | None" = None) -> "Figure":
+                    title: str = "", *, collapse_at: float = 0.5, fig: "Figure | None" = None) -> "Figure":
     """The kept fraction of each head's behaviour under ``sym`` (score under sym / clean score: 1 kept
     whole, 0 lost) against ``x`` (the head's s), one panel per measure: one point per head with a clean
     score of at least :data:`MIN_CLEAN`, coloured by layer, its 95% interval as a bar, filled where
-    p_bh < 0.05; a dashed line at the collapse threshold (:data:`attnscope.interventions.summary.KEEP`);
+    p_bh < 0.05; a dashed line at the collapse threshold ``collapse_at`` (the interventions' own,
+    ``attnscope.interventions.summary.KEEP``; plots import no compute room);
     the three heads that keep least labelled, each label at its own height."""
     import numpy as np
-
-    from attnscope.interventions.summary import KEEP
 
     from matplotlib.lines import Line2D
 
@@ -80,7 +79,7 @@ def sym_vs_symmetry(joined: "pd.DataFrame", measures: Sequence[str] | None = Non
         sc = ax.scatter(xs[sig], kept[sig], c=sub["layer"][sig], cmap="viridis", s=16, vmin=lo_layer, vmax=hi_layer)
         ax.scatter(xs[~sig], kept[~sig], facecolors="none", edgecolors="#888", s=14, linewidths=0.6)
         ax.axhline(1, color="k", lw=0.6)
-        ax.axhline(KEEP, color="#c0392b", lw=0.7, ls="--")
+        ax.axhline(collapse_at, color="#c0392b", lw=0.7, ls="--")
         lowest = sub.assign(kept_fraction=kept).nsmallest(3, "kept_fraction")
         for i, r in enumerate(lowest.itertuples()):  # each label its own height: none overlaps another
             ax.annotate(f"L{r.layer}H{r.head}", (getattr(r, x), r.kept_fraction), fontsize=6,
@@ -94,7 +93,7 @@ def sym_vs_symmetry(joined: "pd.DataFrame", measures: Sequence[str] | None = Non
     handles = [Line2D([], [], marker="o", ls="", color="#3b528b", markersize=4, label="p_bh < 0.05"),
                Line2D([], [], marker="o", ls="", markerfacecolor="none", color="#888", markersize=4,
                       label="p_bh >= 0.05"),
-               Line2D([], [], color="#c0392b", lw=0.7, ls="--", label=f"collapse: kept < {KEEP:g}")]
+               Line2D([], [], color="#c0392b", lw=0.7, ls="--", label=f"collapse: kept < {collapse_at:g}")]
     fig.legend(handles=handles, fontsize=6, loc="lower right", frameon=False)  # beside the panels: covers no point
     note = f"not drawn: {', '.join(weak)} (no head scores {MIN_CLEAN:g} or more clean)" if weak else ""
     if sc is not None:
