@@ -15,6 +15,8 @@ forward stops after the intervened layer (its behaviour is all that is measured 
 
 * loss: mean next-token cross-entropy of the window (the model's output matrix: its LM head, or the
   input embeddings when they are tied; Gemma's final logit softcap applied); encoders have none (NaN).
+  Each copy's change is the mean of its per-position changes (:func:`_loss_terms`), which are kept too:
+  :attr:`InterventionResult.token_effects`, one row per (head, intervention, text window, position).
 * behaviour: the intervened head's own ``<metric>_<probe>`` (:data:`attnscope.atlas.build.BEHAVIOUR_METRICS`,
   as the atlas measures them) under ``sym`` / ``anti``; an output intervention leaves the head's own map as
   it is, so it has no behaviour rows.
@@ -22,7 +24,8 @@ forward stops after the intervened layer (its behaviour is all that is measured 
 Each (model, layer, head, intervention, measure) row holds the per-window deltas' mean, its 95% t
 interval over the n windows and a one-sample t-test p value (:mod:`.summary`); the Benjamini-Hochberg
 adjustment is made across heads once every layer is in. Layers are stored as they finish
-(:class:`attnscope.runs.store.ResultsStore`, key = layer) so an interrupted run resumes. After the clean
+(:class:`attnscope.runs.store.ResultsStore`, key = layer, and beside it the layer's per-position rows) so an
+interrupted run resumes. After the clean
 pass, the layer passes may be shared by forked one-thread worker processes (:mod:`.workers`).
 """
 
@@ -578,7 +581,9 @@ def _layer_rows(subject: Subject, layer: int, heads: Sequence[int], kinds: Seque
                     steps.step()  # the intervened layer, where the forward stopped
                 if text:
                     p0 = clean.distributions[w] if clean.distributions is not None else None
-                    on_copy = lambda: steps.step(LOSS_UNITS / (len(chunk) - 1))  # noqa: E731
+                    def on_copy(share: float = LOSS_UNITS / (len(chunk) - 1)) -> None:  # after each copy's loss
+                        steps.step(share)
+
                     if subject.out_weight is None:  # an encoder: no loss
                         changes = _loss_changes(subject, hidden, tok, low, p0, on_copy)
                     else:  # a copy's change in loss is the mean of its per-position changes
@@ -682,7 +687,8 @@ def intervene(
     Returns one row per (layer, head, intervention, measure): mean delta over windows, 95% t interval,
     p value, ``p_bh`` (Benjamini-Hochberg across the heads of one intervention and measure), ``sd`` of the
     per-window deltas and ``detectable_change`` (:func:`.summary.detectable_change`: the smallest true change
-    these windows detect with 80% power).
+    these windows detect with 80% power). ``.token_effects``: the change in loss at each text position of
+    every intervened head (:attr:`InterventionResult.token_effects`; None for an encoder).
     """
     import pandas as pd
     import torch
