@@ -117,14 +117,19 @@ def test_intervene_with_workers_is_intervene_without(tmp_path, precision):
     path = write_llama_gguf_model(tmp_path / "tiny.gguf", tiny_llama_model(n_layers=3, d=32, n_heads=4, n_kv=2))
     opts = dict(interventions="sym,anti,ablate", windows=3, length=40, random_windows=2, random_length=10,
                 precision=precision)
-    one = intervene(str(path), workers=1, **opts).table
-    two = intervene(str(path), workers=2, **opts).table  # no store: the workers' own, temporary
-    stored = intervene(str(path), workers=3, store=tmp_path / "store", **opts).table
+    runs = [intervene(str(path), workers=1, **opts),
+            intervene(str(path), workers=2, **opts),  # no store: the workers' own, temporary
+            intervene(str(path), workers=3, store=tmp_path / "store", **opts)]
+    one = runs[0].table
     key = ["layer", "head", "intervention", "measure"]
-    for other in (two, stored):
-        assert other[key].equals(one[key])
-        np.testing.assert_allclose(other["delta"], one["delta"], rtol=1e-5, atol=1e-7)
-    assert len(list((tmp_path / "store").rglob("*.parquet"))) == 3  # each layer kept by the worker that ran it
+    tkey = ["layer", "head", "intervention", "window", "position", "token"]
+    for res in runs[1:]:
+        assert res.table[key].equals(one[key])
+        np.testing.assert_allclose(res.table["delta"], one["delta"], rtol=1e-5, atol=1e-7)
+        assert res.token_effects[tkey].equals(runs[0].token_effects[tkey])  # the per-token changes come back too
+        np.testing.assert_allclose(res.token_effects["delta_loss"], runs[0].token_effects["delta_loss"], rtol=1e-5, atol=1e-7)
+    tasks = sorted(p.name for p in (tmp_path / "store").rglob("*.parquet"))
+    assert len(tasks) == 6 and sum(n.startswith("tokens") for n in tasks) == 3  # each layer and its per-token table
     with pytest.raises(InputError, match="workers must be at least 1"):
         intervene(str(path), workers=0, **opts)
     with pytest.raises(InputError, match="needs Linux and the model on the CPU"):

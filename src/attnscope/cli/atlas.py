@@ -40,7 +40,7 @@ def atlas(
     device: str = typer.Option("cpu", "--device", help="torch device."),
     as_json: bool = typer.Option(False, "--json", help="Print the correlations as JSON records on stdout."),
     threads: Optional[int] = THREADS,
-    interventions: Optional[str] = typer.Option(None, "--interventions", help="Also intervene on each head: any of sym, anti (keep only the symmetric / antisymmetric part of its scores), ablate, mean (zero / mean its output); comma-separated."),
+    interventions: Optional[str] = typer.Option(None, "--interventions", help="Also intervene on each head: any of sym, anti (keep only the symmetric / antisymmetric part of its scores), ablate, mean (zero / mean its output); comma-separated. Writes interventions.parquet/.csv and token_effects.parquet (each head's change in loss at every token)."),
     heads: Optional[str] = typer.Option(None, "--heads", help="With --interventions: only these heads, LAYER.HEAD comma-separated (e.g. 3.1,10.4)."),
     top: Optional[str] = typer.Option(None, "--top", help="With --interventions: only the K heads scoring highest on an atlas column, K:COLUMN, or lowest, K:-COLUMN (e.g. 4:-directionality: the most negative d); several joined by commas (e.g. 4:induction_random,4:sink_random)."),
     intervention_windows: int = typer.Option(4, "--intervention-windows", help="With --interventions: text windows (loss and behaviour) and random-probe windows (behaviour) per head."),
@@ -82,12 +82,12 @@ def atlas(
     res = run_atlas(subject.maps if subject is not None else source, progress=True, **opts)
     for note in res.info.get("position_notes", []):
         stderr_console().print(f"attnscope: note: {note}", highlight=False, soft_wrap=True)
-    iv = None
+    iv = effects = None
     if plan is not None:
-        iv = _intervene(subject, res, plan, out, opts)
+        iv, effects = _intervene(subject, res, plan, out, opts)
     with phase(f"atlas {res.info['model']}: figures and atlas.html"):
         written = write_atlas(res.table, res.correlations, res.info, out, hue="layer", maps=res.maps,
-                              interventions=iv, views=res.views,
+                              interventions=iv, views=res.views, token_effects=effects,
                               settings={"source": source, **opts, "interventions": plan})
     _finish(res.correlations, res.info["model"], written, as_json)
     if iv is not None:
@@ -128,7 +128,8 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: 
 
 
 def _intervene(subject, res, plan: dict, out: Path, opts: dict):
-    """The interventions of ``plan`` on the loaded ``subject``, joined to the atlas table on (model, layer, head)."""
+    """The interventions of ``plan`` on the loaded ``subject``, joined to the atlas table on (model, layer, head),
+    and their per-token changes in loss (None for an encoder)."""
     from attnscope.interventions import intervene
 
     random_n = plan["windows"] if opts["probes"] in ("both", "random") else 0
@@ -137,7 +138,7 @@ def _intervene(subject, res, plan: dict, out: Path, opts: dict):
                    random_length=opts["random_length"], seed=opts["seed"], device=opts["device"],
                    precision=plan["precision"], store=out / "interventions-store", name=res.info["model"],
                    progress=True)  # a long job: progress lines in a log too
-    return iv.table
+    return iv.table, iv.token_effects
 
 
 def _finish_interventions(table) -> None:
@@ -183,12 +184,14 @@ def _finish_interventions(table) -> None:
 
 
 def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, interventions=None,
-                settings=None, views=None) -> list[Path]:
+                settings=None, views=None, token_effects=None) -> list[Path]:
     """Tables, figures and the HTML page of an atlas (one model or pooled) into ``out``, as one result
     (:func:`attnscope.outputs.write_result_set`): every file is rendered before the first one moves into
     ``out``, so an interrupt, a failure or a kill leaves the previous atlas there whole, never a mix.
     With ``interventions`` (their table joined to the atlas table) also interventions.parquet/.csv,
-    interventions_sym.png and interventions_loss.png. ``settings``: the options, stored in the manifest.
+    interventions_sym.png and interventions_loss.png; with ``token_effects`` (their per-token changes in loss,
+    :attr:`attnscope.interventions.InterventionResult.token_effects`) token_effects.parquet and the page's
+    per-token section. ``settings``: the options, stored in the manifest.
     ``views``: the atlas's text windows per head (the page's head view, :attr:`attnscope.atlas.AtlasResult.views`).
     """
     from attnscope.atlas.build import GEOMETRY, behaviour_columns
@@ -222,8 +225,11 @@ def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, inter
             interventions, title=f"{name}: behaviour when only the symmetric part of the scores is kept"), "png")
         files["interventions_loss.png"] = lambda: figure_bytes(ip.loss_heatmap(
             interventions, title=f"{name}: change in loss per head"), "png")
+    effects = token_effects if token_effects is not None and len(token_effects) else None  # none: an encoder
+    if effects is not None:
+        files["token_effects.parquet"] = table_bytes(effects, "token_effects.parquet")
     files["atlas.html"] = lambda: atlas_page(table, correlations, info, maps=maps, interventions=interventions,
-                                                 views=views)
+                                                 views=views, token_effects=effects)
     return write_result_set(out, files, settings, kind="atlas")
 
 

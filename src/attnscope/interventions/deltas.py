@@ -258,6 +258,11 @@ class LossDeltas:
     def of(self, diff: "torch.Tensor", clean_hidden: "torch.Tensor") -> float:
         """diff [i, e]: a copy's hidden state minus the clean one's, clean_hidden [i, e] -> its loss minus
         the clean loss."""
+        return float(self.per_position(diff, clean_hidden).mean())
+
+    def per_position(self, diff: "torch.Tensor", clean_hidden: "torch.Tensor") -> "torch.Tensor":
+        """As :meth:`of`, position by position: [i] float32, the change in each position's cross-entropy
+        (their mean is :meth:`of`)."""
         import torch
 
         dz = torch.nn.functional.linear(diff.to(self.out_low.dtype), self.out_low)  # [i, v]
@@ -272,4 +277,4 @@ class LossDeltas:
             z0, z = ((h @ self.out_weight.T).float() for h in (h0, h0 + diff[rows]))  # [r, v] full products
             t = self.target[rows]  # [r, 1]
             per[rows] = (torch.logsumexp(z, -1) - torch.logsumexp(z0, -1)) - (z - z0).gather(1, t)[:, 0]
-        return float(per.mean())
+        return per

@@ -15,6 +15,8 @@ forward stops after the intervened layer (its behaviour is all that is measured 
 
 * loss: mean next-token cross-entropy of the window (the model's output matrix: its LM head, or the
   input embeddings when they are tied; Gemma's final logit softcap applied); encoders have none (NaN).
+  Each copy's change is the mean of its per-position changes (:func:`_loss_terms`), which are kept too:
+  :attr:`InterventionResult.token_effects`, one row per (head, intervention, text window, position).
 * behaviour: the intervened head's own ``<metric>_<probe>`` (:data:`attnscope.atlas.build.BEHAVIOUR_METRICS`,
   as the atlas measures them) under ``sym`` / ``anti``; an output intervention leaves the head's own map as
   it is, so it has no behaviour rows.
@@ -22,7 +24,8 @@ forward stops after the intervened layer (its behaviour is all that is measured 
 Each (model, layer, head, intervention, measure) row holds the per-window deltas' mean, its 95% t
 interval over the n windows and a one-sample t-test p value (:mod:`.summary`); the Benjamini-Hochberg
 adjustment is made across heads once every layer is in. Layers are stored as they finish
-(:class:`attnscope.runs.store.ResultsStore`, key = layer) so an interrupted run resumes. After the clean
+(:class:`attnscope.runs.store.ResultsStore`, key = layer, and beside it the layer's per-position rows) so an
+interrupted run resumes. After the clean
 pass, the layer passes may be shared by forked one-thread worker processes (:mod:`.workers`).
 """
 
@@ -87,6 +90,11 @@ class InterventionResult:
 
     table: "pd.DataFrame"
     info: dict[str, Any] = field(default_factory=dict)
+    #: per intervened head, intervention, text window and position: the change in loss there (model, layer,
+    #: head, intervention, window, position, token, delta_loss; float32 nats; position j >= 1 is the
+    #: prediction of token j, ``token`` its text). Per (head, intervention, window) the mean of delta_loss is
+    #: that window's loss delta, whose mean over windows is the table's. None for an encoder (no loss).
+    token_effects: "pd.DataFrame | None" = None
 
 
 def check_kinds(kinds: str | Sequence[str]) -> tuple[str, ...]:
@@ -294,11 +302,16 @@ def _load(source: str | os.PathLike, device: str) -> tuple[Any, Any, str]:
 
 def _cross_entropy(subject: Subject, logits: "torch.Tensor", target: "torch.Tensor") -> float:
     """Mean cross-entropy of logits [i, v] (Gemma's final softcap applied) against target [i]."""
+    return float(_position_cross_entropy(subject, logits, target).mean())
+
+
+def _position_cross_entropy(subject: Subject, logits: "torch.Tensor", target: "torch.Tensor") -> "torch.Tensor":
+    """Cross-entropy at each position [i] (float32) of logits [i, v] (Gemma's final softcap applied) against target [i]."""
     import torch
 
     if subject.softcap:
         logits = torch.tanh(logits / subject.softcap) * subject.softcap
-    return float(torch.nn.functional.cross_entropy(logits.float(), target))
+    return torch.nn.functional.cross_entropy(logits.float(), target, reduction="none")
 
 
 def _clean_logits(subject: Subject, hidden: "torch.Tensor") -> "torch.Tensor":
@@ -311,22 +324,33 @@ def _loss_changes(subject: Subject, hidden: "torch.Tensor | None", idx: "torch.T
                   low: LowWeights | None = None, p0: "torch.Tensor | None" = None,
                   tick: Callable[[], None] = lambda: None) -> np.ndarray:
     """Each copy's mean next-token cross-entropy minus copy 0's: hidden [c, i, e], idx [1, i] -> [c - 1]
-    (NaN without an output matrix). With ``low``, computed from each copy's logits' difference from copy 0's
-    (:class:`.deltas.LossDeltas`, weighed by ``p0`` [i - 1, v], the window's clean distribution when it is
-    at hand; with a final softcap, their logits as copy 0's plus the difference, :func:`.deltas.delta_logits`)."""
+    (NaN without an output matrix): the mean over positions of :func:`_loss_terms`."""
+    if hidden is not None and subject.out_weight is None:
+        return np.full(hidden.shape[0] - 1, np.nan)
+    return _loss_terms(subject, hidden, idx, low, p0, tick).mean(1)
+
+
+def _loss_terms(subject: Subject, hidden: "torch.Tensor | None", idx: "torch.Tensor",
+                low: LowWeights | None = None, p0: "torch.Tensor | None" = None,
+                tick: Callable[[], None] = lambda: None) -> np.ndarray:
+    """Each copy's next-token cross-entropy minus copy 0's at each position: hidden [c, i, e], idx [1, i] ->
+    [c - 1, i - 1] float64 (column j: the prediction of token j + 1; a copy's loss change is the row's mean).
+    With ``low``, computed from each copy's logits' difference from copy 0's (:class:`.deltas.LossDeltas`,
+    weighed by ``p0`` [i - 1, v], the window's clean distribution when it is at hand; with a final softcap,
+    their logits as copy 0's plus the difference, :func:`.deltas.delta_logits`). Needs an output matrix."""
     if hidden is None:
         raise RuntimeError("a text window's forward stopped before the output")
     if subject.out_weight is None:
-        return np.full(hidden.shape[0] - 1, np.nan)
+        raise RuntimeError("no output matrix: an encoder has no next-token loss")
     target = idx[0, 1:].to(hidden.device)
-    out = np.empty(hidden.shape[0] - 1)
+    out = np.empty((hidden.shape[0] - 1, hidden.shape[1] - 1))
     out_low = low.of(subject.out_weight) if low is not None else None
     if out_low is not None and not subject.softcap:
         if p0 is None:
             p0 = LossDeltas.distribution(_clean_logits(subject, hidden[0]))
         deltas = LossDeltas(p0, target, subject.out_weight, out_low)
         for ci in range(1, hidden.shape[0]):  # one copy's [i, v] logits at a time
-            out[ci - 1] = deltas.of(hidden[ci, :-1] - hidden[0, :-1], hidden[0, :-1])
+            out[ci - 1] = deltas.per_position(hidden[ci, :-1] - hidden[0, :-1], hidden[0, :-1]).double().cpu().numpy()
             tick()
         return out
     first = _clean_logits(subject, hidden[0])  # [i, v] copy 0's logits, in the model's dtype
@@ -334,21 +358,21 @@ def _loss_changes(subject: Subject, hidden: "torch.Tensor | None", idx: "torch.T
         shift = first.float().amax(-1)  # [i] copy 0's largest logit at each position
         base = _shifted_cross_entropy(subject, hidden[0], target, shift, first)
         for ci in range(1, hidden.shape[0]):
-            out[ci - 1] = _shifted_cross_entropy(subject, hidden[ci], target, shift) - base
+            out[ci - 1] = (_shifted_cross_entropy(subject, hidden[ci], target, shift) - base).cpu().numpy()
             tick()
         return out
-    base = _cross_entropy(subject, first, target)
+    base = _position_cross_entropy(subject, first, target).double()  # [i - 1]
     for ci in range(1, hidden.shape[0]):
         logits = (delta_logits(hidden[ci, :-1] - hidden[0, :-1], first, out_low) if out_low is not None
                   else _clean_logits(subject, hidden[ci]))
-        out[ci - 1] = _cross_entropy(subject, logits, target) - base
+        out[ci - 1] = (_position_cross_entropy(subject, logits, target).double() - base).cpu().numpy()
         tick()
     return out
 
 
 def _shifted_cross_entropy(subject: Subject, hidden: "torch.Tensor", target: "torch.Tensor",
-                           shift: "torch.Tensor", logits: "torch.Tensor | None" = None) -> float:
-    """One copy's mean next-token cross-entropy from its hidden state [i, e] (``logits`` [i - 1, v]: its
+                           shift: "torch.Tensor", logits: "torch.Tensor | None" = None) -> "torch.Tensor":
+    """One copy's next-token cross-entropy at each position [i - 1] (float64) from its hidden state [i, e] (``logits`` [i - 1, v]: its
     logits when already at hand; they are overwritten): log sum_v e^(z_v - shift) + shift - z_target per
     position, ``shift`` [i - 1] being the clean copy's largest logit there. The same number as
     :func:`_cross_entropy` to float32 rounding, in one pass over the logits (exp in place, then the sum)
@@ -362,9 +386,9 @@ def _shifted_cross_entropy(subject: Subject, hidden: "torch.Tensor", target: "to
     z_target = z.gather(1, target[:, None])[:, 0]  # [i - 1]
     total = z.sub_(shift[:, None]).exp_().sum(-1)  # [i - 1] sum_v e^(z_v - shift)
     if not bool((torch.isfinite(total) & (total > 1e-30)).all()):
-        return _cross_entropy(subject, _clean_logits(subject, hidden), target)
-    # the two large terms subtracted first (as log-softmax does), the rest in float64: no float32 mean of ~3-nat terms
-    return float(((shift - z_target).double() + total.log_().double()).mean())
+        return _position_cross_entropy(subject, _clean_logits(subject, hidden), target).double()
+    # the two large terms subtracted first (as log-softmax does), the rest in float64: no float32 sum of ~3-nat terms
+    return (shift - z_target).double() + total.log_().double()
 
 
 def _forward(subject: Subject, idx: "torch.Tensor") -> "torch.Tensor | None":
@@ -476,9 +500,11 @@ def _clean_loss(subject: Subject, hidden: "torch.Tensor | None", idx: "torch.Ten
 
 def layer_pass(subject: Subject, layer: int, heads: Sequence[int], kinds: Sequence[str],
                windows: dict[str, "torch.Tensor"], clean: _Clean, ctl: Any,
-               low: LowWeights | None = None, tick: Callable[[float], None] = report) -> "pd.DataFrame":
+               low: LowWeights | None = None, tick: Callable[[float], None] = report,
+               with_tokens: bool = False) -> "pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]":
     """Per-window deltas of every (kind, head) of ``layer``: long table of window, head, intervention,
-    measure, clean, value, delta.
+    measure, clean, value, delta. With ``with_tokens``, (that table, the per-position changes in loss of the
+    text windows: :func:`_token_frame`, whose mean per (head, intervention, window) is that row's loss delta).
 
     Each forward's batch holds a clean copy first (:data:`.attention.CLEAN`): a copy's loss delta is its
     loss minus that copy's, so an intervention that changes nothing has a delta of exactly 0. With
@@ -490,10 +516,10 @@ def layer_pass(subject: Subject, layer: int, heads: Sequence[int], kinds: Sequen
     from attnscope.heap import reused_heap
 
     with reused_heap():  # the copies' big activations reuse freed heap blocks (no fresh zeroed pages)
-        rows = _layer_rows(subject, layer, heads, kinds, windows, clean, ctl, low, tick)  # a no-op inside intervene()'s
+        rows, terms = _layer_rows(subject, layer, heads, kinds, windows, clean, ctl, low, tick)  # a no-op inside intervene()'s
     df = pd.DataFrame(rows)
     df.insert(0, "layer", layer)
-    return df
+    return (df, _token_frame(layer, terms)) if with_tokens else df
 
 
 class _Steps:
@@ -514,10 +540,14 @@ LOSS_UNITS = 6.0
 
 def _layer_rows(subject: Subject, layer: int, heads: Sequence[int], kinds: Sequence[str],
                 windows: dict[str, "torch.Tensor"], clean: _Clean, ctl: Any,
-                low: LowWeights | None, tick: Callable[[float], None] = report) -> list[dict[str, Any]]:
+                low: LowWeights | None, tick: Callable[[float], None] = report
+                ) -> tuple[list[dict[str, Any]], list[tuple[int, str, int, np.ndarray]]]:
+    """(per-window rows, per-position loss changes as (window, intervention, head, [i - 1] float64) of each
+    text window; none without an output matrix)."""
     layers = layer_list(subject.model)
     suffix = [m for block in list(layers)[layer:] for m in block.modules()] if low is not None else []
     rows: list[dict[str, Any]] = []
+    terms: list[tuple[int, str, int, np.ndarray]] = []
     n = len(layers)
 
     def forwards(probe: str) -> int:  # forwards of one window
@@ -551,8 +581,15 @@ def _layer_rows(subject: Subject, layer: int, heads: Sequence[int], kinds: Seque
                     steps.step()  # the intervened layer, where the forward stopped
                 if text:
                     p0 = clean.distributions[w] if clean.distributions is not None else None
-                    changes = _loss_changes(subject, hidden, tok, low, p0,
-                                            lambda: steps.step(LOSS_UNITS / (len(chunk) - 1)))
+                    def on_copy(share: float = LOSS_UNITS / (len(chunk) - 1)) -> None:  # after each copy's loss
+                        steps.step(share)
+
+                    if subject.out_weight is None:  # an encoder: no loss
+                        changes = _loss_changes(subject, hidden, tok, low, p0, on_copy)
+                    else:  # a copy's change in loss is the mean of its per-position changes
+                        per = _loss_terms(subject, hidden, tok, low, p0, on_copy)  # [c - 1, i - 1]
+                        changes = per.mean(1)
+                        terms += [(w, k, h, row) for (k, h), row in zip(chunk[1:], per)]
                     base = clean.loss[w]
                     rows += [dict(window=w, head=h, intervention=k, measure="loss", clean=base,
                                   value=base + v, delta=v) for (k, h), v in zip(chunk[1:], changes)]
@@ -560,7 +597,26 @@ def _layer_rows(subject: Subject, layer: int, heads: Sequence[int], kinds: Seque
                     ref = clean.behaviour[probe][w][layer][name]
                     rows += [dict(window=w, head=h, intervention=k, measure=f"{name}_{probe}", clean=float(ref[h]),
                                   value=float(v), delta=float(v) - float(ref[h])) for (k, h), v in zip(scored, vals)]
-    return rows
+    return rows, terms
+
+
+def _token_frame(layer: int, terms: list[tuple[int, str, int, np.ndarray]]) -> "pd.DataFrame":
+    """Per-position loss changes -> long table layer, head, intervention, window, position, delta_loss
+    (float32; position j: the prediction of the window's token j from those before it, j >= 1)."""
+    import pandas as pd
+
+    if not terms:
+        return pd.DataFrame({"layer": pd.Series(dtype="int64"), "head": pd.Series(dtype="int64"),
+                             "intervention": pd.Series(dtype=object), "window": pd.Series(dtype="int64"),
+                             "position": pd.Series(dtype="int64"), "delta_loss": pd.Series(dtype="float32")})
+    sizes = [len(t[3]) for t in terms]
+    return pd.DataFrame({
+        "layer": np.full(sum(sizes), layer, dtype=np.int64),
+        "head": np.repeat([t[2] for t in terms], sizes).astype(np.int64),
+        "intervention": np.repeat(np.array([t[1] for t in terms], dtype=object), sizes),
+        "window": np.repeat([t[0] for t in terms], sizes).astype(np.int64),
+        "position": np.concatenate([np.arange(1, m + 1) for m in sizes]).astype(np.int64),
+        "delta_loss": np.concatenate([t[3] for t in terms]).astype(np.float32)})
 
 
 # --------------------------------------------------------------------------- the whole run
@@ -631,7 +687,8 @@ def intervene(
     Returns one row per (layer, head, intervention, measure): mean delta over windows, 95% t interval,
     p value, ``p_bh`` (Benjamini-Hochberg across the heads of one intervention and measure), ``sd`` of the
     per-window deltas and ``detectable_change`` (:func:`.summary.detectable_change`: the smallest true change
-    these windows detect with 80% power).
+    these windows detect with 80% power). ``.token_effects``: the change in loss at each text position of
+    every intervened head (:attr:`InterventionResult.token_effects`; None for an encoder).
     """
     import pandas as pd
     import torch
@@ -713,15 +770,21 @@ def intervene(
 
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="attnscope-interventions-"))
             keep = ResultsStore(tmp, settings=settings, columns=["layer", "head", "intervention", "measure"])
+        # the per-position changes in loss beside each layer's rows, in the same directory (written first:
+        # a layer stored as done has them, unless an older attnscope stored it)
+        keep_tokens = None if keep is None else ResultsStore(keep.root, settings=settings, columns=TOKEN_COLUMNS)
         here: dict[int, pd.DataFrame] = {}
+        here_tokens: dict[int, pd.DataFrame] = {}
 
         def work(layer: int) -> None:
             assert clean is not None  # a pending layer had its clean pass
-            df = summarise(layer_pass(subject, layer, by_layer[layer], kinds, wins, clean, ctl, low))
-            if keep is not None:
+            df, tokens = layer_pass(subject, layer, by_layer[layer], kinds, wins, clean, ctl, low, with_tokens=True)
+            df = summarise(df)
+            if keep is not None and keep_tokens is not None:
+                keep_tokens.write(_token_key(layer, by_layer[layer]), tokens)
                 keep.write(_key(layer, by_layer[layer]), df)
             else:
-                here[layer] = df
+                here[layer], here_tokens[layer] = df, tokens
 
         with phase(f"interventions {mm.name}", enabled=progress, total=len(by_layer), unit="layers",
                    start=len(by_layer) - len(pending)) as bar:  # the stored layers count as done
@@ -741,6 +804,20 @@ def intervene(
                        cost=lambda l: len(by_layer[l]) * (n_layers - l + 6))  # its suffix; the loss ~6 layers
         frames = [here[l] if l in here else keep.read(_key(l, by_layer[l]))  # type: ignore[union-attr]
                   for l in sorted(by_layer)]
+        token_frames, unstored = [], []
+        for l in sorted(by_layer) if subject.out_weight is not None else ():
+            if l in here_tokens:
+                token_frames.append(here_tokens[l])
+            elif keep_tokens is not None and keep_tokens.is_done(_token_key(l, by_layer[l])):
+                token_frames.append(keep_tokens.read(_token_key(l, by_layer[l])))
+            else:
+                unstored.append(l)
+    if unstored:
+        import warnings
+
+        warnings.warn(f"interventions: the store {store} holds layer(s) {', '.join(map(str, unstored))} without their "
+                      "per-token changes in loss (stored by an older attnscope); the token effects lack those layers",
+                      UserWarning, stacklevel=2)
     table = add_bh(pd.concat(frames, ignore_index=True))
     table.insert(0, "model", subject.name)
     table.insert(1, "stack", "decoder" if mm.causal else "encoder")
@@ -753,11 +830,37 @@ def intervene(
             "detectable_change": DETECTABLE}
     if atlas_table is not None:
         table = join_atlas(table, atlas_table)
-    return InterventionResult(table=table, info=info)
+    effects = (_token_effects(subject, text, token_frames) if subject.out_weight is not None else None)
+    return InterventionResult(table=table, info=info, token_effects=effects)
+
+
+#: the columns of a layer's stored per-position changes in loss (:func:`_token_frame`)
+TOKEN_COLUMNS = ("layer", "head", "intervention", "window", "position", "delta_loss")
+
+
+def _token_effects(subject: Subject, text: "torch.Tensor", frames: list["pd.DataFrame"]) -> "pd.DataFrame":
+    """The layers' per-position changes in loss -> :attr:`InterventionResult.token_effects` (model first, the
+    token's text beside its position; text [w, i] the text windows' ids)."""
+    import pandas as pd
+
+    from attnscope.heads.tokens import token_texts
+
+    df = (pd.concat(frames, ignore_index=True) if frames else _token_frame(0, []))
+    texts = np.empty(tuple(text.shape), dtype=object)  # [w, i]
+    for w, row in enumerate(text.tolist()):
+        texts[w, :] = token_texts(subject.maps.tokenizer, row)
+    df.insert(0, "model", subject.name)
+    df.insert(len(df.columns) - 1, "token", texts[df["window"].to_numpy(), df["position"].to_numpy()]
+              if len(df) else np.array([], dtype=object))
+    return df
 
 
 def _key(layer: int, heads: Sequence[int]) -> str:
     return f"layer={layer};heads={','.join(map(str, heads))}"
+
+
+def _token_key(layer: int, heads: Sequence[int]) -> str:
+    return f"tokens;{_key(layer, heads)}"
 
 
 def _check_heads(heads: Sequence[tuple[int, int]] | None, n_layers: int, n_heads: int) -> list[tuple[int, int]]:
