@@ -355,7 +355,7 @@ def test_full_precision_loss_changes_are_each_copys_cross_entropy_minus_the_clea
 
     import torch
 
-    from attnscope.interventions.run import _loss_changes
+    from attnscope.interventions.run import _loss_terms
 
     g = torch.Generator().manual_seed(seed)
     e = 8
@@ -365,7 +365,7 @@ def test_full_precision_loss_changes_are_each_copys_cross_entropy_minus_the_clea
     hidden[-1] = h0[0]  # the last copy changes nothing
     idx = torch.randint(0, v, (1, i), generator=g)
     ticks = []
-    got = _loss_changes(subject, hidden, idx, tick=lambda: ticks.append(1))
+    got = _loss_terms(subject, hidden, idx, tick=lambda: ticks.append(1)).mean(1)
     logits = hidden.double()[:, :-1] @ subject.out_weight.double().T  # [c, i - 1, v]
     ce = [float(torch.nn.functional.cross_entropy(z, idx[0, 1:])) for z in logits]
     ref = np.array(ce[1:]) - ce[0]

@@ -320,16 +320,6 @@ def _clean_logits(subject: Subject, hidden: "torch.Tensor") -> "torch.Tensor":
     return hidden[:-1] @ subject.out_weight.T
 
 
-def _loss_changes(subject: Subject, hidden: "torch.Tensor | None", idx: "torch.Tensor",
-                  low: LowWeights | None = None, p0: "torch.Tensor | None" = None,
-                  tick: Callable[[], None] = lambda: None) -> np.ndarray:
-    """Each copy's mean next-token cross-entropy minus copy 0's: hidden [c, i, e], idx [1, i] -> [c - 1]
-    (NaN without an output matrix): the mean over positions of :func:`_loss_terms`."""
-    if hidden is not None and subject.out_weight is None:
-        return np.full(hidden.shape[0] - 1, np.nan)
-    return _loss_terms(subject, hidden, idx, low, p0, tick).mean(1)
-
-
 def _loss_terms(subject: Subject, hidden: "torch.Tensor | None", idx: "torch.Tensor",
                 low: LowWeights | None = None, p0: "torch.Tensor | None" = None,
                 tick: Callable[[], None] = lambda: None) -> np.ndarray:
@@ -585,7 +575,7 @@ def _layer_rows(subject: Subject, layer: int, heads: Sequence[int], kinds: Seque
                         steps.step(share)
 
                     if subject.out_weight is None:  # an encoder: no loss
-                        changes = _loss_changes(subject, hidden, tok, low, p0, on_copy)
+                        changes = np.full(len(chunk) - 1, np.nan)
                     else:  # a copy's change in loss is the mean of its per-position changes
                         per = _loss_terms(subject, hidden, tok, low, p0, on_copy)  # [c - 1, i - 1]
                         changes = per.mean(1)
