@@ -186,6 +186,8 @@ def measure(objective: str, args, shape: Shape, device: torch.device, peak: floa
         med = statistics.median(times[side])
         out[side] = {"params": n, "tok_s": tokens / med, "step_ms": 1000 * med,
                      "mfu": tokens / med * flops_per_token / (peak * 1e12)}
+    print(f"{objective}: ours {out['ours']['tok_s']:.0f} tokens/s, MFU {100 * out['ours']['mfu']:.1f}%; "
+          f"HF {out['hf']['tok_s']:.0f} tokens/s, MFU {100 * out['hf']['mfu']:.1f}%", flush=True)  # a cut run keeps it
     return out
 
 
@@ -226,6 +228,7 @@ def sparse_vs_dense(args, device: torch.device, shape: Shape) -> list[str]:
         base = base or tok_s
         mean_loss = float(torch.stack(losses).float().mean())
         rows.append(f"| {label} | {'yes' if compile_ else 'no'} | {tok_s:.0f} | {tok_s / base:.2f}x | {mean_loss:.4f} |")
+        print(rows[-1], flush=True)  # a run cut short keeps the rows it measured
         del model, opt
         if device.type == "cuda":
             torch.cuda.empty_cache()
