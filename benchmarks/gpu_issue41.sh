@@ -5,7 +5,7 @@
 #
 # 1. sparse attention: byte-sparse-8h through FlexAttention vs flash causal SDPA at L 4096, 16384, 65536,
 #    forward and backward separately, peak memory, the kernel options used; at L 16384 also the variants the
-#    option table was chosen from (default tiles, 64 x 64, 128 x 64, the table mask_mod; AUTOTUNE=1: autotune);
+#    option table was chosen from (default tiles, 64 x 64, 128 x 64, the arithmetic mask_mod; AUTOTUNE=1: autotune);
 # 2. sparse vs dense training at seq 8192 (clm, d 768, 8 heads, rotary), each as attnscope train runs it;
 # 3. trainer MFU, bert-base shape, mlm and clm, compiled (the CUDA default) and eager, beside Hugging Face;
 # 4. the geometry-logging share of training time at --score-every 100;
@@ -27,7 +27,7 @@ step() {  # step NAME LIMIT COMMAND...: run unless the run is past T_ALL; its ou
   local name=$1 limit=$2; shift 2
   if [ $SECONDS -ge $T_ALL ]; then echo "== $name: skipped (run at ${SECONDS}s, limit ${T_ALL}s)"; return; fi
   echo "== $name ($(date +%T), ${SECONDS}s)"
-  timeout "$limit" "$@" 2>&1 | grep -v -i -E "warn|^ *warnings\.warn|DEBUG" | tail -40
+  timeout "$limit" "$@" 2>&1 | grep -v -E "^ *warnings\.warn|Warning: |DEBUG" | tail -40
   echo "-- $name: exit ${PIPESTATUS[0]} after ${SECONDS}s"
 }
 {

@@ -2,15 +2,15 @@
 
 One attention layer, b=4, h=8, e=64, bf16, the ``byte-sparse-8h`` pattern, at each ``--length`` (default
 4096, 16384, 65536): ``sparse_attention(impl="flex")`` (the CUDA default: kernel options from
-:mod:`attnscope.sparse.tuning`, the arithmetic ``mask_mod``), ``impl="gather"`` (the CPU kernel run on the
+:mod:`attnscope.sparse.tuning`, the table ``mask_mod``), ``impl="gather"`` (the CPU kernel run on the
 GPU; up to ``--gather-max``), and ``F.scaled_dot_product_attention(is_causal=True)`` (flash, no pattern).
 Forward (autograd recording, as in training) and forward + backward are timed separately, backward =
 their difference; time = median of ``--repeats`` CUDA-event timings after warm-up (compilation excluded);
 peak memory = ``torch.cuda.max_memory_allocated`` above the inputs during one fwd+bwd, after a reset.
 Each row names the kernel options used and its ratios to flash (time: flash / ours, > 1 is faster;
 memory: ours / flash, <= 1 is less). ``--sweep L`` adds, at that length, the variants the table was
-chosen from: FlexAttention's default tiles, 64 x 64, 128 x 64 (8 warps, 2 stages) and the table ``mask_mod``
-instead of the arithmetic one; ``--sweep-autotune`` adds autotune (:func:`attnscope.sparse.tuning.autotune`).
+chosen from: FlexAttention's default tiles, 64 x 64, 128 x 64 (8 warps, 2 stages) and the arithmetic ``mask_mod``
+instead of the table one; ``--sweep-autotune`` adds autotune (:func:`attnscope.sparse.tuning.autotune`).
 
     python benchmarks/sparse_attention_gpu.py [--length 4096 --length 16384] [--sweep 16384] [--md FILE]
 
@@ -132,8 +132,8 @@ def variants_at(L: int, a, pat, cuda: bool) -> dict:
                                    ("128 x 64", {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2})):
                 out[f"flex, {label}"] = (lambda q, k, v, o=options: flex_sparse_attention(q, k, v, pat, True, scale, o),
                                          tuning.describe(options))
-            out["flex, table mask_mod"] = (lambda q, k, v: flex_sparse_attention(q, k, v, pat, True, scale, None,
-                                                                                 mask="table"), None)
+            out["flex, arithmetic mask_mod"] = (lambda q, k, v: flex_sparse_attention(q, k, v, pat, True, scale,
+                                                                                      None, mask="arith"), None)
 
             def tuned(q, k, v):
                 tuning.set_mode("autotune")

@@ -233,3 +233,24 @@ def test_full_block_count_is_exact_on_every_preset(spec, n_heads, causal):
                           "partial": int((any_kept & ~all_kept).sum())}
         s = layout_stats(pat, L, causal, block)
         assert (s["blocks_full"], s["blocks_partial"]) == (counts["full"], counts["partial"])
+
+
+def test_arrange_puts_each_slots_key_ahead_and_copies_its_index_once():
+    """arrange = [the keys each segment slot names | the sequence]; the slot index reaches the device once per
+    layout (a host copy in every call would make every attention call wait for the GPU)."""
+    from attnscope.sparse import layout as lay
+
+    pat = load_pattern("byte-sparse-8h", n_heads=8)
+    layout = key_layout(pat, 512, True)
+    assert layout.S > 0
+    x = torch.randn(2, 8, 512, 4)
+    lay._segment_index.cache_clear()
+    out = layout.arrange(x)
+    out2 = layout.arrange(x + 1)
+    assert lay._segment_index.cache_info().misses == 1 and lay._segment_index.cache_info().hits == 1
+    pos = layout.pos[:, : layout.S]
+    for h in range(8):
+        used = pos[h] >= 0
+        np.testing.assert_array_equal(out[:, h, : layout.S][:, used].numpy(), x[:, h, pos[h][used]].numpy())
+    torch.testing.assert_close(out[:, :, layout.S :], x)
+    torch.testing.assert_close(out2, out + 1)

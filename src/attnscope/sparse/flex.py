@@ -2,7 +2,7 @@
 
 The pattern runs over the packed key layout of :mod:`attnscope.sparse.layout`: keys and values are
 rearranged as ``[shared-key segment | sequence]`` (one gather and one concatenation, O(L e)), the mask is
-the layout's ``mask_mod`` (index arithmetic, never an L x L tensor) and the BlockMask holds exactly the
+the layout's ``mask_mod`` (per-head table lookups, never an L x L tensor) and the BlockMask holds exactly the
 blocks :func:`~attnscope.sparse.layout.block_occupancy` finds, so FlexAttention's cost follows the
 pattern's block density (``layout_stats``), not the 64-67% of blocks the sequence's own order touches.
 The kernel options (tile sizes, warps, stages) come from :mod:`.tuning` (:func:`options_for`).
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from attnscope.errors import ConfigError
 
 from . import tuning
-from .layout import BLOCK, block_mask, key_layout
+from .layout import BLOCK, DEFAULT_MASK, block_mask, key_layout
 from .patterns import Pattern
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -63,7 +63,7 @@ def _compiled_flex() -> Callable[..., Any]:
 
 def _run(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: Pattern, causal: bool,
          scale: float, compiled: bool, block: int = BLOCK, options: "Options | None" = None,
-         mask: str = "arith") -> "torch.Tensor":
+         mask: str = DEFAULT_MASK) -> "torch.Tensor":
     """One FlexAttention call over the layout with kernel ``options`` (None / {}: FlexAttention's own)."""
     L = q.shape[2]
     layout = key_layout(pattern, L, causal, block)
@@ -119,7 +119,7 @@ def _check(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: Pat
 
 def flex_sparse_attention(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: Pattern,
                           causal: bool, scale: float, kernel_options: "Options | None" = None,
-                          mask: str = "arith") -> "torch.Tensor":
+                          mask: str = DEFAULT_MASK) -> "torch.Tensor":
     """q,k,v [b,h,L,e] -> out [b,h,L,e] through FlexAttention over the packed key layout (compiled on CUDA);
     ``kernel_options`` None: chosen by :func:`options_for`; ``mask``: the ``mask_mod`` variant
     (:data:`~attnscope.sparse.layout.MASK_KINDS`, the same mask computed two ways)."""

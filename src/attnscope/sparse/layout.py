@@ -22,8 +22,8 @@ its keys in place (for stride 1 or 2 it does not). :func:`block_occupancy` compu
 kept entry (and the blocks with every entry kept) from interval arithmetic, without an L x L tensor;
 :func:`block_mask` hands exactly these blocks to FlexAttention, and :func:`layout_stats` reports them.
 The full set is exact (every block whose entries are all kept), so the ``mask_mod`` runs only on the
-partial blocks (:func:`block_counts`); :meth:`KeyLayout.mask_mod` computes it by index arithmetic from the
-heads' strides and few extra keys, with no table indexed by the key.
+partial blocks (:func:`block_counts`); :meth:`KeyLayout.mask_mod` looks it up in the layout's tables, or
+computes it by index arithmetic from the heads' strides and few extra keys (measured slower on an H200).
 """
 
 from __future__ import annotations
@@ -43,6 +43,10 @@ if TYPE_CHECKING:  # pragma: no cover
 BLOCK = 128
 #: The mask_mod variants of :meth:`KeyLayout.mask_mod` (same mask, different work per entry).
 MASK_KINDS = ("arith", "table")
+#: The variant used unless one is asked for: on an H200 (torch 2.11, bf16, b 4, h 8, e 64, byte-sparse-8h,
+#: L 16384, 64 x 64 tiles, 2026-11-28) the table lookups ran fwd 1.10 ms / fwd+bwd 3.60 ms and the arithmetic
+#: 1.71 / 4.27 ms (the 2026-11-27 probe agreed: 0.65 / 2.88 vs 1.04 / 3.12 ms).
+DEFAULT_MASK = "table"
 #: Extra shared keys (anchors, positions off the stride) per head up to which the mask stays arithmetic.
 MAX_ARITH_EXTRA = 16
 
@@ -77,17 +81,18 @@ class KeyLayout:
         if not self.S:
             return x
         b, h, _, e = x.shape
-        idx = torch.from_numpy(self.pos[:, : self.S].clip(min=0)).to(x.device)  # [h,s]
+        idx = _segment_index(self, str(x.device))  # [h,s], copied to the device once
         seg = x.gather(2, idx[None, :, :, None].expand(b, h, self.S, e))
         return torch.cat([seg, x], dim=2)
 
-    def mask_mod(self, device: "str | torch.device" = "cpu", kind: str = "arith") -> Callable[..., Any]:
+    def mask_mod(self, device: "str | torch.device" = "cpu", kind: str = DEFAULT_MASK) -> Callable[..., Any]:
         """FlexAttention's ``mask_mod(b, h, i, kv) -> bool`` over this layout (True = may attend).
 
-        ``kind="arith"`` (the default) works out a slot's key and a key's membership from the head's stride
-        and its few other shared keys (:data:`MAX_ARITH_EXTRA` at most; more: the table lookups), with no
-        per-key table; ``"table"`` looks both up in ``pos [h, S]`` and ``inplace [h, L]``. Both give the
-        same mask (tested); which is faster on a GPU is what benchmarks/sparse_attention_gpu.py measures."""
+        ``kind="table"`` (:data:`DEFAULT_MASK`) looks a slot's key and a key's membership up in ``pos [h, S]``
+        and ``inplace [h, L]``; ``"arith"`` works both out from the head's stride and its few other shared keys
+        (:data:`MAX_ARITH_EXTRA` at most; more: the table lookups), with no per-key table. Both give the
+        same mask (tested); the table ran faster on an H200 (:data:`DEFAULT_MASK`), and
+        benchmarks/sparse_attention_gpu.py --sweep times the other one beside it."""
         if kind not in MASK_KINDS:
             raise ValueError(f"mask kind must be one of {', '.join(MASK_KINDS)}, not {kind!r}")
         if kind == "table" or self.extra.shape[1] > MAX_ARITH_EXTRA:
@@ -260,6 +265,15 @@ def _window(hp: HeadPattern, L: int) -> int:
 
 
 @lru_cache(maxsize=64)
+def _segment_index(layout: KeyLayout, device: str) -> "torch.Tensor":
+    """The key position each segment slot holds, [h, S] int64 on ``device`` (unused slots: 0), made once per
+    layout and device: a host-to-device copy in every call would make each attention call wait for the GPU."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(layout.pos[:, : layout.S].clip(min=0))).to(device)
+
+
+@lru_cache(maxsize=64)
 def key_layout(pattern: Pattern, L: int, causal: bool, block: int = BLOCK) -> KeyLayout:
     """The (cached) :class:`KeyLayout` of ``pattern`` at length L, blocks of ``block`` positions."""
     h = pattern.n_heads
@@ -359,7 +373,8 @@ def layout_stats(pattern: Pattern, L: int, causal: bool, block: int = BLOCK) -> 
 
 
 @lru_cache(maxsize=32)
-def block_mask(pattern: Pattern, L: int, causal: bool, device: str, block: int = BLOCK, mask: str = "arith") -> Any:
+def block_mask(pattern: Pattern, L: int, causal: bool, device: str, block: int = BLOCK,
+               mask: str = DEFAULT_MASK) -> Any:
     """FlexAttention's BlockMask over the layout: exactly the blocks of :func:`block_occupancy` (every block
     whose entries are all kept marked full, so its ``mask_mod``, of ``kind=mask``, is never called)."""
     import torch
