@@ -1,7 +1,10 @@
 #!/bin/bash
-# Every GPU measurement of issue 41 in one go (~8-9 minutes on one H100 / H200), from the repository root:
+# Every GPU measurement of issue 41 (~12 minutes on one H200: more than one 10-minute device call), from the
+# repository root:
 #
 #     bash benchmarks/gpu_issue41.sh            # writes $OUT (default gpu-issue41/) : issue41.md, log.txt, tables
+#     ONLY=sparse,train,test bash benchmarks/gpu_issue41.sh    # about 6 minutes (H200, 2026-11-28)
+#     ONLY=mfu,geometry,eager bash benchmarks/gpu_issue41.sh   # about 6 minutes
 #
 # 1. sparse attention: byte-sparse-8h through FlexAttention vs flash causal SDPA at L 4096, 16384, 65536,
 #    forward and backward separately, peak memory, the kernel options used; at L 16384 also the variants the
@@ -10,7 +13,7 @@
 # 3. trainer MFU, bert-base shape, mlm and clm, compiled (the CUDA default) and eager, beside Hugging Face;
 # 4. the geometry-logging share of training time at --score-every 100;
 # 5. pytest -m gpu (training, sparse, geometry, interventions); last, if time is left, the eager trainer MFU.
-# Each step has its own time limit (T_* variables, seconds) and is skipped once the run passes T_ALL, so the
+# ONLY picks steps by key: sparse, train, mfu, geometry, test, eager (default all). Each step has its own time limit (T_* variables, seconds) and is skipped once the run passes T_ALL, so the
 # earlier tables always come back. Packages the machine lacks: put wheels in $WHEELS (installed to a temp dir).
 set -u
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -23,8 +26,10 @@ for w in ${WHEELS:-/nonexistent}/*.whl; do
 done
 export PYTHONPATH=$SITE:$PWD/src
 T_ALL=${T_ALL:-500}
-step() {  # step NAME LIMIT COMMAND...: run unless the run is past T_ALL; its output to the log
-  local name=$1 limit=$2; shift 2
+ONLY=",${ONLY:-sparse,train,test,mfu,geometry,eager},"
+step() {  # step KEY NAME LIMIT COMMAND...: run when KEY is in ONLY and the run is not past T_ALL; output to the log
+  local key=$1 name=$2 limit=$3; shift 3
+  case $ONLY in *",$key,"*) ;; *) return ;; esac
   if [ $SECONDS -ge $T_ALL ]; then echo "== $name: skipped (run at ${SECONDS}s, limit ${T_ALL}s)"; return; fi
   echo "== $name ($(date +%T), ${SECONDS}s)"
   timeout "$limit" "$@" 2>&1 | grep -v -E "^ *warnings\.warn|Warning: |DEBUG" | tail -40
@@ -34,18 +39,18 @@ step() {  # step NAME LIMIT COMMAND...: run unless the run is past T_ALL; its ou
 echo "== env"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -2
 $PY -c "import torch, attnscope; print('torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'attnscope', attnscope.__file__)"
-step "sparse attention" "${T_SPARSE:-160}" $PY benchmarks/sparse_attention_gpu.py --length 4096 --length 16384 \
+step sparse "sparse attention" "${T_SPARSE:-120}" $PY benchmarks/sparse_attention_gpu.py --length 4096 --length 16384 \
   --length 65536 --sweep 16384 ${AUTOTUNE:+--sweep-autotune} --gather-max 4096 --repeats 10 \
   --md "$OUTD/sparse_attention.md"
-step "sparse vs dense training" "${T_TRAIN_SPARSE:-120}" $PY benchmarks/training_gpu.py --only sparse --steps 10 \
-  --warmup 4 --md "$OUTD/training_sparse.md"
-step "trainer MFU (compiled)" "${T_MFU:-110}" $PY benchmarks/training_gpu.py --only mfu --steps 15 --warmup 5 \
+step train "sparse vs dense training" "${T_TRAIN_SPARSE:-150}" $PY benchmarks/training_gpu.py --only sparse --steps 6 \
+  --warmup 3 --md "$OUTD/training_sparse.md"
+step mfu "trainer MFU (compiled)" "${T_MFU:-160}" $PY benchmarks/training_gpu.py --only mfu --steps 8 --warmup 3 \
   --md "$OUTD/training_mfu.md"
-step "geometry logging" "${T_GEOMETRY:-70}" $PY benchmarks/training_gpu.py --only geometry --md "$OUTD/geometry.md"
-step "pytest -m gpu" "${T_TEST:-100}" $PY -m pytest -q -m gpu -p no:cacheprovider tests/training tests/sparse \
+step geometry "geometry logging" "${T_GEOMETRY:-130}" $PY benchmarks/training_gpu.py --only geometry --md "$OUTD/geometry.md"
+step test "pytest -m gpu" "${T_TEST:-100}" $PY -m pytest -q -m gpu -p no:cacheprovider tests/training tests/sparse \
   tests/geometry tests/interventions
-step "trainer MFU (eager)" "${T_MFU_EAGER:-50}" $PY benchmarks/training_gpu.py --only mfu --no-compile --steps 15 \
-  --warmup 5 --md "$OUTD/training_mfu_eager.md"
+step eager "trainer MFU (eager)" "${T_MFU_EAGER:-80}" $PY benchmarks/training_gpu.py --only mfu --no-compile --steps 8 \
+  --warmup 3 --md "$OUTD/training_mfu_eager.md"
 echo "== done at ${SECONDS}s"
 } 2>&1 | tee "$OUTD/log.txt"
 {
@@ -55,6 +60,6 @@ for f in sparse_attention training_sparse training_mfu training_mfu_eager geomet
   [ -f "$OUTD/$f.md" ] && { cat "$OUTD/$f.md"; echo; } || echo "($f: not measured in this run; see log.txt)"
 done
 echo "## pytest -m gpu"
-grep -E "passed|failed|error" "$OUTD/log.txt" | tail -1
+grep -E "passed|failed|error|skipped" "$OUTD/log.txt" | tail -1
 } > "$OUTD/issue41.md"
 echo "wrote $OUTD/issue41.md"
