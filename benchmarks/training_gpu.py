@@ -208,12 +208,19 @@ def sparse_vs_dense(args, device: torch.device, shape: Shape) -> list[str]:
             continue
         torch.manual_seed(0)
         try:
-            _, model, opt = ours("clm", shape, device, compile_, n_heads=8, pos="rotary", norm="pre",
-                                 max_seq_len=t, attn_pattern=pattern)
+            raw, model, opt = ours("clm", shape, device, compile_, n_heads=8, pos="rotary", norm="pre",
+                                   max_seq_len=t, attn_pattern=pattern)
         except Exception as exc:  # noqa: BLE001 - a compile failure is a result of this row
             rows.append(f"| {label} | {'yes' if compile_ else 'no'} | failed: {type(exc).__name__} | | |")
             continue
         gen = torch.Generator().manual_seed(1)
+        if compile_ and pattern:  # as the trainer does: one eager pass keeps the FlexAttention plans, so the
+            from attnscope.training.trainer import Batch  # compiled model traces without graph breaks
+
+            x, y = host_batch("clm", shape, args.sparse_batch, t, torch.Generator().manual_seed(2))
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                Batch.on(x, y, device).loss(raw).backward()
+            raw.zero_grad(set_to_none=True)
         times, losses = [], []
         for i in range(args.warmup + args.steps):
             x, y = host_batch("clm", shape, args.sparse_batch, t, gen)

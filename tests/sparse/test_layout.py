@@ -244,10 +244,10 @@ def test_arrange_puts_each_slots_key_ahead_and_copies_its_index_once():
     layout = key_layout(pat, 512, True)
     assert layout.S > 0
     x = torch.randn(2, 8, 512, 4)
-    lay._segment_index.cache_clear()
+    lay.segment_index.cache_clear()
     out = layout.arrange(x)
     out2 = layout.arrange(x + 1)
-    assert lay._segment_index.cache_info().misses == 1 and lay._segment_index.cache_info().hits == 1
+    assert lay.segment_index.cache_info().misses == 1 and lay.segment_index.cache_info().hits == 1
     pos = layout.pos[:, : layout.S]
     for h in range(8):
         used = pos[h] >= 0

@@ -80,6 +80,24 @@ def test_the_default_choice_decides_whether_torch_compile_runs(monkeypatch):
     assert isinstance(fast, _Wrapped) and calls == [model]
 
 
+@pytest.mark.parametrize("pattern, eager_first", [(None, 0), ("byte-sparse-8h", 1)])
+def test_a_sparse_model_runs_one_eager_pass_before_it_is_compiled(monkeypatch, pattern, eager_first):
+    """The eager pass keeps the attention's FlexAttention plans, so the compiled model traces without breaks."""
+    from dataclasses import replace
+
+    events = []
+    monkeypatch.setattr(torch, "compile", lambda m, *a, **k: events.append("compile") or _Wrapped(m))
+    cfg = TrainConfig(device="cpu", steps=1, batch_size=2, seq_len=16, n_layers=1, d_model=16, n_heads=8,
+                      d_ff=32, attn_pattern=pattern, compile=True)
+    model = trainer.Transformer(replace(cfg.model_config(), vocab_size=64))
+    model.register_forward_hook(lambda *a: events.append("forward"))
+    x, y = torch.randint(0, 64, (2, 16)), torch.full((2, 16), -100)
+    y[:, 3] = 5
+    trainer.compiled(model, cfg, trainer.Batch.on(x, y, torch.device("cpu")))
+    assert events == ["forward"] * eager_first + ["compile", "forward"]
+    assert all(p.grad is None for p in model.parameters())  # the passes leave no gradient behind
+
+
 def test_a_failing_default_compile_warns_once_and_trains_eagerly(monkeypatch):
     def broken(model, *a, **k):
         def run(*args, **kwargs):

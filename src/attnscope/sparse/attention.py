@@ -41,6 +41,8 @@ from .patterns import HeadPattern, Pattern, load_pattern
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+    from .flex import FlexPlan
+
 
 def _masked_softmax(scores: "torch.Tensor", mask: "torch.Tensor", has_empty_rows: bool) -> "torch.Tensor":
     """Softmax over the last axis with ``mask`` (True = keep); rows with no kept entry give zeros."""
@@ -330,6 +332,21 @@ def sparse_attention(
         out = torch.cat(outs, dim=1).index_select(1, inv)
         prob = torch.cat(probs, dim=1).index_select(1, inv) if return_probs else None
     return (out, prob) if return_probs else out
+
+
+def flex_plan(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: "Pattern | str | Any",
+              causal: bool = True, scale: float | None = None) -> "FlexPlan | None":
+    """The :class:`~attnscope.sparse.flex.FlexPlan` that ``impl="auto"`` runs these inputs with (kernel options
+    as chosen for them), or None where it gathers instead (no CUDA, FlexAttention missing or failed). A model
+    keeps it and calls :func:`~attnscope.sparse.flex.attend`, which torch.compile traces without a graph break."""
+    if not _wants_flex(q):
+        return None
+    from .flex import options_for, plan
+
+    pat = _cached_pattern(pattern, q.shape[1]) if isinstance(pattern, str) else load_pattern(pattern, n_heads=q.shape[1])
+    scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
+    options = options_for(q, k, v, pat, causal, scale)[0]
+    return plan(pat, q.shape[2], causal, q.device, scale, compiled=q.device.type == "cuda", options=options)
 
 
 def _wants_flex(q: "torch.Tensor") -> bool:

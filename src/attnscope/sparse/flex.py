@@ -5,7 +5,9 @@ rearranged as ``[shared-key segment | sequence]`` (one gather and one concatenat
 the layout's ``mask_mod`` (per-head table lookups, never an L x L tensor) and the BlockMask holds exactly the
 blocks :func:`~attnscope.sparse.layout.block_occupancy` finds, so FlexAttention's cost follows the
 pattern's block density (``layout_stats``), not the 64-67% of blocks the sequence's own order touches.
-The kernel options (tile sizes, warps, stages) come from :mod:`.tuning` (:func:`options_for`).
+The kernel options (tile sizes, warps, stages) come from :mod:`.tuning` (:func:`options_for`). All of
+that host-side set-up is one :class:`FlexPlan` (:func:`plan`); :func:`attend` runs a plan with tensor work
+alone, so a model that keeps its plan (``attnscope.training.model.Attention``) compiles without graph breaks.
 
 Einstein legend: b batch, h head, i/j query/key positions (L of them), e head dim.
 
@@ -18,13 +20,14 @@ backward: on CPU this path serves inference and tests only. Rows with no allowed
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable
 
 from attnscope.errors import ConfigError
 
 from . import tuning
-from .layout import BLOCK, DEFAULT_MASK, block_mask, key_layout
+from .layout import BLOCK, DEFAULT_MASK, arrange_keys, block_mask, key_layout, segment_index
 from .patterns import Pattern
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,24 +64,55 @@ def _compiled_flex() -> Callable[..., Any]:
     return torch.compile(flex_attention, dynamic=False)
 
 
+@dataclass(frozen=True, eq=False)
+class FlexPlan:
+    """What FlexAttention needs for one pattern at one length on one device, made once outside any compiled
+    region, so that :func:`attend` is tensor work alone and a compiled model traces it without a graph break."""
+
+    index: "torch.Tensor | None"  # [h, S] int64: the key each segment slot holds (None: no segment)
+    block_mask: Any  # FlexAttention's BlockMask over the layout
+    options: "Options"  # kernel options ({}: FlexAttention's own)
+    scale: float
+    compiled: bool  # eager calls go through the compiled kernel (CUDA); a traced model inlines it anyway
+
+
+def plan(pattern: Pattern, L: int, causal: bool, device: "str | torch.device", scale: float, compiled: bool,
+         options: "Options | None" = None, block: int = BLOCK, mask: str = DEFAULT_MASK) -> FlexPlan:
+    """The :class:`FlexPlan` of ``pattern`` at length L (layout, block mask and index cached per device)."""
+    layout = key_layout(pattern, L, causal, block)
+    index = segment_index(layout, str(device)) if layout.S else None
+    return FlexPlan(index, block_mask(pattern, L, causal, str(device), block, mask), dict(options or {}),
+                    float(scale), compiled)
+
+
+def attend(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", fp: FlexPlan) -> "torch.Tensor":
+    """q,k,v [b,h,L,e] -> out [b,h,L,e] over the plan's layout: tensor work only (traceable whole)."""
+    import torch
+
+    k2, v2 = arrange_keys(k, fp.index), arrange_keys(v, fp.index)
+    kw = {"kernel_options": dict(fp.options)} if fp.options else {}
+    if torch.compiler.is_compiling() or fp.compiled:
+        fn = flex_attention_op() if torch.compiler.is_compiling() else _compiled_flex()
+        return fn(q, k2, v2, block_mask=fp.block_mask, scale=fp.scale, **kw)
+    import warnings
+
+    with warnings.catch_warnings():  # eager CPU flex materialises scores: fine for inference and tests
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        return flex_attention_op()(q, k2, v2, block_mask=fp.block_mask, scale=fp.scale, **kw)
+
+
+def flex_attention_op() -> Callable[..., Any]:
+    """torch's ``flex_attention`` (imported on use: torch < 2.5 lacks it)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention
+
+
 def _run(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: Pattern, causal: bool,
          scale: float, compiled: bool, block: int = BLOCK, options: "Options | None" = None,
          mask: str = DEFAULT_MASK) -> "torch.Tensor":
     """One FlexAttention call over the layout with kernel ``options`` (None / {}: FlexAttention's own)."""
-    L = q.shape[2]
-    layout = key_layout(pattern, L, causal, block)
-    bm = block_mask(pattern, L, causal, str(q.device), block, mask)
-    k2, v2 = layout.arrange(k), layout.arrange(v)
-    kw = {"kernel_options": dict(options)} if options else {}
-    if compiled:
-        return _compiled_flex()(q, k2, v2, block_mask=bm, scale=scale, **kw)
-    import warnings
-
-    from torch.nn.attention.flex_attention import flex_attention
-
-    with warnings.catch_warnings():  # eager CPU flex materialises scores: fine for inference and tests
-        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-        return flex_attention(q, k2, v2, block_mask=bm, scale=scale, **kw)
+    return attend(q, k, v, plan(pattern, q.shape[2], causal, q.device, scale, compiled, options, block, mask))
 
 
 def _needs_grad(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor") -> bool:

@@ -76,14 +76,7 @@ class KeyLayout:
 
     def arrange(self, x: "torch.Tensor") -> "torch.Tensor":
         """Keys or values in this layout: x [b,h,L,e] -> [b,h,S+L,e] (segment gathered ahead of the sequence)."""
-        import torch
-
-        if not self.S:
-            return x
-        b, h, _, e = x.shape
-        idx = _segment_index(self, str(x.device))  # [h,s], copied to the device once
-        seg = x.gather(2, idx[None, :, :, None].expand(b, h, self.S, e))
-        return torch.cat([seg, x], dim=2)
+        return arrange_keys(x, segment_index(self, str(x.device)) if self.S else None)
 
     def mask_mod(self, device: "str | torch.device" = "cpu", kind: str = DEFAULT_MASK) -> Callable[..., Any]:
         """FlexAttention's ``mask_mod(b, h, i, kv) -> bool`` over this layout (True = may attend).
@@ -264,8 +257,19 @@ def _window(hp: HeadPattern, L: int) -> int:
     return L if hp.dense else (-1 if hp.window is None else int(hp.window))
 
 
+def arrange_keys(x: "torch.Tensor", index: "torch.Tensor | None") -> "torch.Tensor":
+    """x [b,h,L,e] -> [b,h,S+L,e]: the keys the segment slots name (``index`` [h, S]), then the sequence."""
+    import torch
+
+    if index is None:
+        return x
+    b, h, _, e = x.shape
+    seg = x.gather(2, index[None, :, :, None].expand(b, h, index.shape[1], e))  # [b,h,S,e]
+    return torch.cat([seg, x], dim=2)
+
+
 @lru_cache(maxsize=64)
-def _segment_index(layout: KeyLayout, device: str) -> "torch.Tensor":
+def segment_index(layout: KeyLayout, device: str) -> "torch.Tensor":
     """The key position each segment slot holds, [h, S] int64 on ``device`` (unused slots: 0), made once per
     layout and device: a host-to-device copy in every call would make each attention call wait for the GPU."""
     import torch

@@ -77,6 +77,8 @@ class Attention(nn.Module):
         self.n_heads, self.n_kv, self.d_head = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
         self.causal, self.dropout, self.tie_qk = cfg.causal, cfg.dropout, cfg.tie_qk
         self.pattern = cfg.attn_pattern
+        # FlexAttention plans by (length, device, with gradients), made on eager calls (see _sparse)
+        self._flex_plans: dict[tuple[int, torch.device, bool], Any] = {}
         kv_dim = cfg.n_kv_heads * cfg.d_head
         if not cfg.tie_qk:
             self.q_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
@@ -128,11 +130,23 @@ class Attention(nn.Module):
         return self.o_proj(y), probs
 
     def _sparse(self, q, k, v, need_probs):
-        from attnscope.sparse.attention import sparse_attention
+        """The pattern's attention (no dropout on its probabilities). Where FlexAttention runs it, the first eager
+        call per length keeps its plan, and later calls (traced ones too) run that plan's tensor work alone:
+        torch.compile then traces the whole model without a graph break."""
+        from attnscope.sparse.attention import flex_plan, sparse_attention
+        from attnscope.sparse.flex import attend
 
-        # note: the sparse kernel applies no dropout to its probabilities
+        key = (q.shape[2], q.device, torch.is_grad_enabled() and q.requires_grad)
+        if not need_probs and key in self._flex_plans:
+            return attend(q, k, v, self._flex_plans[key]), None
         out = sparse_attention(q, k, v, self.pattern, causal=self.causal, return_probs=need_probs)
-        return out if need_probs else (out, None)
+        if need_probs:
+            return out
+        if not torch.compiler.is_compiling():
+            fp = flex_plan(q, k, v, self.pattern, causal=self.causal)  # None where the pattern is gathered
+            if fp is not None:
+                self._flex_plans[key] = fp
+        return out, None
 
 
 class MLP(nn.Module):

@@ -187,8 +187,10 @@ def compiled(model: torch.nn.Module, cfg: TrainConfig, probe: Batch) -> torch.nn
         raise ConfigError(f"compile=True needs torch.compile, which torch {torch.__version__} lacks", params="compile")
     dev = torch.device(cfg.device)
     try:
-        fast = torch.compile(model)
         with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []), _autocast(cfg):
+            if cfg.attn_pattern is not None:  # one eager step first: the attention keeps its FlexAttention
+                probe.loss(model).backward()  # plan, so the compiled model traces without graph breaks
+            fast = torch.compile(model)
             probe.loss(fast).backward()
     except Exception as exc:  # dynamo / inductor raise many types (no C++ compiler, unsupported op, ...)
         first = (str(exc).strip().splitlines() or [""])[0][:200]

@@ -1,0 +1,57 @@
+"""A sparse-pattern model under torch.compile: the attention keeps its FlexAttention plan from the first eager
+call, later calls run the plan's tensor work alone (same output), and dynamo traces the whole model without a
+graph break. FlexAttention's path is CUDA-only in ``impl="auto"``; here it is forced on CPU (forward only)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnscope.sparse import attention as sparse_attention_module
+from attnscope.sparse.flex import available
+from attnscope.training.model import Transformer, preset_config
+
+pytestmark = pytest.mark.skipif(not available(), reason="this torch has no FlexAttention")
+
+
+def _model() -> Transformer:
+    torch.manual_seed(0)
+    cfg = preset_config("bert-base", vocab_size=64, n_layers=2, n_heads=8, d_model=64, d_ff=64, causal=True,
+                        norm="pre", pos="rotary", max_seq_len=256, attn_pattern="byte-sparse-8h")
+    return Transformer(cfg).eval()
+
+
+def _plans(model: Transformer) -> list[dict]:
+    return [m._flex_plans for m in model.modules() if hasattr(m, "_flex_plans")]
+
+
+@pytest.fixture
+def flex_on_cpu(monkeypatch):
+    monkeypatch.setattr(sparse_attention_module, "_wants_flex", lambda q: True)
+
+
+def test_the_first_eager_call_keeps_a_plan_and_the_plan_gives_the_same_output(flex_on_cpu):
+    model, x = _model(), torch.randint(0, 64, (2, 256))
+    with torch.no_grad():
+        first = model(x)
+        plans = _plans(model)
+        assert len(plans) == 2 and all(list(p) == [(256, torch.device("cpu"), False)] for p in plans)
+        again = model(x)  # through the plan
+    torch.testing.assert_close(again, first)
+
+
+def test_a_planned_model_traces_without_graph_breaks(flex_on_cpu):
+    model, x = _model(), torch.randint(0, 64, (1, 256))
+    with torch.no_grad():
+        cold = torch._dynamo.explain(model)(x)  # no plan yet: the pattern's host-side set-up breaks the graph
+        assert cold.graph_break_count > 0
+        model(x)  # eager: keeps the plans
+        warm = torch._dynamo.explain(model)(x)
+    assert warm.graph_break_count == 0 and warm.graph_count == 1, [r.reason[:120] for r in warm.break_reasons]
+
+
+def test_where_the_pattern_is_gathered_no_plan_is_kept():
+    model, x = _model(), torch.randint(0, 64, (1, 256))
+    with torch.no_grad():
+        model(x)
+    assert all(p == {} for p in _plans(model))
