@@ -2,7 +2,8 @@
 
 One attention layer, b=4, h=8, e=64, bf16, the ``byte-sparse-8h`` pattern, at each ``--length`` (default
 4096, 16384, 65536): ``sparse_attention(impl="flex")`` (the CUDA default: kernel options from
-:mod:`attnscope.sparse.tuning`, the table ``mask_mod``), ``impl="gather"`` (the CPU kernel run on the
+:mod:`attnscope.sparse.tuning`, the table ``mask_mod``), the same through a kept plan (:func:`attnscope.sparse.flex.attend`, as a model's
+attention runs it, without the per-call set-up), ``impl="gather"`` (the CPU kernel run on the
 GPU; up to ``--gather-max``), and ``F.scaled_dot_product_attention(is_causal=True)`` (flash, no pattern).
 Forward (autograd recording, as in training) and forward + backward are timed separately, backward =
 their difference; time = median of ``--repeats`` CUDA-event timings after warm-up (compilation excluded);
@@ -113,6 +114,7 @@ def check_exact(variants: dict, pat, L: int, b: int, e: int, device, dtype) -> l
 FLASH = "flash causal SDPA (no pattern)"
 FLEX = "attnscope flex (byte-sparse-8h)"
 GATHER = "attnscope gathered (byte-sparse-8h)"
+PLANNED = "attnscope flex, kept plan (as in a model)"
 
 
 def variants_at(L: int, a, pat, cuda: bool) -> dict:
@@ -126,6 +128,18 @@ def variants_at(L: int, a, pat, cuda: bool) -> dict:
     out = {}
     if cuda:  # FlexAttention has no backward on CPU
         out[FLEX] = (lambda q, k, v: sparse_attention(q, k, v, pat, causal=True, impl="flex"), None)
+        kept: dict = {}  # the plan, made on the first call: what a model's attention keeps and runs
+
+        def planned(q, k, v):
+            from attnscope.sparse.attention import flex_plan
+            from attnscope.sparse.flex import attend
+
+            key = (tuple(q.shape), q.dtype, q.requires_grad)
+            if key not in kept:
+                kept[key] = flex_plan(q, k, v, pat, causal=True)
+            return attend(q, k, v, kept[key])
+
+        out[PLANNED] = (planned, None)
         if L in (a.sweep or []):
             scale = 64 ** -0.5
             for label, options in (("default tiles", {}), ("64 x 64", {"BLOCK_M": 64, "BLOCK_N": 64}),
