@@ -184,6 +184,8 @@ def test_zoo_atlas_is_resumable_and_pooled(tiny_gguf, tmp_path, monkeypatch):
         ZooEntry(id="tiny-ct2", family="whisper", modality="text", type="decoder", params=None, groups=("t",),
                  source=str(ct2)),
     ]
+    import attnscope.zoo.survey  # noqa: F401 - imported first: it binds registry.select by name when imported,
+    # and importing it under the patch below would keep this test's models for every later test
     monkeypatch.setattr("attnscope.zoo.registry.select", lambda group, path=None: entries)
     opts = dict(windows=2, length=48, random_windows=2, random_length=12)
     lines: list[str] = []
