@@ -21,13 +21,12 @@ owns the pieces each page needs, so that a room writing a page brings only its o
 Sections built on it: :mod:`.head_view` (a head's attention on real text, token by token: the atlas page
 and :meth:`attnscope.atlas.AtlasResult.view` in notebooks) and :mod:`.token_effects` (a per-token
 quantity, e.g. the change in loss under an intervention, coloured on the text). The atlas page
-(:func:`attnscope.atlas.html.atlas_page`) and the model report (:func:`attnscope.report.render_html`)
-are framed by :func:`document`.
+(:func:`attnscope.atlas.html.atlas_page`), the emergence page (:func:`attnscope.emergence.html.emergence_page`)
+and the model report (:func:`attnscope.report.render_html`) are framed by :func:`document`.
 
-Moving a page onto this room (the emergence page, say): replace its ``<!DOCTYPE ...><head>...`` string by
-``document(title, body, css=PAGE_CSS)``, its ``json.dumps(...).replace("</", ...)`` by
-``json_script(data, "em-data")``, its ``<style>``/``<script>`` strings by :func:`style`/:func:`script`, and
-its ``html.escape`` by :func:`esc`.
+A new page: ``document(title, body, css=PAGE_CSS)`` around its sections; its data through
+``json_script(data, "xx-data")``; its ``<style>``/``<script>`` through :func:`style`/:func:`script` (a script
+drawing elements starts with :data:`DOM_JS`); every text from outside through :func:`esc`.
 """
 
 from __future__ import annotations
