@@ -13,9 +13,11 @@ Data: per (head, window) one base64 string of little-endian uint16 pairs ``[L, k
 query's top ``k`` keys (key 65535 = none) and their weights as round(weight x :data:`WEIGHT_SCALE`) (so
 shown to 4 decimals); ``k`` and whether the rows are exact travel beside them and are said on the page.
 
-* :func:`head_view_payload` -- the JSON-able data (all heads, or a few)
+* :func:`head_view_payload` -- the JSON-able data (all heads, or a few; each head's entry made when it is
+  read, so a page of all heads holds one head's encoded weights at a time)
 * :func:`head_view_fragment` -- a self-contained fragment (style, root element, data, script) for a page
-  or a notebook cell; :func:`head_view_script` the script alone
+  or a notebook cell; :func:`head_view_parts` the same in pieces (a page writes them to its file as they
+  come), :func:`head_view_script` the script alone
 * :class:`HeadView` -- one head of an atlas result, ``_repr_html_`` for Jupyter, ``.table`` the weights shown
 """
 
@@ -23,11 +25,11 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 
-from attnscope.pages import DOM_JS, esc, json_script, new_id, number, script, style
+from attnscope.pages import DOM_JS, Computed, esc, json_script_parts, new_id, number, script, style
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -165,22 +167,26 @@ def _encode(keys: np.ndarray, weights: np.ndarray) -> str:
 
 
 def head_view_payload(views: "TextViews", heads: Iterable[tuple[int, int]] | None = None, top: int = 8) -> dict[str, Any]:
-    """The data the head view draws: every head of ``views`` (or ``heads``), each query's kept keys."""
+    """The data the head view draws: every head of ``views`` (or ``heads``), each query's kept keys;
+    ``heads`` is a :class:`attnscope.pages.Computed` mapping ("layer,head" -> the head's entry, made when read)."""
     if views.length >= NO_KEY:
         raise ValueError(f"windows of {views.length} tokens do not fit the view's 16-bit positions")
     chosen = views.heads if heads is None else [(int(l), int(h)) for l, h in heads]
-    out: dict[str, Any] = {}
     for layer, head in chosen:
         views.check_head(layer, head)
+
+    def entry(key: str) -> dict[str, Any]:
+        layer, head = map(int, key.split(","))
         keys, weights = views.keys[layer][head], views.weights[layer][head]  # [W, L, k]
-        out[f"{layer},{head}"] = {
-            "w": [_encode(keys[w], weights[w]) for w in range(views.n_windows)],
-            "top": [[t, round(share, 5), n] for t, share, n in views.top_tokens(layer, head, top)],
-            "dist": number(round(views.mean_distance(layer, head), 3)),
-        }
+        return {"w": [_encode(keys[w], weights[w]) for w in range(views.n_windows)],
+                "top": [[t, round(share, 5), n] for t, share, n in views.top_tokens(layer, head, top)],
+                "dist": number(round(views.mean_distance(layer, head), 3))}
+
+    order = [f"{layer},{head}" for layer, head in chosen]
+    special = [[int(x) for x in row] for row in views.special] or [[0] * views.length] * views.n_windows
     return {"k": int(min(views.k, views.length)), "exact": bool(views.exact), "scale": WEIGHT_SCALE, "noKey": NO_KEY,
             "length": views.length, "heatMax": HEAT_MAX, "causal": views.causal, "tokens": views.labels,
-            "texts": views.texts, "special": [[int(x) for x in row] for row in views.special] or [[0] * views.length] * views.n_windows, "heads": out, "order": list(out),
+            "texts": views.texts, "special": special, "heads": Computed(order, entry), "order": order,
             "model": str(views.info.get("model", "")), "data": str(views.info.get("data", ""))}
 
 
@@ -190,12 +196,10 @@ def head_view_script() -> str:
     return script(DOM_JS + JS)
 
 
-def head_view_fragment(views: "TextViews", heads: Iterable[tuple[int, int]] | None = None,
-                       show: tuple[int, int] | None = None, element_id: str | None = None,
-                       hook: str | None = None) -> str:
-    """A self-contained HTML fragment: the head view of ``heads`` (default all), showing ``show`` at once.
-    ``element_id``: the root element's id (default a fresh one; the data's is ``<id>-data``). ``hook``: a
-    global function name the page's other scripts call as ``hook(layer, head)`` to show a head."""
+def head_view_parts(views: "TextViews", heads: Iterable[tuple[int, int]] | None = None,
+                    show: tuple[int, int] | None = None, element_id: str | None = None,
+                    hook: str | None = None) -> Iterator[str]:
+    """:func:`head_view_fragment` in pieces (the heads checked at once, their data made as the pieces are read)."""
     root = element_id or new_id("hv")
     data = head_view_payload(views, heads)
     call = f"const v = attnscopeHeadView(document.getElementById('{root}'), JSON.parse(document.getElementById('{root}-data').textContent));"
@@ -203,8 +207,22 @@ def head_view_fragment(views: "TextViews", heads: Iterable[tuple[int, int]] | No
         call += f" v.show({int(show[0])}, {int(show[1])});"
     if hook:
         call += f" window.{hook} = v.show; window.{hook}View = v;"
-    return "\n".join([style(CSS), f'<div class="hv" id="{esc(root)}"></div>', json_script(data, f"{root}-data"),
-                      head_view_script(), script(f"(function(){{{call}}})();")])
+
+    def pieces() -> Iterator[str]:
+        yield f'{style(CSS)}\n<div class="hv" id="{esc(root)}"></div>\n'
+        yield from json_script_parts(data, f"{root}-data")
+        yield f"\n{head_view_script()}\n{script(f'(function(){{{call}}})();')}"
+
+    return pieces()
+
+
+def head_view_fragment(views: "TextViews", heads: Iterable[tuple[int, int]] | None = None,
+                       show: tuple[int, int] | None = None, element_id: str | None = None,
+                       hook: str | None = None) -> str:
+    """A self-contained HTML fragment: the head view of ``heads`` (default all), showing ``show`` at once.
+    ``element_id``: the root element's id (default a fresh one; the data's is ``<id>-data``). ``hook``: a
+    global function name the page's other scripts call as ``hook(layer, head)`` to show a head."""
+    return "".join(head_view_parts(views, heads, show, element_id, hook))
 
 
 @dataclass

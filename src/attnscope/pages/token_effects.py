@@ -10,16 +10,17 @@ biggest increases and decreases listed with their position and token. Hovering a
 
 * :func:`token_effects_payload` -- the JSON-able data (values kept to :data:`DIGITS` significant digits, so a
   change of 1e-7 nats travels as itself, not as 0)
-* :func:`token_effects_fragment` -- a self-contained fragment (style, root, data, script) for a page or a notebook
+* :func:`token_effects_fragment` -- a self-contained fragment (style, root, data, script) for a page or a notebook;
+  :func:`token_effects_parts` the same in pieces
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from attnscope.pages import DOM_JS, esc, json_script, new_id, script, style
+from attnscope.pages import DOM_JS, esc, json_script_parts, new_id, script, style
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -140,11 +141,21 @@ def token_effects_payload(table: "pd.DataFrame", listed: int = LISTED) -> dict[s
     return {"heads": heads, "names": names, "order": list(heads)}
 
 
-def token_effects_fragment(table: "pd.DataFrame", element_id: str | None = None) -> str:
-    """A self-contained HTML fragment drawing ``table`` (see the module docstring) on the text."""
+def token_effects_parts(table: "pd.DataFrame", element_id: str | None = None) -> Iterator[str]:
+    """:func:`token_effects_fragment` in pieces (the table checked at once)."""
+    _check(table)
     root = element_id or new_id("te")
     call = (f"attnscopeTokenEffects(document.getElementById('{root}'), "
             f"JSON.parse(document.getElementById('{root}-data').textContent));")
-    return "\n".join([style(CSS), f'<div class="te" id="{esc(root)}"></div>',
-                      json_script(token_effects_payload(table), f"{root}-data"), script(DOM_JS + JS),
-                      script(f"(function(){{{call}}})();")])
+
+    def pieces() -> Iterator[str]:
+        yield f'{style(CSS)}\n<div class="te" id="{esc(root)}"></div>\n'
+        yield from json_script_parts(token_effects_payload(table), f"{root}-data")
+        yield f"\n{script(DOM_JS + JS)}\n{script(f'(function(){{{call}}})();')}"
+
+    return pieces()
+
+
+def token_effects_fragment(table: "pd.DataFrame", element_id: str | None = None) -> str:
+    """A self-contained HTML fragment drawing ``table`` (see the module docstring) on the text."""
+    return "".join(token_effects_parts(table, element_id))
