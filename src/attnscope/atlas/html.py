@@ -12,7 +12,8 @@ JavaScript draw an SVG scatter (choose x = s or d, y = any behaviour column); ho
 its model, layer, head and every metric; clicking a point selects the head and draws its example
 attention map (the probe's whole first window, each cell the largest weight of a block of query x key
 positions so that at most :data:`~attnscope.heads.probes.MAP_SIDE` cells make a side; kept by
-:func:`attnscope.atlas.atlas` and embedded as integers in thousandths). No network, no external
+:func:`attnscope.atlas.atlas` and embedded as integers in thousandths, each head's map its own JSON element
+``atlas-map-<layer>-<head>``, parsed when the head is clicked). No network, no external
 script, font or style at view time. With the atlas's text windows (:attr:`attnscope.atlas.AtlasResult.views`)
 a click also opens the head's attention on real text, token by token (the "text" tab,
 :mod:`attnscope.pages.head_view`); the probe map above is the "pattern" tab. The page frame, escaping and
@@ -89,7 +90,8 @@ function draw(){
   const rho = D.corr[x + '|' + y]; document.getElementById('atlas-rho').textContent = rho || '';
 }
 function showMap(i){
-  const r = D.rows[i], e = D.maps[r.layer + ',' + r.head], title = document.getElementById('atlas-map-title');
+  const r = D.rows[i], title = document.getElementById('atlas-map-title');
+  const kept = document.getElementById('atlas-map-' + r.layer + '-' + r.head), e = kept ? JSON.parse(kept.textContent) : null;
   const box = document.getElementById('atlas-map'); while (box.firstChild) box.removeChild(box.firstChild);
   const who = (D.hue === 'model' ? r.model + ', ' : '') + 'layer ' + r.layer + ', head ' + r.head;
   if (!e) {title.textContent = who + ': no attention map kept'; return;}
@@ -158,8 +160,9 @@ def _map_payload(maps: "Mapping[tuple[int, int], Any] | None", info: "Mapping[st
     return Computed(checked, entry)
 
 
-def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str, maps: Any = None,
+def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str,
              info: "Mapping[str, Any] | None" = None) -> dict[str, Any]:
+    """The scatter's data (the maps travel apart: :func:`_map_payload`, an element per head)."""
     from attnscope.pages import number
 
     from .build import GEOMETRY_COLUMNS, behaviour_columns
@@ -179,7 +182,7 @@ def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str, maps
     info = info or {}
     data = {"rows": rows, "columns": cols, "hue": hue, "models": list(dict.fromkeys(table["model"])),
             "maxLayer": int(table["layer"].max()) if len(table) else 0, "corr": corr,
-            "maps": _map_payload(maps, info), "mapScale": MAP_SCALE, "mapProbe": str(info.get("map_probe", ""))}
+            "mapScale": MAP_SCALE, "mapProbe": str(info.get("map_probe", ""))}
     return data
 
 
@@ -300,7 +303,8 @@ def atlas_section_parts(table: "pd.DataFrame", correlations: "pd.DataFrame", inf
                  "of positions (so a one-token stripe keeps its strength), values rounded to 0.001.")
     pattern = ('<p class="note" id="atlas-map-title"></p><svg id="atlas-map" width="360" height="360" '
                'viewBox="0 0 360 360"></svg>')
-    data = _payload(table, correlations, hue, maps, info)  # the maps checked here, drawn as they are written
+    data = _payload(table, correlations, hue, info)
+    map_data = _map_payload(maps, info)  # checked here, each made as it is written
     text_view = None
     if views is not None:
         from attnscope.pages.head_view import head_view_parts
@@ -323,6 +327,9 @@ def atlas_section_parts(table: "pd.DataFrame", correlations: "pd.DataFrame", inf
         yield "\n".join(["<h3>Spearman rho across heads</h3>",
                          f'<p class="note">{esc(_judged_by(correlations), quote=False)}</p>', _corr_table(correlations), ""])
         yield from json_script_parts(data, "atlas-data")
+        for key in map_data:  # a map per element, parsed when its head is clicked (not while the page loads)
+            yield "\n"
+            yield from json_script_parts(map_data[key], f"atlas-map-{key.replace(',', '-')}")
         yield "\n" + script(_JS)
 
     return pieces()

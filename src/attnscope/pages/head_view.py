@@ -12,6 +12,8 @@ What it shows (one head at a time, over the windows of a :class:`attnscope.heads
 Data: per (head, window) one base64 string of little-endian uint16 pairs ``[L, k, (key, weight)]``: each
 query's top ``k`` keys (key 65535 = none) and their weights as round(weight x :data:`WEIGHT_SCALE`) (so
 shown to 4 decimals); ``k`` and whether the rows are exact travel beside them and are said on the page.
+In the page each head's entry is its own JSON element (``<root>-h-<layer>-<head>``), read when the head is
+first shown: loading the page parses the windows' tokens, never the megabytes of every head's weights.
 
 * :func:`head_view_payload` -- the JSON-able data (all heads, or a few; each head's entry made when it is
   read, so a page of all heads holds one head's encoded weights at a time)
@@ -60,9 +62,13 @@ const L = D.length, K = D.k;
 const h = attnscopeDom.h, s = attnscopeDom.s;
 function f4(v){return v.toFixed(4);}
 const st = {key: null, w: 0, q: -1, pin: -1, start: 0, span: Math.min(32, L, D.heatMax)};
-const cache = {};
+const cache = {}, entries = {}, kept = new Set(D.order);
+function entry(key){  // a head's data: its own JSON element, parsed when the head is first shown
+  if (!(key in entries)) {const e = kept.has(key) && document.getElementById(root.id + '-h-' + key.replace(',', '-'));
+    entries[key] = e ? JSON.parse(e.textContent) : null;}
+  return entries[key];}
 function pairs(key, w){const id = key + '/' + w; if (cache[id]) return cache[id];
-  const b = atob(D.heads[key].w[w]), u = new Uint8Array(b.length); for (let i = 0; i < b.length; i++) u[i] = b.charCodeAt(i);
+  const b = atob(entry(key).w[w]), u = new Uint8Array(b.length); for (let i = 0; i < b.length; i++) u[i] = b.charCodeAt(i);
   return (cache[id] = new Uint16Array(u.buffer));}
 function row(q){  // [[key, weight], ...] most first, and the weight not kept
   const u = pairs(st.key, st.w), out = []; let sum = 0;
@@ -136,7 +142,7 @@ function heat(){
     svg.appendChild(s('text', {x: x, y: m - 3, 'text-anchor': 'start', 'font-size': fs, transform: 'rotate(-90 ' + x + ' ' + (m - 3) + ')'}, cut(lab[t])));}
   svg.appendChild(s('text', {x: 4, y: 12, 'font-size': 11}, 'query (rows) x key (columns); darkest = ' + f4(top)));}
 function side(){
-  sideBox.textContent = ''; if (st.key === null) return; const e = D.heads[st.key];
+  sideBox.textContent = ''; if (st.key === null) return; const e = entry(st.key);
   sideBox.appendChild(h('b', {}, 'Most attended tokens'));
   sideBox.appendChild(h('div', {class: 'note'}, 'share of all its attention over the ' + D.texts.length + ' windows'));
   const ol = sideBox.appendChild(h('ol', {class: 'hv-top'}));
@@ -144,7 +150,7 @@ function side(){
   sideBox.appendChild(h('p', {class: 'hv-dist'}, 'mean attention distance: ' + e.dist.toFixed(1) + ' tokens'));}
 function show(layer, head){
   const key = layer + ',' + head;
-  if (!D.heads[key]) {st.key = null; title.textContent = 'layer ' + layer + ', head ' + head + ': no text view kept'; text(); heat(); side(); return;}
+  if (!entry(key)) {st.key = null; title.textContent = 'layer ' + layer + ', head ' + head + ': no text view kept'; text(); heat(); side(); return;}
   st.key = key; if (pick) pick.value = key;
   title.textContent = (D.model ? D.model + ', ' : '') + 'layer ' + layer + ', head ' + head + ': attention on ' +
     D.texts.length + ' held-out text window' + (D.texts.length > 1 ? 's' : '') + (D.data ? ' of ' + D.data : '') + ' (' + L + ' tokens each)';
@@ -210,7 +216,10 @@ def head_view_parts(views: "TextViews", heads: Iterable[tuple[int, int]] | None 
 
     def pieces() -> Iterator[str]:
         yield f'{style(CSS)}\n<div class="hv" id="{esc(root)}"></div>\n'
-        yield from json_script_parts(data, f"{root}-data")
+        yield from json_script_parts({k: v for k, v in data.items() if k != "heads"}, f"{root}-data")
+        for key in data["order"]:  # each head's entry its own element, parsed when the head is first shown
+            yield "\n"
+            yield from json_script_parts(data["heads"][key], f"{root}-h-{key.replace(',', '-')}")
         yield f"\n{head_view_script()}\n{script(f'(function(){{{call}}})();')}"
 
     return pieces()
