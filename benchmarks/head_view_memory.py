@@ -73,7 +73,7 @@ def main() -> None:
     for m in a.models:
         src = _source(m)
         runs = interleave(__file__, CONFIGS, src, a.repeats, m)
-        name = os.path.basename(src.rstrip("/"))
+        name = m if m in DEMO else os.path.basename(src.rstrip("/"))
         lines += [row(name, c, runs[c]) for c in CONFIGS]
         grow = (statistics.median(r["peak_mb"] for r in runs["views"])
                 - statistics.median(r["peak_mb"] for r in runs["no-views"]))
