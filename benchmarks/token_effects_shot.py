@@ -1,9 +1,10 @@
 """The docs screenshot of the atlas page's per-token view, and the numbers its caption quotes.
 
-Reads an `attnscope atlas ... --interventions` folder (atlas.html, token_effects.parquet, interventions.parquet),
-picks the head whose loss rises most under ``--intervention`` (the table's mean change over windows) and the
-window holding its largest per-token rise, shows them in headless Chromium (the page's own selectors, as a
-reader would pick them; the rest of the page hidden) and saves the screenshot. Prints the head's mean change
+Reads an `attnscope atlas ... --interventions` folder (token_effects.parquet, interventions.parquet), picks the
+head whose loss rises most under ``--intervention`` (the table's mean change over windows) and the window
+holding its largest per-token rise, draws atlas.html's per-token section of that table
+(:func:`attnscope.atlas.html.token_effects_section`, by the code as it is now), shows them in headless Chromium
+(the section's own selectors, as a reader would pick them) and saves the screenshot. Prints the head's mean change
 with its interval, the largest rises with their tokens, and how much of the window's total rise they carry.
 
     python benchmarks/token_effects_shot.py OUT [--intervention sym] [--shot docs/atlas_figures/token_effects_sym.png]
@@ -27,6 +28,8 @@ def main() -> None:
     ap.add_argument("--intervention", default="sym")
     ap.add_argument("--shot", default=None, help="Write the screenshot here (PNG).")
     a = ap.parse_args()
+    from attnscope.atlas.html import token_effects_section
+    from attnscope.pages import document
     from attnscope.tables import read_table
 
     out = Path(a.out)
@@ -60,7 +63,8 @@ only('#atlas-te');
 out({{title, first}});
 """
     with tempfile.TemporaryDirectory() as tmp:
-        got, _ = drive((out / "atlas.html").read_text(encoding="utf-8"), driver, Path(tmp),
+        page = document(str(top["model"]), token_effects_section(te))
+        got, _ = drive(page, driver, Path(tmp),
                        screenshot=Path(a.shot) if a.shot else None, size=(1150, 640), name="te")
     print(got)
 

@@ -61,6 +61,7 @@ def test_listed_changes_show_significant_digits_in_chromium(tmp_path):
     t = _table()
     t.loc[t["layer"] == 2, "delta_loss"] *= 1e-6  # head L2H3: changes of ~1e-7 nats, its largest 2.5e-6
     t.loc[(t["layer"] == 0) & (t["position"] == 2), "delta_loss"] = 0.0123456
+    t.loc[(t["layer"] == 0) & (t["position"] == 5) & (t["window"] == 0), "delta_loss"] = 1.4647608  # 1.465 if rounded twice
     page = document("effects", token_effects_fragment(t, element_id="te"))
     driver = r"""
     const lists = () => [...document.querySelectorAll('#te .te-list')].map(l => [...l.children].map(c => c.textContent));
@@ -80,6 +81,7 @@ def test_listed_changes_show_significant_digits_in_chromium(tmp_path):
     assert got["small"]["tip"] == "position 2: +0.0123 nats"  # above 1e-3: 3 significant digits, no exponent
     three = re.compile(r"[+-](\d\.\d\d|0\.0*[1-9]\d\d) nats: ")  # 0.130, 0.0123, 2.50: 3 significant digits
     assert all(three.match(x) for x in got["small"]["lists"][0] + got["small"]["lists"][1]), got["small"]
+    assert got["small"]["lists"][0][0].startswith("+1.46 nats: ")  # the value's own third digit, not 1.465's
 
 
 def test_bad_tables_are_refused_naming_the_table():
