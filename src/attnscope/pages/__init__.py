@@ -14,18 +14,19 @@ owns the pieces each page needs, so that a room writing a page brings only its o
 * :func:`document`     -- the whole page: doctype, charset, title, :data:`BASE_CSS` plus a page's own CSS,
   an escaped heading and an optional subtitle line around a body of sections; :func:`document_parts` the
   same around a body given in pieces, itself in pieces
-
-Pieces: a page of many megabytes (the atlas's head views) is never one string. Its builders yield pieces
-(``*_parts``; the data of a ``json_script_parts`` is made when the pieces are first asked for, and each
-JSON piece when it is reached), :func:`attnscope.outputs.write_result_set` writes an iterable of pieces
-to the file as they come (hashing as it goes), and the string forms (``document``, ``json_script``, the
-fragments for a notebook) are the pieces joined once.
 * :func:`number`       -- a float made JSON-safe (NaN and infinities become null, numpy scalars Python's)
 * :class:`Computed`   -- a mapping whose values are made when read (:func:`json_parts` writes each and lets it go)
 * :func:`new_id`       -- a unique element id prefix, so that several fragments (a notebook's cells)
   can live in one document
 * :data:`DOM_JS`       -- the page scripts' shared helpers: ``attnscopeDom.h(tag, attrs, text)`` (an HTML
   element) and ``attnscopeDom.s(...)`` (an SVG one), text always set as ``textContent`` (never parsed)
+
+Pieces: a page of many megabytes (the atlas's head views) is never one string. Its builders yield pieces
+(``*_parts``; the data of a ``json_script_parts`` is made when the pieces are first asked for, and each
+JSON piece when it is reached), :func:`attnscope.outputs.write_result_set` writes an iterable of pieces
+to the file as they come (hashing as it goes), and the string forms (``document``, ``json_script``, the
+fragments for a notebook) are the pieces joined once. A head's data is in a :class:`Computed` mapping: made
+when its piece is written, gone after.
 
 Sections built on it: :mod:`.head_view` (a head's attention on real text, token by token: the atlas page
 and :meth:`attnscope.atlas.AtlasResult.view` in notebooks) and :mod:`.token_effects` (a per-token
