@@ -13,7 +13,8 @@ already taken by such a file (a folder without a manifest, a file edited since, 
 is refused in one line naming it, before anything is rendered (:func:`check_result_names` lets a command
 refuse before its work starts), and a file of the previous result that changed since is left in place.
 
-1. every file is rendered (a callable is called) and written into a fresh hidden staging folder
+1. every file is rendered (a callable is called; one that gives an iterable of pieces has them written as they
+   come, under a temporary name until its hash is recorded) and written into a fresh hidden staging folder
    ``OUT/.attnscope-staging-<kind>-<pid>-<random>/`` (the same filesystem as ``OUT``), locked by this
    process while it lives; its record ``.attnscope-staging.json`` lists every staged file with its hash;
    nothing in ``OUT`` changes yet, so a failure or a kill here leaves the previous result whole;
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -56,7 +58,7 @@ from pathlib import Path
 from typing import Any, Union
 
 from .errors import FormatError, InputError, StorageError, warn
-from .tables import _umask, atomic_write_bytes, fsync_dir, make_out_dir, storage_error
+from .tables import TEMP_PREFIX, _umask, atomic_write_bytes, fsync_dir, make_out_dir, storage_error
 
 __all__ = ["MANIFEST", "STAGING_PREFIX", "Content", "check_member", "check_result_names", "check_result_set",
            "clean_stale", "write_result_set"]
@@ -76,8 +78,12 @@ _STAGING_FORMAT = "attnscope-staging/1"
 _TEMPORARY = re.compile(r"^\.attnscope-tmp\..+\.[a-z0-9_]{8}\.tmp$|^\.attnscope-probe-[a-z0-9_]{8}$")
 _KIND = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 
-#: a file's content: its bytes, text (UTF-8), or a function rendering either (called before anything moves)
-Content = Union[bytes, str, Callable[[], Union[bytes, str]]]
+#: a file's content: its bytes, text (UTF-8), or a function rendering either, or rendering an iterable of
+#: pieces (str or bytes, written to the file as they come: a page of many megabytes is never one string);
+#: every function is called before anything moves
+Content = Union[bytes, str, Callable[[], Union[bytes, str, Iterable[Union[str, bytes]]]]]
+#: pieces are gathered into writes of about this many bytes
+_WRITE_CHUNK = 1 << 18
 
 
 def _process_start() -> float:
@@ -335,7 +341,13 @@ def _stage(staging: Path, kind: str, files: Mapping[str, Content]) -> dict[str, 
         if isinstance(data, str):
             data = data.encode("utf-8")
         if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"files[{name!r}] gave {type(data).__name__}; expected bytes or str")
+            if not isinstance(data, Iterable):
+                raise TypeError(f"files[{name!r}] gave {type(data).__name__}; expected bytes, str or pieces of them")
+            listed[name], tmp = _stream(staging, name, data)  # written under a temporary name, then renamed
+            _write_record(staging / _RECORD, {"format": _STAGING_FORMAT, "kind": kind, "pid": os.getpid(),
+                                              "files": listed})
+            os.replace(staging / tmp, staging / name)
+            continue
         data = bytes(data)
         listed[name] = {"sha256": _sha256(data), "bytes": len(data)}
         _write_record(staging / _RECORD, {"format": _STAGING_FORMAT, "kind": kind, "pid": os.getpid(),
@@ -346,6 +358,32 @@ def _stage(staging: Path, kind: str, files: Mapping[str, Content]) -> dict[str, 
             fh.flush()
             os.fsync(fh.fileno())
     return listed
+
+
+def _stream(staging: Path, name: str, pieces: Iterable[str | bytes]) -> tuple[dict[str, Any], str]:
+    """Write ``pieces`` (text as UTF-8) into a temporary file of ``staging`` (a name the cleaner removes),
+    hashing as they go: ({sha256, bytes}, the temporary's name). The caller records the hash, then renames the
+    file to ``name``, so a staged file with a result's name always has the hash its record gives."""
+    fd, tmp = tempfile.mkstemp(prefix=f"{TEMP_PREFIX}{name[:100]}.", suffix=".tmp", dir=staging)
+    os.chmod(tmp, 0o666 & ~_umask())
+    digest, size, held, count = hashlib.sha256(), 0, [], 0
+    with os.fdopen(fd, "wb") as fh:
+        for piece in itertools.chain(pieces, [None]):  # None: the end
+            if piece is not None:
+                if isinstance(piece, str):
+                    piece = piece.encode("utf-8")
+                if not isinstance(piece, (bytes, bytearray, memoryview)):
+                    raise TypeError(f"files[{name!r}] gave a piece of {type(piece).__name__}; expected str or bytes")
+                held.append(piece)
+                count += len(piece)
+            if held and (piece is None or count >= _WRITE_CHUNK):  # gathered into writes of about 256 kB
+                block = b"".join(held)
+                digest.update(block)
+                fh.write(block)
+                size, held, count = size + len(block), [], 0
+        fh.flush()
+        os.fsync(fh.fileno())
+    return {"sha256": digest.hexdigest(), "bytes": size}, Path(tmp).name
 
 
 def _write_record(path: Path, record: Mapping[str, Any]) -> None:

@@ -109,10 +109,11 @@ def test_interrupted_atlas_leaves_the_previous_one_whole(tiny_atlas, monkeypatch
     corr = read_table(tiny_atlas / "correlations.csv")
     info = json.loads((tiny_atlas / "atlas.json").read_text())
 
-    def interrupted(*args, **kwargs):
+    def interrupted(*args, **kwargs):  # the page is written piece by piece: stopped after its first megabytes
+        yield "<!DOCTYPE html>" + "x" * 3_000_000
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(html, "atlas_page", interrupted)
+    monkeypatch.setattr(html, "atlas_page_parts", interrupted)
     with pytest.raises(KeyboardInterrupt):
         write_atlas(table, corr, info, tiny_atlas, hue="layer")
     after = {p.name: p.read_bytes() for p in tiny_atlas.iterdir()}

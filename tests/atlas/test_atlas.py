@@ -14,6 +14,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "heads"))
 from _tiny_gguf import tiny_llama_model, write_llama_gguf_model  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _page import page_data  # noqa: E402
+
 pytestmark = pytest.mark.skipif(
     any(importlib.util.find_spec(n) is None for n in ("transformers", "accelerate", "gguf")),
     reason="needs transformers and the gguf extra (accelerate, gguf)",
@@ -131,7 +134,7 @@ def test_cli_writes_tables_figures_and_a_self_contained_page(tiny_gguf, tmp_path
     assert '<option value="symmetry_at_1">' in page and '<option value="directionality_over_offsets">' in page
     assert json.loads((out / "atlas.json").read_text())["offsets"] == [0, 1, 2, 4, 8, 16, 32, 47]
     assert " src=" not in page and "href=" not in page and "@import" not in page  # nothing fetched at view time
-    data = json.loads(page.split('id="atlas-data">')[1].split("</script>")[0])
+    data = page_data(page)
     assert len(data["rows"]) == 8 and "induction_random" in data["columns"]
     assert len(data["maps"]) == 8 and len(data["maps"]["0,0"]["cells"]) == 25 and data["mapProbe"] == "random"
     assert (data["maps"]["0,0"]["block"], data["maps"]["0,0"]["length"]) == (1, 25)
@@ -220,7 +223,7 @@ def test_model_report_gains_the_atlas_section(tiny_gguf, tmp_path):
     rep.atlas = attnscope.atlas(str(tiny_gguf), **SMALL)
     page = render_html(rep)
     assert "Geometry meets behaviour (atlas)" in page and page.count('id="atlas-data"') == 1
-    assert '"1,3": {"block": 1, "length": 25, "cells": [[' in page and 'id="atlas-map"' in page  # the report's section draws maps on click too
+    assert page_data(page)["maps"]["1,3"]["length"] == 25 and 'id="atlas-map"' in page  # the report's section draws maps on click too
     assert " src=\"http" not in page
 
 
@@ -252,7 +255,7 @@ def test_atlas_keeps_each_heads_map_on_the_random_probe_for_the_page(tiny_gguf):
         assert m.shape == (25, 25) and m.dtype == np.float16  # under 64 positions: the map itself
         np.testing.assert_allclose(m.astype(float), own[layer][head], atol=1e-3)
     page = atlas_page(res.table, res.correlations, res.info, maps=res.maps)
-    data = json.loads(page.split('id="atlas-data">')[1].split("</script>")[0])
+    data = page_data(page)
     assert data["mapProbe"] == "random" and len(data["maps"]) == 8
     np.testing.assert_allclose(np.array(data["maps"]["1,3"]["cells"]) / data["mapScale"], own[1][3], atol=2e-3)
 

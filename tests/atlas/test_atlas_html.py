@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,6 +14,9 @@ import pytest
 
 from attnscope.atlas.html import atlas_page, atlas_section
 from attnscope.atlas.stats import correlation_table
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _page import page_data  # noqa: E402
 
 
 def _synthetic(n_layers=3, n_heads=4, models=("m",)):
@@ -39,7 +44,7 @@ def _maps(t: pd.DataFrame, side: int = 80) -> dict:
 
 
 def _data(page: str) -> dict:
-    return json.loads(page.split('id="atlas-data">')[1].split("</script>")[0])
+    return page_data(page)
 
 
 def test_page_embeds_every_head_and_fetches_nothing():
@@ -161,7 +166,9 @@ function node(tag){return {tag, attrs: {}, children: [], listeners: {}, textCont
 const els = {'atlas-data': Object.assign(node('script'), {textContent: data}), 'atlas-x': Object.assign(node('select'), {value: 'symmetry'}),
   'atlas-y': Object.assign(node('select'), {value: process.argv[3]}), 'atlas-plot': node('svg'), 'atlas-tip': node('div'), 'atlas-rho': node('p'),
   'atlas-map': node('svg'), 'atlas-map-title': node('p')};
-global.document = {getElementById: id => els[id], createElementNS: (ns, tag) => node(tag)};
+function kept(id){const at = html.indexOf('id="' + id + '">'); if (at < 0) return undefined;  // a head's map element
+  return Object.assign(node('script'), {textContent: html.slice(at + id.length + 6).split('</script>')[0]});}
+global.document = {getElementById: id => els[id] || kept(id) || null, createElementNS: (ns, tag) => node(tag)};
 eval(script);
 const circles = els['atlas-plot'].children.filter(c => c.tag === 'circle');
 circles[1].listeners['mouseenter']({pageX: 5, pageY: 5});

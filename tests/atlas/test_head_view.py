@@ -193,3 +193,27 @@ def test_real_atlas_views_equal_text_weights_on_the_same_windows(minilm_dir):
     got = res.view(3, 7).table.merge(ref, on=["layer", "head", "window", "query", "key"], suffixes=("", "_ref"))
     assert len(got) == len(ref) and np.allclose(got["weight"], got["weight_ref"], atol=1e-5)
     assert (got["query_token"] == got["query_token_ref"]).all()
+
+
+def test_the_page_is_written_without_holding_it_in_memory(tmp_path):
+    """atlas.html is written piece by piece (attnscope atlas hands atlas_page_parts to write_result_set): writing a
+    5 MB page of head views allocates a small part of it at a time (the views themselves are held already), not
+    the page string, its JSON and their copies (about 5 times the page before)."""
+    import tracemalloc
+
+    from attnscope.atlas.html import atlas_page_parts
+    from attnscope.outputs import write_result_set
+
+    v = _views(n_layers=4, n_heads=6, W=4, L=256, k=40, text=HOSTILE * 6)
+    res = _atlas(v)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        write_result_set(tmp_path, {"atlas.html": lambda: atlas_page_parts(res.table, res.correlations, res.info,
+                                                                          views=v)}, kind="atlas")
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    page = (tmp_path / "atlas.html").read_bytes()
+    assert len(page) > 5e6 and page.decode() == atlas_page(res.table, res.correlations, res.info, views=v)
+    assert peak < 0.5 * len(page), f"{peak / 1e6:.1f} MB allocated at the peak for a {len(page) / 1e6:.1f} MB page"

@@ -105,6 +105,30 @@ def test_a_fault_while_rendering_leaves_the_old_result_and_no_staging(tmp_path):
     check_result_set(tmp_path)
 
 
+def test_a_file_given_in_pieces_is_written_as_they_come(tmp_path, monkeypatch):
+    """A callable may give an iterable of pieces (text and bytes): the file is their concatenation, its hash in the
+    manifest; a fault halfway through leaves the old result and neither staging folder nor temporary behind."""
+    monkeypatch.setattr(outputs, "_WRITE_CHUNK", 10)  # many writes of gathered pieces
+    pieces = ["<p>", "naïve ↵ 数据", b"\x00raw", *[f"{i}," for i in range(100)], ""]
+    whole = b"".join(p if isinstance(p, bytes) else p.encode() for p in pieces)
+    write_result_set(tmp_path, {"a.csv": b"x", "page.html": lambda: iter(pieces)}, kind="atlas")
+    assert (tmp_path / "page.html").read_bytes() == whole
+    entry = check_result_set(tmp_path)["atlas"]["files"]["page.html"]
+    assert entry == {"sha256": hashlib.sha256(whole).hexdigest(), "bytes": len(whole)}
+
+    def broken():
+        yield "<p>" * 50
+        raise Killed
+
+    with pytest.raises(Killed):
+        write_result_set(tmp_path, {"a.csv": b"y", "page.html": broken}, kind="atlas")
+    assert _contents(tmp_path) == {"a.csv": b"x", "page.html": whole} and not _staging(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == sorted([MANIFEST, "a.csv", "page.html"])  # no temporary either
+    with pytest.raises(TypeError, match="files\\['page.html'\\] gave a piece of int"):
+        write_result_set(tmp_path, {"page.html": lambda: ["a", 3]}, kind="atlas")
+    assert not _staging(tmp_path) and (tmp_path / "page.html").read_bytes() == whole
+
+
 def test_a_fault_while_moving_is_refused_by_a_reader_and_finished_by_the_next_writer(tmp_path, monkeypatch):
     write_result_set(tmp_path, _set("old"), kind="atlas")
     real_replace, moves = os.replace, []
@@ -185,6 +209,12 @@ CHILD = textwrap.dedent("""
             time.sleep(60)
             return b""
         files["d.png"] = last
+    elif when == "streaming":
+        def pieces():
+            yield "x" * 3_000_000
+            print("streaming", flush=True)
+            time.sleep(60)
+        files["d.html"] = pieces
     elif when == "moving":
         real, n = os.replace, [0]
         def replace(src, dst):
@@ -203,10 +233,11 @@ def _child(out: Path, tag: str, when: str) -> subprocess.Popen:
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-def test_sigkill_while_rendering_leaves_the_old_set_and_the_next_run_cleans(tmp_path):
+@pytest.mark.parametrize("when", ["rendering", "streaming"])
+def test_sigkill_while_rendering_leaves_the_old_set_and_the_next_run_cleans(tmp_path, when):
     write_result_set(tmp_path, _set("old"), kind="atlas")
-    child = _child(tmp_path, "new", "rendering")
-    assert child.stdout.readline().strip() == "rendering"
+    child = _child(tmp_path, "new", when)
+    assert child.stdout.readline().strip() == when  # streaming: megabytes of a page in a temporary of the staging
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=60)
     assert _contents(tmp_path) == _set("old") and len(_staging(tmp_path)) == 1

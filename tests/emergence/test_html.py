@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -42,14 +44,14 @@ def test_payload_holds_every_head_at_every_revision():
 def test_page_is_self_contained():
     page = emergence_page(_table())
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "") and "https://" not in page
-    assert "<option value=\"induction_random\">" in page and "max='2'" in page
+    assert "<option value=\"induction_random\">" in page and 'max="2"' in page
     with pytest.raises(InputError, match="emergence table"):
         emergence_page(pd.DataFrame({"symmetry": [1.0]}))
 
 
 _SHIM = r"""
 const fs = require('fs'); const html = fs.readFileSync(process.argv[2], 'utf8');
-const data = html.split("id='em-data'>")[1].split('</script>')[0];
+const data = html.split('id="em-data">')[1].split('</script>')[0];
 const script = html.split('<script>')[1].split('</script>')[0];
 function node(tag){return {tag, attrs: {}, children: [], listeners: {}, textContent: '', style: {}, innerHTML: '',
   setAttribute(k, v){this.attrs[k] = v;}, addEventListener(e, f){this.listeners[e] = f;},
@@ -58,6 +60,7 @@ const els = {'em-data': Object.assign(node('script'), {textContent: data}), 'em-
   'em-metric': Object.assign(node('select'), {value: process.argv[3]}), 'em-label': node('span'), 'em-tip': node('div'),
   'em-grids': node('div'), 'em-legend': node('div'), 'em-traj': node('div')};
 for (const k in els) { const e = els[k]; Object.defineProperty(e, 'innerHTML', {set(v){ e.children = []; }, get(){ return ''; }}); }
+global.window = global;
 global.document = {getElementById: id => els[id], createElementNS: (ns, tag) => node(tag), createElement: tag => node(tag)};
 eval(script);
 const fig = els['em-grids'].children[0], svg = fig.children[1];
@@ -98,3 +101,27 @@ def test_inline_script_draws_the_chosen_revision(tmp_path, metric):
     assert got["picked"] == 5 and got["traj"].startswith("decoder layer 1, head 2 over training")
     assert got["paths"][0] == 3 and got["dashes"][:2] == ["", "5,4"]
     assert len(got["paths"]) == (4 if metric == "symmetry" else 5)  # induction has no layer form
+
+
+@pytest.mark.browser
+def test_page_in_chromium_follows_a_clicked_head_and_escapes_the_title(tmp_path):
+    """In a real browser: the grid, a click on a cell and a slider move change what is shown; the model name
+    (here holding markup) stays text."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "pages"))
+    from _chromium import drive, script_errors
+
+    table = _table().assign(model="org/<b>m</b>")
+    driver = r"""
+const cells = () => document.querySelectorAll('#em-grids rect.cell');
+cells()[4].dispatchEvent(new MouseEvent('click', {bubbles: true}));
+const s = document.getElementById('em-step'); s.value = 0; s.dispatchEvent(new Event('input'));
+out({cells: cells().length, picked: [...cells()].findIndex(c => c.classList.contains('picked')),
+     label: document.getElementById('em-label').textContent, h1: document.querySelector('h1').textContent,
+     bold: document.querySelectorAll('h1 b').length, traj: document.querySelector('#em-traj .note').textContent,
+     paths: document.querySelectorAll('#em-traj path').length});
+"""
+    got, stderr = drive(emergence_page(table), driver, tmp_path, size=(1000, 800))
+    assert script_errors(stderr) == []
+    assert got["cells"] == 6 and got["picked"] == 4 and got["label"].startswith("step0 (step 0")
+    assert got["h1"] == "org/<b>m</b>: W_qk geometry over training" and got["bold"] == 0
+    assert got["traj"].startswith("decoder layer 1, head 1 over training") and got["paths"] == 4

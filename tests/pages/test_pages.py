@@ -55,3 +55,45 @@ def test_number_makes_values_json_safe():
     assert number(np.int64(3)) == 3 and type(number(np.int64(3))) is int and number("x") == "x"
     with pytest.raises(ValueError):
         json_script({"v": float("nan")}, "d")  # NaN never travels: pass through number() first
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+                     | st.text(), lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+                     max_leaves=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_JSON, st.integers(0, 4))
+def test_json_parts_join_to_the_data_at_every_depth(data, depth):
+    """Pieces joined are one JSON text of the data, escaped as json_script's (a '<' only ever inside a string, and
+    every string whole in one piece), whatever depth the pieces are cut at."""
+    from attnscope.pages import json_parts
+
+    parts = list(json_parts({"d": data, "t": "</script><!--"}, depth))
+    text = "".join(parts)
+    assert json.loads(text) == {"d": data, "t": "</script><!--"}
+    assert "</" not in text and "<!--" not in text
+    assert _embedded(json_script({"d": data, "t": "</script><!--"}, "x"), "x") == text
+
+
+def test_computed_values_are_made_one_at_a_time_as_the_pieces_are_read():
+    from attnscope.pages import Computed, json_parts
+
+    made = []
+
+    def make(key):
+        made.append(key)
+        return {"w": [key * 3], "n": len(made)}
+
+    data = {"k": 1, "heads": Computed(["a", "b", "c"], make)}
+    pieces = json_parts(data)
+    seen = ""
+    while '"w"' not in seen:
+        seen += next(pieces)
+    assert made == ["a"]  # the first head's data is being written: the others are not made yet
+    assert json.loads(seen + "".join(pieces)) == {"k": 1, "heads": {"a": {"w": ["aaa"], "n": 1}, "b": {"w": ["bbb"], "n": 2},
+                                                                        "c": {"w": ["ccc"], "n": 3}}}
+    whole = list(json_parts({"deep": [Computed(["x"], lambda k: k)]}, depth=0))  # inside a value written whole
+    assert len(whole) == 1 and json.loads(whole[0]) == {"deep": [{"x": "x"}]}
+    with pytest.raises(KeyError):
+        Computed(["a"], make)["b"]

@@ -1,7 +1,8 @@
 """The atlas as HTML: an interactive geometry-vs-behaviour scatter and the correlation table.
 
 :func:`atlas_section` is a fragment (for the model report, :mod:`attnscope.report`);
-:func:`atlas_page` wraps it as a whole document (``attnscope atlas`` writes it as ``atlas.html``), with
+:func:`atlas_page` wraps it as a whole document (``attnscope atlas`` writes :func:`atlas_page_parts`, the same
+page in pieces, as ``atlas.html``: the page is never one string in memory), with
 :func:`interventions_section` (change in loss per intervention, the heads whose behaviour collapses when
 only the symmetric part of their W_qk is kept, and whether it lives in the antisymmetric part or needs
 both) when ``attnscope atlas --interventions`` ran. The scatter opens on the strongest relation
@@ -11,7 +12,8 @@ JavaScript draw an SVG scatter (choose x = s or d, y = any behaviour column); ho
 its model, layer, head and every metric; clicking a point selects the head and draws its example
 attention map (the probe's whole first window, each cell the largest weight of a block of query x key
 positions so that at most :data:`~attnscope.heads.probes.MAP_SIDE` cells make a side; kept by
-:func:`attnscope.atlas.atlas` and embedded as integers in thousandths). No network, no external
+:func:`attnscope.atlas.atlas` and embedded as integers in thousandths, each head's map its own JSON element
+``atlas-map-<layer>-<head>``, parsed when the head is clicked). No network, no external
 script, font or style at view time. With the atlas's text windows (:attr:`attnscope.atlas.AtlasResult.views`)
 a click also opens the head's attention on real text, token by token (the "text" tab,
 :mod:`attnscope.pages.head_view`); the probe map above is the "pattern" tab. The page frame, escaping and
@@ -21,8 +23,9 @@ JSON embedding come from :mod:`attnscope.pages`.
 from __future__ import annotations
 
 import html
+import itertools
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from attnscope.heads.probes import MAP_SIDE
 
@@ -87,7 +90,8 @@ function draw(){
   const rho = D.corr[x + '|' + y]; document.getElementById('atlas-rho').textContent = rho || '';
 }
 function showMap(i){
-  const r = D.rows[i], e = D.maps[r.layer + ',' + r.head], title = document.getElementById('atlas-map-title');
+  const r = D.rows[i], title = document.getElementById('atlas-map-title');
+  const kept = document.getElementById('atlas-map-' + r.layer + '-' + r.head), e = kept ? JSON.parse(kept.textContent) : null;
   const box = document.getElementById('atlas-map'); while (box.firstChild) box.removeChild(box.firstChild);
   const who = (D.hue === 'model' ? r.model + ', ' : '') + 'layer ' + r.layer + ', head ' + r.head;
   if (!e) {title.textContent = who + ': no attention map kept'; return;}
@@ -111,14 +115,17 @@ sx.addEventListener('change', draw); sy.addEventListener('change', draw); draw()
 """
 
 
-def _map_payload(maps: "Mapping[tuple[int, int], Any] | None", info: "Mapping[str, Any]") -> dict[str, Any]:
-    """(layer, head) -> [L, L] attention weights  ->  "layer,head" -> {cells, block, length}.
+def _map_payload(maps: "Mapping[tuple[int, int], Any] | None", info: "Mapping[str, Any]") -> "Mapping[str, Any]":
+    """(layer, head) -> [L, L] attention weights  ->  "layer,head" -> {cells, block, length}: every map checked
+    here, each entry made when it is read (:class:`attnscope.pages.Computed`).
 
     ``cells``: rows of round(weight * MAP_SCALE); a map wider than :data:`MAP_SIDE` is shrunk here by
     :func:`~attnscope.heads.metrics.map_overview` (block maxima). Maps the atlas already shrank are
     recognised by ``info`` (``map_length`` positions in ``map_block`` blocks give their side) and keep
     what they came from; any other map is described by its own side. Weights must lie in [0, 1].
     """
+    from attnscope.pages import Computed
+
     import numpy as np
 
     from attnscope.errors import InputError
@@ -126,7 +133,7 @@ def _map_payload(maps: "Mapping[tuple[int, int], Any] | None", info: "Mapping[st
 
     length, block = info.get("map_length"), info.get("map_block")
     shrunk_side = -(-int(length) // int(block)) if length and block else None
-    out = {}
+    checked: dict[str, Any] = {}
     for key, a in (maps or {}).items():
         if not (isinstance(key, tuple) and len(key) == 2):
             raise InputError(f"maps keys must be (layer, head) pairs, not {key!r}", params="maps")
@@ -139,17 +146,23 @@ def _map_payload(maps: "Mapping[tuple[int, int], Any] | None", info: "Mapping[st
             raise InputError(f"maps[{layer}, {head}] must hold attention weights in [0, 1] (it has "
                              f"{'non-finite values' if not np.isfinite(a).all() else f'{a.min():.3g} .. {a.max():.3g}'})",
                              params="maps")
+        checked[f"{int(layer)},{int(head)}"] = key  # the map itself is read again when its entry is made
+
+    def entry(name: str) -> dict[str, Any]:
+        a = np.asarray(maps[checked[name]], dtype=np.float64)  # type: ignore[index]
         view, b = map_overview(a.clip(0, 1), MAP_SIDE)
         if b == 1 and a.shape[0] == shrunk_side:  # the atlas's own overview: it covers map_length positions
-            entry = {"block": int(block), "length": int(length)}
+            where = {"block": int(block), "length": int(length)}
         else:
-            entry = {"block": b, "length": a.shape[0]}
-        out[f"{int(layer)},{int(head)}"] = {**entry, "cells": np.rint(view * MAP_SCALE).astype(int).tolist()}
-    return out
+            where = {"block": b, "length": a.shape[0]}
+        return {**where, "cells": np.rint(view * MAP_SCALE).astype(int).tolist()}
+
+    return Computed(checked, entry)
 
 
-def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str, maps: Any = None,
+def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str,
              info: "Mapping[str, Any] | None" = None) -> dict[str, Any]:
+    """The scatter's data (the maps travel apart: :func:`_map_payload`, an element per head)."""
     from attnscope.pages import number
 
     from .build import GEOMETRY_COLUMNS, behaviour_columns
@@ -169,7 +182,7 @@ def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str, maps
     info = info or {}
     data = {"rows": rows, "columns": cols, "hue": hue, "models": list(dict.fromkeys(table["model"])),
             "maxLayer": int(table["layer"].max()) if len(table) else 0, "corr": corr,
-            "maps": _map_payload(maps, info), "mapScale": MAP_SCALE, "mapProbe": str(info.get("map_probe", ""))}
+            "mapScale": MAP_SCALE, "mapProbe": str(info.get("map_probe", ""))}
     return data
 
 
@@ -245,7 +258,15 @@ def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dic
     """The HTML fragment: probe note, interactive scatter (``maps``: (layer, head) -> query x key example
     map, drawn on click; see :attr:`attnscope.atlas.AtlasResult.maps`), the clicked head's attention on the
     text windows (``views``: :attr:`attnscope.atlas.AtlasResult.views`), correlation table."""
-    from attnscope.pages import json_script, script, style
+    return "".join(atlas_section_parts(table, correlations, info, maps, views))
+
+
+def atlas_section_parts(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any],
+                        maps: "Mapping[tuple[int, int], Any] | None" = None,
+                        views: "TextViews | None" = None) -> Iterator[str]:
+    """:func:`atlas_section` in pieces (the inputs checked at once; the head views' and maps' data made as the
+    pieces are read)."""
+    from attnscope.pages import json_script_parts, script, style
 
     from .build import GEOMETRY_COLUMNS, behaviour_columns
 
@@ -282,26 +303,36 @@ def atlas_section(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dic
                  "of positions (so a one-token stripe keeps its strength), values rounded to 0.001.")
     pattern = ('<p class="note" id="atlas-map-title"></p><svg id="atlas-map" width="360" height="360" '
                'viewBox="0 0 360 360"></svg>')
+    data = _payload(table, correlations, hue, info)
+    map_data = _map_payload(maps, info)  # checked here, each made as it is written
+    text_view = None
     if views is not None:
-        from attnscope.pages.head_view import head_view_fragment
+        from attnscope.pages.head_view import head_view_parts
 
-        head = views.heads[0]
-        blocks = ['<div class="atlas-tabs"><button data-tab="text" class="on">text</button>'
-                  '<button data-tab="pattern">pattern</button></div>',
-                  f'<div id="atlas-tab-text">{head_view_fragment(views, element_id="atlas-hv", hook="atlasHeadView")}</div>',
-                  f'<div id="atlas-tab-pattern" style="display:none">{pattern}</div>', script(_TABS_JS)]
-    else:
-        blocks = [pattern]
-    return "\n".join([
-        style(_SECTION_CSS), "<h2>Geometry meets behaviour (atlas)</h2>", f'<p class="note">{note}</p>',
-        f'<p>x <select id="atlas-x">{xs}</select> y <select id="atlas-y">{ys}</select></p>',
-        '<svg id="atlas-plot" width="760" height="440" viewBox="0 0 760 440"></svg>',
-        '<p class="note" id="atlas-rho"></p><div id="atlas-tip"></div>', *blocks,
-        "<h3>Spearman rho across heads</h3>", f'<p class="note">{esc(_judged_by(correlations), quote=False)}</p>',
-        _corr_table(correlations),
-        json_script(_payload(table, correlations, hue, maps, info), "atlas-data"),
-        script(_JS),
-    ])  # fmt: skip
+        text_view = head_view_parts(views, element_id="atlas-hv", hook="atlasHeadView")
+
+    def pieces() -> Iterator[str]:
+        yield "\n".join([
+            style(_SECTION_CSS), "<h2>Geometry meets behaviour (atlas)</h2>", f'<p class="note">{note}</p>',
+            f'<p>x <select id="atlas-x">{xs}</select> y <select id="atlas-y">{ys}</select></p>',
+            '<svg id="atlas-plot" width="760" height="440" viewBox="0 0 760 440"></svg>',
+            '<p class="note" id="atlas-rho"></p><div id="atlas-tip"></div>', ""])
+        if text_view is not None:
+            yield ('<div class="atlas-tabs"><button data-tab="text" class="on">text</button>'
+                   '<button data-tab="pattern">pattern</button></div>\n<div id="atlas-tab-text">')
+            yield from text_view
+            yield f'</div>\n<div id="atlas-tab-pattern" style="display:none">{pattern}</div>\n{script(_TABS_JS)}\n'
+        else:
+            yield pattern + "\n"
+        yield "\n".join(["<h3>Spearman rho across heads</h3>",
+                         f'<p class="note">{esc(_judged_by(correlations), quote=False)}</p>', _corr_table(correlations), ""])
+        yield from json_script_parts(data, "atlas-data")
+        for key in map_data:  # a map per element, parsed when its head is clicked (not while the page loads)
+            yield "\n"
+            yield from json_script_parts(map_data[key], f"atlas-map-{key.replace(',', '-')}")
+        yield "\n" + script(_JS)
+
+    return pieces()
 
 
 _TABS_JS = r"""
@@ -387,13 +418,19 @@ def token_effects_section(table: "pd.DataFrame") -> str:
     """The HTML fragment of a per-token table (model, layer, head, intervention, window, position, token,
     delta_loss): each intervened head's change in loss at every token, on the text
     (:func:`attnscope.pages.token_effects.token_effects_fragment`)."""
-    from attnscope.pages.token_effects import token_effects_fragment
+    return "".join(token_effects_section_parts(table))
+
+
+def token_effects_section_parts(table: "pd.DataFrame") -> Iterator[str]:
+    """:func:`token_effects_section` in pieces."""
+    from attnscope.pages.token_effects import token_effects_parts
 
     note = ("Per intervened head and intervention, the change in loss at each token of the windows (intervened "
             "minus clean, nats): red where the loss rises, blue where it falls. Pick the head, the intervention "
             "and the window; the largest changes are listed beside the text.")
-    return "\n".join(["<h2>What an intervention changes, per token</h2>", f'<p class="note">{note}</p>',
-                      token_effects_fragment(table, element_id="atlas-te")])
+    fragment = token_effects_parts(table, element_id="atlas-te")  # the table checked here
+    return itertools.chain([f'<h2>What an intervention changes, per token</h2>\n<p class="note">{note}</p>\n'],
+                           fragment)
 
 
 def atlas_page(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any],
@@ -402,13 +439,22 @@ def atlas_page(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[s
                token_effects: "pd.DataFrame | None" = None) -> str:
     """A whole self-contained HTML document holding :func:`atlas_section` (and :func:`interventions_section`
     when ``interventions`` is given, and :func:`token_effects_section` when ``token_effects`` is)."""
+    return "".join(atlas_page_parts(table, correlations, info, maps, interventions, views, token_effects))
+
+
+def atlas_page_parts(table: "pd.DataFrame", correlations: "pd.DataFrame", info: dict[str, Any],
+                     maps: "Mapping[tuple[int, int], Any] | None" = None,
+                     interventions: "pd.DataFrame | None" = None, views: "TextViews | None" = None,
+                     token_effects: "pd.DataFrame | None" = None) -> Iterator[str]:
+    """:func:`atlas_page` in pieces, as :func:`attnscope.outputs.write_result_set` writes them to the file: the
+    inputs are checked at once, the large data (head views, maps) made and written a head at a time."""
     from attnscope.naming import model_label
-    from attnscope.pages import document
+    from attnscope.pages import document_parts
 
     label = model_label(str(info.get("model", "atlas")))
     source = str(info.get("source", info.get("model", "atlas")))  # the path as typed, below the heading
-    body = (f"{atlas_section(table, correlations, info, maps, views)}\n"
-            f"{interventions_section(interventions) if interventions is not None else ''}\n"
-            f"{token_effects_section(token_effects) if token_effects is not None else ''}")
-    return document(f"attnscope atlas: {label}", body, heading=label,
-                    subtitle=source if source != label else None)
+    atlas = atlas_section_parts(table, correlations, info, maps, views)
+    middle = f"\n{interventions_section(interventions) if interventions is not None else ''}\n"
+    effects = token_effects_section_parts(token_effects) if token_effects is not None else ()
+    return document_parts(f"attnscope atlas: {label}", itertools.chain(atlas, [middle], effects), heading=label,
+                          subtitle=source if source != label else None)

@@ -195,7 +195,7 @@ def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, inter
     ``views``: the atlas's text windows per head (the page's head view, :attr:`attnscope.atlas.AtlasResult.views`).
     """
     from attnscope.atlas.build import GEOMETRY, behaviour_columns
-    from attnscope.atlas.html import atlas_page
+    from attnscope.atlas.html import atlas_page_parts
     from attnscope.outputs import write_result_set
     from attnscope.plots import atlas as ap
     from attnscope.plots import model_label
@@ -228,8 +228,8 @@ def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, inter
     effects = token_effects if token_effects is not None and len(token_effects) else None  # none: an encoder
     if effects is not None:
         files["token_effects.parquet"] = table_bytes(effects, "token_effects.parquet")
-    files["atlas.html"] = lambda: atlas_page(table, correlations, info, maps=maps, interventions=interventions,
-                                                 views=views, token_effects=effects)
+    files["atlas.html"] = lambda: atlas_page_parts(table, correlations, info, maps=maps, interventions=interventions,
+                                                   views=views, token_effects=effects)  # written piece by piece
     return write_result_set(out, files, settings, kind="atlas")
 
 

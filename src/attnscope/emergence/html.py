@@ -3,15 +3,14 @@ score) at the revision a step slider picks, with a colour legend, head and layer
 hovering a cell shows the head and its value, clicking it draws the head's trajectory (s, d and the chosen
 score over every revision, the layer form M_L of its layer dashed, the slider's revision marked).
 
-In the atlas's style (:mod:`attnscope.atlas.html`): the values travel as JSON inside the page (rounded to
-3 decimals), a few lines of inline JavaScript draw SVG; no network, script, font or style is fetched at view
-time. ``attnscope emergence`` writes it as ``emergence.html``.
+Built on :mod:`attnscope.pages` like the atlas page: its page frame, escaping, JSON embedding and script
+helpers; the values travel as JSON inside the page (rounded to 3 decimals), a few lines of inline JavaScript
+draw SVG; no network, script, font or style is fetched at view time. ``attnscope emergence`` writes it as
+``emergence.html``.
 """
 
 from __future__ import annotations
 
-import html
-import json
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 _CSS = """
-body{font-family:system-ui,sans-serif;margin:24px;color:#1a1a2e;max-width:1200px}.note{color:#555;font-size:13px}
-svg{background:#fff}#em-tip{position:absolute;display:none;background:#fffbe6;border:1px solid #aa8;padding:4px 6px;
+body{max-width:1200px}svg{background:#fff}#em-tip{position:absolute;display:none;background:#fffbe6;border:1px solid #aa8;padding:4px 6px;
 font-size:12px;pointer-events:none;white-space:pre}#em-step{width:520px;vertical-align:middle}
 figure{display:inline-block;margin:6px 18px 6px 0;vertical-align:top}figcaption{font-weight:600;font-size:14px;
 margin-bottom:4px}#em-traj{margin-top:10px}.cell{cursor:pointer}.picked{stroke:#000;stroke-width:2.5}
@@ -31,15 +29,13 @@ _JS = r"""
 const D = JSON.parse(document.getElementById('em-data').textContent);
 const slider = document.getElementById('em-step'), pick = document.getElementById('em-metric');
 const label = document.getElementById('em-label'), tip = document.getElementById('em-tip');
-const NS = 'http://www.w3.org/2000/svg', LEFT = 44, TOP = 8;
+const el = attnscopeDom.s, LEFT = 44, TOP = 8;
 let chosen = {stack: D.stacks.length ? D.stacks[0].stack : null, layer: 0, head: 0};
 function colour(v, signed){ if (v === null || v === undefined) return '#ddd';
   if (signed) { const t = Math.max(-1, Math.min(1, v)); const a = Math.abs(t);
     return t >= 0 ? 'rgb(' + 255 + ',' + Math.round(255 - 190 * a) + ',' + Math.round(255 - 200 * a) + ')'
                   : 'rgb(' + Math.round(255 - 200 * a) + ',' + Math.round(255 - 150 * a) + ',255)'; }
   const t = Math.max(0, Math.min(1, v)); return 'hsl(' + Math.round(270 - 210 * t) + ',70%,' + Math.round(25 + 40 * t) + '%)'; }
-function el(tag, attrs, text){ const e = document.createElementNS(NS, tag);
-  for (const k in attrs) e.setAttribute(k, attrs[k]); if (text !== undefined) e.textContent = text; return e; }
 function fmtStep(s){ return s >= 1e6 ? +(s / 1e6).toPrecision(3) + 'M' : s >= 1e3 ? +(s / 1e3).toPrecision(3) + 'k' : '' + s; }
 function legend(m){
   const signed = D.signed[m], svg = el('svg', {width: 330, height: 44}), id = 'em-grad-' + (signed ? 's' : 'u');
@@ -196,24 +192,24 @@ def emergence_page(table: "pd.DataFrame", title: str | None = None) -> str:
     """The whole document (a string): a metric menu (s, d and any behaviour score of the table), a step slider,
     one layer x head grid per stack."""
     from attnscope.atlas.build import behaviour_columns
-
+    from attnscope.pages import DOM_JS, document, esc, json_script, script
     from attnscope.tables import check_table
 
     check_table(table, ("model", "revision", "step", "stack", "level", "layer", "head", "symmetry", "directionality"),
                 "table", "an emergence table (attnscope.emergence.sweep(...).table)")
     metrics = ["symmetry", "directionality", *[c for c in behaviour_columns(table) if table[c].notna().any()]]
-    data = json.dumps(page_payload(table, metrics), separators=(",", ":")).replace("</", "<\\/")
-    name = html.escape(title or str(table["model"].iloc[0]))
+    name = title or str(table["model"].iloc[0])
     n = max(table["revision"].nunique() - 1, 0)
-    options = "".join(f'<option value="{html.escape(m)}">{html.escape(m)}</option>' for m in metrics)
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{name}: emergence</title><style>{_CSS}</style>"
-            f"</head><body><h1>{name}: W_qk geometry over training</h1><p class='note'>Every head's score at the "
-            "revision the slider picks, one layer x head grid per stack (layer 0 at the bottom). Symmetry s and "
-            "directionality d run from -1 (blue) through 0 (white) to +1 (red); behaviour scores from 0 (purple) "
-            "to 1 (yellow); grey: not scored at that revision. Hover a cell for its value; click it to follow "
-            "that head over training below.</p>"
-            f"<p><label>score <select id='em-metric'>{options}</select></label> "
-            f"<label>revision <input type='range' id='em-step' min='0' max='{n}' value='{n}' step='1'></label> "
-            "<span id='em-label'></span></p><div id='em-legend'></div>"
-            f"<div id='em-grids'></div><div id='em-traj'></div><div id='em-tip'></div>"
-            f"<script type='application/json' id='em-data'>{data}</script><script>{_JS}</script></body></html>")
+    options = "".join(f'<option value="{esc(m)}">{esc(m)}</option>' for m in metrics)
+    body = "\n".join([
+        f'<p><label>score <select id="em-metric">{options}</select></label> '
+        f'<label>revision <input type="range" id="em-step" min="0" max="{n}" value="{n}" step="1"></label> '
+        '<span id="em-label"></span></p><div id="em-legend"></div>',
+        '<div id="em-grids"></div><div id="em-traj"></div><div id="em-tip"></div>',
+        json_script(page_payload(table, metrics), "em-data"), script(DOM_JS + _JS),
+    ])  # fmt: skip
+    return document(f"{name}: emergence", body, css=_CSS, heading=f"{name}: W_qk geometry over training",
+                    subtitle="Every head's score at the revision the slider picks, one layer x head grid per stack "
+                    "(layer 0 at the bottom). Symmetry s and directionality d run from -1 (blue) through 0 (white) to "
+                    "+1 (red); behaviour scores from 0 (purple) to 1 (yellow); grey: not scored at that revision. "
+                    "Hover a cell for its value; click it to follow that head over training below.")

@@ -7,27 +7,36 @@ owns the pieces each page needs, so that a room writing a page brings only its o
   (a corpus window holding ``<script>`` or ``</div>`` stays text)
 * :func:`json_script`  -- data embedded as JSON in ``<script type="application/json" id=...>``, with ``</``
   and ``<!--`` neutralised so no string inside it can close the element; read it in the page's script with
-  ``JSON.parse(document.getElementById(id).textContent)``
+  ``JSON.parse(document.getElementById(id).textContent)``. :func:`json_script_parts` gives the same text in
+  pieces (one per value a few levels down: a head's data, a window), :func:`json_parts` the JSON alone
 * :func:`style`, :func:`script` -- inline ``<style>`` / ``<script>`` elements (a ``</script>`` or
   ``</style>`` inside them is refused: it would end the element early)
 * :func:`document`     -- the whole page: doctype, charset, title, :data:`BASE_CSS` plus a page's own CSS,
-  an escaped heading and an optional subtitle line around a body of sections
+  an escaped heading and an optional subtitle line around a body of sections; :func:`document_parts` the
+  same around a body given in pieces, itself in pieces
 * :func:`number`       -- a float made JSON-safe (NaN and infinities become null, numpy scalars Python's)
+* :class:`Computed`   -- a mapping whose values are made when read (:func:`json_parts` writes each and lets it go)
 * :func:`new_id`       -- a unique element id prefix, so that several fragments (a notebook's cells)
   can live in one document
 * :data:`DOM_JS`       -- the page scripts' shared helpers: ``attnscopeDom.h(tag, attrs, text)`` (an HTML
   element) and ``attnscopeDom.s(...)`` (an SVG one), text always set as ``textContent`` (never parsed)
 
+Pieces: a page of many megabytes (the atlas's head views) is never one string. Its builders yield pieces
+(``*_parts``; the data of a ``json_script_parts`` is made when the pieces are first asked for, and each
+JSON piece when it is reached), :func:`attnscope.outputs.write_result_set` writes an iterable of pieces
+to the file as they come (hashing as it goes), and the string forms (``document``, ``json_script``, the
+fragments for a notebook) are the pieces joined once. A head's data is in a :class:`Computed` mapping: made
+when its piece is written, gone after.
+
 Sections built on it: :mod:`.head_view` (a head's attention on real text, token by token: the atlas page
 and :meth:`attnscope.atlas.AtlasResult.view` in notebooks) and :mod:`.token_effects` (a per-token
 quantity, e.g. the change in loss under an intervention, coloured on the text). The atlas page
-(:func:`attnscope.atlas.html.atlas_page`) and the model report (:func:`attnscope.report.render_html`)
-are framed by :func:`document`.
+(:func:`attnscope.atlas.html.atlas_page`), the emergence page (:func:`attnscope.emergence.html.emergence_page`)
+and the model report (:func:`attnscope.report.render_html`) are framed by :func:`document`.
 
-Moving a page onto this room (the emergence page, say): replace its ``<!DOCTYPE ...><head>...`` string by
-``document(title, body, css=PAGE_CSS)``, its ``json.dumps(...).replace("</", ...)`` by
-``json_script(data, "em-data")``, its ``<style>``/``<script>`` strings by :func:`style`/:func:`script`, and
-its ``html.escape`` by :func:`esc`.
+A new page: ``document(title, body, css=PAGE_CSS)`` around its sections; its data through
+``json_script(data, "xx-data")``; its ``<style>``/``<script>`` through :func:`style`/:func:`script` (a script
+drawing elements starts with :data:`DOM_JS`); every text from outside through :func:`esc`.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ import html
 import json
 import math
 import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from attnscope._exports import submodules
@@ -66,16 +76,78 @@ def esc(text: Any) -> str:
     return html.escape(str(text), quote=True)
 
 
+#: how many levels of nested dicts and lists :func:`json_parts` opens into pieces (below: one piece per value)
+JSON_DEPTH = 3
+
+
 def _json_text(data: Any) -> str:
-    # `</` could close the script element; `<!--` could open a comment state in old parsers
-    return json.dumps(data, ensure_ascii=False, allow_nan=False).replace("</", "<\\/").replace("<!--", "<\\u0021--")
+    # `</` could close the script element; `<!--` could open a comment state in old parsers. A `<` is only ever
+    # inside a JSON string, and every string is whole inside one piece: escaping piece by piece is exact.
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_plain)
+    return text.replace("</", "<\\/").replace("<!--", "<\\u0021--")
+
+
+class Computed(Mapping):
+    """``{key: make(key) for key in keys}``, each value made when it is read and not kept: the data of a large
+    page (a head's weights) exists one value at a time while :func:`json_parts` writes it."""
+
+    def __init__(self, keys: Iterable[str], make: Callable[[str], Any]):
+        self._keys, self._make = list(keys), make
+        self._known = set(self._keys)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._known:
+            raise KeyError(key)
+        return self._make(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):  # a Computed one a whole value holds: made here
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} is not JSON-able")
+
+
+def json_parts(data: Any, depth: int = JSON_DEPTH) -> Iterator[str]:
+    """``data`` as compact JSON in pieces (joined: one JSON text), safe inside a ``<script>`` element: dicts
+    (string keys) and lists are opened ``depth`` levels down, each value below that is one piece, made when
+    it is reached (a :class:`Computed` mapping is opened at any depth)."""
+    if isinstance(data, Computed):
+        depth = max(depth, 1)
+    if depth > 0 and isinstance(data, Mapping) and data and all(isinstance(k, str) for k in data):
+        yield "{"
+        for i, (key, value) in enumerate(data.items()):
+            yield ("," if i else "") + _json_text(key) + ":"
+            yield from json_parts(value, depth - 1)
+        yield "}"
+    elif depth > 0 and isinstance(data, (list, tuple)) and data:
+        yield "["
+        for i, value in enumerate(data):
+            if i:
+                yield ","
+            yield from json_parts(value, depth - 1)
+        yield "]"
+    else:
+        yield _json_text(data)
+
+
+def json_script_parts(data: Any, element_id: str) -> Iterator[str]:
+    """:func:`json_script` in pieces (:func:`json_parts`)."""
+    yield f'<script type="application/json" id="{esc(element_id)}">'
+    yield from json_parts(data)
+    yield "</script>"
 
 
 def json_script(data: Any, element_id: str) -> str:
     """``data`` as JSON inside ``<script type="application/json" id="element_id">``; no string in it can end
     the element (``</script>`` travels as ``<\\/script>``, which JSON reads back unchanged). NaN is refused:
     pass values through :func:`number` first."""
-    return f'<script type="application/json" id="{esc(element_id)}">{_json_text(data)}</script>'
+    return "".join(json_script_parts(data, element_id))
 
 
 def _inline(tag: str, body: str) -> str:
@@ -108,11 +180,19 @@ def new_id(prefix: str = "as") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
+def document_parts(title: str, body: Iterable[str], *, css: str = "", heading: str | None = None,
+                   subtitle: str | None = None, lang: str = "en") -> Iterator[str]:
+    """:func:`document` around a ``body`` given in pieces, in pieces."""
+    head = esc(title if heading is None else heading)
+    sub = f'<p class="note">{esc(subtitle)}</p>\n' if subtitle else ""
+    yield (f'<!DOCTYPE html>\n<html lang="{esc(lang)}"><head><meta charset="utf-8"><title>{esc(title)}</title>'
+           f"{style(BASE_CSS + css)}</head><body>\n<h1>{head}</h1>\n{sub}")
+    yield from body
+    yield "\n</body></html>\n"
+
+
 def document(title: str, body: str, *, css: str = "", heading: str | None = None, subtitle: str | None = None,
              lang: str = "en") -> str:
     """The whole self-contained page: ``title`` and ``heading`` (default: the title) and ``subtitle`` are
     text (escaped here); ``body`` is HTML (the sections, already escaped by whoever built them)."""
-    head = esc(title if heading is None else heading)
-    sub = f'<p class="note">{esc(subtitle)}</p>\n' if subtitle else ""
-    return (f'<!DOCTYPE html>\n<html lang="{esc(lang)}"><head><meta charset="utf-8"><title>{esc(title)}</title>'
-            f"{style(BASE_CSS + css)}</head><body>\n<h1>{head}</h1>\n{sub}{body}\n</body></html>\n")
+    return "".join(document_parts(title, [body], css=css, heading=heading, subtitle=subtitle, lang=lang))

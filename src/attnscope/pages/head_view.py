@@ -12,10 +12,14 @@ What it shows (one head at a time, over the windows of a :class:`attnscope.heads
 Data: per (head, window) one base64 string of little-endian uint16 pairs ``[L, k, (key, weight)]``: each
 query's top ``k`` keys (key 65535 = none) and their weights as round(weight x :data:`WEIGHT_SCALE`) (so
 shown to 4 decimals); ``k`` and whether the rows are exact travel beside them and are said on the page.
+In the page each head's entry is its own JSON element (``<root>-h-<layer>-<head>``), read when the head is
+first shown: loading the page parses the windows' tokens, never the megabytes of every head's weights.
 
-* :func:`head_view_payload` -- the JSON-able data (all heads, or a few)
+* :func:`head_view_payload` -- the JSON-able data (all heads, or a few; each head's entry made when it is
+  read, so a page of all heads holds one head's encoded weights at a time)
 * :func:`head_view_fragment` -- a self-contained fragment (style, root element, data, script) for a page
-  or a notebook cell; :func:`head_view_script` the script alone
+  or a notebook cell; :func:`head_view_parts` the same in pieces (a page writes them to its file as they
+  come), :func:`head_view_script` the script alone
 * :class:`HeadView` -- one head of an atlas result, ``_repr_html_`` for Jupyter, ``.table`` the weights shown
 """
 
@@ -23,11 +27,11 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 
-from attnscope.pages import DOM_JS, esc, json_script, new_id, number, script, style
+from attnscope.pages import DOM_JS, Computed, esc, json_script_parts, new_id, number, script, style
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -58,9 +62,13 @@ const L = D.length, K = D.k;
 const h = attnscopeDom.h, s = attnscopeDom.s;
 function f4(v){return v.toFixed(4);}
 const st = {key: null, w: 0, q: -1, pin: -1, start: 0, span: Math.min(32, L, D.heatMax)};
-const cache = {};
+const cache = {}, entries = {}, kept = new Set(D.order);
+function entry(key){  // a head's data: its own JSON element, parsed when the head is first shown
+  if (!(key in entries)) {const e = kept.has(key) && document.getElementById(root.id + '-h-' + key.replace(',', '-'));
+    entries[key] = e ? JSON.parse(e.textContent) : null;}
+  return entries[key];}
 function pairs(key, w){const id = key + '/' + w; if (cache[id]) return cache[id];
-  const b = atob(D.heads[key].w[w]), u = new Uint8Array(b.length); for (let i = 0; i < b.length; i++) u[i] = b.charCodeAt(i);
+  const b = atob(entry(key).w[w]), u = new Uint8Array(b.length); for (let i = 0; i < b.length; i++) u[i] = b.charCodeAt(i);
   return (cache[id] = new Uint16Array(u.buffer));}
 function row(q){  // [[key, weight], ...] most first, and the weight not kept
   const u = pairs(st.key, st.w), out = []; let sum = 0;
@@ -134,7 +142,7 @@ function heat(){
     svg.appendChild(s('text', {x: x, y: m - 3, 'text-anchor': 'start', 'font-size': fs, transform: 'rotate(-90 ' + x + ' ' + (m - 3) + ')'}, cut(lab[t])));}
   svg.appendChild(s('text', {x: 4, y: 12, 'font-size': 11}, 'query (rows) x key (columns); darkest = ' + f4(top)));}
 function side(){
-  sideBox.textContent = ''; if (st.key === null) return; const e = D.heads[st.key];
+  sideBox.textContent = ''; if (st.key === null) return; const e = entry(st.key);
   sideBox.appendChild(h('b', {}, 'Most attended tokens'));
   sideBox.appendChild(h('div', {class: 'note'}, 'share of all its attention over the ' + D.texts.length + ' windows'));
   const ol = sideBox.appendChild(h('ol', {class: 'hv-top'}));
@@ -142,7 +150,7 @@ function side(){
   sideBox.appendChild(h('p', {class: 'hv-dist'}, 'mean attention distance: ' + e.dist.toFixed(1) + ' tokens'));}
 function show(layer, head){
   const key = layer + ',' + head;
-  if (!D.heads[key]) {st.key = null; title.textContent = 'layer ' + layer + ', head ' + head + ': no text view kept'; text(); heat(); side(); return;}
+  if (!entry(key)) {st.key = null; title.textContent = 'layer ' + layer + ', head ' + head + ': no text view kept'; text(); heat(); side(); return;}
   st.key = key; if (pick) pick.value = key;
   title.textContent = (D.model ? D.model + ', ' : '') + 'layer ' + layer + ', head ' + head + ': attention on ' +
     D.texts.length + ' held-out text window' + (D.texts.length > 1 ? 's' : '') + (D.data ? ' of ' + D.data : '') + ' (' + L + ' tokens each)';
@@ -165,22 +173,26 @@ def _encode(keys: np.ndarray, weights: np.ndarray) -> str:
 
 
 def head_view_payload(views: "TextViews", heads: Iterable[tuple[int, int]] | None = None, top: int = 8) -> dict[str, Any]:
-    """The data the head view draws: every head of ``views`` (or ``heads``), each query's kept keys."""
+    """The data the head view draws: every head of ``views`` (or ``heads``), each query's kept keys;
+    ``heads`` is a :class:`attnscope.pages.Computed` mapping ("layer,head" -> the head's entry, made when read)."""
     if views.length >= NO_KEY:
         raise ValueError(f"windows of {views.length} tokens do not fit the view's 16-bit positions")
     chosen = views.heads if heads is None else [(int(l), int(h)) for l, h in heads]
-    out: dict[str, Any] = {}
     for layer, head in chosen:
         views.check_head(layer, head)
+
+    def entry(key: str) -> dict[str, Any]:
+        layer, head = map(int, key.split(","))
         keys, weights = views.keys[layer][head], views.weights[layer][head]  # [W, L, k]
-        out[f"{layer},{head}"] = {
-            "w": [_encode(keys[w], weights[w]) for w in range(views.n_windows)],
-            "top": [[t, round(share, 5), n] for t, share, n in views.top_tokens(layer, head, top)],
-            "dist": number(round(views.mean_distance(layer, head), 3)),
-        }
+        return {"w": [_encode(keys[w], weights[w]) for w in range(views.n_windows)],
+                "top": [[t, round(share, 5), n] for t, share, n in views.top_tokens(layer, head, top)],
+                "dist": number(round(views.mean_distance(layer, head), 3))}
+
+    order = [f"{layer},{head}" for layer, head in chosen]
+    special = [[int(x) for x in row] for row in views.special] or [[0] * views.length] * views.n_windows
     return {"k": int(min(views.k, views.length)), "exact": bool(views.exact), "scale": WEIGHT_SCALE, "noKey": NO_KEY,
             "length": views.length, "heatMax": HEAT_MAX, "causal": views.causal, "tokens": views.labels,
-            "texts": views.texts, "special": [[int(x) for x in row] for row in views.special] or [[0] * views.length] * views.n_windows, "heads": out, "order": list(out),
+            "texts": views.texts, "special": special, "heads": Computed(order, entry), "order": order,
             "model": str(views.info.get("model", "")), "data": str(views.info.get("data", ""))}
 
 
@@ -190,12 +202,10 @@ def head_view_script() -> str:
     return script(DOM_JS + JS)
 
 
-def head_view_fragment(views: "TextViews", heads: Iterable[tuple[int, int]] | None = None,
-                       show: tuple[int, int] | None = None, element_id: str | None = None,
-                       hook: str | None = None) -> str:
-    """A self-contained HTML fragment: the head view of ``heads`` (default all), showing ``show`` at once.
-    ``element_id``: the root element's id (default a fresh one; the data's is ``<id>-data``). ``hook``: a
-    global function name the page's other scripts call as ``hook(layer, head)`` to show a head."""
+def head_view_parts(views: "TextViews", heads: Iterable[tuple[int, int]] | None = None,
+                    show: tuple[int, int] | None = None, element_id: str | None = None,
+                    hook: str | None = None) -> Iterator[str]:
+    """:func:`head_view_fragment` in pieces (the heads checked at once, their data made as the pieces are read)."""
     root = element_id or new_id("hv")
     data = head_view_payload(views, heads)
     call = f"const v = attnscopeHeadView(document.getElementById('{root}'), JSON.parse(document.getElementById('{root}-data').textContent));"
@@ -203,8 +213,25 @@ def head_view_fragment(views: "TextViews", heads: Iterable[tuple[int, int]] | No
         call += f" v.show({int(show[0])}, {int(show[1])});"
     if hook:
         call += f" window.{hook} = v.show; window.{hook}View = v;"
-    return "\n".join([style(CSS), f'<div class="hv" id="{esc(root)}"></div>', json_script(data, f"{root}-data"),
-                      head_view_script(), script(f"(function(){{{call}}})();")])
+
+    def pieces() -> Iterator[str]:
+        yield f'{style(CSS)}\n<div class="hv" id="{esc(root)}"></div>\n'
+        yield from json_script_parts({k: v for k, v in data.items() if k != "heads"}, f"{root}-data")
+        for key in data["order"]:  # each head's entry its own element, parsed when the head is first shown
+            yield "\n"
+            yield from json_script_parts(data["heads"][key], f"{root}-h-{key.replace(',', '-')}")
+        yield f"\n{head_view_script()}\n{script(f'(function(){{{call}}})();')}"
+
+    return pieces()
+
+
+def head_view_fragment(views: "TextViews", heads: Iterable[tuple[int, int]] | None = None,
+                       show: tuple[int, int] | None = None, element_id: str | None = None,
+                       hook: str | None = None) -> str:
+    """A self-contained HTML fragment: the head view of ``heads`` (default all), showing ``show`` at once.
+    ``element_id``: the root element's id (default a fresh one; the data's is ``<id>-data``). ``hook``: a
+    global function name the page's other scripts call as ``hook(layer, head)`` to show a head."""
+    return "".join(head_view_parts(views, heads, show, element_id, hook))
 
 
 @dataclass

@@ -8,17 +8,19 @@ window selector), the window's tokens coloured by the change (red: loss up, blue
 scale symmetric around 0 at the largest change of that head and intervention), a colour bar in nats, and the
 biggest increases and decreases listed with their position and token. Hovering a token gives its change.
 
-* :func:`token_effects_payload` -- the JSON-able data (values rounded to 1e-5 nats)
-* :func:`token_effects_fragment` -- a self-contained fragment (style, root, data, script) for a page or a notebook
+* :func:`token_effects_payload` -- the JSON-able data (values kept to :data:`DIGITS` significant digits, so a
+  change of 1e-7 nats travels as itself, not as 0)
+* :func:`token_effects_fragment` -- a self-contained fragment (style, root, data, script) for a page or a notebook;
+  :func:`token_effects_parts` the same in pieces
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from attnscope.pages import DOM_JS, esc, json_script, new_id, script, style
+from attnscope.pages import DOM_JS, esc, json_script_parts, new_id, script, style
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -27,6 +29,9 @@ if TYPE_CHECKING:  # pragma: no cover
 COLUMNS = ("model", "layer", "head", "intervention", "window", "position", "token", "delta_loss")
 #: changes listed each way
 LISTED = 10
+#: significant digits a change keeps in the payload: the page shows 3, and rounding twice (here, then there) changes
+#: the third only for a value within a few millionths of a rounding boundary
+DIGITS = 6
 
 CSS = """
 .te{font-size:13px}.te .te-bar label{margin-right:12px}.te .te-main{display:flex;gap:18px;align-items:flex-start}
@@ -41,7 +46,9 @@ const h = attnscopeDom.h, s = attnscopeDom.s;
 function col(v, m){const t = m > 0 ? Math.max(-1, Math.min(1, v / m)) : 0, a = Math.abs(t);
   return t >= 0 ? 'rgb(255,' + Math.round(255 - 200 * a) + ',' + Math.round(255 - 210 * a) + ')'
                 : 'rgb(' + Math.round(255 - 210 * a) + ',' + Math.round(255 - 150 * a) + ',255)';}
-function f(v){return (v >= 0 ? '+' : '') + v.toFixed(4);}
+// 3 significant digits, a sign; scientific below 1e-3 (a change of 2e-7 nats reads as such, never as +0.0000)
+function f(v){if (v === 0) return '0'; const a = Math.abs(v);
+  return (v > 0 ? '+' : '') + (a < 1e-3 || a >= 1e4 ? v.toExponential(2) : v.toPrecision(3));}
 const bar = root.appendChild(h('div', {class: 'te-bar'}));
 function sel(label, cls, opts){const l = bar.appendChild(h('label', {}, label + ' ')), e = l.appendChild(h('select', {class: cls}));
   for (const [v, t] of opts) e.appendChild(h('option', {value: v}, t)); e.addEventListener('change', draw); return e;}
@@ -57,11 +64,11 @@ function draw(){
   const H = D.heads[head.value]; fill(kind, Object.keys(H)); const K = H[kind.value];
   fill(win, Object.keys(K.windows)); const W = K.windows[win.value];
   title.textContent = D.names[head.value] + ' under ' + kind.value + ': change in loss at each token (nats), window ' + win.value +
-    '; colour scale +-' + K.scale.toFixed(4) + ' nats (the largest change of this head and intervention)';
+    '; colour scale \u00b1' + f(K.scale).replace('+', '') + ' nats (the largest change of this head and intervention)';
   box.textContent = '';
   W.tokens.forEach((t, i) => {const v = W.delta[i], sp = box.appendChild(h('span', {class: 'te-tok', 'data-pos': W.pos[i]}));
     sp.textContent = t === '' ? '\u2205' : t.replace(/\n/g, '\u21b5\n');
-    if (v !== null) {sp.style.background = col(v, K.scale); sp.setAttribute('data-delta', v.toFixed(5));}
+    if (v !== null) {sp.style.background = col(v, K.scale); sp.setAttribute('data-delta', String(v));}
     sp.title = 'position ' + W.pos[i] + ': ' + (v === null ? 'no value' : f(v) + ' nats');});
   side.textContent = '';
   for (const [name, list] of [['Largest increases', K.up], ['Largest decreases', K.down]]) {
@@ -74,7 +81,7 @@ function draw(){
     svg.appendChild(s('rect', {x: x0 + k * (x1 - x0) / n, y: 4, width: (x1 - x0) / n + 0.5, height: 14, fill: col(v, K.scale)}));}
   svg.appendChild(s('rect', {x: x0, y: 4, width: x1 - x0, height: 14, fill: 'none', stroke: '#888'}));
   for (const [x, v, a] of [[x0, -K.scale, 'start'], [(x0 + x1) / 2, 0, 'middle'], [x1, K.scale, 'end']])
-    svg.appendChild(s('text', {x: x, y: 32, 'text-anchor': a, 'font-size': 11}, (v > 0 ? '+' : '') + v.toFixed(4)));
+    svg.appendChild(s('text', {x: x, y: 32, 'text-anchor': a, 'font-size': 11}, f(v)));
   svg.appendChild(s('text', {x: (x0 + x1) / 2, y: 44, 'text-anchor': 'middle', 'font-size': 11}, 'change in loss (nats): blue = down, red = up'));}
 draw();
 return {draw: draw, state: {head: head, kind: kind, win: win}};
@@ -96,10 +103,16 @@ def _check(table: "pd.DataFrame") -> None:
                          "position)", params="table")
 
 
+def _sig(x: float) -> float:
+    """``x`` kept to :data:`DIGITS` significant digits (0 stays 0)."""
+    return float(f"{x:.{DIGITS - 1}e}")
+
+
 def token_effects_payload(table: "pd.DataFrame", listed: int = LISTED) -> dict[str, Any]:
     """The data the view draws: per head (``model|layer,head``) and intervention, each window's tokens and
     changes in loss (None where not finite), the colour scale (largest absolute change) and the ``listed``
-    largest increases and decreases as (window, position, token, delta)."""
+    largest increases and decreases as (window, position, token, delta); every value to :data:`DIGITS`
+    significant digits."""
     _check(table)
     several = table["model"].nunique() > 1
     heads: dict[str, Any] = {}
@@ -117,23 +130,33 @@ def token_effects_payload(table: "pd.DataFrame", listed: int = LISTED) -> dict[s
             for w, rows in part.groupby("window", sort=True):
                 v = rows["delta_loss"].to_numpy(dtype=float)
                 wins[str(int(w))] = {"pos": rows["position"].astype(int).tolist(), "tokens": rows["token"].astype(str).tolist(),
-                                     "delta": [round(float(x), 5) if np.isfinite(x) else None for x in v]}
+                                     "delta": [_sig(x) if np.isfinite(x) else None for x in v]}
             ok = part[fin]
             def pick(frame: "pd.DataFrame") -> list[list[Any]]:
-                return [[int(r.window), int(r.position), str(r.token), round(float(r.delta_loss), 5)]
+                return [[int(r.window), int(r.position), str(r.token), _sig(r.delta_loss)]
                         for r in frame.itertuples()]
             up = ok[ok["delta_loss"] > 0].nlargest(listed, "delta_loss")
             down = ok[ok["delta_loss"] < 0].nsmallest(listed, "delta_loss")
-            per[str(kind)] = {"scale": round(scale, 5), "windows": wins, "up": pick(up), "down": pick(down)}
+            per[str(kind)] = {"scale": _sig(scale), "windows": wins, "up": pick(up), "down": pick(down)}
         heads[key] = per
     return {"heads": heads, "names": names, "order": list(heads)}
 
 
-def token_effects_fragment(table: "pd.DataFrame", element_id: str | None = None) -> str:
-    """A self-contained HTML fragment drawing ``table`` (see the module docstring) on the text."""
+def token_effects_parts(table: "pd.DataFrame", element_id: str | None = None) -> Iterator[str]:
+    """:func:`token_effects_fragment` in pieces (the table checked at once)."""
+    _check(table)
     root = element_id or new_id("te")
     call = (f"attnscopeTokenEffects(document.getElementById('{root}'), "
             f"JSON.parse(document.getElementById('{root}-data').textContent));")
-    return "\n".join([style(CSS), f'<div class="te" id="{esc(root)}"></div>',
-                      json_script(token_effects_payload(table), f"{root}-data"), script(DOM_JS + JS),
-                      script(f"(function(){{{call}}})();")])
+
+    def pieces() -> Iterator[str]:
+        yield f'{style(CSS)}\n<div class="te" id="{esc(root)}"></div>\n'
+        yield from json_script_parts(token_effects_payload(table), f"{root}-data")
+        yield f"\n{script(DOM_JS + JS)}\n{script(f'(function(){{{call}}})();')}"
+
+    return pieces()
+
+
+def token_effects_fragment(table: "pd.DataFrame", element_id: str | None = None) -> str:
+    """A self-contained HTML fragment drawing ``table`` (see the module docstring) on the text."""
+    return "".join(token_effects_parts(table, element_id))
