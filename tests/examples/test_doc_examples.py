@@ -2,7 +2,9 @@
 
 The blocks of one page run in order in one fresh interpreter (a reader's session), in an empty
 working directory; a traceback names the page and line. A block whose first line is
-``# not run by the docs test: <why>`` is skipped (and the why is shown), e.g. one that downloads.
+``# not run by the docs test: <why>`` is skipped (and the why is shown), e.g. one that downloads; one whose
+first line is ``# needs <requirement>: <why>`` runs where the installed packages meet it (e.g. the MiniLM
+interventions example, ``transformers>=5``) and is skipped with a line on stderr elsewhere (the lowest versions).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ def _pages():
 def _script(rel: str) -> str:
     lines = ["import sys", "ns = {'__name__': '__main__'}"]
     for b in python_blocks(ROOT / rel):
-        if b.skip_reason is None:
+        if (unmet := b.unmet()) is not None:
+            lines.append(f"print('skipped', {b.id!r}, {unmet!r}, file=sys.stderr, flush=True)")
+        elif b.skip_reason is None:
             lines.append(f"print('running', {b.id!r}, file=sys.stderr, flush=True)")
             lines.append(f"exec(compile({b.code!r}, {b.id!r}, 'exec'), ns)")
     return "\n".join(lines) + "\n"
@@ -45,6 +49,10 @@ def test_every_block_is_found_and_every_skip_says_why():
     for b in blocks:
         if b.skip_reason is not None:
             assert len(b.skip_reason) > 10, f"{b.id}: say why the block is not run"
+        first = b.code.lstrip().splitlines()[0] if b.code.strip() else ""
+        if first.startswith("# needs "):
+            assert b.needs is not None and len(b.needs[1]) > 10, f"{b.id}: '# needs REQUIREMENT: why'"
+            b.unmet()  # the requirement parses
     assert sum(b.skip_reason is None for b in blocks) >= len(blocks) - 2  # skipping is the exception
 
 

@@ -4,8 +4,13 @@ intervention, sym + anti = the scores, W_q = W_k heads, one batched forward = on
 from __future__ import annotations
 
 import importlib.util
+import sys
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _requires import skip_unless_bert_calls_the_interface  # noqa: E402
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="needs transformers")
 
@@ -40,12 +45,7 @@ def _model(family: str):
     import torch
 
     if family == "bert":
-        import transformers
-        import transformers.models.bert.modeling_bert as bert
-
-        if not hasattr(bert, "ALL_ATTENTION_FUNCTIONS"):  # a property of the installed release, not of a run
-            pytest.skip(f"transformers {transformers.__version__}'s BERT does not call the attention interface "
-                        "(attnscope.interventions refuses such a model in one line)")
+        skip_unless_bert_calls_the_interface()
     torch.manual_seed(1)
     return _models()[family]().eval()
 

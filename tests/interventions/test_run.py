@@ -219,6 +219,24 @@ def test_top_takes_the_highest_or_with_a_minus_the_lowest():
         top_heads(table, parse_top("1:-e"))
 
 
+def test_a_bert_that_picks_its_own_attention_class_is_refused_in_one_line(minilm_dir):
+    """transformers < 5: BERT's layers never call the attention interface, so no head could be intervened on; the
+    run stops at the first clean window with one sentence naming the release, never returning unchanged numbers."""
+    import transformers
+    import transformers.models.bert.modeling_bert as bert
+
+    from attnscope.errors import UnsupportedError
+    from attnscope.interventions import intervene
+
+    if hasattr(bert, "ALL_ATTENTION_FUNCTIONS"):
+        pytest.skip(f"transformers {transformers.__version__}'s BERT calls the attention interface (the runs are tested)")
+    with pytest.raises(UnsupportedError) as err:
+        intervene(str(minilm_dir), interventions="ablate", heads=[(0, 1)], windows=1, length=16, random_windows=0)
+    msg = str(err.value)
+    assert "\n" not in msg and "only 0 of 6 layers call transformers' attention interface" in msg
+    assert f"transformers {transformers.__version__}" in msg and "from transformers 5.0" in msg
+
+
 def test_an_hf_directory_and_the_same_model_in_memory_agree(tmp_path, minilm_dir):
     """A decoder directory is loaded with its LM head (the loss); the loaded model with tokenizer= gives the same."""
     import shutil

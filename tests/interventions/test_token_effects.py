@@ -13,6 +13,8 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "heads"))
+sys.path.insert(0, str(Path(__file__).parent))
+from _requires import skip_unless_bert_calls_the_interface  # noqa: E402
 from _tiny_gguf import tiny_llama_model, write_llama_gguf_model  # noqa: E402
 
 needs_gguf = pytest.mark.skipif(
@@ -118,6 +120,7 @@ def test_the_result_holds_the_tokens_text_and_a_resumed_run_keeps_them(tiny_gguf
 def test_an_encoder_has_no_token_table(minilm_dir):
     from attnscope.interventions import intervene
 
+    skip_unless_bert_calls_the_interface()
     res = intervene(str(minilm_dir), interventions="ablate", heads=[(0, 1)], windows=2, length=16, random_windows=0)
     assert res.token_effects is None
 

@@ -460,10 +460,13 @@ def clean_pass(subject: Subject, windows: dict[str, "torch.Tensor"], ctl: Any,
                 hidden_out = _forward(subject, tok)
             if linears is not None and record is not None:
                 linears.append(record)
-            if len(per_layer) != subject.n_layers:  # e.g. an older transformers whose BERT picks its attention class itself
+            if len(per_layer) != subject.n_layers:  # e.g. transformers < 5, whose BERT picks its attention class itself
+                import transformers
+
                 raise UnsupportedError(
                     f"{subject.name}: only {len(per_layer)} of {subject.n_layers} layers call transformers' attention "
-                    f"interface here ({type(subject.model).__name__}); their heads cannot be intervened on")
+                    f"interface here ({type(subject.model).__name__}, transformers {transformers.__version__}; "
+                    f"BERT-style encoders call it from transformers 5.0); their heads cannot be intervened on")
             behaviour[probe].append(per_layer)
             if probe == "text":
                 losses.append(_clean_loss(subject, hidden_out, tok, kept))
