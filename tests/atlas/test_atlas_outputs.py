@@ -74,3 +74,39 @@ def test_a_kill_while_the_atlas_moves_in_is_finished_by_the_next_write(atlas_dir
     assert read_table(atlas_dir / "correlations.csv")["rho"].tolist() == pytest.approx(corr["rho"].tolist(), nan_ok=True)
     check_result_set(atlas_dir, "atlas")
     assert not [n for n in os.listdir(atlas_dir) if n.startswith(".")]
+
+
+def test_the_atlas_lists_every_file_it_writes(atlas_dir):
+    """atlas_file_names (checked before any work) names exactly the files write_atlas wrote (no interventions)."""
+    from attnscope.cli.atlas import atlas_file_names
+    from attnscope.outputs import MANIFEST
+
+    written = {p.name for p in atlas_dir.iterdir() if p.is_file() and p.name != MANIFEST}
+    assert set(atlas_file_names(False)) == written
+    assert set(atlas_file_names(False)) < set(atlas_file_names(True))
+
+
+@pytest.mark.parametrize("args", [[], ["--zoo", "offline-demo"]], ids=["source", "zoo"])
+def test_a_file_of_the_users_in_out_is_refused_before_any_work(tmp_path, monkeypatch, args):
+    """A user's own atlas.html in --out: one line naming it, before the model is loaded (not after the work)."""
+    from typer.testing import CliRunner
+
+    import attnscope.atlas
+    import attnscope.atlas.zoo
+    from attnscope.cli import app
+
+    def no_work(*a, **k):
+        raise AssertionError("the atlas ran before --out was checked")
+
+    monkeypatch.setattr(attnscope.atlas, "atlas", no_work)
+    monkeypatch.setattr(attnscope.atlas.zoo, "run_zoo_atlas", no_work)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "atlas.html").write_text("mine")
+    source = [] if args else [str(tmp_path / "absent.gguf")]
+    r = CliRunner().invoke(app, ["atlas", *source, "--out", str(out), *args])
+    from attnscope.errors import InputError
+
+    assert isinstance(r.exception, InputError), r.output  # main() prints it as one line, exit 2
+    assert "atlas.html exists" in str(r.exception)
+    assert (out / "atlas.html").read_text() == "mine"

@@ -65,6 +65,9 @@ def atlas(
     use_threads(threads)
     plan = _intervention_plan(interventions, heads, top, intervention_windows, zoo, intervention_precision, device,
                               source, probe)
+    from attnscope.outputs import check_result_names
+
+    check_result_names(out, atlas_file_names(plan is not None))  # a file of the user's: refused before any work
     opts = dict(probes=probe, data=data, windows=windows, length=length, random_windows=random_windows,
                 random_length=random_length, seed=seed, n_boot=n_boot, batch_size=batch_size, device=device)
     if zoo is not None:
@@ -181,6 +184,18 @@ def _finish_interventions(table) -> None:
     if len(unknown):
         say(f"{len(unknown)} heads collapse under sym; run anti too to tell whether they need their "
             "antisymmetric part or both parts")
+
+
+def atlas_file_names(interventions: bool) -> list[str]:
+    """The files an atlas always writes into its folder (with ``interventions``, also those of the interventions;
+    token_effects.parquet only comes with a decoder's interventions, so it is not listed)."""
+    from attnscope.atlas.build import GEOMETRY
+
+    names = ["atlas.parquet", "atlas.csv", "correlations.csv", "atlas.json", *(f"atlas_{x}.png" for x in GEOMETRY),
+             "atlas_correlations.png"]
+    if interventions:
+        names += ["interventions.parquet", "interventions.csv", "interventions_sym.png", "interventions_loss.png"]
+    return [*names, "atlas.html"]
 
 
 def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, interventions=None,
