@@ -35,7 +35,7 @@ def test_the_first_eager_call_keeps_a_plan_and_the_plan_gives_the_same_output(fl
     with torch.no_grad():
         first = model(x)
         plans = _plans(model)
-        assert len(plans) == 2 and all(list(p) == [(256, torch.device("cpu"), False)] for p in plans)
+        assert len(plans) == 2 and all(list(p) == [(256, torch.device("cpu"), torch.float32, False, "byte-sparse-8h", True)] for p in plans)
         again = model(x)  # through the plan
     torch.testing.assert_close(again, first)
 
@@ -55,3 +55,41 @@ def test_where_the_pattern_is_gathered_no_plan_is_kept():
     with torch.no_grad():
         model(x)
     assert all(p == {} for p in _plans(model))
+
+
+def test_a_model_moved_to_another_dtype_or_given_another_pattern_makes_a_new_plan(flex_on_cpu, monkeypatch):
+    """A plan's kernel options were chosen for one dtype and its layout is one pattern's: after model.to(bf16) or a
+    new pattern, the next call plans again for what it now runs (and still matches the gathered attention)."""
+    from attnscope.sparse import flex
+
+    made = []
+    real = flex.options_for
+
+    def spy(q, k, v, pattern, causal, scale):
+        made.append((q.dtype, pattern.n_heads))
+        return real(q, k, v, pattern, causal, scale)
+
+    monkeypatch.setattr(flex, "options_for", spy)
+    model, x = _model(), torch.randint(0, 64, (1, 256))
+    with torch.no_grad():
+        model(x)
+        assert made and set(made) == {(torch.float32, 8)}
+        n = len(made)
+        model.to(torch.bfloat16)
+        planned = model(x)  # planned again: options chosen for bf16
+        assert len(made) > n and set(made[n:]) == {(torch.bfloat16, 8)}
+        n = len(made)
+        with monkeypatch.context() as m:
+            m.setattr(sparse_attention_module, "_wants_flex", lambda q: False)
+            gathered = model(x)
+        torch.testing.assert_close(planned.float(), gathered.float(), atol=3e-2, rtol=3e-2)
+        attn = [m for m in model.modules() if hasattr(m, "_flex_plans")]
+        for a in attn:
+            a.pattern = "local:16"
+        local = model(x)
+        assert len(made) > n
+        for a in attn:
+            a._flex_plans.clear()
+        with monkeypatch.context() as m:
+            m.setattr(sparse_attention_module, "_wants_flex", lambda q: False)
+            torch.testing.assert_close(local.float(), model(x).float(), atol=3e-2, rtol=3e-2)

@@ -77,8 +77,8 @@ class Attention(nn.Module):
         self.n_heads, self.n_kv, self.d_head = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
         self.causal, self.dropout, self.tie_qk = cfg.causal, cfg.dropout, cfg.tie_qk
         self.pattern = cfg.attn_pattern
-        # FlexAttention plans by (length, device, with gradients), made on eager calls (see _sparse)
-        self._flex_plans: dict[tuple[int, torch.device, bool], Any] = {}
+        # FlexAttention plans by (length, device, dtype, with gradients, pattern, causal), made on eager calls (_sparse)
+        self._flex_plans: dict[tuple[Any, ...], Any] = {}
         kv_dim = cfg.n_kv_heads * cfg.d_head
         if not cfg.tie_qk:
             self.q_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
@@ -136,7 +136,9 @@ class Attention(nn.Module):
         from attnscope.sparse.attention import flex_plan, sparse_attention
         from attnscope.sparse.flex import attend
 
-        key = (q.shape[2], q.device, torch.is_grad_enabled() and q.requires_grad)
+        # a plan holds kernel options chosen for one dtype and the layout of one pattern: a model moved to another
+        # dtype (or given another pattern) makes a new plan, never reuses a stale one
+        key = (q.shape[2], q.device, q.dtype, torch.is_grad_enabled() and q.requires_grad, self.pattern, self.causal)
         if not need_probs and key in self._flex_plans:
             return attend(q, k, v, self._flex_plans[key]), None
         out = sparse_attention(q, k, v, self.pattern, causal=self.causal, return_probs=need_probs)
