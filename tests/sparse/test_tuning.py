@@ -151,3 +151,15 @@ def test_a_bad_mode_is_one_line(monkeypatch):
 def test_describe_names_the_options():
     assert tuning.describe({"BLOCK_M": 64, "BLOCK_N": 64}) == "BLOCK_M 64, BLOCK_N 64"
     assert tuning.describe({}) == "default"
+
+
+def test_a_sparse_training_run_refuses_a_bad_tuning_mode_before_it_starts(monkeypatch, tmp_path):
+    """ATTNSCOPE_FLEX_TUNE=bogus: a sparse run's config is refused in one line (on CPU too, where the variable
+    would otherwise never be read and a typo go unnoticed until a CUDA run); a dense run does not read it."""
+    from attnscope.training.config import TrainConfig
+
+    monkeypatch.setattr(tuning, "_mode", [])
+    monkeypatch.setenv("ATTNSCOPE_FLEX_TUNE", "bogus")
+    with pytest.raises(ConfigError, match="ATTNSCOPE_FLEX_TUNE must be one of"):
+        TrainConfig(out=str(tmp_path), attn_pattern="byte-sparse-8h").validate()
+    TrainConfig(out=str(tmp_path)).validate()

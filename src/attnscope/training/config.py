@@ -131,6 +131,10 @@ class TrainConfig:
             raise ConfigError(f"threads must be at most {MAX_THREADS}, not {self.threads}", params="threads")
         if self.lr <= 0:
             raise ConfigError(f"lr must be positive, not {self.lr!r}", params="lr")
+        if self.attn_pattern is not None:  # a bad ATTNSCOPE_FLEX_TUNE: refused now, not at the first CUDA step
+            from attnscope.sparse.tuning import mode
+
+            mode()
         if not 0.0 < self.mask_prob < 1.0:
             raise ConfigError(f"mask_prob must be in (0, 1), not {self.mask_prob}", params="mask_prob")
         self.offsets()
