@@ -284,7 +284,7 @@ def sparse_attention(
     if impl not in IMPLS:
         raise ConfigError(f"impl must be one of {', '.join(IMPLS)}, not {impl!r}")
     b, h, t, e = q.shape
-    pat = _cached_pattern(pattern, h) if isinstance(pattern, str) else load_pattern(pattern, n_heads=h)
+    pat = _resolve(pattern, h)
     scale = e**-0.5 if scale is None else float(scale)
     if impl == "flex":
         if return_probs:
@@ -343,10 +343,15 @@ def flex_plan(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: 
         return None
     from .flex import options_for, plan
 
-    pat = _cached_pattern(pattern, q.shape[1]) if isinstance(pattern, str) else load_pattern(pattern, n_heads=q.shape[1])
+    pat = _resolve(pattern, q.shape[1])
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)
     options = options_for(q, k, v, pat, causal, scale)[0]
     return plan(pat, q.shape[2], causal, q.device, scale, compiled=q.device.type == "cuda", options=options)
+
+
+def _resolve(pattern: "Pattern | str | Any", h: int) -> Pattern:
+    """``pattern`` as a :class:`Pattern` of h heads (a preset name parsed once per process)."""
+    return _cached_pattern(pattern, h) if isinstance(pattern, str) else load_pattern(pattern, n_heads=h)
 
 
 def _wants_flex(q: "torch.Tensor") -> bool:

@@ -91,9 +91,10 @@ def attend(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", fp: FlexPlan
 
     k2, v2 = arrange_keys(k, fp.index), arrange_keys(v, fp.index)
     kw = {"kernel_options": dict(fp.options)} if fp.options else {}
-    if torch.compiler.is_compiling() or fp.compiled:
-        fn = flex_attention_op() if torch.compiler.is_compiling() else _compiled_flex()
-        return fn(q, k2, v2, block_mask=fp.block_mask, scale=fp.scale, **kw)
+    if torch.compiler.is_compiling():  # inside a compiled model: traced with it
+        return flex_attention_op()(q, k2, v2, block_mask=fp.block_mask, scale=fp.scale, **kw)
+    if fp.compiled:
+        return _compiled_flex()(q, k2, v2, block_mask=fp.block_mask, scale=fp.scale, **kw)
     import warnings
 
     with warnings.catch_warnings():  # eager CPU flex materialises scores: fine for inference and tests
