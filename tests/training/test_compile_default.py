@@ -122,3 +122,37 @@ def test_resume_may_change_compile(tmp_path):
     assert json.loads((tmp_path / "r" / "run.json").read_text())["compile"] is None
     again = trainer.train(TrainConfig(steps=3, resume=True, compile=False, **common))
     assert again["steps"] == 3 and again["compiled"] is False
+
+
+def test_compiling_shows_from_its_first_second(tmp_path, monkeypatch):
+    """Compiling can take minutes before step 1: the run says whether it compiles and why, then that it is
+    compiling, as it runs (a plain line off a terminal once it has run PHASE_LINE_S, one more as it ends)."""
+    import io
+    import sys
+    import time
+
+    import attnscope.progress as prog
+
+    def slow(model, *a, **k):
+        def run(*args, **kwargs):
+            time.sleep(0.3)
+            return model(*args, **kwargs)
+        return run
+
+    monkeypatch.delenv("ATTNSCOPE_QUIET", raising=False)
+    monkeypatch.setattr(torch, "compile", slow)
+    monkeypatch.setattr(prog, "PHASE_LINE_S", 0.05)
+    monkeypatch.setattr(prog, "LINE_AFTER_S", 0.1)
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    common = dict(batch_size=2, seq_len=16, n_layers=1, d_model=16, n_heads=2, d_ff=32, steps=1,
+                  checkpoint_every=1, eval_windows=1, warmup=0, score_every=100)
+    trainer.train(TrainConfig(out=str(tmp_path / "c"), compile=True, **common))
+    lines = err.getvalue().splitlines()
+    at = lines.index("train c: compiling the model on one batch ...")
+    assert lines[at - 1].startswith("torch.compile on")
+    assert any(x.startswith("train c: compiling the model on one batch: ") for x in lines[at + 1:])
+    err.truncate(0)
+    err.seek(0)
+    trainer.train(TrainConfig(out=str(tmp_path / "e"), compile=False, **common))
+    assert "compil" not in err.getvalue()  # no compile on CPU: nothing said of it

@@ -57,6 +57,20 @@ def test_where_the_pattern_is_gathered_no_plan_is_kept():
     assert all(p == {} for p in _plans(model))
 
 
+def test_where_the_pattern_is_gathered_compile_leaves_the_attention_eager_and_gives_the_same_output():
+    """Without a plan (CPU: the gathered kernel) dynamo does not trace the attention's chunk loops (which took over
+    10 minutes to compile for a 4-layer model): every graph break is the eager attention, and the rest compiles."""
+    model, x = _model(), torch.randint(0, 64, (1, 256))
+    with torch.no_grad():
+        eager = model(x)
+        explained = torch._dynamo.explain(model)(x)
+        compiled = torch.compile(model)(x)
+    reasons = [r.reason for r in explained.break_reasons]
+    assert reasons and all("_unplanned" in r for r in reasons), [r[:120] for r in reasons]
+    assert explained.graph_count == explained.graph_break_count + 1
+    torch.testing.assert_close(compiled, eager)
+
+
 def test_a_model_moved_to_another_dtype_or_given_another_pattern_makes_a_new_plan(flex_on_cpu, monkeypatch):
     """A plan's kernel options were chosen for one dtype and its layout is one pattern's: after model.to(bf16) or a
     new pattern, the next call plans again for what it now runs (and still matches the gathered attention)."""

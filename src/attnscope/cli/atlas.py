@@ -220,32 +220,34 @@ def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, inter
     metrics = behaviour_columns(table)
     name = model_label(str(info.get("model", "")))
     corr = None if hue == "model" else correlations  # pooled: no per-model rho on the panels
+    effects = token_effects if token_effects is not None and len(token_effects) else None  # none: an encoder
 
     def scatter(x: str):
         return lambda: figure_bytes(ap.geometry_vs_behaviour(table, x, metrics, corr, hue=hue,
                                                              title=f"{name}: {x} of W_qk vs behaviour"), "png")
 
-    files = {"atlas.parquet": table_bytes(table, "atlas.parquet"), "atlas.csv": table_bytes(table, "atlas.csv"),
-             "correlations.csv": table_bytes(correlations, "correlations.csv"),
-             "atlas.json": lambda: json_text(info)}
-    files.update({f"atlas_{x}.png": scatter(x) for x in GEOMETRY})
-    files["atlas_correlations.png"] = lambda: figure_bytes(
+    makers = {"atlas.parquet": table_bytes(table, "atlas.parquet"), "atlas.csv": table_bytes(table, "atlas.csv"),
+              "correlations.csv": table_bytes(correlations, "correlations.csv"),
+              "atlas.json": lambda: json_text(info)}
+    makers.update({f"atlas_{x}.png": scatter(x) for x in GEOMETRY})
+    makers["atlas_correlations.png"] = lambda: figure_bytes(
         ap.correlation_forest(correlations, title=f"{name}: Spearman rho across heads"), "png")
     if interventions is not None:
         from attnscope.plots import interventions as ip
 
-        files["interventions.parquet"] = table_bytes(interventions, "interventions.parquet")
-        files["interventions.csv"] = table_bytes(interventions, "interventions.csv")
-        files["interventions_sym.png"] = lambda: figure_bytes(ip.sym_vs_symmetry(
+        makers["interventions.parquet"] = table_bytes(interventions, "interventions.parquet")
+        makers["interventions.csv"] = table_bytes(interventions, "interventions.csv")
+        makers["interventions_sym.png"] = lambda: figure_bytes(ip.sym_vs_symmetry(
             interventions, title=f"{name}: behaviour when only the symmetric part of the scores is kept"), "png")
-        files["interventions_loss.png"] = lambda: figure_bytes(ip.loss_heatmap(
+        makers["interventions_loss.png"] = lambda: figure_bytes(ip.loss_heatmap(
             interventions, title=f"{name}: change in loss per head"), "png")
-    effects = token_effects if token_effects is not None and len(token_effects) else None  # none: an encoder
+    makers["atlas.html"] = lambda: atlas_page_parts(table, correlations, info, maps=maps, interventions=interventions,
+                                                    views=views, token_effects=effects)  # written piece by piece
+    names = atlas_file_names(interventions is not None)  # the one list, also checked by the CLI before any work
     if effects is not None:
-        files["token_effects.parquet"] = table_bytes(effects, "token_effects.parquet")
-    files["atlas.html"] = lambda: atlas_page_parts(table, correlations, info, maps=maps, interventions=interventions,
-                                                   views=views, token_effects=effects)  # written piece by piece
-    return write_result_set(out, files, settings, kind="atlas")
+        makers["token_effects.parquet"] = table_bytes(effects, "token_effects.parquet")
+        names.insert(names.index("atlas.html"), "token_effects.parquet")
+    return write_result_set(out, {n: makers[n] for n in names}, settings, kind="atlas")
 
 
 #: relations listed on the console (the strongest by q); correlations.csv and atlas.html hold every test

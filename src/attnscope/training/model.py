@@ -133,7 +133,6 @@ class Attention(nn.Module):
         """The pattern's attention (no dropout on its probabilities). Where FlexAttention runs it, the first eager
         call per length keeps its plan, and later calls (traced ones too) run that plan's tensor work alone:
         torch.compile then traces the whole model without a graph break."""
-        from attnscope.sparse.attention import flex_plan, sparse_attention
         from attnscope.sparse.flex import attend
 
         # a plan holds kernel options chosen for one dtype and the layout of one pattern: a model moved to another
@@ -141,13 +140,21 @@ class Attention(nn.Module):
         key = (q.shape[2], q.device, q.dtype, torch.is_grad_enabled() and q.requires_grad, self.pattern, self.causal)
         if not need_probs and key in self._flex_plans:
             return attend(q, k, v, self._flex_plans[key]), None
+        return self._unplanned(q, k, v, need_probs, key)
+
+    @torch.compiler.disable
+    def _unplanned(self, q, k, v, need_probs, key):
+        """The pattern's attention without a plan (the first call; the gathered kernel on CPU), always eager: under
+        torch.compile the graph breaks around it and the rest of the model compiles (dynamo tracing the gathered
+        kernel's chunk loops took over 10 minutes for a 4-layer model on CPU); keeps the plan where there is one."""
+        from attnscope.sparse.attention import flex_plan, sparse_attention
+
         out = sparse_attention(q, k, v, self.pattern, causal=self.causal, return_probs=need_probs)
         if need_probs:
             return out
-        if not torch.compiler.is_compiling():
-            fp = flex_plan(q, k, v, self.pattern, causal=self.causal)  # None where the pattern is gathered
-            if fp is not None:
-                self._flex_plans[key] = fp
+        fp = flex_plan(q, k, v, self.pattern, causal=self.causal)  # None where the pattern is gathered
+        if fp is not None:
+            self._flex_plans[key] = fp
         return out, None
 
 

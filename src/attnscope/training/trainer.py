@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from attnscope.errors import ConfigError, FormatError, InputError, check_type, warn
-from attnscope.progress import progress
+from attnscope.progress import phase, progress
 from attnscope.tables import atomic_write_json
 from attnscope.threads import set_threads
 
@@ -312,11 +312,15 @@ def _open_run(cfg: TrainConfig) -> _Run:
         from torch.nn.parallel import DistributedDataParallel
 
         ddp_model = DistributedDataParallel(model)
-    if dist.main and cfg.progress and cfg.device.startswith("cuda"):  # one line: compiled or not, and why
+    on, why = cfg.compile_choice()
+    shown = dist.main and cfg.progress
+    if shown and (on or cfg.device.startswith("cuda")):  # one line: compiled or not, and why
         from attnscope.progress import stderr_console
 
-        stderr_console().print(cfg.compile_choice()[1])
-    run_model = compiled(ddp_model, cfg, Batch.on(*batches.probe(), torch.device(cfg.device)))
+        stderr_console().print(why, highlight=False)
+    # compiling takes from seconds to minutes: shown as it runs, from its first second
+    with phase(f"train {run_dir.name}: compiling the model on one batch", enabled=shown and on):
+        run_model = compiled(ddp_model, cfg, Batch.on(*batches.probe(), torch.device(cfg.device)))
     guard = Guard(torch.device(cfg.device), can_skip=_fused(opt))
     return _Run(cfg, dist, run_dir, mcfg, tokenizer, eval_batches, bytes_per_token, model, opt, batches, log,
                 ddp_model, run_model, guard, step, totals)
