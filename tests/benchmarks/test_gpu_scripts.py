@@ -41,7 +41,11 @@ def test_training_gpu_smoke_times_both_sides(tmp_path):
         assert float(row[3].rstrip("x")) == pytest.approx(float(row[2]) / dense, rel=0.02, abs=0.01)
         assert 0 < float(row[4]) < 10  # a byte-level loss near ln 256 at the start
     (row,) = [row for row in _table_rows(geometry) if row[0] != "training s"]
-    assert float(row[1]) > 0 and row[3] == "no"
+    train_s, geometry_s, first = float(row[0]), float(row[1]), float(row[3])
+    later, n = row[4].split()
+    assert geometry_s > 0 and first > 0 and n == "(2)" and row[6] == "no"  # smoke: scored at steps 0, 2 and 4
+    assert first + 2 * float(later) == pytest.approx(geometry_s, abs=0.1 * geometry_s + 0.01)
+    assert float(row[5].rstrip("%")) <= float(row[2].rstrip("%")) + 0.01  # the share without the first call
 
 
 def test_sparse_gpu_smoke_checks_exactness_then_times(tmp_path):

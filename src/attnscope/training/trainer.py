@@ -354,7 +354,8 @@ def _log_start(run: _Run) -> None:
     probe_loss = _loss(run.model, inputs, labels, run.cfg) if bool((labels != IGNORE).any()) else None
     rec = {"step": 0, "loss": probe_loss, "lr": 0.0}
     run.totals.geometry_seconds += _log_geometry(rec, run.model, run.mcfg, run.name, run.cfg.offsets())
-    run.log.log({**rec, **run.evaluate()})
+    run.log.log({**rec, **run.evaluate(), "train_seconds": 0.0,
+                 "geometry_seconds": round(run.totals.geometry_seconds, 4)})
 
 
 def _train_step(run: _Run, bar) -> None:
