@@ -9,7 +9,8 @@
 # 1. sparse attention: byte-sparse-8h through FlexAttention vs flash causal SDPA at L 4096, 16384, 65536,
 #    forward and backward separately, peak memory, the kernel options used; at L 16384 also the variants the
 #    option table was chosen from (default tiles, 64 x 64, 128 x 64, the arithmetic mask_mod; AUTOTUNE=1: autotune);
-# 2. sparse vs dense training at seq 8192 (clm, d 768, 8 heads, rotary), each as attnscope train runs it;
+# 2. sparse vs dense training at seq 8192 (clm, d 768, 8 heads, rotary), each as attnscope train runs it
+#    (SPARSE_SEQ=8192,16384,32768: one table per length, the same tokens per step: from which length a pattern pays);
 # 3. trainer MFU, bert-base shape, mlm and clm, compiled (the CUDA default) and eager, beside Hugging Face;
 # 4. the geometry-logging share of training time at --score-every 100;
 # 5. pytest -m gpu (training, sparse, geometry, interventions); last, if time is left, the eager trainer MFU.
@@ -43,7 +44,7 @@ step sparse "sparse attention" "${T_SPARSE:-120}" $PY benchmarks/sparse_attentio
   --length 65536 --sweep 16384 ${AUTOTUNE:+--sweep-autotune} --gather-max 4096 --repeats 10 \
   --md "$OUTD/sparse_attention.md"
 step train "sparse vs dense training" "${T_TRAIN_SPARSE:-150}" $PY benchmarks/training_gpu.py --only sparse --steps 6 \
-  --warmup 3 --md "$OUTD/training_sparse.md"
+  --warmup 3 --sparse-seq "${SPARSE_SEQ:-8192}" --md "$OUTD/training_sparse.md"
 step mfu "trainer MFU (compiled)" "${T_MFU:-160}" $PY benchmarks/training_gpu.py --only mfu --steps 8 --warmup 3 \
   --md "$OUTD/training_mfu.md"
 step geometry "geometry logging" "${T_GEOMETRY:-130}" $PY benchmarks/training_gpu.py --only geometry --md "$OUTD/geometry.md"

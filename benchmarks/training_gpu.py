@@ -22,7 +22,8 @@ counts work it skipped, as a speed it delivers. The peak is looked up by device 
 Two more tables (``--only`` picks sections: mfu, sparse, geometry):
 
 * **sparse vs dense training** (``sparse``): the decoder of ``attnscope train --preset bert-base --objective
-  clm --n-heads 8 --pos rotary --norm pre --bf16`` at seq ``--sparse-seq`` (8192), batch 2, dense and with
+  clm --n-heads 8 --pos rotary --norm pre --bf16`` at seq ``--sparse-seq`` (8192; a comma list gives one table
+  per length, the batch shrinking to keep ``--sparse-batch`` x the first length's tokens per step), dense and with
   ``--attn-pattern byte-sparse-8h``, each as the trainer runs it by default (dense compiled, the pattern
   through FlexAttention) and the other way round; tokens/s (median step after warm-up) and the mean
   loss of the timed steps (same seed, same batches);
@@ -34,7 +35,7 @@ vocabulary 512, batch 2 x 32) on whatever device is there, CPU included, with a 
 script, not the speed (the test suite runs it). Usage::
 
     python benchmarks/training_gpu.py [--steps 20] [--warmup 5] [--batch 32] [--seq 512] [--no-compile]
-                                      [--only mfu,sparse,geometry] [--sparse-seq 8192]
+                                      [--only mfu,sparse,geometry] [--sparse-seq 8192,16384]
                                       [--peak-tflops 989] [--md docs/benchmarks/training_gpu.md]
 """
 
@@ -197,11 +198,22 @@ SPARSE_VARIANTS = (("dense", None, True), ("dense", None, False), ("byte-sparse-
                    ("byte-sparse-8h", "byte-sparse-8h", True))  # (label, pattern, compiled): the defaults first
 
 
-def sparse_vs_dense(args, device: torch.device, shape: Shape) -> list[str]:
-    """Tokens/s of the clm decoder dense and with byte-sparse-8h at ``args.sparse_seq``, batch 2 (one table)."""
-    t = args.sparse_seq
+def sparse_lengths(text: str, batch: int) -> list[tuple[int, int]]:
+    """``--sparse-seq`` "8192,16384" -> [(8192, batch), (16384, batch / 2)]: the first length's tokens per step at
+    every length (at least one sequence)."""
+    try:
+        seqs = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        seqs = []
+    if not seqs or min(seqs) < 2 or batch < 1:
+        raise ValueError(f"--sparse-seq wants lengths >= 2 (e.g. 8192,16384) and --sparse-batch >= 1, not {text!r}")
+    return [(t, max(1, batch * seqs[0] // t)) for t in seqs]
+
+
+def sparse_vs_dense(args, device: torch.device, shape: Shape, t: int, batch: int) -> list[str]:
+    """Tokens/s of the clm decoder dense and with byte-sparse-8h at seq ``t``, ``batch`` sequences (one table)."""
     rows = [f"### Sparse vs dense training (clm, {shape.layers} layers, d {shape.d}, 8 heads, rotary, pre-LN, "
-            f"seq {t}, batch {args.sparse_batch}, bf16; median of {args.steps} steps after {args.warmup})", "",
+            f"seq {t}, batch {batch}, bf16; median of {args.steps} steps after {args.warmup})", "",
             "| attention | torch.compile | tokens/s | vs dense (trainer default) | mean loss of the timed steps |",
             "|---|---|---|---|---|"]
     base = None
@@ -219,13 +231,13 @@ def sparse_vs_dense(args, device: torch.device, shape: Shape) -> list[str]:
         if compile_ and pattern:  # as the trainer does: one eager pass keeps the FlexAttention plans, so the
             from attnscope.training.trainer import Batch  # compiled model traces without graph breaks
 
-            x, y = host_batch("clm", shape, args.sparse_batch, t, torch.Generator().manual_seed(2))
+            x, y = host_batch("clm", shape, batch, t, torch.Generator().manual_seed(2))
             with torch.autocast(device.type, dtype=torch.bfloat16):
                 Batch.on(x, y, device).loss(raw).backward()
             raw.zero_grad(set_to_none=True)
         times, losses = [], []
         for i in range(args.warmup + args.steps):
-            x, y = host_batch("clm", shape, args.sparse_batch, t, gen)
+            x, y = host_batch("clm", shape, batch, t, gen)
             sync(device)
             t0 = time.perf_counter()
             loss = step_ours(model, opt, x, y, device)
@@ -233,7 +245,7 @@ def sparse_vs_dense(args, device: torch.device, shape: Shape) -> list[str]:
             if i >= args.warmup:
                 times.append(time.perf_counter() - t0)
                 losses.append(loss)
-        tok_s = args.sparse_batch * t / statistics.median(times)
+        tok_s = batch * t / statistics.median(times)
         base = base or tok_s
         mean_loss = float(torch.stack(losses).float().mean())
         rows.append(f"| {label} | {'yes' if compile_ else 'no'} | {tok_s:.0f} | {tok_s / base:.2f}x | {mean_loss:.4f} |")
@@ -288,16 +300,22 @@ def main() -> int:
     ap.add_argument("--no-compile", dest="compile_", action="store_false",
                     help="run our model eagerly (default: compiled, as attnscope train does on CUDA)")
     ap.add_argument("--only", default="mfu,sparse,geometry", help="comma-separated sections: mfu, sparse, geometry")
-    ap.add_argument("--sparse-seq", type=int, default=8192, help="sequence length of the sparse vs dense table")
-    ap.add_argument("--sparse-batch", type=int, default=2)
+    ap.add_argument("--sparse-seq", default="8192",
+                    help="sequence lengths of the sparse vs dense tables, comma-separated (one table each)")
+    ap.add_argument("--sparse-batch", type=int, default=2, help="sequences per step at the first --sparse-seq")
     ap.add_argument("--peak-tflops", type=float, default=None, help="the GPU's bf16 dense peak (default: by name)")
     ap.add_argument("--md", default=None, help="also write the table to this Markdown file")
     ap.add_argument("--smoke", action="store_true", help="tiny shape on any device (CPU too): checks the script only")
     args = ap.parse_args()
+    try:
+        sparse_lengths(args.sparse_seq, args.sparse_batch)
+    except ValueError as exc:
+        print(f"training_gpu.py: {exc}", file=sys.stderr)
+        return 2
     shape = BERT_BASE
     if args.smoke:  # the code path at a tiny shape, on whatever is here; the numbers mean nothing
         shape, args.batch, args.seq = SMOKE, min(args.batch, 2), min(args.seq, SMOKE.max_len // 2)
-        args.sparse_seq, args.sparse_batch = 64, 1
+        args.sparse_seq, args.sparse_batch = "32,64", 2
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         if device.type == "cpu":
             torch.set_num_threads(1)
@@ -323,6 +341,7 @@ def main() -> int:
     if only - {"mfu", "sparse", "geometry"}:
         print(f"training_gpu.py: --only takes mfu, sparse, geometry; not {args.only!r}", file=sys.stderr)
         return 2
+    lengths = sparse_lengths(args.sparse_seq, args.sparse_batch)
     lines = []
     if "mfu" in only:
         rows = [measure(obj, args, shape, device, peak) for obj in ("mlm", "clm")]
@@ -344,8 +363,9 @@ def main() -> int:
                          f"| {100 * o['mfu']:.1f}% | {100 * h['mfu']:.1f}% |")
         lines.append("")
     if "sparse" in only:
-        sparse_shape = Shape(vocab=256, layers=shape.layers, heads=8, d=shape.d, ff=shape.ff, max_len=args.sparse_seq)
-        lines += sparse_vs_dense(args, device, sparse_shape) + [""]
+        for t, batch in lengths:
+            sparse_shape = Shape(vocab=256, layers=shape.layers, heads=8, d=shape.d, ff=shape.ff, max_len=t)
+            lines += sparse_vs_dense(args, device, sparse_shape, t, batch) + [""]
     if "geometry" in only:
         lines += geometry_overhead(args, device, args.smoke) + [""]
     text = "\n".join(lines) + "\n"

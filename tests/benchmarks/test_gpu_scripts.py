@@ -27,7 +27,10 @@ def test_training_gpu_smoke_times_both_sides(tmp_path):
     md = tmp_path / "t.md"
     r = _run("training_gpu.py", "--smoke", "--steps", "1", "--warmup", "1", "--md", str(md))
     assert r.returncode == 0, r.stderr[-2000:]
-    mfu, sparse, geometry = md.read_text().split("### ")
+    mfu, *sparse_tables, geometry = md.read_text().split("### ")
+    assert [t.split(",")[6].strip() for t in sparse_tables] == ["seq 32", "seq 64"]  # smoke: --sparse-seq 32,64
+    assert [t.split(",")[7].split(";")[0].strip() for t in sparse_tables] == ["batch 2", "batch 1"]  # same tokens
+    sparse = sparse_tables[0]
     rows = _table_rows(mfu)
     assert [row[0] for row in rows] == ["mlm", "clm"]
     for row in rows:
