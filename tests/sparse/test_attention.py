@@ -133,3 +133,77 @@ def test_shape_and_head_count_errors():
         sparse_attention(q[0], k[0], v[0], "local:2")
     with pytest.raises(AttnscopeError):
         sparse_attention(q, k, v, "local:2", impl="flex")
+
+
+@pytest.mark.parametrize("impl", ["gather", "dense", "auto"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_values_with_their_own_head_dim_match_dense(impl, causal):
+    """v [b,h,t,ev] with ev != e is accepted by the shape check, so every kernel must honour it (the gathered
+    band once reshaped its output to q's head dim and failed)."""
+    q, k, _ = _qkv(1, 8, 70, 8)
+    v = torch.randn(1, 8, 70, 5, dtype=torch.float64, requires_grad=True)
+    mask = dense_mask("byte-sparse-8h", 70, causal)
+    out = sparse_attention(q, k, v, "byte-sparse-8h", causal=causal, impl=impl)
+    ref, _ = dense_attention(q, k, v, mask)
+    assert out.shape == (1, 8, 70, 5)
+    torch.testing.assert_close(out, ref)
+    g = torch.randn_like(ref)
+    got = torch.autograd.grad((out * g).sum(), (q, k, v))
+    want = torch.autograd.grad((ref * g).sum(), (q, k, v))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b)
+
+
+def test_rows_without_keys_give_zero_gradients_to_every_input():
+    """Keys only beyond the sequence: every row attends to nothing; k and v get zero gradients (as in the dense
+    reference), not None, and v's head dim is kept."""
+    q, k, _ = _qkv(1, 2, 20, 4)
+    v = torch.randn(1, 2, 20, 3, dtype=torch.float64, requires_grad=True)
+    out = sparse_attention(q, k, v, {"all": {"positions": [100]}})
+    assert out.shape == (1, 2, 20, 3) and not out.any()
+    out.sum().backward()
+    assert all(x.grad is not None and not x.grad.any() for x in (q, k, v))
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, names",
+    [
+        (("q32", "k16", "v32"), {}, ("dtype", "float16")),
+        (("q64i", "q64i", "q64i"), {}, ("floating", "int64")),
+        (("empty_t", "empty_t", "empty_t"), {}, ("empty", "(1, 8, 0, 4)")),
+        (("empty_b", "empty_b", "empty_b"), {}, ("empty", "(0, 8, 6, 4)")),
+        (("q32", "q32", "q32"), {"scale": "x"}, ("scale",)),
+        (("q32", [1.0], "q32"), {}, ("k must be a torch.Tensor",)),
+    ],
+)
+def test_bad_inputs_are_one_sentence_naming_them(args, kwargs, names):
+    x = {
+        "q32": torch.randn(1, 8, 6, 4), "k16": torch.randn(1, 8, 6, 4, dtype=torch.float16),
+        "v32": torch.randn(1, 8, 6, 4), "q64i": torch.ones(1, 8, 6, 4, dtype=torch.int64),
+        "empty_t": torch.randn(1, 8, 0, 4), "empty_b": torch.randn(0, 8, 6, 4),
+    }
+    q, k, v = (x[a] if isinstance(a, str) else a for a in args)
+    with pytest.raises(AttnscopeError) as err:
+        sparse_attention(q, k, v, "byte-sparse-8h", **kwargs)
+    assert all(n in str(err.value) for n in names) and "\n" not in str(err.value)
+
+
+def test_mixed_dtypes_under_autocast_still_run():
+    """Rotary positions under bf16 autocast give float32 q, k and a bf16 v: the training model's case."""
+    q = torch.randn(1, 8, 70, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = sparse_attention(q, q, q.bfloat16(), "byte-sparse-8h", impl="gather")
+    ref, _ = dense_attention(q, q, q.bfloat16().float(), dense_mask("byte-sparse-8h", 70, True))
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=2e-2)
+
+
+def test_an_edited_pattern_file_is_read_again(tmp_path):
+    """A notebook edits its pattern file and runs again: the new pattern, never the cached old one."""
+    path = tmp_path / "p.yaml"
+    q, k, v = _qkv(1, 2, 20, 4)
+    path.write_text("all: {window: 2}\n")
+    sparse_attention(q, k, v, str(path))
+    path.write_text("all: {window: 0, stride: 5}\n")
+    out = sparse_attention(q, k, v, str(path))
+    ref, _ = dense_attention(q, k, v, dense_mask({"all": {"window": 0, "stride": 5}}, 20, True, n_heads=2))
+    torch.testing.assert_close(out, ref)

@@ -135,7 +135,7 @@ def _group_mask(hp: HeadPattern, t: int, causal: bool, device: str) -> "torch.Te
 def _chunk(qc: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", ks: "torch.Tensor | None",
            vs: "torch.Tensor | None", r0: int, plan: dict[str, Any], t: int, causal: bool, scale: float,
            probs: "torch.Tensor | None" = None) -> "torch.Tensor":
-    """Query rows r0 .. r0+c-1 of one head group: qc [b,g,c,e] -> out [b,g,c,e].
+    """Query rows r0 .. r0+c-1 of one head group: qc [b,g,c,e] -> out [b,g,c,ev] (ev: v's head dim).
 
     k, v: the group's keys / values [b,g,t,e] (the band's windows are cut from them); ks, vs:
     the segment's keys a chunk can see ([b,g,s,e]; None without shared keys). ``probs`` ([b,g,c,t]):
@@ -168,14 +168,14 @@ def _chunk(qc: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", ks: "torch.
         ms = (i[:, None] - keys[None, :]).abs() > plan["w"]
         masks.append(ms & (keys[None, :] <= i[:, None]) if causal else ms)
     if not parts:  # nothing visible from these rows: they attend to nothing
-        return torch.zeros_like(qc) + 0 * qc.sum()
+        return qc.new_zeros(b, g, c, v.shape[-1]) + 0 * (qc.sum() + k.sum() + v.sum())
     scores = parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
     mask = masks[0] if len(masks) == 1 else torch.cat(masks, dim=-1)
     p = _masked_softmax(scores, mask, plan["has_empty_rows"])  # [b,g,i,c+s]
     out = None
     if band:
         pb = p[..., :W]
-        out = (F.pad(pb, (0, 0, 0, nbc * B - c)).view(b, g, nbc, B, W) @ vb).reshape(b, g, nbc * B, e)[:, :, :c]
+        out = (F.pad(pb, (0, 0, 0, nbc * B - c)).view(b, g, nbc, B, W) @ vb).reshape(b, g, nbc * B, v.shape[-1])[:, :, :c]
         if probs is not None:
             probs.scatter_add_(-1, j.clamp(0, t - 1).expand(b, g, c, W), pb.to(probs.dtype))
     if ks is not None:
@@ -243,9 +243,20 @@ def _group_attention(
 
 
 @lru_cache(maxsize=32)
-def _cached_pattern(spec: str, n_heads: int) -> Pattern:
-    """Preset names and spec files are parsed once per process, not once per layer and step."""
+def _cached_pattern(spec: str, n_heads: int, stamp: tuple[int, int] | None) -> Pattern:
+    """Preset names and spec files are parsed once, not once per layer and step; a file again once it changed
+    (``stamp``: its modification time and size, so an edited pattern file is never answered from the cache)."""
     return load_pattern(spec, n_heads=n_heads)
+
+
+def _file_stamp(spec: str) -> tuple[int, int] | None:
+    import os
+
+    try:
+        st = os.stat(spec)
+    except (OSError, ValueError):
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 def _groups(pattern: Pattern) -> list[tuple[HeadPattern, list[int]]]:
@@ -266,7 +277,7 @@ def sparse_attention(
     impl: str = "auto",
     kernel_options: dict[str, Any] | None = None,
 ) -> "torch.Tensor | tuple[torch.Tensor, torch.Tensor]":
-    """Attention restricted to a per-head pattern: q,k,v [b,h,t,e] -> out [b,h,t,e] (, probs [b,h,t,t]).
+    """Attention restricted to a per-head pattern: q,k [b,h,t,e], v [b,h,t,ev] -> out [b,h,t,ev] (, probs [b,h,t,t]).
 
     ``pattern`` is a :class:`Pattern` or anything :func:`load_pattern` accepts; it must have h heads.
     Equal to dense attention with :func:`attnscope.sparse.dense_mask` (True = may attend) to float
@@ -279,8 +290,7 @@ def sparse_attention(
     """
     import torch
 
-    if q.dim() != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
-        raise ConfigError(f"sparse_attention wants q, k, v as [b,h,t,e]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    _check_inputs(q, k, v, scale)
     if impl not in IMPLS:
         raise ConfigError(f"impl must be one of {', '.join(IMPLS)}, not {impl!r}")
     b, h, t, e = q.shape
@@ -349,9 +359,33 @@ def flex_plan(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: 
     return plan(pat, q.shape[2], causal, q.device, scale, compiled=q.device.type == "cuda", options=options)
 
 
+def _check_inputs(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", scale: Any) -> None:
+    """One sentence naming the argument for inputs the kernels would fail on (or compute nonsense from)."""
+    import torch
+
+    from attnscope.errors import check_type
+
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_type(x, torch.Tensor, name, "a torch.Tensor [b,h,t,e]")
+    if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:3] != q.shape[:3]:
+        raise ConfigError(f"sparse_attention wants q, k, v as [b,h,t,e] (k the shape of q, v the same b,h,t); "
+                          f"got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if 0 in q.shape or v.shape[3] == 0:
+        raise ConfigError(f"sparse_attention needs q, k, v with no empty axis [b,h,t,e]; got {tuple(q.shape)}, {tuple(v.shape)}")
+    if not all(x.is_floating_point() for x in (q, k, v)):
+        raise ConfigError(f"q, k and v must be floating point; got {q.dtype}, {k.dtype}, {v.dtype}")
+    # under autocast mixed dtypes are expected (rotary positions turn bf16 q, k into float32 while v stays bf16)
+    if len({q.dtype, k.dtype, v.dtype}) > 1 and not torch.is_autocast_enabled(q.device.type):
+        raise ConfigError(f"q, k and v must share one dtype outside autocast; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.device != q.device or v.device != q.device:
+        raise ConfigError(f"q, k and v must be on one device; got {q.device}, {k.device}, {v.device}")
+    if scale is not None:
+        check_type(scale, (int, float), "scale", "a number (None: e ** -0.5)")
+
+
 def _resolve(pattern: "Pattern | str | Any", h: int) -> Pattern:
     """``pattern`` as a :class:`Pattern` of h heads (a preset name parsed once per process)."""
-    return _cached_pattern(pattern, h) if isinstance(pattern, str) else load_pattern(pattern, n_heads=h)
+    return _cached_pattern(pattern, h, _file_stamp(pattern)) if isinstance(pattern, str) else load_pattern(pattern, n_heads=h)
 
 
 def _wants_flex(q: "torch.Tensor") -> bool:
