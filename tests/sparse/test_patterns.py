@@ -94,12 +94,34 @@ def test_presets_and_all():
         ({"foo": 1}, {}),
         ({"heads": [{}]}, {}),
         ({"heads": [{"anchors": [1.5]}]}, {}),
+        # wrong types from a hand-written YAML/JSON file: each a ConfigError naming the key, never a raw
+        # ValueError / TypeError, and never a silently different pattern
+        ({"all": {"positions": ["a"]}}, {"n_heads": 1}),
+        ({"all": {"positions": 3}}, {"n_heads": 1}),
+        ({"all": {"positions": [1.5]}}, {"n_heads": 1}),
+        ({"all": {"anchors": "0.5"}}, {"n_heads": 1}),
+        ({"all": {"window": float("nan")}}, {"n_heads": 1}),
+        ({"all": {"window": float("inf")}}, {"n_heads": 1}),
+        ({"all": {"window": True}}, {"n_heads": 1}),
+        ({"all": {"stride": "4"}}, {"n_heads": 1}),
+        ({"all": {"dense": "no"}}, {"n_heads": 1}),
     ],
 )
 def test_bad_specs_are_one_line_errors(spec, kw):
     with pytest.raises(AttnscopeError) as info:
         load_pattern(spec, **kw)
     assert "\n" not in str(info.value)
+    head = spec.get("all", {}) if isinstance(spec, dict) else {}
+    assert all(key in str(info.value) for key in head)  # the message names the key at fault
+
+
+def test_integral_numbers_are_integers():
+    """window: 8.0 in a YAML file is the window 8 (stored as an int, described as 'local(8)')."""
+    hp = load_pattern({"all": {"window": 8.0, "stride": 4.0, "positions": [2.0]}}, n_heads=1).heads[0]
+    assert (hp.window, hp.stride, hp.positions) == (8, 4, (2,))
+    assert all(type(x) is int for x in (hp.window, hp.stride, *hp.positions))
+    assert hp.describe() == "local(8) | stride(4) | key 2"
+    assert hp == HeadPattern(window=8, stride=4, positions=(2,))
 
 
 def test_corrupt_file(tmp_path):

@@ -42,6 +42,23 @@ BYTE_SPARSE_ANCHORS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.382, 0.5, 0.618,
 _FIELDS = ("window", "stride", "anchors", "positions", "dense")
 
 
+def _sequence(value: Any, name: str) -> tuple[Any, ...]:
+    """A pattern's list field as a tuple; a string or a single number is refused (a string would be read
+    character by character)."""
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        raise ConfigError(f"pattern {name} must be a list, not {value!r}")
+    return tuple(value)
+
+
+def _number(value: Any, name: str, kind: type) -> Any:
+    """``value`` as an int (integral numbers only: 8.0 is 8, 8.5 is refused) or a finite float; never a bool or a string."""
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    if ok and math.isfinite(value) and (kind is float or float(value).is_integer()):
+        return kind(value)
+    what = ("integers" if kind is int else "numbers") if name.endswith("s") else "an integer"
+    raise ConfigError(f"pattern {name} must be {what}, not {value!r}")
+
+
 @dataclass(frozen=True)
 class HeadPattern:
     """The keys one head may attend to: the union of its components (see module docstring)."""
@@ -53,11 +70,17 @@ class HeadPattern:
     dense: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "anchors", tuple(float(r) for r in self.anchors))
-        object.__setattr__(self, "positions", tuple(int(p) for p in self.positions))
-        if self.window is not None and (int(self.window) != self.window or self.window < 0):
+        object.__setattr__(self, "anchors", tuple(_number(r, "anchors", float) for r in _sequence(self.anchors, "anchors")))
+        object.__setattr__(self, "positions", tuple(_number(p, "positions", int) for p in _sequence(self.positions, "positions")))
+        if self.window is not None:
+            object.__setattr__(self, "window", _number(self.window, "window", int))
+        if self.stride is not None:
+            object.__setattr__(self, "stride", _number(self.stride, "stride", int))
+        if not isinstance(self.dense, (bool, np.bool_)):
+            raise ConfigError(f"pattern dense must be true or false, not {self.dense!r}")
+        if self.window is not None and self.window < 0:
             raise ConfigError(f"pattern window must be an integer >= 0, not {self.window!r}")
-        if self.stride is not None and (int(self.stride) != self.stride or self.stride < 1):
+        if self.stride is not None and self.stride < 1:
             raise ConfigError(f"pattern stride must be an integer >= 1, not {self.stride!r}")
         if any(not (0.0 <= r <= 1.0) for r in self.anchors):
             raise ConfigError(f"pattern anchors are fractions in [0, 1], got {list(self.anchors)}")
@@ -132,9 +155,9 @@ class HeadPattern:
         return cls(
             window=d.get("window"),
             stride=d.get("stride"),
-            anchors=tuple(d.get("anchors") or ()),
-            positions=tuple(d.get("positions") or ()),
-            dense=bool(d.get("dense", False)),
+            anchors=d.get("anchors") or (),
+            positions=d.get("positions") or (),
+            dense=d.get("dense", False),
         )
 
     def describe(self) -> str:
