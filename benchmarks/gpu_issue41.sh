@@ -17,17 +17,31 @@
 # ONLY picks steps by key: sparse, train, mfu, geometry, test, eager (default all). Each step has its own time limit (T_* variables, seconds) and is skipped once the run passes T_ALL, so the
 # earlier tables always come back. Packages the machine lacks: put wheels in $WHEELS (installed to a temp dir).
 set -u
+# checked before anything runs: a typo in ONLY or a T_* limit would otherwise skip steps (or fail them) silently,
+# on a device whose minutes are counted
+KEYS="sparse train test mfu geometry eager"
+ONLY=$(printf %s "${ONLY:-sparse,train,test,mfu,geometry,eager}" | tr -d ' ')
+set -f  # ONLY=* is a bad key, not this folder's file names
+for k in ${ONLY//,/ }; do
+  case " $KEYS " in *" $k "*) ;; *) echo "gpu_issue41.sh: ONLY takes a comma list of ${KEYS// /, }; not '$k'" >&2; exit 2 ;; esac
+done
+set +f
+[ -n "${ONLY//,/}" ] || { echo "gpu_issue41.sh: ONLY names no step (take some of ${KEYS// /, })" >&2; exit 2; }
+for v in T_ALL T_SPARSE T_TRAIN_SPARSE T_MFU T_GEOMETRY T_TEST T_MFU_EAGER; do
+  case ${!v-} in ""|*[!0-9]*) [ -z "${!v-}" ] || { echo "gpu_issue41.sh: $v must be whole seconds, not '${!v}'" >&2; exit 2; } ;; esac
+done
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 PY=${PYTHON:-python3}
 OUTD=${OUT:-gpu-issue41}
 mkdir -p "$OUTD"
 SITE=$(mktemp -d)
+trap 'rm -rf "$SITE"' EXIT  # the wheels' temporary install, never anything of the user's
 for w in ${WHEELS:-/nonexistent}/*.whl; do
   [ -e "$w" ] && { $PY -m pip install -q --no-index --no-deps --target "$SITE" "$w" >/dev/null 2>&1 || echo "wheel failed: $w"; }
 done
 export PYTHONPATH=$SITE:$PWD/src
 T_ALL=${T_ALL:-500}
-ONLY=",${ONLY:-sparse,train,test,mfu,geometry,eager},"
+ONLY=",$ONLY,"
 step() {  # step KEY NAME LIMIT COMMAND...: run when KEY is in ONLY and the run is not past T_ALL; output to the log
   local key=$1 name=$2 limit=$3; shift 3
   case $ONLY in *",$key,"*) ;; *) return ;; esac

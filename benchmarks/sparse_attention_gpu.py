@@ -183,6 +183,24 @@ def options_cell(cell, q, k, v, pat) -> str:
     return f"{tuning.describe(options)} ({why.split(':')[0]})"
 
 
+def bad_arguments(a) -> str | None:
+    """The first argument the run could not use, as one sentence (None: all usable)."""
+    for name, values, least in (("--length", a.length or [], 1), ("--sweep", a.sweep or [], 1),
+                                ("--repeats", [a.repeats], 1), ("--gather-max", [a.gather_max], 0)):
+        low = [x for x in values if x < least]
+        if low:
+            return f"{name} must be at least {least}, not {low[0]}"
+    if a.md:
+        from attnscope.errors import AttnscopeError
+        from attnscope.tables import check_writable
+
+        try:
+            check_writable(a.md, "--md")
+        except AttnscopeError as exc:
+            return str(exc)
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--length", type=int, action="append", default=None)
@@ -195,6 +213,10 @@ def main() -> None:
     ap.add_argument("--md", default=None)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes on any device (CPU too): checks the script only")
     a = ap.parse_args()
+    bad = bad_arguments(a)
+    if bad:  # before the device check and any timing
+        print(f"sparse_attention_gpu: {bad}", file=sys.stderr)
+        sys.exit(2)
     import torch
 
     from attnscope.sparse import load_pattern

@@ -291,6 +291,41 @@ def scoring_seconds(metrics: Path) -> list[float]:
     return [b - a for a, b in zip([0.0, *totals], totals)]
 
 
+SECTIONS = ("mfu", "sparse", "geometry")
+
+
+def sections(text: str) -> set[str]:
+    """``--only`` "mfu,sparse" -> {"mfu", "sparse"}."""
+    return {x.strip() for x in text.split(",") if x.strip()}
+
+
+def bad_arguments(args) -> str | None:
+    """The first argument the run could not use, as one sentence (None: all usable). Checked before the device
+    and before any work, so that a bad --steps or an unwritable --md does not cost a benchmark's minutes."""
+    for name, value, least in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0), ("--batch", args.batch, 1),
+                               ("--seq", args.seq, 2)):
+        if value < least:
+            return f"{name} must be at least {least}, not {value}"
+    if args.peak_tflops is not None and not args.peak_tflops > 0:
+        return f"--peak-tflops must be positive, not {args.peak_tflops}"
+    only = sections(args.only)
+    if not only or only - set(SECTIONS):
+        return f"--only takes a comma list of {', '.join(SECTIONS)}; not {args.only!r}"
+    try:
+        sparse_lengths(args.sparse_seq, args.sparse_batch)
+    except ValueError as exc:
+        return str(exc)
+    if args.md:
+        from attnscope.errors import AttnscopeError
+        from attnscope.tables import check_writable
+
+        try:
+            check_writable(args.md, "--md")
+        except AttnscopeError as exc:
+            return str(exc)
+    return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
@@ -307,10 +342,9 @@ def main() -> int:
     ap.add_argument("--md", default=None, help="also write the table to this Markdown file")
     ap.add_argument("--smoke", action="store_true", help="tiny shape on any device (CPU too): checks the script only")
     args = ap.parse_args()
-    try:
-        sparse_lengths(args.sparse_seq, args.sparse_batch)
-    except ValueError as exc:
-        print(f"training_gpu.py: {exc}", file=sys.stderr)
+    bad = bad_arguments(args)
+    if bad:  # before any device check or work: a typo costs no GPU time
+        print(f"training_gpu.py: {bad}", file=sys.stderr)
         return 2
     shape = BERT_BASE
     if args.smoke:  # the code path at a tiny shape, on whatever is here; the numbers mean nothing
@@ -337,10 +371,7 @@ def main() -> int:
             return 2
         torch.backends.cuda.matmul.allow_tf32 = True
         device = torch.device("cuda")
-    only = {x.strip() for x in args.only.split(",") if x.strip()}
-    if only - {"mfu", "sparse", "geometry"}:
-        print(f"training_gpu.py: --only takes mfu, sparse, geometry; not {args.only!r}", file=sys.stderr)
-        return 2
+    only = sections(args.only)
     lengths = sparse_lengths(args.sparse_seq, args.sparse_batch)
     lines = []
     if "mfu" in only:

@@ -6,17 +6,23 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _run(tmp_path: Path, **env: str) -> str:
+def _script(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     stub = tmp_path / "python"
     stub.write_text('#!/bin/sh\necho "ran: $*"\n')
     stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
+    full = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHON": str(stub), "OUT": str(tmp_path / "out"), **env}
+    return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_issue41.sh")], cwd=ROOT, env=full,
+                          capture_output=True, text=True, timeout=120)
+
+
+def _run(tmp_path: Path, **env: str) -> str:
+    r = _script(tmp_path, **env)
     out = tmp_path / "out"
-    full = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHON": str(stub), "OUT": str(out), **env}
-    r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_issue41.sh")], cwd=ROOT, env=full,
-                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (out / "issue41.md").is_file()
     return (out / "log.txt").read_text()
@@ -34,3 +40,19 @@ def test_the_default_length_and_the_other_half(tmp_path):
     assert ran == [["benchmarks/training_gpu.py", "--only", "mfu"], ["benchmarks/training_gpu.py", "--only", "geometry"]]
     log = _run(tmp_path, ONLY="train")
     assert "--sparse-seq 8192 " in log
+
+
+def test_spaces_in_only_are_ignored(tmp_path):
+    """ONLY="sparse, train" once skipped the training step silently (" train" matched no key)."""
+    log = _run(tmp_path, ONLY="sparse, train")
+    ran = [line.split()[1] for line in log.splitlines() if line.startswith("ran: benchmarks/")]
+    assert ran == ["benchmarks/sparse_attention_gpu.py", "benchmarks/training_gpu.py"]
+
+
+@pytest.mark.parametrize("env, names", [({"ONLY": "sprase"}, "'sprase'"), ({"ONLY": "train,*"}, "'*'"),
+                                        ({"ONLY": ","}, "ONLY names no step"), ({"T_ALL": "5m"}, "T_ALL")])
+def test_a_bad_setting_is_one_line_exit_2_before_anything_runs(tmp_path, env, names):
+    """A typo once ran nothing (or failed every step) and still wrote a summary with exit 0, on device time."""
+    r = _script(tmp_path, **env)
+    assert r.returncode == 2 and names in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "ran:" not in r.stdout and not (tmp_path / "out").exists()

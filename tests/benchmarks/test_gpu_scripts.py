@@ -75,3 +75,16 @@ def test_without_cuda_the_real_run_is_one_line_exit_2(script):
     r = _run(script)
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "CUDA" in r.stderr
+
+
+@pytest.mark.parametrize("script, args, flag", [
+    ("training_gpu.py", ("--smoke", "--steps", "0"), "--steps"),  # was a StatisticsError after the warm-up steps
+    ("training_gpu.py", ("--only", ","), "--only"),  # was an empty run, exit 0
+    ("training_gpu.py", ("--smoke", "--md", "/proc/t.md"), "--md"),  # was a traceback after the whole run
+    ("sparse_attention_gpu.py", ("--smoke", "--length", "0"), "--length"),  # was an IndexError
+    ("sparse_attention_gpu.py", ("--repeats", "0"), "--repeats"),  # checked before the device, so also without CUDA
+])
+def test_a_bad_argument_is_one_line_exit_2_before_any_work(script, args, flag):
+    r = _run(script, *args)
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert len(r.stderr.strip().splitlines()) == 1 and flag in r.stderr and not r.stdout.strip()
