@@ -191,15 +191,20 @@ class _LineView:
         self._last_t = _clock()
         self._last_decile = 0
         self._written = 0
+        self._last_line = ""
 
     def _write(self, state: _State) -> None:
+        line = state.line()
+        if line == self._last_line:  # the end line right after the 100% line: said once
+            return
         try:
-            self._stream.write(state.line() + "\n")
+            self._stream.write(line + "\n")
             self._stream.flush()
         except (OSError, ValueError):  # a closed or full log: progress is never worth failing the job
             return
         self._written += 1
         self._last_t = _clock()
+        self._last_line = line
 
     def show(self, state: _State) -> None:
         if state.elapsed() < LINE_AFTER_S:

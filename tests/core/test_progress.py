@@ -109,10 +109,21 @@ def test_off_a_terminal_plain_lines_every_tenth(clock, captured_stderr):
     lines = text.splitlines()
     pattern = re.compile(r"^heads: \d+/20 windows \(\d+%\), \d+ s(, ~\d+ s left)?$")
     assert all(pattern.match(line) for line in lines), lines
-    # one line per 10% once the job has run LINE_AFTER_S (2 s), and the end: 10%..100% plus the end line
-    assert len(lines) == 11, lines
+    # one line per 10% once the job has run LINE_AFTER_S (2 s): 10%..100%; the end line would repeat the 100% one
+    # word for word, so it is not written again (a log once showed the last line twice)
+    assert len(lines) == 10, lines
     assert lines[0].startswith("heads: 2/20 windows (10%), 2 s, ~18 s left")
     assert lines[-1] == "heads: 20/20 windows (100%), 20 s"
+
+
+def test_the_end_line_is_written_when_it_says_something_new(clock, captured_stderr):
+    """Time passing after the last item (a final save) makes the end line differ: then it is written."""
+    with prog.progress(4, "save", unit="files") as bar:
+        for _ in range(4):
+            clock.t += 1.0
+            bar.advance()
+        clock.t += 3.0
+    assert captured_stderr.getvalue().splitlines()[-2:] == ["save: 4/4 files (100%), 4 s", "save: 4/4 files (100%), 7 s"]
 
 
 def test_off_a_terminal_a_line_every_few_seconds_without_a_total(clock, captured_stderr):
