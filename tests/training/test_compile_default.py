@@ -156,3 +156,8 @@ def test_compiling_shows_from_its_first_second(tmp_path, monkeypatch):
     err.seek(0)
     trainer.train(TrainConfig(out=str(tmp_path / "e"), compile=False, **common))
     assert "compil" not in err.getvalue()  # no compile on CPU: nothing said of it
+    err.truncate(0)
+    err.seek(0)
+    monkeypatch.setenv("ATTNSCOPE_QUIET", "1")  # quiet: as with --no-progress, not a word of compiling
+    trainer.train(TrainConfig(out=str(tmp_path / "q"), compile=True, **common))
+    assert "compil" not in err.getvalue()

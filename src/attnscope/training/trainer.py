@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from attnscope.errors import ConfigError, FormatError, InputError, check_type, warn
-from attnscope.progress import phase, progress
+from attnscope.progress import phase, progress, quiet
 from attnscope.tables import atomic_write_json
 from attnscope.threads import set_threads
 
@@ -313,7 +313,7 @@ def _open_run(cfg: TrainConfig) -> _Run:
 
         ddp_model = DistributedDataParallel(model)
     on, why = cfg.compile_choice()
-    shown = dist.main and cfg.progress
+    shown = dist.main and cfg.progress and not quiet()  # ATTNSCOPE_QUIET=1 silences it as it does --no-progress
     if shown and (on or cfg.device.startswith("cuda")):  # one line: compiled or not, and why
         from attnscope.progress import stderr_console
 
