@@ -322,3 +322,22 @@ def test_geometry_cli_on_a_checkpoint_gives_the_logged_scores(tmp_path, cli_inpr
     pd.testing.assert_frame_equal(logged[cols], fresh[cols], check_dtype=False, atol=1e-9)
     assert set(fresh["model"]) == set(logged["model"]) == {run_dir.name}  # one name: the run's (they join)
     assert set(fresh["source"]) == {str(run_dir / "checkpoints" / "step-2")}
+
+
+def test_resume_refuses_a_pattern_file_edited_since_the_run_started(tmp_path):
+    """attn_pattern is a path: run.json records the heads the run trained with, and a resume whose file now says
+    otherwise is one line (it once trained on with the new pattern without a word); the file restored, it resumes."""
+    pattern = tmp_path / "p.yaml"
+    pattern.write_text("all: {window: 4}\n")
+    kw = dict(objective="clm", n_layers=1, seq_len=16, eval_windows=1, attn_pattern=str(pattern), checkpoint_every=1,
+              score_every=100)
+    run_dir, _ = run(tmp_path, steps=1, **kw)
+    assert json.loads((run_dir / "run.json").read_text())["attn_pattern_heads"] == [{"window": 4}] * 4
+    pattern.write_text("all: {window: 2, stride: 8}\n")
+    with pytest.raises(ConfigError, match="attn_pattern .*p.yaml' changed since the run started") as err:
+        run(tmp_path, steps=2, resume=True, **kw)
+    assert "\n" not in str(err.value)
+    assert [rec["step"] for rec in metrics(run_dir)] == [0, 1]  # nothing trained, nothing written
+    pattern.write_text("all:\n  window: 4\n")  # the same heads, written differently: resumes
+    _, summary = run(tmp_path, steps=2, resume=True, **kw)
+    assert summary["steps"] == 2
