@@ -43,3 +43,18 @@ def emit(text: str, append: str | None = None) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(new)
     os.replace(tmp, append)
+
+
+def unwritable(path: str | None, option: str = "--md") -> str | None:
+    """Why ``path`` (a script's markdown output) cannot be written, as one sentence; None when it can (or is None).
+    Asked before a benchmark runs, so that its minutes are not lost to a typo in the output path."""
+    if not path:
+        return None
+    from attnscope.errors import AttnscopeError
+    from attnscope.tables import check_writable
+
+    try:
+        check_writable(path, option)
+    except AttnscopeError as exc:
+        return str(exc)
+    return None

@@ -190,15 +190,9 @@ def bad_arguments(a) -> str | None:
         low = [x for x in values if x < least]
         if low:
             return f"{name} must be at least {least}, not {low[0]}"
-    if a.md:
-        from attnscope.errors import AttnscopeError
-        from attnscope.tables import check_writable
+    from _markdown import unwritable  # benchmarks/, beside this script
 
-        try:
-            check_writable(a.md, "--md")
-        except AttnscopeError as exc:
-            return str(exc)
-    return None
+    return unwritable(a.md)
 
 
 def main() -> None:

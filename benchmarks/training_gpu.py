@@ -315,15 +315,9 @@ def bad_arguments(args) -> str | None:
         sparse_lengths(args.sparse_seq, args.sparse_batch)
     except ValueError as exc:
         return str(exc)
-    if args.md:
-        from attnscope.errors import AttnscopeError
-        from attnscope.tables import check_writable
+    from _markdown import unwritable  # benchmarks/, beside this script
 
-        try:
-            check_writable(args.md, "--md")
-        except AttnscopeError as exc:
-            return str(exc)
-    return None
+    return unwritable(args.md)
 
 
 def main() -> int:
