@@ -56,3 +56,23 @@ def test_model_loads_a_pattern_file(tmp_path):
         _, maps = model_mod.Transformer(cfg).eval()(torch.randint(0, 256, (1, 24)), return_attn=True)
     mask = dense_mask(str(path), 24, causal=True)
     assert (maps[0].masked_select(~mask.expand_as(maps[0])) == 0).all()
+
+
+def test_a_pattern_file_edited_while_a_model_runs_does_not_change_it(tmp_path):
+    """The model reads its pattern file at its first call and keeps it: an edit mid-run (sparse_attention itself
+    reads an edited file again) must not change a running model's attention; a model built after the edit reads
+    the new file."""
+    path = tmp_path / "p.yaml"
+    path.write_text("all: {window: 2}\n")
+    cfg = model_mod.ModelConfig(n_layers=1, n_heads=2, d_model=16, d_ff=32, vocab_size=256, max_seq_len=24,
+                                causal=True, norm="pre", dropout=0.0, attn_pattern=str(path))
+    torch.manual_seed(2)
+    model = model_mod.Transformer(cfg).eval()
+    x = torch.randint(0, 256, (1, 24))
+    with torch.no_grad():
+        before = model(x)
+        path.write_text("all: {window: 0, stride: 5}\n")
+        torch.testing.assert_close(model(x), before)
+        fresh = model_mod.Transformer(cfg).eval()
+        fresh.load_state_dict(model.state_dict())
+        assert not torch.allclose(fresh(x), before)

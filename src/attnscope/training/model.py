@@ -77,6 +77,7 @@ class Attention(nn.Module):
         self.n_heads, self.n_kv, self.d_head = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
         self.causal, self.dropout, self.tie_qk = cfg.causal, cfg.dropout, cfg.tie_qk
         self.pattern = cfg.attn_pattern
+        self._loaded: tuple[str, Any] | None = None  # (spec, Pattern): read at the first call, see _read_pattern
         # FlexAttention plans by (length, device, dtype, with gradients, pattern, causal), made on eager calls (_sparse)
         self._flex_plans: dict[tuple[Any, ...], Any] = {}
         kv_dim = cfg.n_kv_heads * cfg.d_head
@@ -149,13 +150,24 @@ class Attention(nn.Module):
         kernel's chunk loops took over 10 minutes for a 4-layer model on CPU); keeps the plan where there is one."""
         from attnscope.sparse.attention import flex_plan, sparse_attention
 
-        out = sparse_attention(q, k, v, self.pattern, causal=self.causal, return_probs=need_probs)
+        pattern = self._read_pattern()
+        out = sparse_attention(q, k, v, pattern, causal=self.causal, return_probs=need_probs)
         if need_probs:
             return out
-        fp = flex_plan(q, k, v, self.pattern, causal=self.causal)  # None where the pattern is gathered
+        fp = flex_plan(q, k, v, pattern, causal=self.causal)  # None where the pattern is gathered
         if fp is not None:
             self._flex_plans[key] = fp
         return out, None
+
+    def _read_pattern(self) -> Any:
+        """The :class:`~attnscope.sparse.Pattern` of ``self.pattern``, read once per spec and kept: a pattern file
+        edited while a model runs does not change its attention midway (a resume checks the file, see
+        :func:`~attnscope.training.config.check_same_pattern`)."""
+        if self._loaded is None or self._loaded[0] != self.pattern:
+            from attnscope.sparse.patterns import load_pattern
+
+            self._loaded = (self.pattern, load_pattern(self.pattern, n_heads=self.n_heads))
+        return self._loaded[1]
 
 
 class MLP(nn.Module):
