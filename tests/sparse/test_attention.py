@@ -173,6 +173,7 @@ def test_rows_without_keys_give_zero_gradients_to_every_input():
         (("empty_t", "empty_t", "empty_t"), {}, ("empty", "(1, 8, 0, 4)")),
         (("empty_b", "empty_b", "empty_b"), {}, ("empty", "(0, 8, 6, 4)")),
         (("q32", "q32", "q32"), {"scale": "x"}, ("scale",)),
+        (("q32", "q32", "q32"), {"scale": float("nan")}, ("scale", "nan")),  # was an all-NaN output
         (("q32", [1.0], "q32"), {}, ("k must be a torch.Tensor",)),
     ],
 )

@@ -139,3 +139,12 @@ def test_pattern_is_hashable_and_equal():
     assert load_pattern("byte-sparse-8h") == load_pattern("byte-sparse-8h")
     assert len({load_pattern("byte-sparse-8h"), load_pattern("byte-sparse-8h")}) == 1
     assert isinstance(load_pattern([{"window": 2}]), Pattern)
+
+
+@pytest.mark.parametrize("L", [0, -3, 2.5, True])
+def test_a_bad_length_is_one_sentence_naming_it(L):
+    """dense_mask(pattern, 0) was an IndexError (an anchor at floor(r (L - 1)) = -1), density a ZeroDivisionError."""
+    pat = load_pattern("byte-sparse-8h")
+    for call in (lambda: dense_mask(pat, L, True), lambda: pat.density(L, True)):
+        with pytest.raises(AttnscopeError, match="sequence length L must be an integer >= 1"):
+            call()

@@ -31,6 +31,7 @@ dense reference here follows the same convention. Masks: True = may attend, ever
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -379,8 +380,8 @@ def _check_inputs(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", scale
         raise ConfigError(f"q, k and v must share one dtype outside autocast; got {q.dtype}, {k.dtype}, {v.dtype}")
     if k.device != q.device or v.device != q.device:
         raise ConfigError(f"q, k and v must be on one device; got {q.device}, {k.device}, {v.device}")
-    if scale is not None:
-        check_type(scale, (int, float), "scale", "a number (None: e ** -0.5)")
+    if scale is not None and not math.isfinite(check_type(scale, (int, float), "scale", "a number (None: e ** -0.5)")):
+        raise ConfigError(f"scale must be a finite number (None: e ** -0.5), not {scale!r}", params="scale")
 
 
 def _resolve(pattern: "Pattern | str | Any", h: int) -> Pattern:

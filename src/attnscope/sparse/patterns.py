@@ -59,6 +59,13 @@ def _number(value: Any, name: str, kind: type) -> Any:
     raise ConfigError(f"pattern {name} must be {what}, not {value!r}")
 
 
+def _check_length(L: Any) -> int:
+    """The sequence length L of a mask or density: an integer >= 1 (ConfigError naming L otherwise)."""
+    if isinstance(L, (bool, np.bool_)) or not isinstance(L, (int, np.integer)) or L < 1:
+        raise ConfigError(f"the sequence length L must be an integer >= 1, not {L!r}", params="L")
+    return int(L)
+
+
 @dataclass(frozen=True)
 class HeadPattern:
     """The keys one head may attend to: the union of its components (see module docstring)."""
@@ -101,6 +108,7 @@ class HeadPattern:
 
     def kept_count(self, L: int, causal: bool) -> int:
         """How many [i, j] entries :meth:`allowed` keeps, counted per row without forming the L x L mask."""
+        L = _check_length(L)
         i = np.arange(L)
         if self.dense:
             return int(L * (L + 1) // 2 if causal else L * L)
@@ -117,6 +125,7 @@ class HeadPattern:
 
     def allowed(self, L: int, causal: bool) -> np.ndarray:
         """Boolean [i, j] array, True = query i may attend to key j (slow and explicit: for tests/masks)."""
+        L = _check_length(L)
         i = np.arange(L)[:, None]
         j = np.arange(L)[None, :]
         if self.dense:
@@ -200,6 +209,7 @@ class Pattern:
 
     def density(self, L: int, causal: bool) -> float:
         """Fraction of the visible entries (causal: lower triangle incl. diagonal) that are kept."""
+        L = _check_length(L)
         kept = sum(hp.kept_count(L, causal) for hp in self.heads)
         visible = self.n_heads * (L * (L + 1) // 2 if causal else L * L)
         return float(kept / visible)
