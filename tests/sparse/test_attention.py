@@ -208,3 +208,12 @@ def test_an_edited_pattern_file_is_read_again(tmp_path):
     out = sparse_attention(q, k, v, str(path))
     ref, _ = dense_attention(q, k, v, dense_mask({"all": {"window": 0, "stride": 5}}, 20, True, n_heads=2))
     torch.testing.assert_close(out, ref)
+
+
+def test_one_head_pattern_serves_every_head():
+    """sparse_attention(q, k, v, HeadPattern(window=3)) in a notebook: every head, as "local:3" (it was an error
+    that did not say what a pattern may be)."""
+    q, k, v = _qkv(1, 4, 30, 4)
+    torch.testing.assert_close(sparse_attention(q, k, v, HeadPattern(window=3)), sparse_attention(q, k, v, "local:3"))
+    with pytest.raises(AttnscopeError, match="a sparse pattern is a Pattern, HeadPattern, preset name"):
+        sparse_attention(q, k, v, 3)

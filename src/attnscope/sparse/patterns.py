@@ -300,13 +300,18 @@ def _from_mapping(d: Mapping[str, Any], n_heads: int | None) -> Pattern:
     raise ConfigError("a pattern spec needs a 'heads' list (one entry per head) or an 'all' entry")
 
 
-def load_pattern(spec: "Pattern | str | Path | Mapping | Iterable", n_heads: int | None = None) -> Pattern:
-    """A :class:`Pattern` from a Pattern, preset name, dict, list of head dicts, or YAML/JSON path.
+def load_pattern(spec: "Pattern | HeadPattern | str | Path | Mapping | Iterable", n_heads: int | None = None) -> Pattern:
+    """A :class:`Pattern` from a Pattern, a HeadPattern (every head), preset name, dict, list of head dicts, or
+    YAML/JSON path.
 
     When ``n_heads`` is given, the pattern must have exactly that many heads (one clear error if not).
     """
     if isinstance(spec, Pattern):
         pat = spec
+    elif isinstance(spec, HeadPattern):  # one head's pattern for every head, as {"all": {...}}
+        if n_heads is None:
+            raise ConfigError("a single HeadPattern for all heads needs the number of heads")
+        pat = Pattern(heads=(spec,) * n_heads)
     elif isinstance(spec, Mapping):
         pat = _from_mapping(spec, n_heads)
     elif isinstance(spec, (str, Path)):
@@ -324,7 +329,8 @@ def load_pattern(spec: "Pattern | str | Path | Mapping | Iterable", n_heads: int
     elif isinstance(spec, (list, tuple)):
         pat = Pattern(heads=tuple(h if isinstance(h, HeadPattern) else HeadPattern.from_dict(h) for h in spec))
     else:
-        raise InputError(f"cannot make a sparse pattern from {type(spec).__name__}")
+        raise InputError(f"a sparse pattern is a Pattern, HeadPattern, preset name, dict, list of head dicts or a "
+                         f"YAML/JSON path; not {type(spec).__name__}", params="pattern")
     if n_heads is not None and pat.n_heads != n_heads:
         raise ConfigError(f"sparse pattern {pat.name or ''} has {pat.n_heads} heads but the model has {n_heads}".replace("  ", " "))
     return pat
