@@ -183,6 +183,11 @@ def options_cell(cell, q, k, v, pat) -> str:
     return f"{tuning.describe(options)} ({why.split(':')[0]})"
 
 
+def lengths_of(a) -> list[int]:
+    """The sequence lengths timed: --length, else 4096, 16384, 65536 (--smoke: 256)."""
+    return a.length or ([4096, 16384, 65536] if not a.smoke else [256])
+
+
 def bad_arguments(a) -> str | None:
     """The first argument the run could not use, as one sentence (None: all usable)."""
     for name, values, least in (("--length", a.length or [], 1), ("--sweep", a.sweep or [], 1),
@@ -190,6 +195,11 @@ def bad_arguments(a) -> str | None:
         low = [x for x in values if x < least]
         if low:
             return f"{name} must be at least {least}, not {low[0]}"
+    missing = [x for x in a.sweep or [] if x not in lengths_of(a)]
+    if missing:  # the sweep runs only at a timed length: it would be skipped without a word
+        return f"--sweep {missing[0]} is not one of the lengths timed ({', '.join(map(str, lengths_of(a)))}); add --length {missing[0]}"
+    if a.sweep_autotune and not a.sweep:
+        return "--sweep-autotune autotunes at the --sweep lengths; give one (e.g. --sweep 16384)"
     from _markdown import unwritable  # benchmarks/, beside this script
 
     return unwritable(a.md)
@@ -225,7 +235,7 @@ def main() -> None:
         torch.set_num_threads(1)  # a smoke run on a shared CPU: no thread oversubscription
     dtype = torch.bfloat16 if cuda else torch.float32
     b, h, e = (4, 8, 64) if not a.smoke else (1, 8, 16)
-    lengths = a.length or ([4096, 16384, 65536] if not a.smoke else [256])
+    lengths = lengths_of(a)
     repeats = a.repeats if not a.smoke else 2
     pat = load_pattern("byte-sparse-8h")
     first = variants_at(min(lengths[0], 2048), a, pat, cuda)

@@ -83,6 +83,8 @@ def test_without_cuda_the_real_run_is_one_line_exit_2(script):
     ("training_gpu.py", ("--smoke", "--md", "/proc/t.md"), "--md"),  # was a traceback after the whole run
     ("sparse_attention_gpu.py", ("--smoke", "--length", "0"), "--length"),  # was an IndexError
     ("sparse_attention_gpu.py", ("--repeats", "0"), "--repeats"),  # checked before the device, so also without CUDA
+    ("sparse_attention_gpu.py", ("--sweep", "8192"), "--sweep 8192"),  # not a timed length: was skipped silently
+    ("sparse_attention_gpu.py", ("--sweep-autotune",), "--sweep-autotune"),  # without --sweep: nothing autotuned
 ])
 def test_a_bad_argument_is_one_line_exit_2_before_any_work(script, args, flag):
     r = _run(script, *args)
