@@ -124,6 +124,21 @@ def test_resume_may_change_compile(tmp_path):
     assert again["steps"] == 3 and again["compiled"] is False
 
 
+def test_a_resume_with_nothing_left_to_train_compiles_nothing(tmp_path, monkeypatch, capsys):
+    """--resume --compile on a finished run: no compile (minutes on a large model), no word of compiling."""
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda m, *a, **k: calls.append(m) or m)
+    monkeypatch.delenv("ATTNSCOPE_QUIET", raising=False)
+    common = dict(out=str(tmp_path / "r"), batch_size=2, seq_len=16, n_layers=1, d_model=16, n_heads=2, d_ff=32,
+                  checkpoint_every=2, eval_windows=1, warmup=0, score_every=100, steps=2)
+    trainer.train(TrainConfig(progress=False, **common))
+    capsys.readouterr()
+    summary = trainer.train(TrainConfig(resume=True, compile=True, **common))
+    assert not calls and summary["steps"] == 2 and "compil" not in capsys.readouterr().err
+    trainer.train(TrainConfig(resume=True, compile=True, **{**common, "steps": 3}))
+    assert len(calls) == 1  # with a step left, it compiles
+
+
 def test_compiling_shows_from_its_first_second(tmp_path, monkeypatch):
     """Compiling can take minutes before step 1: the run says whether it compiles and why, then that it is
     compiling, as it runs (a plain line off a terminal once it has run PHASE_LINE_S, one more as it ends)."""

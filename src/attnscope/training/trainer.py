@@ -315,14 +315,15 @@ def _open_run(cfg: TrainConfig) -> _Run:
 
         ddp_model = DistributedDataParallel(model)
     on, why = cfg.compile_choice()
-    shown = dist.main and cfg.progress and not quiet()  # ATTNSCOPE_QUIET=1 silences it as it does --no-progress
+    left = step < cfg.steps  # a resume with nothing left to train compiles nothing (minutes for a large model)
+    shown = left and dist.main and cfg.progress and not quiet()  # ATTNSCOPE_QUIET=1: silent, as --no-progress
     if shown and (on or cfg.device.startswith("cuda")):  # one line: compiled or not, and why
         from attnscope.progress import stderr_console
 
         stderr_console().print(why, highlight=False)
     # compiling takes from seconds to minutes: shown as it runs, from its first second
     with phase(f"train {run_dir.name}: compiling the model on one batch", enabled=shown and on):
-        run_model = compiled(ddp_model, cfg, Batch.on(*batches.probe(), torch.device(cfg.device)))
+        run_model = compiled(ddp_model, cfg, Batch.on(*batches.probe(), torch.device(cfg.device))) if left else ddp_model
     guard = Guard(torch.device(cfg.device), can_skip=_fused(opt))
     return _Run(cfg, dist, run_dir, mcfg, tokenizer, eval_batches, bytes_per_token, model, opt, batches, log,
                 ddp_model, run_model, guard, step, totals)
