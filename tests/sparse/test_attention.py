@@ -175,6 +175,7 @@ def test_rows_without_keys_give_zero_gradients_to_every_input():
         (("q32", "q32", "q32"), {"scale": "x"}, ("scale",)),
         (("q32", "q32", "q32"), {"scale": float("nan")}, ("scale", "nan")),  # was an all-NaN output
         (("q32", [1.0], "q32"), {}, ("k must be a torch.Tensor",)),
+        (("q32", "q32", "q32"), {"causal": "False"}, ("causal",)),  # a non-empty string was read as True
     ],
 )
 def test_bad_inputs_are_one_sentence_naming_them(args, kwargs, names):

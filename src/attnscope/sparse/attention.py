@@ -291,7 +291,7 @@ def sparse_attention(
     """
     import torch
 
-    _check_inputs(q, k, v, scale)
+    _check_inputs(q, k, v, scale, causal, return_probs)
     if impl not in IMPLS:
         raise ConfigError(f"impl must be one of {', '.join(IMPLS)}, not {impl!r}")
     b, h, t, e = q.shape
@@ -360,12 +360,15 @@ def flex_plan(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", pattern: 
     return plan(pat, q.shape[2], causal, q.device, scale, compiled=q.device.type == "cuda", options=options)
 
 
-def _check_inputs(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", scale: Any) -> None:
+def _check_inputs(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", scale: Any, causal: Any,
+                  return_probs: Any) -> None:
     """One sentence naming the argument for inputs the kernels would fail on (or compute nonsense from)."""
     import torch
 
     from attnscope.errors import check_type
 
+    check_type(causal, bool, "causal", "True or False")  # causal="False" would be read as True
+    check_type(return_probs, bool, "return_probs", "True or False")
     for name, x in (("q", q), ("k", k), ("v", v)):
         check_type(x, torch.Tensor, name, "a torch.Tensor [b,h,t,e]")
     if q.dim() != 4 or k.shape != q.shape or v.dim() != 4 or v.shape[:3] != q.shape[:3]:

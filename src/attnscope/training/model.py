@@ -151,7 +151,7 @@ class Attention(nn.Module):
         from attnscope.sparse.attention import flex_plan, sparse_attention
 
         pattern = self._read_pattern()
-        out = sparse_attention(q, k, v, pattern, causal=self.causal, return_probs=need_probs)
+        out = sparse_attention(q, k, v, pattern, causal=bool(self.causal), return_probs=bool(need_probs))
         if need_probs:
             return out
         fp = flex_plan(q, k, v, pattern, causal=self.causal)  # None where the pattern is gathered
