@@ -34,7 +34,9 @@ class ModelConfig:
     pos: str = "learned"  # "learned" | "sinusoidal" | "rotary"
     dropout: float = 0.1  # embeddings, attention probabilities, residual branches
     tie_embeddings: bool = True  # output projection = token embedding
-    attn_pattern: str | None = None  # sparse-attention preset name (attnscope.sparse), None = dense
+    attn_pattern: str | None = None  # sparse-attention preset name or pattern file (attnscope.sparse), None = dense
+    # the heads attn_pattern held when the model was made (config.json keeps them: a checkpoint never needs the file)
+    attn_pattern_heads: list[dict[str, Any]] | None = None
     tie_qk: bool = False  # keep W_q = W_k for all of training (k_proj is the only parameter)
     bias: bool = True  # biases in linear layers
 
@@ -67,9 +69,26 @@ class ModelConfig:
         if self.vocab_size is not None and (not isinstance(self.vocab_size, int) or self.vocab_size <= 0):
             raise ConfigError(f"vocab_size must be a positive integer, not {self.vocab_size!r}")
         if self.attn_pattern is not None:
-            from attnscope.sparse.patterns import load_pattern
+            self.pattern()  # one-line error for a bad pattern
+        return self
 
-            load_pattern(self.attn_pattern, n_heads=self.n_heads)  # one-line error for a bad pattern
+    def pattern(self) -> Any:
+        """The sparse :class:`~attnscope.sparse.Pattern` (None: dense): the recorded heads where there are some,
+        else what ``attn_pattern`` names now."""
+        if self.attn_pattern is None:
+            return None
+        from attnscope.sparse.patterns import load_pattern
+
+        if self.attn_pattern_heads is not None:
+            if not isinstance(self.attn_pattern_heads, list):
+                raise ConfigError(f"attn_pattern_heads must be a list of head patterns, not {self.attn_pattern_heads!r}")
+            return load_pattern(self.attn_pattern_heads, n_heads=self.n_heads)
+        return load_pattern(self.attn_pattern, n_heads=self.n_heads)
+
+    def with_pattern_heads(self) -> "ModelConfig":
+        """This config with ``attn_pattern_heads`` filled from ``attn_pattern`` as it reads now (dense: unchanged)."""
+        if self.attn_pattern is not None and self.attn_pattern_heads is None:
+            self.attn_pattern_heads = self.pattern().to_dict()["heads"]
         return self
 
     def to_dict(self) -> dict[str, Any]:

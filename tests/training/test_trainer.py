@@ -341,3 +341,33 @@ def test_resume_refuses_a_pattern_file_edited_since_the_run_started(tmp_path):
     pattern.write_text("all:\n  window: 4\n")  # the same heads, written differently: resumes
     _, summary = run(tmp_path, steps=2, resume=True, **kw)
     assert summary["steps"] == 2
+
+
+def test_a_checkpoint_of_a_pattern_file_run_loads_without_the_file(tmp_path):
+    """config.json records the pattern's heads (attn_pattern_heads): the checkpoint loads and attends as it trained
+    after the pattern file is gone or edited (before: the file had to stay at its path, else a one-line refusal)."""
+    from attnscope.training.model import load_model
+
+    pattern = tmp_path / "p.yaml"
+    pattern.write_text("all: {window: 3, stride: 8}\n")
+    kw = dict(objective="clm", n_layers=1, seq_len=16, eval_windows=1, attn_pattern=str(pattern), checkpoint_every=1,
+              score_every=100)
+    run_dir, _ = run(tmp_path, steps=1, **kw)
+    ckpt = run_dir / "checkpoints" / "step-1"
+    assert json.loads((ckpt / "config.json").read_text())["attn_pattern_heads"] == [{"window": 3, "stride": 8}] * 4
+    x = torch.randint(0, 64, (1, 16))
+    model, _ = load_model(ckpt)
+    with torch.no_grad():
+        want = model(x)
+    pattern.write_text("all: {window: 1}\n")  # edited: the checkpoint keeps what it trained with
+    model, config = load_model(ckpt)
+    assert config.pattern().heads[0].window == 3
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), want)
+    pattern.unlink()  # gone
+    model, _ = load_model(ckpt)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x), want)
+    dense = model.blocks[0].attn  # a model given another pattern by hand attends with that one
+    dense.pattern = "local:16"
+    assert dense._read_pattern().heads[0].window == 16

@@ -200,7 +200,7 @@ class TrainConfig:
         cfg = preset_config(self.preset, **over)
         if self.seq_len > cfg.max_seq_len:
             raise ConfigError(f"seq_len {self.seq_len} exceeds the model's max_seq_len {cfg.max_seq_len}")
-        return cfg
+        return cfg.with_pattern_heads()  # the pattern's heads go into every checkpoint's config.json
 
 
 def field_types(f: Field) -> tuple[type, bool]:

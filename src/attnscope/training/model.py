@@ -78,6 +78,7 @@ class Attention(nn.Module):
         self.causal, self.dropout, self.tie_qk = cfg.causal, cfg.dropout, cfg.tie_qk
         self.pattern = cfg.attn_pattern
         self._loaded: tuple[str, Any] | None = None  # (spec, Pattern): read at the first call, see _read_pattern
+        self._config = cfg  # its recorded pattern heads serve while self.pattern is still cfg.attn_pattern
         # FlexAttention plans by (length, device, dtype, with gradients, pattern, causal), made on eager calls (_sparse)
         self._flex_plans: dict[tuple[Any, ...], Any] = {}
         kv_dim = cfg.n_kv_heads * cfg.d_head
@@ -166,7 +167,8 @@ class Attention(nn.Module):
         if self._loaded is None or self._loaded[0] != self.pattern:
             from attnscope.sparse.patterns import load_pattern
 
-            self._loaded = (self.pattern, load_pattern(self.pattern, n_heads=self.n_heads))
+            own = self.pattern == self._config.attn_pattern  # the config's pattern: its recorded heads, no file needed
+            self._loaded = (self.pattern, self._config.pattern() if own else load_pattern(self.pattern, n_heads=self.n_heads))
         return self._loaded[1]
 
 
