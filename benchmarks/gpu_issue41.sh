@@ -15,7 +15,8 @@
 # 4. the geometry-logging share of training time at --score-every 100;
 # 5. pytest -m gpu (training, sparse, geometry, interventions); last, if time is left, the eager trainer MFU.
 # ONLY picks steps by key: sparse, train, mfu, geometry, test, eager (default all). Each step has its own time limit (T_* variables, seconds) and is skipped once the run passes T_ALL, so the
-# earlier tables always come back. Packages the machine lacks: put wheels in $WHEELS (installed to a temp dir).
+# earlier tables always come back. Exit 1 (one line on stderr naming them) when a step failed or ran past its
+# limit. Packages the machine lacks: put wheels in $WHEELS (installed to a temp dir).
 set -u
 # checked before anything runs: a typo in ONLY or a T_* limit would otherwise skip steps (or fail them) silently,
 # on a device whose minutes are counted
@@ -78,3 +79,8 @@ echo "## pytest -m gpu"
 grep -E "passed|failed|error|skipped" "$OUTD/log.txt" | tail -1
 } > "$OUTD/issue41.md"
 echo "wrote $OUTD/issue41.md"
+failed=$(grep -E "^-- .*: exit [1-9][0-9]* after" "$OUTD/log.txt" | sed -E 's/^-- (.*): exit ([0-9]+) after.*/\1 (exit \2)/' | paste -sd, -)
+if [ -n "$failed" ]; then  # the tables that came back are kept; the exit status says that some step did not finish
+  echo "gpu_issue41.sh: failed or cut short: $failed" >&2
+  exit 1
+fi

@@ -56,3 +56,19 @@ def test_a_bad_setting_is_one_line_exit_2_before_anything_runs(tmp_path, env, na
     r = _script(tmp_path, **env)
     assert r.returncode == 2 and names in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert "ran:" not in r.stdout and not (tmp_path / "out").exists()
+
+
+def test_a_failing_step_keeps_the_other_tables_and_exits_1(tmp_path):
+    """A step that fails (or runs past its limit) does not stop the others; the summary is still written, and the
+    exit status and one line on stderr name the step (it once exited 0 whatever failed)."""
+    stub = tmp_path / "python"
+    stub.write_text('#!/bin/sh\ncase "$*" in *"--only geometry"*) echo "boom"; exit 3 ;; esac\necho "ran: $*"\n')
+    stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
+    full = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHON": str(stub), "OUT": str(tmp_path / "out"),
+            "ONLY": "mfu,geometry"}
+    r = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_issue41.sh")], cwd=ROOT, env=full,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1] == "gpu_issue41.sh: failed or cut short: geometry logging (exit 3)"
+    assert (tmp_path / "out" / "issue41.md").is_file()
+    assert "ran: benchmarks/training_gpu.py --only mfu" in (tmp_path / "out" / "log.txt").read_text()

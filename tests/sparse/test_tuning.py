@@ -140,7 +140,7 @@ def test_autotune_runs_once_per_signature(fake_gpu, monkeypatch):
 
 
 def test_a_bad_mode_is_one_line(monkeypatch):
-    with pytest.raises(ValueError, match="tuning mode must be one of"):
+    with pytest.raises(ConfigError, match="tuning mode must be one of"):
         tuning.set_mode("fastest")
     monkeypatch.setattr(tuning, "_mode", [])
     monkeypatch.setenv("ATTNSCOPE_FLEX_TUNE", "fastest")

@@ -72,7 +72,9 @@ _tuned: dict[tuple, tuple[Options, str]] = {}  # autotune's winners in this proc
 def set_mode(mode: str | None) -> None:
     """Choose how options are picked for the rest of the process (None: back to ATTNSCOPE_FLEX_TUNE / table)."""
     if mode is not None and mode not in MODES:
-        raise ValueError(f"FlexAttention tuning mode must be one of {', '.join(MODES)}, not {mode!r}")
+        from attnscope.errors import ConfigError
+
+        raise ConfigError(f"FlexAttention tuning mode must be one of {', '.join(MODES)}, not {mode!r}", params="mode")
     _mode[:] = [] if mode is None else [mode]
 
 
