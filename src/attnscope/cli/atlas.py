@@ -226,9 +226,9 @@ def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, inter
         return lambda: figure_bytes(ap.geometry_vs_behaviour(table, x, metrics, corr, hue=hue,
                                                              title=f"{name}: {x} of W_qk vs behaviour"), "png")
 
-    makers = {"atlas.parquet": table_bytes(table, "atlas.parquet"), "atlas.csv": table_bytes(table, "atlas.csv"),
-              "correlations.csv": table_bytes(correlations, "correlations.csv"),
-              "atlas.json": lambda: json_text(info)}
+    makers: dict[str, Any] = {"atlas.parquet": table_bytes(table, "atlas.parquet"), "atlas.csv": table_bytes(table, "atlas.csv"),
+                        "correlations.csv": table_bytes(correlations, "correlations.csv"),
+                        "atlas.json": lambda: json_text(info)}
     makers.update({f"atlas_{x}.png": scatter(x) for x in GEOMETRY})
     makers["atlas_correlations.png"] = lambda: figure_bytes(
         ap.correlation_forest(correlations, title=f"{name}: Spearman rho across heads"), "png")

@@ -164,11 +164,14 @@ class Attention(nn.Module):
         """The :class:`~attnscope.sparse.Pattern` of ``self.pattern``, read once per spec and kept: a pattern file
         edited while a model runs does not change its attention midway (a resume checks the file, see
         :func:`~attnscope.training.config.check_same_pattern`)."""
-        if self._loaded is None or self._loaded[0] != self.pattern:
+        spec = self.pattern
+        if spec is None:
+            return None
+        if self._loaded is None or self._loaded[0] != spec:
             from attnscope.sparse.patterns import load_pattern
 
-            own = self.pattern == self._config.attn_pattern  # the config's pattern: its recorded heads, no file needed
-            self._loaded = (self.pattern, self._config.pattern() if own else load_pattern(self.pattern, n_heads=self.n_heads))
+            own = spec == self._config.attn_pattern  # the config's pattern: its recorded heads, no file needed
+            self._loaded = (spec, self._config.pattern() if own else load_pattern(spec, n_heads=self.n_heads))
         return self._loaded[1]
 
 
