@@ -16,7 +16,10 @@
 # 5. pytest -m gpu (training, sparse, geometry, interventions); last, if time is left, the eager trainer MFU.
 # ONLY picks steps by key: sparse, train, mfu, geometry, test, eager (default all). Each step has its own time limit (T_* variables, seconds) and is skipped once the run passes T_ALL, so the
 # earlier tables always come back. Exit 1 (one line on stderr naming them) when a step failed or ran past its
-# limit. Packages the machine lacks: put wheels in $WHEELS (installed to a temp dir).
+# limit. Packages the machine lacks: put wheels in $WHEELS (installed to a temp dir), e.g. for a Python 3.12 GPU
+# machine without gguf and submitit, fetched where there is a network:
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl gguf==0.19.0 submitit==1.5.4
 set -u
 # checked before anything runs: a typo in ONLY or a T_* limit would otherwise skip steps (or fail them) silently,
 # on a device whose minutes are counted
