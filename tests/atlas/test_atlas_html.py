@@ -255,3 +255,31 @@ def test_page_heading_is_the_models_name_and_the_path_stays_below_it():
     assert "<title>attnscope atlas: SmolLM2-135M-Instruct.Q4_1</title>" in page
     hub = atlas_page(t, corr, {"model": "org/name"})
     assert "<h1>org/name</h1>" in hub and '<p class="note">org/name</p>' not in hub
+
+
+def test_an_undefined_rho_reads_as_a_dash_and_few_layers_are_flagged_on_the_page():
+    """A constant behaviour column has no rho: the hover text says "-", never "+nan" or a fake interval;
+    an interval over fewer than MIN_UNITS layers says so in the table, the hover text and the note under it."""
+    t, _ = _synthetic(n_layers=3)
+    t["sink_text"] = 0.5  # constant: rho undefined
+    corr = correlation_table(t, ["symmetry"], ["induction_random", "sink_text"], n_boot=50)
+    page = atlas_page(t, corr, {"model": "m"})
+    hover = _data(page)["corr"]
+    assert "nan" not in hover["symmetry|sink_text"].lower()
+    assert "rho = -," in hover["symmetry|sink_text"] and "resamples): -," in hover["symmetry|sink_text"]
+    assert "3 layers (few layers" in hover["symmetry|induction_random"]
+    assert "12 / 3 (few)" in page and "fewer than 5 layers" in page
+    many, _ = _synthetic(n_layers=6)
+    page6 = atlas_page(many, correlation_table(many, ["symmetry"], ["induction_random"], n_boot=50), {"model": "m"})
+    assert "(few)" not in page6 and "fewer than 5 layers" not in page6
+
+
+def test_the_console_says_how_many_intervals_rest_on_too_few_layers(capsys, tmp_path):
+    from attnscope.cli.atlas import _finish
+
+    for n_layers, said in ((3, True), (6, False)):
+        t, _ = _synthetic(n_layers=n_layers)
+        corr = correlation_table(t, ["symmetry"], ["induction_random", "sink_text"], n_boot=50, by="model")
+        _finish(corr, "m", [tmp_path / "atlas.html"], as_json=False)
+        err = capsys.readouterr().err
+        assert ("2 of 2 intervals rest on fewer than 5 layers" in err) is said, err

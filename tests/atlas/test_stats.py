@@ -243,8 +243,8 @@ def test_correlation_table_columns_groups_and_families():
                        "s": rng.normal(size=48), "m": rng.normal(size=48)})
     df["same"] = df["s"]
     out = correlation_table(df, ["s"], ["m", "same"], n_boot=200, by="model")
-    assert list(out.columns) == ["model", "x", "y", "n", "unit", "n_units", "rho", "ci_low", "ci_high", "interval",
-                                 "p", "copy_of", "q", "q_run", "test", "relation"]
+    assert list(out.columns) == ["model", "x", "y", "n", "unit", "n_units", "few_units", "rho", "ci_low", "ci_high",
+                                 "interval", "p", "copy_of", "q", "q_run", "test", "relation"]
     assert out["copy_of"].eq("").all()  # x = s alone: no column repeats another
     assert len(out) == 4 and out[out["y"] == "same"]["rho"].eq(1.0).all()
     assert (out["n"] == 24).all() and (out["n_units"] == 6).all() and (out["unit"] == "layer").all()
@@ -301,3 +301,21 @@ def test_a_column_that_copies_another_is_one_test_in_each_family():
     tripled = bh_adjust(np.concatenate([ref["p"].to_numpy()] * 3))[: len(ref)]
     assert (tripled >= ref["q_run"].to_numpy() - 1e-12).all()
     assert judge(full)["q_run"].equals(full["q_run"])  # judging again changes nothing
+
+
+def _noise_by_layer(n_layers: int, n_heads: int = 4, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    t = pd.DataFrame([{"layer": li, "head": h} for li in range(n_layers) for h in range(n_heads)])
+    t["x"], t["y"] = rng.normal(size=len(t)), rng.normal(size=len(t))
+    return t
+
+
+@pytest.mark.parametrize("n_layers", [2, 4, 5, 6])
+def test_an_interval_over_too_few_layers_is_flagged(n_layers):
+    """A bootstrap over 2-4 layers has a handful of distinct resamples: its interval is flagged few_units."""
+    from attnscope.atlas.stats import MIN_UNITS
+
+    out = correlation_table(_noise_by_layer(n_layers), ["x"], ["y"], n_boot=50)
+    assert list(out.columns[out.columns.get_loc("n_units"):][:2]) == ["n_units", "few_units"]
+    assert int(out["n_units"].iloc[0]) == n_layers
+    assert bool(out["few_units"].iloc[0]) is (n_layers < MIN_UNITS)

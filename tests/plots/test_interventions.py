@@ -85,3 +85,21 @@ def test_the_sym_figures_collapse_line_is_the_interventions_own_threshold():
     from attnscope.plots.interventions import sym_vs_symmetry
 
     assert inspect.signature(sym_vs_symmetry).parameters["collapse_at"].default == KEEP
+
+
+def test_the_sym_figures_bar_is_the_deltas_interval_on_the_kept_scale():
+    """clean 1, delta -0.5 [-0.6, -0.4]: the point at 0.5, the bar from 0.4 to 0.6 (it was drawn from -0.1 to
+    0.9: the interval's bounds were used as distances from the point); no interval (NaN): no bar."""
+    from matplotlib.collections import LineCollection
+
+    from attnscope.plots.interventions import sym_vs_symmetry
+
+    base = dict(model="m", intervention="sym", measure="sink_random", n=4, clean=1.0, p=0.01, p_bh=0.01)
+    t = pd.DataFrame([{**base, "layer": 0, "head": 0, "value": 0.5, "delta": -0.5, "ci_low": -0.6, "ci_high": -0.4,
+                       "symmetry": 0.2},
+                      {**base, "layer": 1, "head": 0, "value": 0.8, "delta": -0.2, "ci_low": np.nan,
+                       "ci_high": np.nan, "symmetry": 0.6}])
+    ax = [a for a in sym_vs_symmetry(t).axes if a.get_title() == "sink_random"][0]
+    segs = [np.asarray(g) for c in ax.collections if isinstance(c, LineCollection) for g in c.get_segments()]
+    bars = sorted(tuple(np.round(g[:, 1], 6)) for g in segs if len(g) == 2 and np.isfinite(g).all())
+    assert bars == [(0.4, 0.6)]

@@ -176,8 +176,11 @@ def _payload(table: "pd.DataFrame", correlations: "pd.DataFrame", hue: str,
         from .stats import pvalue
 
         for r in correlations.itertuples():
-            corr[f"{r.x}|{r.y}"] = (f"Spearman rho = {r.rho:+.2f}, {r.interval}: [{r.ci_low:+.2f}, {r.ci_high:+.2f}], "
-                                    f"n = {r.n} heads in {r.n_units} {r.unit}s, p = {pvalue(r.p)}, "
+            rho = "-" if not math.isfinite(r.rho) else f"{r.rho:+.2f}"  # undefined (constant column): no number
+            ci = "-" if not math.isfinite(r.ci_low) else f"[{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
+            few = f" (few {r.unit}s: the interval is rough)" if getattr(r, "few_units", False) else ""
+            corr[f"{r.x}|{r.y}"] = (f"Spearman rho = {rho}, {r.interval}: {ci}, "
+                                    f"n = {r.n} heads in {r.n_units} {r.unit}s{few}, p = {pvalue(r.p)}, "
                                     f"q = {pvalue(r.q_run)} ({r.relation})")
     info = info or {}
     data = {"rows": rows, "columns": cols, "hue": hue, "models": list(dict.fromkeys(table["model"])),
@@ -205,7 +208,8 @@ def _corr_table(correlations: "pd.DataFrame") -> str:
         ci = "&ndash;" if not math.isfinite(r.ci_low) else f"[{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
         rho = "&ndash;" if not math.isfinite(r.rho) else f"{r.rho:+.2f}"
         ps = [pvalue(r.p), pvalue(r.q), *([pvalue(r.q_run)] if lead else [])]
-        cells += [f"<td>{r.n} / {r.n_units}</td>", f"<td>{rho}</td>", f"<td>{ci}</td>",
+        few = " (few)" if getattr(r, "few_units", False) else ""  # an interval over fewer than MIN_UNITS units
+        cells += [f"<td>{r.n} / {r.n_units}{few}</td>", f"<td>{rho}</td>", f"<td>{ci}</td>",
                   *(f"<td>{v}</td>" for v in ps), f'<td class="l">{esc(str(r.relation))}</td>']
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
@@ -213,7 +217,7 @@ def _corr_table(correlations: "pd.DataFrame") -> str:
 
 def _judged_by(correlations: "pd.DataFrame") -> str:
     """The sentence under the table: what the interval, p and q are and which q the relation reads."""
-    from .stats import ALPHA
+    from .stats import ALPHA, MIN_UNITS
 
     if not len(correlations):
         return ""
@@ -223,8 +227,10 @@ def _judged_by(correlations: "pd.DataFrame") -> str:
     copies = int(correlations["copy_of"].fillna("").ne("").sum()) if "copy_of" in correlations.columns else 0
     counted = (f" {copies} rows repeat the test of another geometry column (the same values: positions are no "
                "rotation here) and are counted once." if copies else "")
+    few = (f" (few): the interval rests on fewer than {MIN_UNITS} {r['unit']}s, too few resampling units to "
+           "trust it." if "few_units" in correlations.columns and correlations["few_units"].any() else "")
     return (f"95% CI: {r['interval']}. p: {r['test']}. q: Benjamini-Hochberg adjusted p ({family} <= {ALPHA}: "
-            f"a false-discovery rate of 5% among the relations reported).{counted}")
+            f"a false-discovery rate of 5% among the relations reported).{counted}{few}")
 
 
 def opening_pair(table: "pd.DataFrame", correlations: "pd.DataFrame", info: "Mapping[str, Any]") -> tuple[str, str]:

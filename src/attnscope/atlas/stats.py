@@ -48,6 +48,9 @@ ALPHA = 0.05
 _CHUNK_CELLS = 1_000_000
 NO_RELATION = "no relation distinguishable from chance"
 UNDEFINED = "undefined (constant or too few heads)"
+#: an interval from fewer resampling units (layers) than this is flagged ``few_units``: a bootstrap over
+#: 2-4 layers has a handful of distinct resamples, so its percentiles are not a 95% interval
+MIN_UNITS = 5
 
 
 def interval_label(unit: str, n_boot: int) -> str:
@@ -392,7 +395,10 @@ def correlation_table(
     the position-aware columns of a model without rotary positions) repeats that column's test: same
     numbers, and it is counted once in each Benjamini-Hochberg family (:func:`family_q`).
 
-    Columns: [by,] x, y, n, unit, n_units, rho, ci_low, ci_high, interval, p, copy_of, q, q_run, test, relation.
+    ``few_units``: True where the interval rests on fewer than :data:`MIN_UNITS` resampling units.
+
+    Columns: [by,] x, y, n, unit, n_units, few_units, rho, ci_low, ci_high, interval, p, copy_of, q, q_run,
+    test, relation.
     """
     import pandas as pd
 
@@ -417,7 +423,8 @@ def correlation_table(
                 t = done[(copies[x], y)] if x in copies else spearman_test(
                     sub[x].to_numpy(float), sub[y].to_numpy(float), clusters, n_boot, seed, strata=st)
                 done[(x, y)] = t
-                row = {"x": x, "y": y, "n": t.n, "unit": unit_name, "n_units": t.n_units, "rho": t.rho,
+                row = {"x": x, "y": y, "n": t.n, "unit": unit_name, "n_units": t.n_units,
+                       "few_units": t.n_units < MIN_UNITS, "rho": t.rho,
                        "ci_low": t.low, "ci_high": t.high, "interval": interval_label(unit_name, n_boot), "p": t.p,
                        "copy_of": copies.get(x, "")}
                 rows.append({by: key, **row} if by else row)

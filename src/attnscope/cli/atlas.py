@@ -293,6 +293,12 @@ def _finish(correlations, model: str, written: list[Path], as_json: bool) -> Non
                     keys=(*lead, "geometry", "behaviour"))
     if first is not None:
         say(f"95% CI: {first['interval']}; p: {first['test']}. Every test: correlations.csv, atlas.html.")
+    few = own[own["few_units"]] if "few_units" in own.columns else own.iloc[:0]
+    if len(few):
+        from attnscope.atlas.stats import MIN_UNITS
+
+        say(f"{len(few)} of {len(own)} intervals rest on fewer than {MIN_UNITS} {first['unit']}s (few_units in "
+            "correlations.csv): too few resampling units to trust the interval.")
     say(f"wrote {len(written)} files into {written[0].parent}")
 
 

@@ -9,7 +9,7 @@ appears.
 * :func:`settling` applies the formation rule (:mod:`.formation`) to each head's geometry and behaviour and
   gives Spearman's rho across heads between the step at which s (or d) forms and the step at which each
   behaviour forms, with the atlas's percentile bootstrap 95% interval (:func:`attnscope.atlas.stats.correlation_table`),
-  resampling whole layers; ``few_units`` marks an interval from fewer than :data:`MIN_UNITS` layers (a bootstrap
+  resampling whole layers; ``few_units`` marks an interval from fewer than :data:`attnscope.atlas.stats.MIN_UNITS` layers (a bootstrap
   of 2 layers gives rho 1.0 [1.0, 1.0]: no interval at all). Seeded: the same table and seed give the same
   numbers.
 """
@@ -31,8 +31,6 @@ if TYPE_CHECKING:  # pragma: no cover
 #: the files a revision needs to run (weights, config, tokenizer)
 RUN_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "*.bin", "*.tiktoken"]
 #: behaviour options and their defaults (the atlas's, fewer windows: a sweep runs them at every revision)
-#: an interval from fewer resampling units (layers) than this is flagged ``few_units``
-MIN_UNITS = 5
 DEFAULTS = {"probes": "both", "data": "builtin", "windows": 4, "length": None, "random_windows": 4,
             "random_length": None, "seed": 0}
 
@@ -118,7 +116,8 @@ def settling(table: "pd.DataFrame", min_change: float = MIN_CHANGE, n_boot: int 
     """Across heads: Spearman's rho between the step at which each ``geometry`` score forms and the step at which
     each behaviour forms (heads where both form), with a percentile bootstrap 95% interval over whole layers.
     Columns as :func:`attnscope.atlas.stats.correlation_table` (x, y name the metrics whose formation steps are
-    compared) and ``few_units``: True where the interval rests on fewer than :data:`MIN_UNITS` layers."""
+    compared), ``few_units`` among them: True where the interval rests on fewer than
+    :data:`attnscope.atlas.stats.MIN_UNITS` layers."""
     import pandas as pd
 
     from attnscope.atlas.stats import correlation_table
@@ -135,6 +134,4 @@ def settling(table: "pd.DataFrame", min_change: float = MIN_CHANGE, n_boot: int 
                               aggfunc="first", dropna=False).reset_index()
     for col in (*geometry, *beh):
         wide[col] = pd.to_numeric(wide[col], errors="coerce") if col in wide else float("nan")
-    out = correlation_table(wide, list(geometry), beh, n_boot=n_boot, seed=seed)
-    out.insert(out.columns.get_loc("n_units") + 1, "few_units", out["n_units"] < MIN_UNITS)
-    return out
+    return correlation_table(wide, list(geometry), beh, n_boot=n_boot, seed=seed)

@@ -101,7 +101,11 @@ def _rho_title(correlations: "pd.DataFrame | None", x: str, y: str) -> str:
     if row.empty:
         return ""
     r = row.iloc[0]
-    text = f"rho = {r.rho:.2f} [{r.ci_low:.2f}, {r.ci_high:.2f}], n = {r.n}"
+    if r.rho != r.rho:  # constant column or too few heads: no rho, no interval
+        return f"rho undefined (-), n = {r.n}"
+    ci = f" [{r.ci_low:.2f}, {r.ci_high:.2f}]" if r.ci_low == r.ci_low else ""
+    few = f" in {r.n_units} {r.unit}s (few)" if bool(getattr(r, "few_units", False)) else ""
+    text = f"rho = {r.rho:.2f}{ci}, n = {r.n}{few}"
     if "q_run" in row.columns and r.q_run == r.q_run:
         text += f", q = {r.q_run:.2g}"
     return text
@@ -114,6 +118,8 @@ def correlation_forest(correlations: "pd.DataFrame", title: str = "", *, ax: "Ax
     fig, ax = axes_for(ax, figsize=(6.0, 0.28 * len(correlations) + 1.2))
     pooled = "model" in correlations.columns and correlations["model"].nunique() > 1
     labels = [(f"{model_label(str(r.model))}: " if pooled else "") + f"{geometry_short(r.x)} vs {r.y}"
+              + (" (rho undefined)" if r.rho != r.rho else f" (few {r.unit}s)" if bool(getattr(r, "few_units", False))
+                 else "")
               for r in correlations.itertuples()]
     ypos = np.arange(len(correlations))[::-1]
     xs = correlations["x"].tolist()
@@ -121,10 +127,10 @@ def correlation_forest(correlations: "pd.DataFrame", title: str = "", *, ax: "Ax
         if xs[i] != xs[i - 1]:
             ax.axhline(ypos[i] + 0.5, color="0.85", lw=0.8)
     rho = correlations["rho"].to_numpy(float)
-    lo = rho - correlations["ci_low"].to_numpy(float)
-    hi = correlations["ci_high"].to_numpy(float) - rho
     colours = ["tab:gray" if r.relation.startswith("no relation") else "tab:red" for r in correlations.itertuples()]
-    ax.errorbar(rho, ypos, xerr=[lo, hi], fmt="none", ecolor=colours, elinewidth=1.5)
+    # the bar spans [ci_low, ci_high] as computed: a percentile bootstrap interval can miss its own rho (ties)
+    ax.hlines(ypos, correlations["ci_low"].to_numpy(float), correlations["ci_high"].to_numpy(float),
+              colors=colours, lw=1.5)
     ax.scatter(rho, ypos, c=colours, s=16, zorder=3)
     ax.axvline(0, color="k", lw=0.8)
     ax.set_yticks(ypos, labels, fontsize=7)

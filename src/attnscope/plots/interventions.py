@@ -72,9 +72,10 @@ def sym_vs_symmetry(joined: "pd.DataFrame", measures: Sequence[str] | None = Non
         left = int(((sym["measure"] == measure) & ~(sym["clean"] >= MIN_CLEAN)).sum())
         clean = sub["clean"].to_numpy(float)
         xs, kept = sub[x].to_numpy(float), sub["value"].to_numpy(float) / clean
-        err = np.vstack([-sub["ci_low"].to_numpy(float), sub["ci_high"].to_numpy(float)]) / clean  # delta's CI / clean
-        ax.errorbar(xs, kept, yerr=np.where(np.isfinite(err), np.abs(err), 0), fmt="none", ecolor="#bbb",
-                    elinewidth=0.6)
+        # the delta's 95% interval on the kept-fraction scale: (clean + delta) / clean for each bound; a head
+        # without one (n < 2) gets no bar
+        ax.vlines(xs, 1 + sub["ci_low"].to_numpy(float) / clean, 1 + sub["ci_high"].to_numpy(float) / clean,
+                  colors="#bbb", lw=0.6)
         sig = (sub["p_bh"] < 0.05).to_numpy()
         sc = ax.scatter(xs[sig], kept[sig], c=sub["layer"][sig], cmap="viridis", s=16, vmin=lo_layer, vmax=hi_layer)
         ax.scatter(xs[~sig], kept[~sig], facecolors="none", edgecolors="#888", s=14, linewidths=0.6)
