@@ -93,6 +93,8 @@ class ModelConfig:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        if out["attn_pattern_heads"] is None:  # dense (or not yet read): config.json as it always was
+            del out["attn_pattern_heads"]
         out["d_head"] = self.d_head
         return out
 

@@ -332,7 +332,7 @@ def test_resume_refuses_a_pattern_file_edited_since_the_run_started(tmp_path):
     kw = dict(objective="clm", n_layers=1, seq_len=16, eval_windows=1, attn_pattern=str(pattern), checkpoint_every=1,
               score_every=100)
     run_dir, _ = run(tmp_path, steps=1, **kw)
-    assert json.loads((run_dir / "run.json").read_text())["attn_pattern_heads"] == [{"window": 4}] * 4
+    assert json.loads((run_dir / "run.json").read_text())["model"]["attn_pattern_heads"] == [{"window": 4}] * 4
     pattern.write_text("all: {window: 2, stride: 8}\n")
     with pytest.raises(ConfigError, match="attn_pattern .*p.yaml' changed since the run started") as err:
         run(tmp_path, steps=2, resume=True, **kw)

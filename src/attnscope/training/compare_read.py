@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 NOT_COMPARED = frozenset({
     "out", "resume", "progress", "threads", "wandb", "tensorboard", "config", "device", "world_size",
     "keep_checkpoints", "checkpoint_every", "score_every", "score_offsets", "log_every", "eval_every",
-    "attn_pattern_heads",  # recorded for --resume's check; runs written before it lack it
+    "model.attn_pattern_heads",  # the heads attn_pattern held (for --resume's check); runs before 2026-11-28 lack it
 })
 TREATMENTS = ("init", "tie_qk", "model.tie_qk")  # what a baseline differs in
 

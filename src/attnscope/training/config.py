@@ -283,22 +283,16 @@ def check_same_run(cfg: TrainConfig, stored: dict[str, Any]) -> None:
                           params=("resume", k))
 
 
-def pattern_heads(spec: str, n_heads: int) -> list[dict[str, Any]]:
-    """The heads a sparse pattern (preset or file) holds now, as run.json's ``attn_pattern_heads`` records them."""
-    from attnscope.sparse.patterns import load_pattern
-
-    return load_pattern(spec, n_heads=n_heads).to_dict()["heads"]
-
-
 def check_same_pattern(cfg: TrainConfig, stored: dict[str, Any]) -> None:
     """ConfigError unless a pattern FILE still holds the heads the run trained with: ``attn_pattern`` is its path,
     so an edited file would otherwise change the attention of a resumed run without a word."""
-    was = stored.get("attn_pattern_heads")
+    model = stored.get("model")
+    was = model.get("attn_pattern_heads") if isinstance(model, dict) else None
     if cfg.attn_pattern is None or not isinstance(was, list):  # dense, or a run written before it was recorded
         return
-    if pattern_heads(cfg.attn_pattern, len(was)) != was:
+    if cfg.model_config().attn_pattern_heads != was:  # the file as it reads now
         raise ConfigError(f"resume=True with attn_pattern {cfg.attn_pattern!r} changed since the run started "
-                          "(run.json's attn_pattern_heads holds the pattern it trained with); restore the file",
+                          "(run.json's model.attn_pattern_heads holds the pattern it trained with); restore the file",
                           params=("resume", "attn_pattern"))
 
 

@@ -45,7 +45,7 @@ from .checkpoints import (
     load_checkpoint,
     write_checkpoint,
 )
-from .config import TrainConfig, check_same_pattern, check_same_run, lr_at, pattern_heads
+from .config import TrainConfig, check_same_pattern, check_same_run, lr_at
 from .data import heldout_windows, open_corpus, sample_windows, tokenize_split
 from .distributed import Dist, check_device, gather_rng, init_distributed, mean_across
 from .model import Transformer, init_weights
@@ -306,9 +306,7 @@ def _open_run(cfg: TrainConfig) -> _Run:
     step, totals = _resume(cfg, existing, model, opt, batches, dist, log) if cfg.resume else (0, Totals())
     if dist.main:
         with disk_errors(run_dir / "run.json"):
-            heads = {} if cfg.attn_pattern is None else {"attn_pattern_heads": pattern_heads(cfg.attn_pattern, mcfg.n_heads)}
-            atomic_write_json(run_dir / "run.json", {**asdict(cfg), "model": mcfg.to_dict(), "world_size": dist.world,
-                                                     **heads})
+            atomic_write_json(run_dir / "run.json", {**asdict(cfg), "model": mcfg.to_dict(), "world_size": dist.world})
     ddp_model: Any = model
     if dist.world > 1:
         from torch.nn.parallel import DistributedDataParallel
