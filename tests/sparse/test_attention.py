@@ -3,6 +3,7 @@ and gives zeros (not NaN) on rows with no allowed key."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -188,6 +189,17 @@ def test_bad_inputs_are_one_sentence_naming_them(args, kwargs, names):
     with pytest.raises(AttnscopeError) as err:
         sparse_attention(q, k, v, "byte-sparse-8h", **kwargs)
     assert all(n in str(err.value) for n in names) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("scale", [np.float32(0.3), torch.tensor(0.3), 0.3])
+def test_a_scale_given_as_any_real_number_is_taken(scale):
+    """numpy scalars and 0-dim tensors were taken as scale (float(scale)) before inputs were checked: still are."""
+    q = torch.randn(1, 8, 12, 4, dtype=torch.float64)
+    ref, _ = dense_attention(q, q, q, dense_mask("byte-sparse-8h", 12, True), scale=0.3)
+    torch.testing.assert_close(sparse_attention(q, q, q, "byte-sparse-8h", scale=scale), ref.to(q.dtype),
+                               atol=1e-5, rtol=1e-5)
+    with pytest.raises(AttnscopeError, match="scale"):
+        sparse_attention(q, q, q, "byte-sparse-8h", scale=True)
 
 
 def test_mixed_dtypes_under_autocast_still_run():

@@ -383,8 +383,13 @@ def _check_inputs(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", scale
         raise ConfigError(f"q, k and v must share one dtype outside autocast; got {q.dtype}, {k.dtype}, {v.dtype}")
     if k.device != q.device or v.device != q.device:
         raise ConfigError(f"q, k and v must be on one device; got {q.device}, {k.device}, {v.device}")
-    if scale is not None and not math.isfinite(check_type(scale, (int, float), "scale", "a number (None: e ** -0.5)")):
-        raise ConfigError(f"scale must be a finite number (None: e ** -0.5), not {scale!r}", params="scale")
+    if scale is not None:  # any real number float() takes (numpy scalars, a 0-dim tensor), never a string or bool
+        try:
+            value = None if isinstance(scale, (str, bytes, bool)) else float(scale)
+        except (TypeError, ValueError, RuntimeError):
+            value = None
+        if value is None or not math.isfinite(value):
+            raise ConfigError(f"scale must be a finite number (None: e ** -0.5), not {scale!r}", params="scale")
 
 
 def _resolve(pattern: "Pattern | str | Any", h: int) -> Pattern:
