@@ -31,12 +31,12 @@ def tiny_gguf(tmp_path_factory):
 def no_load(monkeypatch):
     """Loading the model (either way: intervene's and the atlas's) fails the test: checks come first."""
     from attnscope.heads import maps
-    from attnscope.interventions import run
+    from attnscope.interventions import subject as subject_mod
 
     def refuse(*_a, **_k):
         raise AssertionError("the model was loaded before the input was checked")
 
-    monkeypatch.setattr(run, "_load", refuse)
+    monkeypatch.setattr(subject_mod, "_load", refuse)
     monkeypatch.setattr(maps, "open_model", refuse)
 
 

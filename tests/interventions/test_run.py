@@ -306,12 +306,12 @@ def test_the_clean_pass_keeps_outputs_only_within_its_budget(tiny_gguf, monkeypa
     import torch
 
     from attnscope.heads.maps import make_windows
-    from attnscope.interventions import run
+    from attnscope.interventions import clean, run
     from attnscope.interventions.attention import patched
 
     subject = run.open_subject(str(tiny_gguf))
     wins = {"text": make_windows(subject.maps, "builtin", 2, 40)}
-    monkeypatch.setattr(run, "PREFIX_BUDGET", 2 * 40 * 32 * 2 * 4 - 1)  # windows x positions x hidden x layers x 4 B
+    monkeypatch.setattr(clean, "PREFIX_BUDGET", 2 * 40 * 32 * 2 * 4 - 1)  # windows x positions x hidden x layers x 4 B
     with torch.inference_mode(), patched(subject.model) as ctl:
         assert run.clean_pass(subject, wins, ctl).outputs is None
 
@@ -326,9 +326,9 @@ def test_one_load_serves_the_atlas_and_the_interventions_and_intervene_joins_the
     res = attnscope.atlas(subject.maps, windows=2, length=40, random_windows=2, random_length=10, n_boot=50)
     cols = [c for c in ref.table.columns if c != "source"]
     pd.testing.assert_frame_equal(res.table[cols], ref.table[cols])  # the same atlas from the shared load
-    from attnscope.interventions import run
+    from attnscope.interventions import subject as subject_mod
 
-    monkeypatch.setattr(run, "_load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded again")))
+    monkeypatch.setattr(subject_mod, "_load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded again")))
     iv = intervene(subject, atlas=res, top="2:-directionality", interventions="sym", **SMALL).table
     lowest = res.table.nsmallest(2, "directionality")
     assert set(zip(iv["layer"], iv["head"])) == set(zip(lowest["layer"], lowest["head"]))
@@ -343,11 +343,11 @@ def test_one_load_serves_the_atlas_and_the_interventions_and_intervene_joins_the
 @needs_gguf
 def test_cli_loads_the_model_once_and_takes_the_lowest_with_a_minus(tiny_gguf, tmp_path, monkeypatch, cli_inproc):
     from attnscope.heads import maps
-    from attnscope.interventions import run
+    from attnscope.interventions import subject as subject_mod
 
     loads = []
-    real = run._load
-    monkeypatch.setattr(run, "_load", lambda *a, **k: loads.append(a) or real(*a, **k))
+    real = subject_mod._load
+    monkeypatch.setattr(subject_mod, "_load", lambda *a, **k: loads.append(a) or real(*a, **k))
     monkeypatch.setattr(maps, "open_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("a second load")))
     out = tmp_path / "o"
     code, _, err = cli_inproc("atlas", str(tiny_gguf), "--out", str(out), "--windows", "2", "--length", "40",
@@ -373,7 +373,7 @@ def test_full_precision_loss_changes_are_each_copys_cross_entropy_minus_the_clea
 
     import torch
 
-    from attnscope.interventions.run import _loss_terms
+    from attnscope.interventions.loss import loss_terms
 
     g = torch.Generator().manual_seed(seed)
     e = 8
@@ -383,7 +383,7 @@ def test_full_precision_loss_changes_are_each_copys_cross_entropy_minus_the_clea
     hidden[-1] = h0[0]  # the last copy changes nothing
     idx = torch.randint(0, v, (1, i), generator=g)
     ticks = []
-    got = _loss_terms(subject, hidden, idx, tick=lambda: ticks.append(1)).mean(1)
+    got = loss_terms(subject, hidden, idx, tick=lambda: ticks.append(1)).mean(1)
     logits = hidden.double()[:, :-1] @ subject.out_weight.double().T  # [c, i - 1, v]
     ce = [float(torch.nn.functional.cross_entropy(z, idx[0, 1:])) for z in logits]
     ref = np.array(ce[1:]) - ce[0]

@@ -2,11 +2,20 @@
 (its W_qk geometry, after rotary), zero it, or replace its output by its mean; the change in loss and in
 the head's behaviour, per head, with intervals over windows.
 
+Rooms, in the order a run takes them:
+
+* :mod:`.selection` -- what is intervened on (interventions, heads, options), checked before any load
+* :mod:`.subject`   -- loading the model once (:func:`~.subject.open_subject`; the atlas uses the same load)
 * :mod:`.attention` -- the attention function registered with transformers (``attnscope_intervene``),
   :func:`~.attention.patched` (switch a model to it) and :class:`~.attention.Plan` (what it does)
-* :mod:`.run`       -- :func:`intervene` (every head of a model, layer by layer, resumable), loading once
-  for the atlas too (:func:`~.run.open_subject`), the input checked before the load
+* :mod:`.clean`     -- the clean pass: every head's behaviour, the clean loss, mean outputs, kept layer outputs
+* :mod:`.screen`    -- the first-order screen of every head: one forward and one backward per window, each
+  head's softmax recomputed exactly under the intervention; the exact behaviour of every screened head
+* :mod:`.exact`     -- the exact layer passes of the heads that need them (one forward per layer and window)
+* :mod:`.loss`      -- the next-token loss and each copy's change in it, per position
 * :mod:`.deltas`    -- bf16-delta products: the copies' linear layers and loss change from their difference
+* :mod:`.workers`   -- forked one-thread processes sharing the layer passes
+* :mod:`.run`       -- :func:`intervene`: the steps above in order, resumable, into one table
 * :mod:`.summary`   -- per-window deltas -> mean, 95% t interval, p, the smallest detectable change;
   Benjamini-Hochberg across heads; :func:`~.summary.sym_collapse` (where a behaviour lost under sym lives:
   the antisymmetric part or both parts); choosing heads from an atlas (``top``) and joining it
