@@ -119,7 +119,7 @@ def test_intervene_in_bf16_delta_agrees_with_full_precision_and_nothing_stays_ze
     from attnscope.interventions.run import clean_pass, layer_pass, open_subject
 
     path = write_llama_gguf_model(tmp_path / "tiny.gguf", tiny_llama_model(n_layers=3, d=32, n_heads=4, n_kv=2))
-    opts = dict(interventions="sym,anti,ablate", windows=3, length=40, random_windows=2, random_length=10)
+    opts = dict(interventions="sym,anti,ablate", windows=3, length=40, random_windows=2, random_length=10, exact="all")
     full = intervene(str(path), precision="full", **opts)
     fast = intervene(str(path), precision="bf16-delta", **opts)
     assert full.info["precision"] == "full" and fast.info["products"].startswith("bf16-delta")
@@ -156,7 +156,7 @@ def test_on_cuda_auto_is_bf16_delta_and_agrees_with_full_precision_on_the_cpu(tm
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU: torch sees none")
     path = write_llama_gguf_model(tmp_path / "tiny.gguf", tiny_llama_model(n_layers=3, d=32, n_heads=4, n_kv=2))
-    opts = dict(interventions="sym,anti,ablate", windows=3, length=40, random_windows=2, random_length=10)
+    opts = dict(interventions="sym,anti,ablate", windows=3, length=40, random_windows=2, random_length=10, exact="all")
     cpu = intervene(str(path), precision="full", **opts)
     gpu = intervene(str(path), device="cuda", **opts)
     assert gpu.info["precision"] == "bf16-delta"

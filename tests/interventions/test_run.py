@@ -19,7 +19,7 @@ needs_gguf = pytest.mark.skipif(
     any(importlib.util.find_spec(n) is None for n in ("transformers", "accelerate", "gguf")),
     reason="needs transformers and the gguf extra (accelerate, gguf)",
 )
-SMALL = dict(windows=3, length=40, random_windows=2, random_length=10)
+SMALL = dict(windows=3, length=40, random_windows=2, random_length=10, exact="all")
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ needs_gguf = pytest.mark.skipif(
     any(importlib.util.find_spec(n) is None for n in ("transformers", "accelerate", "gguf")),
     reason="needs transformers and the gguf extra (accelerate, gguf)",
 )
-SMALL = dict(windows=3, length=40, random_windows=0)
+SMALL = dict(windows=3, length=40, random_windows=0, exact="all")
 COLUMNS = ["model", "layer", "head", "intervention", "window", "position", "token", "delta_loss"]
 
 

@@ -116,7 +116,7 @@ def test_intervene_with_workers_is_intervene_without(tmp_path, precision):
 
     path = write_llama_gguf_model(tmp_path / "tiny.gguf", tiny_llama_model(n_layers=3, d=32, n_heads=4, n_kv=2))
     opts = dict(interventions="sym,anti,ablate", windows=3, length=40, random_windows=2, random_length=10,
-                precision=precision)
+                precision=precision, exact="all")
     runs = [intervene(str(path), workers=1, **opts),
             intervene(str(path), workers=2, **opts),  # no store: the workers' own, temporary
             intervene(str(path), workers=3, store=tmp_path / "store", **opts)]
@@ -129,7 +129,8 @@ def test_intervene_with_workers_is_intervene_without(tmp_path, precision):
         assert res.token_effects[tkey].equals(runs[0].token_effects[tkey])  # the per-token changes come back too
         np.testing.assert_allclose(res.token_effects["delta_loss"], runs[0].token_effects["delta_loss"], rtol=1e-5, atol=1e-7)
     tasks = sorted(p.name for p in (tmp_path / "store").rglob("*.parquet"))
-    assert len(tasks) == 6 and sum(n.startswith("tokens") for n in tasks) == 3  # each layer and its per-token table
+    assert len(tasks) == 7 and sum(n.startswith("tokens") for n in tasks) == 3  # each layer and its per-token table
+    assert "screen.parquet" in tasks  # and the screen, kept for a resumed run
     with pytest.raises(InputError, match="workers must be at least 1"):
         intervene(str(path), workers=0, **opts)
     with pytest.raises(InputError, match="needs Linux and the model on the CPU"):

@@ -78,6 +78,11 @@ class Plan:
     on_output: Callable[[int, "torch.Tensor"], None] | None = None
     on_scores: Callable[[int, "torch.Tensor", "torch.Tensor"], None] | None = None
     stop: bool = False
+    #: a clean forward's every layer: ``on_attention(layer, call, out, probs)`` with the layer's
+    #: :class:`AttentionCall` (its post-rotary q, k, v, mask and the model's own function), the head outputs
+    #: out [c, i, h, d] and maps [c, h, i, j]; what it returns (a tensor) replaces ``out`` (the screen adds a
+    #: zero leaf there, to take the loss's gradient with respect to every head's output)
+    on_attention: Callable[[int, "AttentionCall", "torch.Tensor", "torch.Tensor"], Any] | None = None
 
 
 class _Controller:
@@ -203,6 +208,11 @@ def _attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "
             plan.on_maps(layer, probs)
         if plan.on_output is not None:
             plan.on_output(layer, out)
+        if plan.on_attention is not None:
+            replaced = plan.on_attention(layer, AttentionCall(module, eager, query, key, value, attention_mask, kwargs),
+                                         out, probs)
+            if replaced is not None:
+                out = replaced
     elif here:
         out = _replace_outputs(out, plan, layer)
         if plan.on_maps is not None and scored:
@@ -229,16 +239,10 @@ def _intervened_heads(module: Any, eager: Callable[..., Any], plan: Plan, layer:
     out = None if plan.stop else _fused(module, query, key, value, attention_mask, kwargs)  # [c, i, h, d]
     chosen = [(ci, head, kind) for ci, (kind, head) in enumerate(plan.copies) if kind in SCORE_KINDS]
     if chosen:
-        dev = query.device
-        ci = torch.tensor([x[0] for x in chosen], device=dev)
-        hi = torch.tensor([x[1] for x in chosen], device=dev)
-        gi = hi // (h // key.shape[1])  # the key/value head of each query head (GQA)
-        q, k, v = query[ci, hi][:, None], key[ci, gi][:, None], value[ci, gi][:, None]  # [s, 1, i, d]
-        coef = torch.tensor([_COEF[x[2]] for x in chosen], dtype=query.dtype, device=dev)  # [s, 3]
-        a, b, cc = (coef[:, n].view(-1, 1, 1, 1) for n in range(3))
-        mask = attention_mask[ci] if attention_mask is not None and attention_mask.shape[0] == c else attention_mask
-        own, probs = eager(_Flat(module), torch.cat([a * q, b * k], dim=-1), torch.cat([a * k, cc * q], dim=-1), v,
-                           mask, **kwargs)  # own [s, i, 1, d], probs [s, 1, i, j]
+        call = AttentionCall(module, eager, query, key, value, attention_mask, kwargs)
+        ci = torch.tensor([x[0] for x in chosen], device=query.device)
+        hi = torch.tensor([x[1] for x in chosen], device=query.device)
+        own, probs = call.heads_under(ci, hi, [x[2] for x in chosen])  # own [s, i, 1, d], probs [s, 1, i, j]
         if plan.on_maps is not None:
             plan.on_maps(layer, probs[:, 0][None])  # [1, s, i, j]
         if out is not None:
@@ -247,6 +251,39 @@ def _intervened_heads(module: Any, eager: Callable[..., Any], plan: Plan, layer:
         raise StopForward
     assert out is not None
     return _replace_outputs(out, plan, layer), None
+
+
+@dataclass
+class AttentionCall:
+    """One call of a layer's attention as transformers makes it: the module, the model's own eager function,
+    post-rotary query [c, h, i, d], key and value [c, g, j, d], the mask and the keyword arguments (scaling,
+    softcap, sliding window) as :func:`_attention` hands them to that function."""
+
+    module: Any
+    eager: Callable[..., Any]
+    query: "torch.Tensor"
+    key: "torch.Tensor"
+    value: "torch.Tensor"
+    mask: "torch.Tensor | None"
+    kwargs: dict[str, Any]
+
+    def heads_under(self, copies: "torch.Tensor", heads: "torch.Tensor", kinds: Sequence[str]
+                    ) -> tuple["torch.Tensor", "torch.Tensor"]:
+        """Each (copy, head, score intervention) [s] apart through the model's eager function with q' and k' of
+        the module docstring: (head output [s, i, 1, d], map [s, 1, i, j]). The head's key/value head is
+        ``head // (h / g)`` (GQA); the mask row of its copy (or the one mask all copies share)."""
+        import torch
+
+        query, key, value, mask = self.query, self.key, self.value, self.mask
+        c, h = query.shape[:2]
+        gi = heads // (h // key.shape[1])  # the key/value head of each query head (GQA)
+        q, k, v = query[copies, heads][:, None], key[copies, gi][:, None], value[copies, gi][:, None]  # [s, 1, i, d]
+        coef = torch.tensor([_COEF[kind] for kind in kinds], dtype=query.dtype, device=query.device)  # [s, 3]
+        a, b, cc = (coef[:, n].view(-1, 1, 1, 1) for n in range(3))
+        if mask is not None and mask.shape[0] == c:
+            mask = mask[copies]
+        return self.eager(_Flat(self.module), torch.cat([a * q, b * k], dim=-1), torch.cat([a * k, cc * q], dim=-1),
+                          v, mask, **self.kwargs)
 
 
 def _replace_outputs(out: "torch.Tensor", plan: Plan, layer: int) -> "torch.Tensor":

@@ -35,7 +35,8 @@ MAX_COPIES = 32
 def layer_pass(subject: Subject, layer: int, heads: Sequence[int], kinds: Sequence[str],
                windows: dict[str, "torch.Tensor"], clean: _Clean, ctl: Any,
                low: LowWeights | None = None, tick: Callable[[float], None] = report,
-               with_tokens: bool = False) -> "pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]":
+               with_tokens: bool = False, behaviour: bool = True
+               ) -> "pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]":
     """Per-window deltas of every (kind, head) of ``layer``: long table of window, head, intervention,
     measure, clean, value, delta. With ``with_tokens``, (that table, the per-position changes in loss of the
     text windows: :func:`_token_frame`, whose mean per (head, intervention, window) is that row's loss delta).
@@ -43,14 +44,15 @@ def layer_pass(subject: Subject, layer: int, heads: Sequence[int], kinds: Sequen
     Each forward's batch holds a clean copy first (:data:`.attention.CLEAN`): a copy's loss delta is its
     loss minus that copy's, so an intervention that changes nothing has a delta of exactly 0. With
     ``low`` the linear layers from ``layer`` on and the output matrix take the copies' differences from
-    it in bfloat16 (:mod:`.deltas`). ``tick(fraction)`` is told how far the pass is after each layer of each
+    it in bfloat16 (:mod:`.deltas`). ``behaviour=False``: the loss rows alone (the screen measured the
+    behaviour: :mod:`.screen`). ``tick(fraction)`` is told how far the pass is after each layer of each
     forward and each copy's loss (by default :func:`.workers.report`: the progress of :func:`intervene`)."""
     import pandas as pd
 
     from attnscope.heap import reused_heap
 
     with reused_heap():  # the copies' big activations reuse freed heap blocks (no fresh zeroed pages)
-        rows, terms = _layer_rows(subject, layer, heads, kinds, windows, clean, ctl, low, tick)  # a no-op inside intervene()'s
+        rows, terms = _layer_rows(subject, layer, heads, kinds, windows, clean, ctl, low, tick, behaviour)  # a no-op inside intervene()'s
     df = pd.DataFrame(rows)
     df.insert(0, "layer", layer)
     return (df, _token_frame(layer, terms)) if with_tokens else df
@@ -74,7 +76,7 @@ LOSS_UNITS = 6.0
 
 def _layer_rows(subject: Subject, layer: int, heads: Sequence[int], kinds: Sequence[str],
                 windows: dict[str, "torch.Tensor"], clean: _Clean, ctl: Any,
-                low: LowWeights | None, tick: Callable[[float], None] = report
+                low: LowWeights | None, tick: Callable[[float], None] = report, behaviour: bool = True
                 ) -> tuple[list[dict[str, Any]], list[tuple[int, str, int, np.ndarray]]]:
     """(per-window rows, per-position loss changes as (window, intervention, head, [i - 1] float64) of each
     text window; none without an output matrix)."""
@@ -104,7 +106,8 @@ def _layer_rows(subject: Subject, layer: int, heads: Sequence[int], kinds: Seque
                 scored = [(k, h) for k, h in chunk if k in SCORE_KINDS]
                 got: dict[str, np.ndarray] = {}
                 ctl.plan = Plan(layer=layer, copies=chunk, means=clean.means, stop=not text,
-                                on_maps=lambda _l, p, tok=tok, got=got: got.update(metrics(subject, p, tok)))
+                                on_maps=(lambda _l, p, tok=tok, got=got: got.update(metrics(subject, p, tok)))
+                                if behaviour else None)
                 kept = clean.outputs[probe][w] if clean.outputs is not None else None
                 linears = clean.linears[w] if text and clean.linears is not None else None
                 with expand_at(layers, layer, len(chunk)), reuse_outputs(layers, layer, kept), \

@@ -41,11 +41,12 @@ import numpy as np
 from attnscope.errors import InputError, check_type
 
 from .attention import layer_list, patched
-from .clean import clean_pass
+from .clean import _Clean, clean_pass
 from .deltas import DESCRIBE, LowWeights, resolve_precision
 from .exact import TOKEN_COLUMNS, _token_frame, layer_pass
-from .selection import (_atlas_table, _check_heads, check_head_pairs, check_heads_in, check_intervene_options,
-                        check_kinds, head_grid, parse_heads)
+from .screen import SCREEN_DESCRIBE, SCREEN_VERSION, agreement, choose_exact, exact_rule as _exact_rule, screen_pass
+from .selection import (_atlas_table, _check_heads, check_exact, check_head_pairs, check_heads_in,
+                        check_intervene_options, check_kinds, head_grid, parse_heads)
 from .subject import Subject, check_source, open_subject
 from .workers import can_fork, run_layers, worker_count
 
@@ -71,6 +72,9 @@ class InterventionResult:
     #: prediction of token j, ``token`` its text). Per (head, intervention, window) the mean of delta_loss is
     #: that window's loss delta, whose mean over windows is the table's. None for an encoder (no loss).
     token_effects: "pd.DataFrame | None" = None
+    #: the first-order screen of every selected head, summarised over windows (the rows of ``table`` before the
+    #: exact pass: ``loss`` rows hold the estimate in ``delta``; :mod:`.screen`)
+    screen: "pd.DataFrame | None" = None
 
 
 def intervene(
@@ -93,6 +97,7 @@ def intervene(
     workers: int | None = None,
     atlas: Any = None,
     top: "str | Sequence[tuple[int, str]] | None" = None,
+    exact: "str | int" = "auto",
 ) -> InterventionResult:
     """Intervene on every head of ``source`` (or the (layer, head) pairs ``heads``) with each of
     ``interventions`` (sym, anti, ablate, mean): the change in loss on ``windows`` text windows of ``data``
@@ -113,6 +118,15 @@ def intervene(
     chooses the heads from it. ``source`` may be a :func:`open_subject` result, so that one loaded model serves
     both (``attnscope.atlas(subject.maps)``). ``heads``, ``top``, ``device`` and the other options are checked
     before the model loads (head ranges from the config where it can be read alone).
+
+    Every selected head is first screened (:mod:`.screen`: one forward and one backward per text window, the
+    change in loss to first order after the head's exactly recomputed softmax, columns ``*_screen``; the
+    behaviour changes exact), then measured exactly by ``exact``: ``"auto"`` (default: the 10% of the
+    screened heads with the largest screened change in loss, at least 4, plus the 10% whose attention
+    pattern changes most, where first order is least sure, plus every head named by ``heads`` / ``top``),
+    an integer K (the K largest, plus those flagged and named), ``0`` (the screen alone) or ``"all"`` (every
+    head: the full sweep). ``exact`` (True/False) and ``exact_reason`` say which rows were measured; the
+    ``delta`` columns of a loss row are empty where it was not.
     Returns one row per (layer, head, intervention, measure): mean delta over windows, 95% t interval,
     p value, ``p_bh`` (Benjamini-Hochberg across the heads of one intervention and measure), ``sd`` of the
     per-window deltas and ``detectable_change`` (:func:`.summary.detectable_change`: the smallest true change
@@ -128,10 +142,11 @@ def intervene(
 
     from attnscope.devices import check_device
 
-    from .summary import DETECTABLE, add_bh, join_atlas, parse_top, summarise, top_heads
+    from .summary import DETECTABLE, join_atlas, join_screen, parse_top, summarise, summarise_screen, top_heads
 
     check_source(source, tokenizer)
     kinds = check_intervene_options(interventions, windows, random_windows, seed)
+    exact = check_exact(exact)
     if type(device).__name__ == "device":  # a torch.device: its name
         device = str(device)
     check_type(device, str, "device", "a torch device name such as cpu or cuda")
@@ -172,73 +187,101 @@ def intervene(
     settings = {"model": subject.name, "interventions": list(kinds), "data": str(data), "windows": windows,
                 "length": int(text.shape[1]), "random_windows": random_windows,
                 "random_length": int(wins["random"].shape[1]) if random_windows else None, "seed": seed,
-                "precision": precision}
+                "precision": precision, "screen": SCREEN_VERSION}
+    columns = ["layer", "head", "intervention", "measure"]
     results = None
     if store is not None:
         from attnscope.runs.store import ResultsStore
 
-        results = ResultsStore(store, settings=settings, columns=["layer", "head", "intervention", "measure"])
-    by_layer: dict[int, list[int]] = {}
-    for layer, head in chosen:
-        by_layer.setdefault(layer, []).append(head)
+        results = ResultsStore(store, settings=settings, columns=columns)
+    by_layer = _by_layer(chosen)
     from attnscope.heap import reused_heap
 
     with torch.inference_mode(), patched(subject.model) as ctl, reused_heap(), ExitStack() as stack:
-        pending = [l for l in sorted(by_layer) if results is None or not results.is_done(_key(l, by_layer[l]))]
-        low = (LowWeights().prepare(layer_list(subject.model).modules(), subject.out_weight)  # before any forward
-               if precision == "bf16-delta" and pending else None)
-        clean = None  # none: every layer stored
-        if pending:
-            with phase(f"interventions {mm.name}: clean pass", enabled=progress,
+        clean = None
+
+        def clean_once(for_deltas: bool) -> _Clean:
+            nonlocal clean
+            if clean is None:
+                with phase(f"interventions {mm.name}: clean pass", enabled=progress,
+                           total=sum(len(idx) for idx in wins.values()), unit="windows") as bar:
+                    clean = clean_pass(subject, wins, ctl, for_deltas=for_deltas, tick=bar.advance)
+            return clean
+
+        low_wanted = precision == "bf16-delta" and subject.out_weight is not None
+        screen_rows, patterns = _stored_screen(results)
+        if screen_rows is None:
+            low_now = low_wanted and exact != 0  # the clean pass keeps what bf16-delta's exact passes reuse
+            base = clean_once(for_deltas=low_now)
+            with phase(f"interventions {mm.name}: screen (1 forward + 1 backward per text window)", enabled=progress,
                        total=sum(len(idx) for idx in wins.values()), unit="windows") as bar:
-                clean = clean_pass(subject, wins, ctl, for_deltas=low is not None, tick=bar.advance)
+                screen_rows, patterns = screen_pass(subject, wins, by_layer, kinds, base, ctl, tick=bar.advance)
+            if results is not None:
+                results.write(_SCREEN_KEY, _screen_record(screen_rows, patterns))
+        screen = summarise_screen(screen_rows, patterns)
+        named = chosen if heads is not None else []
+        exact_heads = choose_exact(screen, exact, named) if subject.out_weight is not None else {}
+        exact_by_layer = _by_layer(sorted(exact_heads))
+        pending = [l for l in sorted(exact_by_layer)
+                   if results is None or not results.is_done(_key(l, exact_by_layer[l]))]
+        low = (LowWeights().prepare(layer_list(subject.model).modules(), subject.out_weight)  # before any forward
+               if low_wanted and pending else None)
+        if pending and clean is not None and low is not None and clean.linears is None and clean.distributions is None:
+            clean = None  # made without bf16-delta's kept outputs: again, with them
+        if pending:
+            clean_once(for_deltas=low is not None)
         count = worker_count(torch.get_num_threads(), len(pending), device) if workers is None else workers
         keep = results
         if keep is None and count > 1:  # the workers' results come back through a store of this run's own
             from attnscope.runs.store import ResultsStore
 
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="attnscope-interventions-"))
-            keep = ResultsStore(tmp, settings=settings, columns=["layer", "head", "intervention", "measure"])
+            keep = ResultsStore(tmp, settings=settings, columns=columns)
         # the per-position changes in loss beside each layer's rows, in the same directory (written first:
         # a layer stored as done has them, unless an older attnscope stored it)
         keep_tokens = None if keep is None else ResultsStore(keep.root, settings=settings, columns=TOKEN_COLUMNS)
         here: dict[int, pd.DataFrame] = {}
         here_tokens: dict[int, pd.DataFrame] = {}
+        text_only = {"text": text}
 
         def work(layer: int) -> None:
             assert clean is not None  # a pending layer had its clean pass
-            df, tokens = layer_pass(subject, layer, by_layer[layer], kinds, wins, clean, ctl, low, with_tokens=True)
+            df, tokens = layer_pass(subject, layer, exact_by_layer[layer], kinds, text_only, clean, ctl, low,
+                                    with_tokens=True, behaviour=False)
             df = summarise(df)
             if keep is not None and keep_tokens is not None:
-                keep_tokens.write(_token_key(layer, by_layer[layer]), tokens)
-                keep.write(_key(layer, by_layer[layer]), df)
+                keep_tokens.write(_token_key(layer, exact_by_layer[layer]), tokens)
+                keep.write(_key(layer, exact_by_layer[layer]), df)
             else:
                 here[layer], here_tokens[layer] = df, tokens
 
-        with phase(f"interventions {mm.name}", enabled=progress, total=len(by_layer), unit="layers",
-                   start=len(by_layer) - len(pending)) as bar:  # the stored layers count as done
-            done = [float(len(by_layer) - len(pending))]  # layers finished
-            running: dict[int, float] = {}  # layer -> how far it is
+        if exact_by_layer:
+            stored = [l for l in exact_by_layer if l not in pending]
+            reused = f" (layer(s) {_ranges(stored)} reused from the store)" if stored else ""
+            with phase(f"interventions {mm.name}: exact pass of {len(exact_heads)} heads{reused}", enabled=progress,
+                       total=len(exact_by_layer), unit="layers", start=len(stored)) as bar:
+                done = [float(len(stored))]  # layers finished
+                running: dict[int, float] = {}  # layer -> how far it is
 
-            def show(layer: int, fraction: float | None) -> None:
-                if fraction is None:
-                    running.pop(layer, None)
-                    done[0] += 1
-                else:
-                    running[layer] = fraction
-                bar.update(completed=round(done[0] + sum(running.values()), 2))
+                def show(layer: int, fraction: float | None) -> None:
+                    if fraction is None:
+                        running.pop(layer, None)
+                        done[0] += 1
+                    else:
+                        running[layer] = fraction
+                    bar.update(completed=done[0] + sum(running.values()))
 
-            bar.update(completed=done[0])
-            run_layers(pending, work, count, on_done=lambda l: show(l, None), on_report=show,
-                       cost=lambda l: len(by_layer[l]) * (n_layers - l + 6))  # its suffix; the loss ~6 layers
-        frames = [here[l] if l in here else keep.read(_key(l, by_layer[l]))  # type: ignore[union-attr]
-                  for l in sorted(by_layer)]
+                bar.update(completed=done[0])
+                run_layers(pending, work, count, on_done=lambda l: show(l, None), on_report=show,
+                           cost=lambda l: len(exact_by_layer[l]) * (n_layers - l + 6))  # its suffix; the loss ~6 layers
+        frames = [here[l] if l in here else keep.read(_key(l, exact_by_layer[l]))  # type: ignore[union-attr]
+                  for l in sorted(exact_by_layer)]
         token_frames, unstored = [], []
-        for l in sorted(by_layer) if subject.out_weight is not None else ():
+        for l in sorted(exact_by_layer) if subject.out_weight is not None else ():
             if l in here_tokens:
                 token_frames.append(here_tokens[l])
-            elif keep_tokens is not None and keep_tokens.is_done(_token_key(l, by_layer[l])):
-                token_frames.append(keep_tokens.read(_token_key(l, by_layer[l])))
+            elif keep_tokens is not None and keep_tokens.is_done(_token_key(l, exact_by_layer[l])):
+                token_frames.append(keep_tokens.read(_token_key(l, exact_by_layer[l])))
             else:
                 unstored.append(l)
     if unstored:
@@ -247,20 +290,28 @@ def intervene(
         warnings.warn(f"interventions: the store {store} holds layer(s) {', '.join(map(str, unstored))} without their "
                       "per-token changes in loss (stored by an older attnscope); the token effects lack those layers",
                       UserWarning, stacklevel=2)
-    table = add_bh(pd.concat(frames, ignore_index=True))
+    table = join_screen(screen, frames, exact_heads)
     table.insert(0, "model", subject.name)
     table.insert(1, "stack", "decoder" if mm.causal else "encoder")
     info = {**settings, "n_layers": n_layers, "n_heads": n_heads, "heads": len(chosen),
+            "exact": exact, "exact_heads": len(exact_heads),
+            "exact_rule": _exact_rule(exact, len(chosen)) if subject.out_weight is not None else
+            "none: an encoder has no next-token loss (its behaviour changes are exact from the screen)",
             "loss": "mean next-token cross-entropy (nats) per window" if subject.out_weight is not None else
             "none (no output matrix: an encoder)",
+            "screen_method": SCREEN_DESCRIBE,
             "products": f"{precision}: {DESCRIBE[precision]}",
             "interval": "mean over windows, 95% t interval (n windows); p: one-sample t-test; p_bh: "
-                        "Benjamini-Hochberg across heads per intervention and measure",
+                        "Benjamini-Hochberg across heads per intervention and measure (the same for the "
+                        "screen's columns, *_screen, over the screened heads)",
             "detectable_change": DETECTABLE}
+    agree = agreement(table)
+    if agree:
+        info["agreement"] = agree
     if atlas_table is not None:
         table = join_atlas(table, atlas_table)
     effects = (_token_effects(subject, text, token_frames) if subject.out_weight is not None else None)
-    return InterventionResult(table=table, info=info, token_effects=effects)
+    return InterventionResult(table=table, info=info, token_effects=effects, screen=screen.assign(model=subject.name))
 
 
 def _token_effects(subject: Subject, text: "torch.Tensor", frames: list["pd.DataFrame"]) -> "pd.DataFrame":
@@ -278,6 +329,52 @@ def _token_effects(subject: Subject, text: "torch.Tensor", frames: list["pd.Data
     df.insert(len(df.columns) - 1, "token", texts[df["window"].to_numpy(), df["position"].to_numpy()]
               if len(df) else np.array([], dtype=object))
     return df
+
+
+#: the results store's key of the screen's per-window rows
+_SCREEN_KEY = "screen"
+
+
+def _screen_record(rows: "pd.DataFrame", patterns: "pd.DataFrame") -> "pd.DataFrame":
+    """The screen's per-window rows and pattern changes as one stored table (pattern changes as rows of
+    measure ``pattern_change``, in ``delta``)."""
+    import pandas as pd
+
+    pat = patterns.rename(columns={"pattern_change": "delta"}).assign(measure="pattern_change", clean=np.nan,
+                                                                       value=np.nan)
+    return pd.concat([rows, pat[rows.columns]], ignore_index=True)
+
+
+def _stored_screen(results: Any) -> tuple["pd.DataFrame | None", "pd.DataFrame | None"]:
+    """The stored screen of a resumed run as (rows, pattern changes), or (None, None)."""
+    if results is None or not results.is_done(_SCREEN_KEY):
+        return None, None
+    df = results.read(_SCREEN_KEY)
+    pat = df["measure"] == "pattern_change"
+    patterns = df[pat].rename(columns={"delta": "pattern_change"})[["layer", "head", "intervention", "window",
+                                                                    "pattern_change"]]
+    return df[~pat].reset_index(drop=True), patterns.reset_index(drop=True)
+
+
+def _by_layer(pairs: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
+    """(layer, head) pairs -> layer -> its heads, in the order given."""
+    out: dict[int, list[int]] = {}
+    for layer, head in pairs:
+        out.setdefault(layer, []).append(head)
+    return out
+
+
+def _ranges(layers: Sequence[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    xs, parts = sorted(layers), []
+    i = 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        parts.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ", ".join(parts)
 
 
 def _key(layer: int, heads: Sequence[int]) -> str:

@@ -134,3 +134,21 @@ def _check_heads(heads: Sequence[tuple[int, int]] | None, n_layers: int, n_heads
         return [(l, h) for l in range(n_layers) for h in range(n_heads)]
     check_heads_in(chosen, (n_layers, n_heads))
     return chosen
+
+
+def check_exact(exact: Any) -> "str | int":
+    """``exact`` of :func:`attnscope.interventions.intervene`: ``"auto"``, ``"all"`` or a whole number >= 0 of heads
+    (a string of digits, as the command line gives it, is that number)."""
+    if isinstance(exact, str) and exact.strip().isascii() and exact.strip().isdigit():
+        exact = int(exact.strip())
+    if isinstance(exact, str):
+        if exact.strip() in ("auto", "all"):
+            return exact.strip()
+        raise InputError(f"exact must be auto, all or a number of heads (0: the screen alone), not {exact!r:.40}",
+                         params="exact")
+    if isinstance(exact, (bool, np.bool_)) or not isinstance(exact, (int, np.integer)):
+        raise ArgumentTypeError(f"exact must be auto, all or a number of heads, not {type(exact).__name__} "
+                                f"{exact!r:.30}", params="exact")
+    if exact < 0:
+        raise InputError(f"exact must be at least 0 heads, not {exact}", params="exact")
+    return int(exact)

@@ -214,3 +214,64 @@ def join_atlas(table: "pd.DataFrame", atlas_table: "pd.DataFrame") -> "pd.DataFr
             raise InputError("atlas must be the atlas of the model intervened on (one model)", params="atlas")
         right, on = right.drop(columns="model"), ["layer", "head"]
     return table.merge(right, on=on, how="left", validate="many_to_one")
+
+
+#: the screen's statistics of a loss row, as the final table names them (beside the exact ones)
+SCREEN_COLUMNS = {"n": "n_screen", "delta": "delta_screen", "ci_low": "ci_low_screen", "ci_high": "ci_high_screen",
+                  "p": "p_screen"}
+
+
+def summarise_screen(rows: "pd.DataFrame", patterns: "pd.DataFrame") -> "pd.DataFrame":
+    """The screen's per-window rows (:func:`attnscope.interventions.screen.screen_pass`) -> :func:`summarise`'s
+    table (``loss`` rows: the first-order estimate) with ``pattern_change``, the mean over text windows of the
+    head's pattern change under each score intervention (NaN for ``ablate`` / ``mean``)."""
+    out = summarise(rows)
+    if len(patterns):
+        pc = patterns.groupby(["layer", "head", "intervention"], as_index=False)["pattern_change"].mean()
+        out = out.merge(pc, on=["layer", "head", "intervention"], how="left")
+    else:
+        out["pattern_change"] = np.nan
+    return out
+
+
+def join_screen(screen: "pd.DataFrame", exact: "Sequence[pd.DataFrame]",
+                reasons: "dict[tuple[int, int], str]") -> "pd.DataFrame":
+    """One table from the summarised screen and the exact layer passes' summarised ``loss`` rows: behaviour rows
+    as the screen measured them (exactly), and per loss row the exact statistics (``n`` 0 and NaN where the
+    head was not measured exactly) beside the screen's (:data:`SCREEN_COLUMNS`); ``exact`` (bool),
+    ``exact_reason`` (:data:`attnscope.interventions.screen.REASONS`), ``p_bh`` and ``p_bh_screen``."""
+    import pandas as pd
+
+    from attnscope.atlas.stats import bh_adjust
+
+    from .attention import KINDS
+    from .screen import REASONS
+
+    is_loss = screen["measure"] == "loss"
+    behaviour = screen[~is_loss].assign(exact=True, exact_reason="behaviour: exact from the head's own layer")
+    loss = screen[is_loss].rename(columns=SCREEN_COLUMNS).drop(columns=["value", "sd", "detectable_change"])
+    stats = ["n", "value", "delta", "ci_low", "ci_high", "p", "sd", "detectable_change"]
+    frames = [f[f["measure"] == "loss"] for f in exact if len(f)]
+    measured = (pd.concat(frames, ignore_index=True)[[*KEYS, *stats]] if frames
+                else pd.DataFrame(columns=[*KEYS, *stats]))
+    loss = loss.merge(measured.astype({"layer": int, "head": int}), on=KEYS, how="left")
+    loss["n"] = loss["n"].fillna(0).astype(int)
+    pairs = list(zip(loss["layer"].astype(int), loss["head"].astype(int)))
+    loss["exact"] = [p in reasons and n > 0 for p, n in zip(pairs, loss["n"])]
+    loss["exact_reason"] = [REASONS[reasons[p]] if ok else "screened only" for p, ok in zip(pairs, loss["exact"])]
+    out = pd.concat([behaviour, loss], ignore_index=True)
+    out["p_bh"] = np.nan
+    out["p_bh_screen"] = np.nan
+    for _, sub in out.groupby(["intervention", "measure"], sort=False):
+        out.loc[sub.index, "p_bh"] = bh_adjust(sub["p"].to_numpy(float))
+        if sub["p_screen"].notna().any():
+            out.loc[sub.index, "p_bh_screen"] = bh_adjust(sub["p_screen"].to_numpy(float))
+    out["interval"] = [f"{INTERVAL} (n={n})" if n > 0 else "not measured exactly (screened: *_screen columns)"
+                       for n in out["n"]]
+    order = out["intervention"].map({k: i for i, k in enumerate(KINDS)})
+    out = out.assign(_order=order).sort_values(["layer", "head", "_order", "measure"], kind="stable")
+    first = [*KEYS, "n", "clean", "value", "delta", "ci_low", "ci_high", "p", "sd", "detectable_change", "p_bh",
+             "interval", "exact", "exact_reason", "n_screen", "delta_screen", "ci_low_screen", "ci_high_screen",
+             "p_screen", "p_bh_screen", "pattern_change"]
+    out = out.drop(columns="_order").reset_index(drop=True)
+    return out[[c for c in first if c in out.columns] + [c for c in out.columns if c not in first]]

@@ -1,0 +1,224 @@
+"""The first-order screen: every selected head and intervention from one forward and one backward per window.
+
+Einstein legend: w window, i query position, j key position, h head, s (intervention, head) pair, d head dim.
+
+Per text window, one clean forward with the gradient on: at every layer with a selected head the
+registered attention function (:attr:`.attention.Plan.on_attention`) hands over the layer's post-rotary
+q, k, v, its head outputs O [i, h, d] and maps A [h, i, j]. There, for each score intervention (``sym``,
+``anti``) the head's softmax is recomputed exactly on the layer's clean input (the "QK-fix" of AtP*,
+Kramar et al. 2024: the softmax is not linearised) giving A' and O' = A' v; a zero leaf added to O lets one
+backward give G = dL/dO for every head. The change in the window's loss is then estimated to first order
+after the softmax:
+
+    delta_screen = sum_{i,d} G[i, h, d] (O'[i, h, d] - O[i, h, d])
+
+(``ablate``: O' = 0; ``mean``: O' = the head's mean clean output). This is exact when the rest of the model
+is linear in the head's output, and misses most where the head's pattern changes most; so each score
+intervention's ``pattern_change`` is kept beside it: the total variation between A' and A per query,
+1/2 sum_j |A'_ij - A_ij|, averaged over the queries (0: the same pattern, 1: disjoint), the flag that sends
+a head to the exact pass (:func:`choose_exact`).
+
+The head's own map under a score intervention depends only on its layer's clean input, so its behaviour
+changes (the atlas's metrics of A' against A) are exact here, on the text windows and on the random probe's
+(one forward each, no backward), for every screened head. Encoders have no loss: behaviour only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+
+from .attention import SCORE_KINDS, AttentionCall, Plan
+from .clean import _Clean, forward, metrics
+from .loss import clean_logits, position_cross_entropy
+from .subject import Subject
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    import torch
+
+#: ``exact="auto"``: the share of the screened heads confirmed exactly for the size of their screened change
+#: in loss (the largest |delta_screen| over the interventions), and the share confirmed because their pattern
+#: changes most (the largest pattern_change over the score interventions): where first order is least sure
+AUTO_SHARE = 0.10
+#: ... and at least this many heads for each reason (all of them where fewer are screened)
+AUTO_LEAST = 4
+#: what the settings of a store record about the screen (a store made by another screen is not reused)
+SCREEN_VERSION = "qk-fix first order, 1"
+SCREEN_DESCRIBE = ("first order after the softmax (QK-fix): sum over positions of dL/dO times (O' - O), O the head's "
+                   "output, O' its output with its softmax recomputed exactly under the intervention; one forward and "
+                   "one backward per text window; pattern_change: total variation between the intervened and the "
+                   "clean attention per query, averaged over queries")
+#: why a head was measured exactly (the table's ``exact_reason``)
+REASONS = {"named": "named (heads / top)", "all": "exact=all", "top": "largest screened change in loss",
+           "flagged": "pattern changes most (first order least sure)"}
+
+
+def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: dict[int, list[int]],
+                kinds: Sequence[str], clean: _Clean, ctl: Any, tick: Callable[[], None] | None = None
+                ) -> tuple["pd.DataFrame", "pd.DataFrame"]:
+    """(per-window rows, per-window pattern changes) of every (intervention, head) of ``by_layer``
+    (layer -> heads). Rows as :func:`.exact.layer_pass` makes them (layer, window, head, intervention, measure,
+    clean, value, delta): the exact behaviour rows of the score interventions on every probe, and ``loss``
+    rows whose delta is the first-order estimate (decoders only). Pattern changes: layer, head, intervention,
+    window, pattern_change (score interventions, text windows). ``tick()`` after each window."""
+    import pandas as pd
+    import torch
+
+    rows: list[dict[str, Any]] = []
+    patterns: list[dict[str, Any]] = []
+    score = [k for k in kinds if k in SCORE_KINDS]
+    with_loss = subject.out_weight is not None and "text" in windows
+    for probe, idx in windows.items():
+        grad = with_loss and probe == "text"
+        for w in range(len(idx)):
+            tok = idx[w : w + 1]
+            kept: dict[int, dict[str, Any]] = {}  # layer -> what the estimate needs after the backward
+            leaves: dict[int, torch.Tensor] = {}
+
+            def on_attention(layer: int, call: AttentionCall, out: "torch.Tensor", probs: "torch.Tensor",
+                             tok: "torch.Tensor" = tok, kept: dict = kept, leaves: dict = leaves,
+                             probe: str = probe, w: int = w, grad: bool = grad) -> "torch.Tensor | None":
+                heads = by_layer.get(layer)
+                if not heads:
+                    return None
+                with torch.no_grad():
+                    pairs = [(k, h) for k in score for h in heads]
+                    delta_out = None
+                    if pairs:
+                        hi = torch.tensor([h for _k, h in pairs], device=out.device)
+                        own, new = call.heads_under(torch.zeros_like(hi), hi, [k for k, _h in pairs])
+                        # own [s, i, 1, d], new [s, 1, i, j]
+                        got = metrics(subject, new[:, 0][None], tok)  # behaviour name -> [s]
+                        ref = clean.behaviour[probe][w][layer]
+                        for name, vals in got.items():
+                            rows.extend(dict(layer=layer, window=w, head=h, intervention=k, measure=f"{name}_{probe}",
+                                             clean=float(ref[name][h]), value=float(v),
+                                             delta=float(v) - float(ref[name][h])) for (k, h), v in zip(pairs, vals))
+                        if probe == "text":
+                            tv = 0.5 * (new[:, 0].float() - probs[0, hi].detach().float()).abs().sum(-1).mean(-1)  # [s]
+                            patterns.extend(dict(layer=layer, head=h, intervention=k, window=w, pattern_change=float(t))
+                                            for (k, h), t in zip(pairs, tv.tolist()))
+                        if grad:
+                            delta_out = own[:, :, 0] - out[0, :, hi].detach().transpose(0, 1)  # [s, i, d]
+                if not grad:
+                    return None
+                kept[layer] = dict(pairs=pairs, delta_out=delta_out, out=out[0].detach())  # out [i, h, d]
+                leaf = torch.zeros_like(out, requires_grad=True)
+                leaves[layer] = leaf
+                return out + leaf
+
+            ctl.plan = Plan(on_attention=on_attention)
+            if grad:
+                with torch.inference_mode(False), torch.enable_grad():
+                    hidden = forward(subject, tok)
+                    assert hidden is not None
+                    target = tok[0, 1:].to(hidden.device)
+                    loss = position_cross_entropy(subject, clean_logits(subject, hidden[0]), target).mean()
+                    order = sorted(leaves)
+                    grads = torch.autograd.grad(loss, [leaves[l] for l in order])
+                base = float(clean.loss[w])
+                for layer, g in zip(order, grads):
+                    est = _estimates(kept[layer], g[0], by_layer[layer], kinds, clean.means.get(layer))
+                    rows.extend(dict(layer=layer, window=w, head=h, intervention=k, measure="loss", clean=base,
+                                     value=base + v, delta=v) for (k, h), v in est.items())
+                del kept, leaves, grads, hidden, loss
+            else:
+                with torch.no_grad():
+                    forward(subject, tok)
+            if tick is not None:
+                tick()
+    ctl.plan = Plan()
+    cols = ["layer", "window", "head", "intervention", "measure", "clean", "value", "delta"]
+    return (pd.DataFrame(rows, columns=cols),
+            pd.DataFrame(patterns, columns=["layer", "head", "intervention", "window", "pattern_change"]))
+
+
+def _estimates(kept: dict[str, Any], g: "torch.Tensor", heads: Sequence[int], kinds: Sequence[str],
+               mean: "torch.Tensor | None") -> dict[tuple[str, int], float]:
+    """(intervention, head) -> first-order change in loss from the gradient g [i, h, d] of the loss with respect
+    to the layer's head outputs (the module docstring's sum of G times O' - O)."""
+    g64 = g.double()
+    out = kept["out"].double()  # [i, h, d]
+    est: dict[tuple[str, int], float] = {}
+    if kept["delta_out"] is not None:
+        hi = [h for _k, h in kept["pairs"]]
+        vals = (g64[:, hi].transpose(0, 1) * kept["delta_out"].double()).sum((1, 2))  # [s]
+        est.update(zip(kept["pairs"], vals.tolist()))
+    g_dot_o = (g64 * out).sum((0, 2))  # [h] sum_{i,d} G O
+    for kind in kinds:
+        if kind == "ablate":
+            est.update(((kind, h), -float(g_dot_o[h])) for h in heads)
+        elif kind == "mean":
+            if mean is None:
+                raise RuntimeError("mean ablation needs the heads' mean outputs (the clean pass)")
+            g_dot_mean = (g64.sum(0) * mean.double().to(g64.device)).sum(-1)  # [h]
+            est.update(((kind, h), float(g_dot_mean[h] - g_dot_o[h])) for h in heads)
+    return {key: est[key] for key in sorted(est, key=lambda kh: (list(kinds).index(kh[0]), kh[1]))}
+
+
+def choose_exact(screen: "pd.DataFrame", exact: "str | int", named: Sequence[tuple[int, int]] = ()
+                 ) -> dict[tuple[int, int], str]:
+    """(layer, head) -> why it is measured exactly (a key of :data:`REASONS`), from the summarised screen
+    (one ``loss`` row per layer, head and intervention with ``delta`` and ``pattern_change``). ``exact``:
+    ``"all"`` (every screened head), ``0`` (none), ``K`` (the K heads with the largest |delta| in any
+    intervention, plus the flagged ones: the :data:`AUTO_SHARE` whose pattern changes most) or ``"auto"``
+    (K = :data:`AUTO_SHARE` of the screened heads, at least :data:`AUTO_LEAST`). ``named`` heads are always in."""
+    heads = sorted({(int(l), int(h)) for l, h in zip(screen["layer"], screen["head"])})
+    chosen: dict[tuple[int, int], str] = {}
+    for pair in named:
+        chosen[tuple(pair)] = "named"  # type: ignore[index]
+    if exact == "all":
+        for pair in heads:
+            chosen.setdefault(pair, "all")
+        return chosen
+    if exact == 0 or not heads:
+        return chosen
+    share = max(AUTO_LEAST, math.ceil(AUTO_SHARE * len(heads)))
+    k = share if exact == "auto" else int(exact)
+    loss = screen[screen["measure"] == "loss"]
+    if len(loss):
+        size = loss.assign(a=loss["delta"].abs()).groupby(["layer", "head"])["a"].max()
+        for pair in size.sort_values(ascending=False, kind="stable").index[:k]:
+            chosen.setdefault((int(pair[0]), int(pair[1])), "top")
+    if "pattern_change" in screen.columns:
+        pc = screen.dropna(subset=["pattern_change"]).groupby(["layer", "head"])["pattern_change"].max()
+        for pair in pc.sort_values(ascending=False, kind="stable").index[:share]:
+            chosen.setdefault((int(pair[0]), int(pair[1])), "flagged")
+    return chosen
+
+
+def agreement(table: "pd.DataFrame") -> dict[str, Any]:
+    """Where both the screen and the exact pass measured a head's change in loss: per intervention, the number
+    of heads, Spearman's rho between ``delta_screen`` and ``delta`` and the largest disagreement (its head,
+    both values); an empty dict where no loss row has both."""
+    from scipy import stats
+
+    both = table[(table["measure"] == "loss") & table["exact"].astype(bool)].dropna(subset=["delta", "delta_screen"])
+    out: dict[str, Any] = {}
+    for kind, sub in both.groupby("intervention", sort=False):
+        if len(sub) < 3:
+            rho = float("nan")
+        else:
+            rho = float(stats.spearmanr(sub["delta_screen"], sub["delta"]).statistic)
+        gap = (sub["delta_screen"] - sub["delta"]).abs()
+        worst = sub.loc[gap.idxmax()]
+        out[str(kind)] = {"heads": int(len(sub)), "spearman_rho": rho,
+                          "largest_disagreement": {"head": f"L{int(worst['layer'])}H{int(worst['head'])}",
+                                                   "screen": float(worst["delta_screen"]),
+                                                   "exact": float(worst["delta"])}}
+    return out
+
+
+def exact_rule(exact: "str | int", screened: int) -> str:
+    """In words: which heads ``exact`` measures exactly out of ``screened``."""
+    share = max(AUTO_LEAST, math.ceil(AUTO_SHARE * screened))
+    flagged = f"the {min(share, screened)} whose attention pattern changes most (largest pattern_change)"
+    if exact == "all":
+        return f"all {screened} screened heads"
+    if exact == 0:
+        return "none (the screen alone), but any named by heads / top"
+    k = share if exact == "auto" else int(exact)
+    return (f"the {min(k, screened)} heads with the largest screened |change in loss| in any intervention, plus "
+            f"{flagged}, plus any named by heads / top")
