@@ -58,3 +58,16 @@ def unwritable(path: str | None, option: str = "--md") -> str | None:
     except AttnscopeError as exc:
         return str(exc)
     return None
+
+
+def table(df, fmt: str = ".3f") -> str:
+    """A pandas DataFrame as a Markdown table (numbers with ``fmt``; no dependency beyond pandas)."""
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return "-" if v != v else format(v, fmt)
+        return str(v).replace("|", "\\|")
+
+    head = "| " + " | ".join(map(str, df.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, rule, *rows])
