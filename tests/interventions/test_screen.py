@@ -1,0 +1,234 @@
+"""The first-order screen (interventions/screen.py): its estimate is the loss's directional derivative along the
+head's exact output change (checked by finite differences in float64 against an explicit slow reference of the
+symmetric / antisymmetric head), its behaviour rows are the exact pass's, exact= chooses the heads it says, and
+a screened value is never passed off as a measurement."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "heads"))
+from _tiny_gguf import tiny_llama_model, write_llama_gguf_model  # noqa: E402
+
+needs_gguf = pytest.mark.skipif(
+    any(importlib.util.find_spec(n) is None for n in ("transformers", "accelerate", "gguf")),
+    reason="needs transformers and the gguf extra (accelerate, gguf)",
+)
+SMALL = dict(windows=3, length=40, random_windows=2, random_length=10)
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    root = tmp_path_factory.mktemp("screen")
+    return write_llama_gguf_model(root / "tiny.gguf", tiny_llama_model(n_layers=3, d=32, n_heads=4, n_kv=2))
+
+
+def _double_subject(path):
+    from attnscope.interventions import open_subject
+
+    subject = open_subject(str(path))
+    subject.model.double()
+    subject.out_weight = subject.out_weight.detach().double()
+    for module in subject.model.modules():  # transformers' RMSNorm computes in float32 whatever the input: not here
+        if type(module).__name__.endswith("RMSNorm"):
+            module.forward = lambda x, m=module: m.weight * (x * (x.pow(2).mean(-1, keepdim=True)
+                                                                  + m.variance_epsilon).rsqrt())
+    return subject
+
+
+def _reference_head(q, k, v, head: int, groups: int, scale: float, kind: str):
+    """Slow reference: one head's output [i, d] with its scores (q k^T) replaced by their symmetric /
+    antisymmetric part, causal mask, softmax (q [h, i, d], k and v [g, j, d], float64)."""
+    import torch
+
+    s = q[head] @ k[head // groups].T
+    s = (s + s.T) / 2 if kind == "sym" else (s - s.T) / 2 if kind == "anti" else s
+    n = s.shape[0]
+    s = (s * scale).masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), 1), float("-inf"))
+    return torch.softmax(s, -1) @ v[head // groups]
+
+
+@needs_gguf
+@pytest.mark.parametrize("kind", ["sym", "anti", "ablate", "mean"])
+def test_the_screen_is_the_derivative_of_the_loss_along_the_heads_exact_output_change(tiny_gguf, kind, monkeypatch):
+    """(L(O + eps dO) - L(O - eps dO)) / 2 eps, with dO the head's output change from the slow reference, injected
+    at the output projection's input, equals the screen's estimate (the model in float64, the screen's
+    cross-entropy in float32: to ~1e-5 relative)."""
+    import torch
+
+    from attnscope.heads.maps import make_windows
+    from attnscope.interventions.attention import Plan, layer_list, patched
+    from attnscope.interventions.clean import clean_pass, forward
+    from attnscope.interventions.loss import clean_logits
+    from attnscope.interventions.screen import screen_pass
+
+    softmax = torch.nn.functional.softmax  # the eager attention's float32 softmax: in the input's float64 here
+    monkeypatch.setattr(torch.nn.functional, "softmax", lambda x, dim=-1, dtype=None, **kw: softmax(x, dim=dim))
+    subject = _double_subject(tiny_gguf)
+    layer, head = 1, 2
+    wins = {"text": make_windows(subject.maps, "builtin", 1, 24)}
+    tok = wins["text"][:1]
+    attn = layer_list(subject.model)[layer].self_attn
+    d = attn.head_dim
+    with patched(subject.model) as ctl:
+        with torch.inference_mode():
+            clean = clean_pass(subject, wins, ctl)
+        rows, _ = screen_pass(subject, wins, {layer: [head]}, [kind], clean, ctl)
+        est = float(rows[(rows["measure"] == "loss")]["delta"].iloc[0])
+        got = {}
+        ctl.plan = Plan(on_attention=lambda l, call, out, probs: got.update(
+            {l: (call.query[0].detach(), call.key[0].detach(), call.value[0].detach(), out[0].detach(),
+                 call.kwargs["scaling"])}) if l == layer else None)
+        with torch.no_grad():
+            forward(subject, tok)
+        q, k, v, out, scale = got[layer]
+        groups = q.shape[0] // k.shape[0]
+        o = out[:, head]  # [i, d]
+        if kind in ("sym", "anti"):
+            delta = _reference_head(q, k, v, head, groups, scale, kind) - o
+        elif kind == "ablate":
+            delta = -o
+        else:
+            delta = clean.means[layer][head].double() - o
+
+        def loss_with(eps: float) -> float:
+            def pre(mod, args):
+                x = args[0].clone()
+                x[0, :, head * d:(head + 1) * d] += eps * delta
+                return (x,)
+
+            ctl.plan = Plan()
+            handle = attn.o_proj.register_forward_pre_hook(pre)
+            try:
+                with torch.no_grad():
+                    hidden = forward(subject, tok)
+            finally:
+                handle.remove()
+            logits = clean_logits(subject, hidden[0]).double()  # float64 here (the screen's own loss: float32)
+            return float(torch.nn.functional.cross_entropy(logits, tok[0, 1:]))
+
+        eps = 1e-4
+        fd = (loss_with(eps) - loss_with(-eps)) / (2 * eps)
+    assert abs(est) > 1e-6  # a real effect
+    assert est == pytest.approx(fd, rel=1e-4, abs=1e-8)
+
+
+@needs_gguf
+def test_behaviour_rows_are_the_exact_passes_and_loss_rows_carry_both(tiny_gguf):
+    from attnscope.interventions import intervene
+
+    res = intervene(str(tiny_gguf), interventions="sym,anti,ablate", exact="all", workers=1, **SMALL)
+    t = res.table
+    # the exact layer pass with its behaviour (as before the screen) gives the same behaviour numbers
+    import torch
+
+    from attnscope.heads.maps import make_windows
+    from attnscope.heads.probes import random_windows
+    from attnscope.interventions import open_subject
+    from attnscope.interventions.attention import patched
+    from attnscope.interventions.clean import clean_pass
+    from attnscope.interventions.exact import layer_pass
+
+    subject = open_subject(str(tiny_gguf))
+    wins = {"text": make_windows(subject.maps, "builtin", 3, 40), "random": random_windows(subject.maps, 2, 10, seed=0)}
+    with torch.inference_mode(), patched(subject.model) as ctl:
+        clean = clean_pass(subject, wins, ctl)
+        old = layer_pass(subject, 1, [0, 1, 2, 3], ("sym", "anti"), wins, clean, ctl)
+    from attnscope.interventions.summary import summarise
+
+    old = summarise(old)
+    old = old[old["measure"] != "loss"].set_index(["layer", "head", "intervention", "measure"]).sort_index()
+    new = t[(t["layer"] == 1) & (t["measure"] != "loss")].set_index(["layer", "head", "intervention", "measure"])
+    new = new.loc[old.index]
+    np.testing.assert_allclose(new["delta"], old["delta"], atol=1e-5)
+    assert new["exact"].all()
+    loss = t[t["measure"] == "loss"]
+    assert loss["exact"].all() and loss["delta"].notna().all() and loss["delta_screen"].notna().all()
+    assert (loss["n"] == 3).all() and (loss["n_screen"] == 3).all()
+    assert ((loss["ci_low_screen"] <= loss["delta_screen"]) & (loss["delta_screen"] <= loss["ci_high_screen"])).all()
+    assert (loss["p_bh_screen"] >= loss["p_screen"] - 1e-12).all()
+    score = loss[loss["intervention"].isin(["sym", "anti"])]
+    assert score["pattern_change"].between(0, 1).all() and (score["pattern_change"] > 0).all()
+    assert loss[loss["intervention"] == "ablate"]["pattern_change"].isna().all()
+    agree = res.info["agreement"]
+    assert set(agree) == {"sym", "anti", "ablate"} and agree["sym"]["heads"] == 12
+    assert -1 <= agree["sym"]["spearman_rho"] <= 1 and agree["sym"]["largest_disagreement"]["head"].startswith("L")
+    assert res.screen is not None and (res.screen["measure"] == "loss").any()
+
+
+@needs_gguf
+def test_exact_zero_is_the_screen_alone_and_never_a_measured_value(tiny_gguf, tmp_path):
+    from attnscope.interventions import intervene, run
+
+    res = intervene(str(tiny_gguf), interventions="sym,ablate", exact=0, workers=1, **SMALL)
+    loss = res.table[res.table["measure"] == "loss"]
+    assert not loss["exact"].any() and loss["delta"].isna().all() and (loss["n"] == 0).all()
+    assert loss["value"].isna().all() and loss["ci_low"].isna().all() and loss["p_bh"].isna().all()
+    assert loss["delta_screen"].notna().all() and loss["exact_reason"].eq("screened only").all()
+    assert loss["interval"].str.startswith("not measured exactly").all()
+    assert res.token_effects is not None and len(res.token_effects) == 0  # per-token effects: exact heads only
+    assert "agreement" not in res.info
+    # the same screen numbers as a run that then measures every head
+    full = intervene(str(tiny_gguf), interventions="sym,ablate", exact="all", workers=1, **SMALL)
+    key = ["layer", "head", "intervention", "measure"]
+    a = res.table.set_index(key).sort_index()
+    b = full.table.set_index(key).sort_index()
+    np.testing.assert_allclose(a["delta_screen"].dropna(), b["delta_screen"].dropna(), rtol=1e-6, atol=1e-9)
+
+
+@needs_gguf
+def test_a_resumed_run_reuses_the_stored_screen(tiny_gguf, tmp_path, monkeypatch):
+    from attnscope.interventions import intervene, run
+
+    store = tmp_path / "store"
+    first = intervene(str(tiny_gguf), interventions="sym", exact=3, store=store, workers=1, **SMALL)
+    monkeypatch.setattr(run, "screen_pass", lambda *a, **k: (_ for _ in ()).throw(AssertionError("screened again")))
+    monkeypatch.setattr(run, "layer_pass", lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed")))
+    again = intervene(str(tiny_gguf), interventions="sym", exact=3, store=store, workers=1, **SMALL)
+    pd.testing.assert_frame_equal(first.table, again.table)
+
+
+def _screen_table(deltas: dict[tuple[int, int], float], patterns: dict[tuple[int, int], float]) -> pd.DataFrame:
+    rows = [dict(layer=l, head=h, intervention="sym", measure="loss", delta=v, pattern_change=patterns[(l, h)])
+            for (l, h), v in deltas.items()]
+    return pd.DataFrame(rows)
+
+
+def test_choose_exact_takes_the_largest_the_flagged_and_the_named():
+    from attnscope.interventions.screen import AUTO_LEAST, choose_exact
+
+    heads = [(l, h) for l in range(10) for h in range(10)]  # 100 heads: auto takes 10 + 10
+    rng = np.random.default_rng(0)
+    deltas = {p: float(v) for p, v in zip(heads, rng.normal(size=100))}
+    patterns = {p: float(v) for p, v in zip(heads, rng.uniform(size=100))}
+    table = _screen_table(deltas, patterns)
+    by_size = sorted(heads, key=lambda p: -abs(deltas[p]))
+    by_pattern = sorted(heads, key=lambda p: -patterns[p])
+    auto = choose_exact(table, "auto", named=[(9, 9)])
+    assert {p for p, why in auto.items() if why == "top"} == set(by_size[:10])
+    assert {p for p, why in auto.items() if why == "flagged"} == set(by_pattern[:10]) - set(by_size[:10])
+    assert auto[(9, 9)] == "named"
+    three = choose_exact(table, 3)
+    assert {p for p, why in three.items() if why == "top"} == set(by_size[:3])
+    assert choose_exact(table, 0) == {} and choose_exact(table, 0, named=[(1, 1)]) == {(1, 1): "named"}
+    assert set(choose_exact(table, "all")) == set(heads)
+    small = _screen_table({(0, h): float(h) for h in range(6)}, {(0, h): 0.1 for h in range(6)})
+    assert sum(why == "top" for why in choose_exact(small, "auto").values()) == min(AUTO_LEAST, 6)
+    assert math.isfinite(AUTO_LEAST)
+
+
+@pytest.mark.parametrize("exact, needle", [("some", "auto, all or a number"), (-1, "at least 0"), (1.5, "float"),
+                                           (True, "bool")])
+def test_a_bad_exact_is_one_line_before_the_load(exact, needle):
+    from attnscope.errors import AttnscopeError
+    from attnscope.interventions import intervene
+
+    with pytest.raises((AttnscopeError, TypeError, ValueError), match=needle):
+        intervene("/no/such/model.gguf", exact=exact)
