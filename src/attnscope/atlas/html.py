@@ -364,25 +364,44 @@ def interventions_section(table: "pd.DataFrame") -> str:
     from attnscope.interventions.summary import ALPHA, KEEP, STRONG, sym_collapse
 
     esc = html.escape
-    n = int(table["n"].max()) if len(table) else 0
+    n = int(max(table["n"].max(), table["n_screen"].max() if "n_screen" in table.columns else 0)) if len(table) else 0
     rows = []
     loss_rows = table[table["measure"] == "loss"]
+    screened = "delta_screen" in loss_rows.columns
     for kind, sub in loss_rows.groupby("intervention", sort=False):
-        d = sub["delta"].to_numpy(float)
-        if not np.isfinite(d).any():
+        ex = sub[sub["exact"].astype(bool)] if "exact" in sub.columns else sub
+        d = ex["delta"].to_numpy(float)
+        est = sub["delta_screen"].to_numpy(float) if screened else np.array([np.nan])
+        if not (np.isfinite(d).any() or np.isfinite(est).any()):
             continue
-        up = int(((sub["p_bh"] < ALPHA) & (sub["delta"] > 0)).sum())
-        big = sub.loc[sub["delta"].idxmax()]
-        worst = f"L{int(big['layer'])}H{int(big['head'])} {_fmt(float(big['delta']))}"
-        detect = float(np.nanmedian(sub["detectable_change"])) if "detectable_change" in sub else float("nan")
-        rows.append(f'<tr><td class="l">{esc(str(kind))}</td><td>{len(sub)}</td><td>{_fmt(float(np.nanmedian(d)))}</td>'
-                    f"<td>{_fmt(detect, False)}</td><td>{up}</td><td>{worst}</td></tr>")
+        up = int(((ex["p_bh"] < ALPHA) & (ex["delta"] > 0)).sum())
+        if np.isfinite(d).any():
+            big = ex.loc[ex["delta"].idxmax()]
+            worst = f"L{int(big['layer'])}H{int(big['head'])} {_fmt(float(big['delta']))}"
+        else:
+            worst = "-"
+        if screened and np.isfinite(est).any():
+            top = sub.loc[sub["delta_screen"].idxmax()]
+            if not bool(top.get("exact", False)):  # the screen's largest was not measured: say so, as an estimate
+                worst += f' (screen: L{int(top["layer"])}H{int(top["head"])} {_fmt(float(top["delta_screen"]))} <i>est.</i>)'
+        detect = float(np.nanmedian(ex["detectable_change"])) if len(ex) and np.isfinite(ex["detectable_change"]).any() \
+            else float("nan")
+        med = float(np.nanmedian(d)) if np.isfinite(d).any() else float("nan")
+        med_est = float(np.nanmedian(est)) if np.isfinite(est).any() else float("nan")
+        rows.append(f'<tr><td class="l">{esc(str(kind))}</td><td>{len(sub)}</td><td>{len(ex)}</td><td>{_fmt(med)}</td>'
+                    f"<td><i>{_fmt(med_est)}</i></td><td>{_fmt(detect, False)}</td><td>{up}</td><td>{worst}</td></tr>")
     encoder = "stack" in table.columns and set(table["stack"].dropna()) == {"encoder"}
     if rows:
-        loss = ("<table><thead><tr><th class=\"l\">intervention</th><th>heads</th><th>median change in loss</th>"
+        loss = ("<table><thead><tr><th class=\"l\">intervention</th><th>heads screened</th><th>measured exactly</th>"
+                "<th>median change in loss (exact)</th><th>median screened change (<i>est.</i>)</th>"
                 "<th>median detectable change</th>"
                 f"<th>loss up, p_bh &lt; {ALPHA}</th><th>largest increase</th></tr></thead><tbody>{''.join(rows)}"
-                "</tbody></table><p class=\"note\">Detectable change: the smallest true change in loss a row's "
+                "</tbody></table><p class=\"note\">Every head is first <b>screened</b>: its change in loss to first "
+                "order after its own softmax, recomputed exactly under the intervention (one forward and one backward "
+                "per window; <i>est.</i>, the <code>*_screen</code> columns of interventions.csv). The heads with the "
+                "largest screened changes and those whose attention pattern changes most (where first order is least "
+                "sure) are then <b>measured exactly</b> (<code>exact</code> = true, <code>delta</code>); behaviour "
+                "changes are exact for every head. Detectable change: the smallest true change in loss a row's "
                 "windows detect with 80% power (two-sided 5% t-test): (t<sub>0.975,n-1</sub> + t<sub>0.8,n-1</sub>) "
                 "x sd / &radic;n of its per-window changes. A change below it may be real; 4x the windows halve it.</p>")
     elif encoder:

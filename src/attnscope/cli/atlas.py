@@ -44,6 +44,7 @@ def atlas(
     heads: Optional[str] = typer.Option(None, "--heads", help="With --interventions: only these heads, LAYER.HEAD comma-separated (e.g. 3.1,10.4)."),
     top: Optional[str] = typer.Option(None, "--top", help="With --interventions: only the K heads scoring highest on an atlas column, K:COLUMN, or lowest, K:-COLUMN (e.g. 4:-directionality: the most negative d); several joined by commas (e.g. 4:induction_random,4:sink_random)."),
     intervention_windows: int = typer.Option(4, "--intervention-windows", help="With --interventions: text windows (loss and behaviour) and random-probe windows (behaviour) per head."),
+    exact: str = typer.Option("auto", "--exact", help="With --interventions: which screened heads are then measured exactly (every head is first screened: one forward and one backward per window, the change in loss to first order after the head's exactly recomputed softmax; behaviour changes are always exact). auto (default): the 10% of heads with the largest screened change in loss (at least 4), plus the 10% whose attention pattern changes most (where first order is least sure), plus any --heads/--top; K: the K largest plus those; 0: the screen alone; all: every head (the full exact sweep)."),
     intervention_precision: str = typer.Option("auto", "--intervention-precision", help="With --interventions: full (every product in the model's dtype), bf16-delta (the intervened copies' linear layers as the clean copy's plus their difference's product in bfloat16: ~1.7x faster on a CPU, rounding ~0.4% of each effect) or auto (bf16-delta where the CPU or GPU multiplies bfloat16 natively)."),
 ) -> None:
     """Geometry meets behaviour: s and d of every head's W_qk (at offset 0, at offset 1 and over offsets for
@@ -64,7 +65,7 @@ def atlas(
         raise InputError("give a SOURCE or --zoo GROUP (one of them)")
     use_threads(threads)
     plan = _intervention_plan(interventions, heads, top, intervention_windows, zoo, intervention_precision, device,
-                              source, probe)
+                              source, probe, exact)
     from attnscope.outputs import check_result_names
 
     check_result_names(out, atlas_file_names(plan is not None))  # a file of the user's: refused before any work
@@ -85,20 +86,20 @@ def atlas(
     res = run_atlas(subject.maps if subject is not None else source, progress=True, **opts)
     for note in res.info.get("position_notes", []):
         stderr_console().print(f"attnscope: note: {note}", highlight=False, soft_wrap=True)
-    iv = effects = None
+    iv = effects = iv_info = None
     if plan is not None:
-        iv, effects = _intervene(subject, res, plan, out, opts)
+        iv, effects, iv_info = _intervene(subject, res, plan, out, opts)
     with phase(f"atlas {res.info['model']}: figures and atlas.html"):
         written = write_atlas(res.table, res.correlations, res.info, out, hue="layer", maps=res.maps,
                               interventions=iv, views=res.views, token_effects=effects,
-                              settings={"source": source, **opts, "interventions": plan})
+                              settings={"source": source, **opts, "interventions": plan}, interventions_info=iv_info)
     _finish(res.correlations, res.info["model"], written, as_json)
     if iv is not None:
-        _finish_interventions(iv)
+        _finish_interventions(iv, iv_info)
 
 
 def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: str = "auto",
-                       device: str = "cpu", source=None, probes: str = "both") -> dict | None:
+                       device: str = "cpu", source=None, probes: str = "both", exact: str = "auto") -> dict | None:
     """The checked --interventions options (before any work: the heads against the model's config, --top's
     columns against the columns the atlas will have), or None without --interventions."""
     from attnscope.interventions.deltas import PRECISIONS, resolve_precision
@@ -106,13 +107,14 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: 
     if precision not in PRECISIONS:
         raise InputError(f"--intervention-precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     if interventions is None:
-        if heads is not None or top is not None or precision != "auto":
-            raise InputError("--heads, --top and --intervention-precision are options of --interventions; "
+        if heads is not None or top is not None or precision != "auto" or exact != "auto":
+            raise InputError("--heads, --top, --exact and --intervention-precision are options of --interventions; "
                              "give --interventions too")
         return None
     from attnscope.atlas.build import atlas_columns
     from attnscope.interventions import check_kinds, parse_heads
     from attnscope.interventions.run import check_heads_in, head_grid
+    from attnscope.interventions.selection import check_exact
     from attnscope.interventions.summary import check_top_columns, parse_top
 
     if zoo is not None:
@@ -122,7 +124,7 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: 
     if windows < 1:
         raise InputError(f"--intervention-windows must be at least 1, not {windows}")
     plan: dict[str, Any] = {"kinds": check_kinds(interventions), "heads": parse_heads(heads) if heads else None, "top": None,
-            "windows": windows, "precision": resolve_precision(precision, device)}
+            "windows": windows, "precision": resolve_precision(precision, device), "exact": check_exact(exact)}
     if top is not None:
         plan["top"] = parse_top(top)
         check_top_columns(plan["top"], atlas_columns(probes))
@@ -140,13 +142,14 @@ def _intervene(subject, res, plan: dict, out: Path, opts: dict):
                    data=opts["data"], windows=plan["windows"], length=opts["length"], random_windows=random_n,
                    random_length=opts["random_length"], seed=opts["seed"], device=opts["device"],
                    precision=plan["precision"], store=out / "interventions-store", name=res.info["model"],
-                   progress=True)  # a long job: progress lines in a log too
-    return iv.table, iv.token_effects
+                   exact=plan["exact"], progress=True)  # a long job: progress lines in a log too
+    return iv.table, iv.token_effects, iv.info
 
 
-def _finish_interventions(table) -> None:
-    """A few lines on the console: heads run, the largest loss changes, the heads whose behaviour lives in
-    their antisymmetric part (and those that need both parts); the rest is in interventions.csv and atlas.html."""
+def _finish_interventions(table, info: dict | None = None) -> None:
+    """A few lines on the console: heads run, screened and measured exactly, the largest loss changes (a
+    screened value marked "est."), the screen's agreement with the exact pass, the heads whose behaviour lives
+    in their antisymmetric part (and those that need both parts); the rest is in interventions.csv and atlas.html."""
     from attnscope.interventions.summary import ALPHA, ANTISYMMETRIC, BOTH, sym_collapse
 
     con = stderr_console()
@@ -156,20 +159,40 @@ def _finish_interventions(table) -> None:
 
     heads = table[["layer", "head"]].drop_duplicates()
     kinds = ", ".join(dict.fromkeys(table["intervention"]))
-    n = int(table["n"].max()) if len(table) else 0
+    n = int(max(table["n"].max(), table["n_screen"].max() if "n_screen" in table else 0)) if len(table) else 0
     say(f"interventions: {len(heads)} heads, each under {kinds} on {n} windows (full table: interventions.csv)")
     loss = table[table["measure"] == "loss"]
-    if loss.empty or not loss["delta"].notna().any():
+    if loss.empty:
         say("loss: none measured (an encoder has no next-token loss); behaviour changes are in interventions.csv")
     else:
+        measured = loss[loss["exact"].astype(bool)] if "exact" in loss else loss
+        n_exact = measured[["layer", "head"]].drop_duplicates().shape[0]
+        rule = (info or {}).get("exact_rule", "")
+        say(f"screen: every head to first order (est.); measured exactly: {n_exact} of {len(heads)} heads"
+            + (f" ({rule})" if rule else ""))
         for kind, sub in loss.groupby("intervention", sort=False):
-            up = int(((sub["p_bh"] < ALPHA) & (sub["delta"] > 0)).sum())
-            say(f"{kind}: median change in loss {sub['delta'].median():+.4f} nats over {len(sub)} heads "
-                f"(median detectable {sub['detectable_change'].median():.4f}); {up} raise it (p_bh < {ALPHA})")
-        big = loss.reindex(loss["delta"].abs().sort_values(ascending=False).index).head(5)
-        say("largest changes in loss: " + ", ".join(
-            f"L{r.layer}H{r.head} {r.intervention} {r.delta:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]"
-            for r in big.itertuples()))
+            ex = sub[sub["exact"].astype(bool)] if "exact" in sub else sub
+            up = int(((ex["p_bh"] < ALPHA) & (ex["delta"] > 0)).sum())
+            est = (f"; screened median {sub['delta_screen'].median():+.4f} est. over {len(sub)}"
+                   if "delta_screen" in sub else "")
+            say(f"{kind}: median change in loss {ex['delta'].median():+.4f} nats over {len(ex)} heads measured "
+                f"exactly (median detectable {ex['detectable_change'].median():.4f}); {up} raise it "
+                f"(p_bh < {ALPHA}){est}")
+        size = loss["delta"].where(loss["delta"].notna(), loss.get("delta_screen", loss["delta"]))
+        big = loss.assign(_size=size).reindex(size.abs().sort_values(ascending=False).index).head(5)
+
+        def shown_change(r) -> str:
+            if r.delta == r.delta:
+                return f"L{r.layer}H{r.head} {r.intervention} {r.delta:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]"
+            return f"L{r.layer}H{r.head} {r.intervention} {r._size:+.3f} est. (screened only)"
+
+        say("largest changes in loss: " + ", ".join(shown_change(r) for r in big.itertuples()))
+        for kind, agree in ((info or {}).get("agreement") or {}).items():
+            worst = agree["largest_disagreement"]
+            rho = agree["spearman_rho"]
+            say(f"screen vs exact, {kind}: Spearman rho {'-' if rho != rho else f'{rho:+.2f}'} over "
+                f"{agree['heads']} heads measured both ways; largest disagreement {worst['head']} "
+                f"(est. {worst['screen']:+.3f}, exact {worst['exact']:+.3f})")
     hit = sym_collapse(table)
     shown = 6  # the strongest; the page and interventions.csv hold them all
     for lives, what in ((ANTISYMMETRIC, "heads that need their antisymmetric (directional) part "
@@ -194,19 +217,22 @@ def atlas_file_names(interventions: bool) -> list[str]:
     names = ["atlas.parquet", "atlas.csv", "correlations.csv", "atlas.json", *(f"atlas_{x}.png" for x in GEOMETRY),
              "atlas_correlations.png"]
     if interventions:
-        names += ["interventions.parquet", "interventions.csv", "interventions_sym.png", "interventions_loss.png"]
+        names += ["interventions.parquet", "interventions.csv", "interventions.json", "interventions_sym.png",
+                  "interventions_loss.png"]
     return [*names, "atlas.html"]
 
 
 def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, interventions=None,
-                settings=None, views=None, token_effects=None) -> list[Path]:
+                settings=None, views=None, token_effects=None, interventions_info=None) -> list[Path]:
     """Tables, figures and the HTML page of an atlas (one model or pooled) into ``out``, as one result
     (:func:`attnscope.outputs.write_result_set`): every file is rendered before the first one moves into
     ``out``, so an interrupt, a failure or a kill leaves the previous atlas there whole, never a mix.
     With ``interventions`` (their table joined to the atlas table) also interventions.parquet/.csv,
     interventions_sym.png and interventions_loss.png; with ``token_effects`` (their per-token changes in loss,
     :attr:`attnscope.interventions.InterventionResult.token_effects`) token_effects.parquet and the page's
-    per-token section. ``settings``: the options, stored in the manifest.
+    per-token section. ``settings``: the options, stored in the manifest. ``interventions_info``: how the
+    interventions were made (:attr:`attnscope.interventions.InterventionResult.info`: the exact rule, the
+    screen's agreement with the exact pass), written as interventions.json.
     ``views``: the atlas's text windows per head (the page's head view, :attr:`attnscope.atlas.AtlasResult.views`).
     """
     from attnscope.atlas.build import GEOMETRY, behaviour_columns
@@ -237,10 +263,12 @@ def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, inter
 
         makers["interventions.parquet"] = table_bytes(interventions, "interventions.parquet")
         makers["interventions.csv"] = table_bytes(interventions, "interventions.csv")
+        makers["interventions.json"] = lambda: json_text(interventions_info or {})
         makers["interventions_sym.png"] = lambda: figure_bytes(ip.sym_vs_symmetry(
             interventions, title=f"{name}: behaviour when only the symmetric part of the scores is kept"), "png")
+        grid = ((interventions_info or {}).get("n_layers"), (interventions_info or {}).get("n_heads"))
         makers["interventions_loss.png"] = lambda: figure_bytes(ip.loss_heatmap(
-            interventions, title=f"{name}: change in loss per head"), "png")
+            interventions, title=f"{name}: change in loss per head", shape=grid if None not in grid else None), "png")
     makers["atlas.html"] = lambda: atlas_page_parts(table, correlations, info, maps=maps, interventions=interventions,
                                                     views=views, token_effects=effects)  # written piece by piece
     names = atlas_file_names(interventions is not None)  # the one list, also checked by the CLI before any work

@@ -3,8 +3,8 @@
 * :func:`sym_vs_symmetry` one panel per named behaviour: the kept fraction of the head's behaviour when only
   the symmetric part of its scores is kept (under sym / clean), against the head's s, one point per head
   coloured by layer, its 95% interval over windows as a bar, heads with p_bh < 0.05 drawn filled
-* :func:`loss_heatmap`    layer x head heat map of the change in loss, one panel per intervention (heads
-  not run grey)
+* :func:`loss_heatmap`    layer x head heat map of the change in loss, one panel per intervention (a
+  screened estimate marked with a hollow circle, heads not run grey)
 
 Both take the interventions table (``sym_vs_symmetry`` joined with the atlas table on model, layer,
 head) and return the Figure (``fig=``).
@@ -104,11 +104,20 @@ def sym_vs_symmetry(joined: "pd.DataFrame", measures: Sequence[str] | None = Non
     return fig
 
 
-def loss_heatmap(table: "pd.DataFrame", title: str = "", *, fig: "Figure | None" = None) -> "Figure":
-    """Layer x head heat map of the mean change in loss, one panel per intervention (one shared colour scale)."""
+def loss_heatmap(table: "pd.DataFrame", title: str = "", *, shape: "tuple[int, int] | None" = None,
+                 fig: "Figure | None" = None) -> "Figure":
+    """Layer x head heat map of the mean change in loss, one panel per intervention (one shared colour scale):
+    the exact change where the head was measured exactly, else its screened estimate (``delta_screen``) with a
+    hollow circle on the cell ("est."); heads not run grey. ``shape``: (layers, heads) of the whole model (the
+    grid is not cropped to the heads run); default: the largest layer and head in the table."""
     import numpy as np
 
     loss = table[table["measure"] == "loss"]
+    if "delta_screen" in loss.columns:  # exact where measured, else the estimate (marked below)
+        estimated = loss["delta"].isna() & loss["delta_screen"].notna()
+        loss = loss.assign(delta=loss["delta"].where(~estimated, loss["delta_screen"]), _est=estimated)
+    else:
+        loss = loss.assign(_est=False)
     kinds = list(dict.fromkeys(loss["intervention"]))  # the table's order (sym, anti, ablate, mean); plots only draw
     n = max(1, len(kinds))
     ncols = min(n, 4)
@@ -123,6 +132,8 @@ def loss_heatmap(table: "pd.DataFrame", title: str = "", *, fig: "Figure | None"
             ax.set_axis_off()
         return fig
     n_layers, n_heads = int(loss["layer"].max()) + 1, int(loss["head"].max()) + 1
+    if shape is not None:
+        n_layers, n_heads = max(n_layers, int(shape[0])), max(n_heads, int(shape[1]))
     import matplotlib as mpl
 
     scale = color_scale(vals[np.isfinite(vals)], signed=True)
@@ -133,6 +144,10 @@ def loss_heatmap(table: "pd.DataFrame", title: str = "", *, fig: "Figure | None"
         sub = loss[loss["intervention"] == kind]
         grid[sub["layer"].to_numpy(int), sub["head"].to_numpy(int)] = sub["delta"].to_numpy(float)
         im = ax.imshow(grid, aspect="auto", origin="lower", interpolation="nearest", **scale)
+        est = sub[sub["_est"].astype(bool)]
+        if len(est):
+            ax.scatter(est["head"].to_numpy(int), est["layer"].to_numpy(int), s=min(40.0, 900.0 / max(n_layers, n_heads)),
+                       facecolors="none", edgecolors="#333", linewidths=0.5)
         ax.set_title(kind, fontsize=9)
         ax.set_xlabel("head", fontsize=8)
         ax.set_ylabel("layer", fontsize=8)
@@ -143,6 +158,9 @@ def loss_heatmap(table: "pd.DataFrame", title: str = "", *, fig: "Figure | None"
         ax.set_visible(False)
     if im is not None:
         fig.colorbar(im, ax=list(axes[:n]), label="delta loss (nats)", shrink=0.8)
-    if title:
-        fig.suptitle(title, fontsize=10)
+    notes = [title] if title else []
+    if loss["_est"].astype(bool).any():
+        notes.append("o: screened estimate (est., first order), not measured exactly; grey: not run")
+    if notes:
+        fig.suptitle("\n".join(notes), fontsize=9)
     return fig
