@@ -232,3 +232,51 @@ def test_a_bad_exact_is_one_line_before_the_load(exact, needle):
 
     with pytest.raises((AttnscopeError, TypeError, ValueError), match=needle):
         intervene("/no/such/model.gguf", exact=exact)
+
+
+def _same_tables(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    key = ["layer", "head", "intervention", "measure"]
+    a, b = a.set_index(key).sort_index(), b.set_index(key).sort_index()
+    assert a.index.equals(b.index) and a["exact"].equals(b["exact"])
+    for col in ("delta", "ci_low", "ci_high", "delta_screen"):
+        np.testing.assert_allclose(a[col].to_numpy(float), b[col].to_numpy(float), rtol=1e-5, atol=1e-7)
+
+
+@needs_gguf
+def test_the_exact_passes_as_jobs_equal_the_in_process_ones_and_resume(tiny_gguf, tmp_path, monkeypatch):
+    """executor="local" (a process pool through run_tasks: the path Slurm jobs take) gives the same table and
+    per-token changes; a rerun submits nothing."""
+    from attnscope.interventions import intervene, run
+
+    opts = dict(interventions="sym,ablate", exact=3, **SMALL)
+    here = intervene(str(tiny_gguf), workers=1, **opts)
+    jobs = intervene(str(tiny_gguf), executor="local", workers=2, store=tmp_path / "s", **opts)
+    _same_tables(here.table, jobs.table)
+    tkey = ["layer", "head", "intervention", "window", "position"]
+    pd.testing.assert_frame_equal(here.token_effects[tkey], jobs.token_effects[tkey])
+    monkeypatch.setattr(run, "exact_job", lambda *a, **k: (_ for _ in ()).throw(AssertionError("submitted again")))
+    again = intervene(str(tiny_gguf), executor="local", workers=2, store=tmp_path / "s", **opts)
+    _same_tables(jobs.table, again.table)
+
+
+def test_jobs_need_a_store_and_a_model_they_can_load_themselves():
+    from attnscope.errors import AttnscopeError
+    from attnscope.interventions import intervene
+
+    with pytest.raises(AttnscopeError, match="give store= too"):
+        intervene("/no/such.gguf", executor="slurm")
+    with pytest.raises(AttnscopeError, match="executor must be one of"):
+        intervene("/no/such.gguf", executor="cluster", store="/tmp/x")
+
+
+@needs_gguf
+@pytest.mark.slurm
+def test_slurm_runs_the_exact_passes_as_jobs_on_a_real_cluster(tiny_gguf, tmp_path, slurm_cluster):
+    from attnscope.interventions import intervene
+
+    opts = dict(interventions="sym,ablate", exact=3, **SMALL)
+    here = intervene(str(tiny_gguf), workers=1, **opts)
+    slurm = {"partition": slurm_cluster["partition"], "time_min": 10}
+    jobs = intervene(str(tiny_gguf), executor="slurm", slurm=slurm, store=tmp_path / "s", **opts)
+    assert list((tmp_path / "s" / "slurm").glob("*_submission.sh"))  # it went through sbatch
+    _same_tables(here.table, jobs.table)

@@ -20,7 +20,7 @@ import typer
 
 from attnscope.errors import InputError
 
-from ._common import THREADS, check_device, check_out_dir, echo_json, stderr_console, use_threads
+from ._common import THREADS, check_device, check_out_dir, echo_json, slurm_options, stderr_console, use_threads
 from ._tables import print_table
 
 
@@ -45,6 +45,10 @@ def atlas(
     top: Optional[str] = typer.Option(None, "--top", help="With --interventions: only the K heads scoring highest on an atlas column, K:COLUMN, or lowest, K:-COLUMN (e.g. 4:-directionality: the most negative d); several joined by commas (e.g. 4:induction_random,4:sink_random)."),
     intervention_windows: int = typer.Option(4, "--intervention-windows", help="With --interventions: text windows (loss and behaviour) and random-probe windows (behaviour) per head."),
     exact: str = typer.Option("auto", "--exact", help="With --interventions: which screened heads are then measured exactly (every head is first screened: one forward and one backward per window, the change in loss to first order after the head's exactly recomputed softmax; behaviour changes are always exact). auto (default): the 10% of heads with the largest screened change in loss (at least 4), plus the 10% whose attention pattern changes most (where first order is least sure), plus any --heads/--top; K: the K largest plus those; 0: the screen alone; all: every head (the full exact sweep)."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="With --interventions: slurm (or local: a process pool) sends the exact layer passes as jobs, one per layer, each loading the model itself, into DIR/interventions-store (a rerun resumes); default: this process, its layers shared by --threads worker processes."),
+    slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Slurm partition (--executor slurm)."),
+    slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Minutes per Slurm job (--executor slurm)."),
+    slurm_mem: Optional[float] = typer.Option(None, "--slurm-mem", help="Memory per Slurm job, GB (--executor slurm)."),
     intervention_precision: str = typer.Option("auto", "--intervention-precision", help="With --interventions: full (every product in the model's dtype), bf16-delta (the intervened copies' linear layers as the clean copy's plus their difference's product in bfloat16: ~1.7x faster on a CPU, rounding ~0.4% of each effect) or auto (bf16-delta where the CPU or GPU multiplies bfloat16 natively)."),
 ) -> None:
     """Geometry meets behaviour: s and d of every head's W_qk (at offset 0, at offset 1 and over offsets for
@@ -65,7 +69,8 @@ def atlas(
         raise InputError("give a SOURCE or --zoo GROUP (one of them)")
     use_threads(threads)
     plan = _intervention_plan(interventions, heads, top, intervention_windows, zoo, intervention_precision, device,
-                              source, probe, exact)
+                              source, probe, exact, executor,
+                              slurm_options(executor or "this process", slurm_partition, slurm_time, slurm_mem))
     from attnscope.outputs import check_result_names
 
     check_result_names(out, atlas_file_names(plan is not None))  # a file of the user's: refused before any work
@@ -99,7 +104,8 @@ def atlas(
 
 
 def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: str = "auto",
-                       device: str = "cpu", source=None, probes: str = "both", exact: str = "auto") -> dict | None:
+                       device: str = "cpu", source=None, probes: str = "both", exact: str = "auto",
+                       executor: str | None = None, slurm: dict | None = None) -> dict | None:
     """The checked --interventions options (before any work: the heads against the model's config, --top's
     columns against the columns the atlas will have), or None without --interventions."""
     from attnscope.interventions.deltas import PRECISIONS, resolve_precision
@@ -107,9 +113,9 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: 
     if precision not in PRECISIONS:
         raise InputError(f"--intervention-precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     if interventions is None:
-        if heads is not None or top is not None or precision != "auto" or exact != "auto":
-            raise InputError("--heads, --top, --exact and --intervention-precision are options of --interventions; "
-                             "give --interventions too")
+        if heads is not None or top is not None or precision != "auto" or exact != "auto" or executor is not None:
+            raise InputError("--heads, --top, --exact, --executor and --intervention-precision are options of "
+                             "--interventions; give --interventions too")
         return None
     from attnscope.atlas.build import atlas_columns
     from attnscope.interventions import check_kinds, parse_heads
@@ -124,7 +130,10 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: 
     if windows < 1:
         raise InputError(f"--intervention-windows must be at least 1, not {windows}")
     plan: dict[str, Any] = {"kinds": check_kinds(interventions), "heads": parse_heads(heads) if heads else None, "top": None,
-            "windows": windows, "precision": resolve_precision(precision, device), "exact": check_exact(exact)}
+            "windows": windows, "precision": resolve_precision(precision, device), "exact": check_exact(exact),
+            "executor": executor, "slurm": slurm}
+    if executor is not None and executor not in ("local", "slurm", "inline"):
+        raise InputError(f"--executor must be local or slurm (or left out: this process), not {executor!r}")
     if top is not None:
         plan["top"] = parse_top(top)
         check_top_columns(plan["top"], atlas_columns(probes))
@@ -142,7 +151,8 @@ def _intervene(subject, res, plan: dict, out: Path, opts: dict):
                    data=opts["data"], windows=plan["windows"], length=opts["length"], random_windows=random_n,
                    random_length=opts["random_length"], seed=opts["seed"], device=opts["device"],
                    precision=plan["precision"], store=out / "interventions-store", name=res.info["model"],
-                   exact=plan["exact"], progress=True)  # a long job: progress lines in a log too
+                   exact=plan["exact"], executor=plan["executor"], slurm=plan["slurm"],
+                   progress=True)  # a long job: progress lines in a log too
     return iv.table, iv.token_effects, iv.info
 
 
@@ -175,16 +185,19 @@ def _finish_interventions(table, info: dict | None = None) -> None:
             up = int(((ex["p_bh"] < ALPHA) & (ex["delta"] > 0)).sum())
             est = (f"; screened median {sub['delta_screen'].median():+.4f} est. over {len(sub)}"
                    if "delta_screen" in sub else "")
-            say(f"{kind}: median change in loss {ex['delta'].median():+.4f} nats over {len(ex)} heads measured "
-                f"exactly (median detectable {ex['detectable_change'].median():.4f}); {up} raise it "
-                f"(p_bh < {ALPHA}){est}")
+            if ex["delta"].notna().any():
+                say(f"{kind}: median change in loss {ex['delta'].median():+.4f} nats over {len(ex)} heads measured "
+                    f"exactly (median detectable {ex['detectable_change'].median():.4f}); {up} raise it "
+                    f"(p_bh < {ALPHA}){est}")
+            else:
+                say(f"{kind}: none measured exactly{est}")
         size = loss["delta"].where(loss["delta"].notna(), loss.get("delta_screen", loss["delta"]))
-        big = loss.assign(_size=size).reindex(size.abs().sort_values(ascending=False).index).head(5)
+        big = loss.assign(shown=size).reindex(size.abs().sort_values(ascending=False).index).head(5)
 
         def shown_change(r) -> str:
             if r.delta == r.delta:
                 return f"L{r.layer}H{r.head} {r.intervention} {r.delta:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}]"
-            return f"L{r.layer}H{r.head} {r.intervention} {r._size:+.3f} est. (screened only)"
+            return f"L{r.layer}H{r.head} {r.intervention} {r.shown:+.3f} est. (screened only)"
 
         say("largest changes in loss: " + ", ".join(shown_change(r) for r in big.itertuples()))
         for kind, agree in ((info or {}).get("agreement") or {}).items():

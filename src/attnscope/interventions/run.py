@@ -98,6 +98,8 @@ def intervene(
     atlas: Any = None,
     top: "str | Sequence[tuple[int, str]] | None" = None,
     exact: "str | int" = "auto",
+    executor: str | None = None,
+    slurm: dict[str, Any] | None = None,
 ) -> InterventionResult:
     """Intervene on every head of ``source`` (or the (layer, head) pairs ``heads``) with each of
     ``interventions`` (sym, anti, ablate, mean): the change in loss on ``windows`` text windows of ``data``
@@ -127,6 +129,11 @@ def intervene(
     an integer K (the K largest, plus those flagged and named), ``0`` (the screen alone) or ``"all"`` (every
     head: the full sweep). ``exact`` (True/False) and ``exact_reason`` say which rows were measured; the
     ``delta`` columns of a loss row are empty where it was not.
+
+    ``executor``: None (this process, with ``workers`` forked processes) or ``"slurm"`` / ``"local"``: the
+    exact layer passes as jobs (:func:`attnscope.runs.executors.run_tasks`; one per layer, each loading the
+    model from ``source``, a file or directory, and writing into ``store``, which it needs), ``slurm`` the
+    job options (partition, time_min, mem_gb). A rerun resumes from the layers the jobs stored.
     Returns one row per (layer, head, intervention, measure): mean delta over windows, 95% t interval,
     p value, ``p_bh`` (Benjamini-Hochberg across the heads of one intervention and measure), ``sd`` of the
     per-window deltas and ``detectable_change`` (:func:`.summary.detectable_change`: the smallest true change
@@ -169,6 +176,18 @@ def intervene(
             raise InputError(f"workers={workers} needs Linux and the model on the CPU (forked processes); "
                              "use workers=1 here", params="workers")
     precision = resolve_precision(precision, device)
+    if executor is not None:
+        from attnscope.runs.executors import EXECUTORS
+
+        if executor not in EXECUTORS:
+            raise InputError(f"executor must be one of {', '.join(EXECUTORS)} (or None: this process), not "
+                             f"{executor!r:.40}", params="executor")
+        if store is None:
+            raise InputError("executor= sends the exact layer passes as jobs that write into store=: give store= too",
+                             params=("executor", "store"))
+        if not isinstance(_job_source(source), str):
+            raise InputError("executor= needs a model the jobs can load themselves (a GGUF file, an HF directory "
+                             "or hub id), not a model in memory", params="executor")
     if name is None and atlas_table is not None and atlas_table["model"].nunique() == 1:
         name = str(atlas_table["model"].iloc[0])  # the atlas's name for the model: the join's key
     with phase(f"interventions: loading {source if isinstance(source, (str, os.PathLike)) else 'the model'}",
@@ -228,7 +247,7 @@ def intervene(
                if low_wanted and pending else None)
         if pending and clean is not None and low is not None and clean.linears is None and clean.distributions is None:
             clean = None  # made without bf16-delta's kept outputs: again, with them
-        if pending:
+        if pending and executor is None:  # (jobs make their own)
             clean_once(for_deltas=low is not None)
         count = worker_count(torch.get_num_threads(), len(pending), device) if workers is None else workers
         keep = results
@@ -272,8 +291,16 @@ def intervene(
                     bar.update(completed=done[0] + sum(running.values()))
 
                 bar.update(completed=done[0])
-                run_layers(pending, work, count, on_done=lambda l: show(l, None), on_report=show,
-                           cost=lambda l: len(exact_by_layer[l]) * (n_layers - l + 6))  # its suffix; the loss ~6 layers
+                if executor is not None and pending:
+                    assert results is not None
+                    _run_jobs(results, pending, exact_by_layer, executor, slurm, workers, progress,
+                              dict(source=_job_source(source), device=device, name=subject.name, kinds=list(kinds),
+                                   data=str(data), windows=windows, length=int(text.shape[1]), precision=precision,
+                                   settings=settings))
+                    bar.update(completed=float(len(exact_by_layer)))
+                else:
+                    run_layers(pending, work, count, on_done=lambda l: show(l, None), on_report=show,
+                               cost=lambda l: len(exact_by_layer[l]) * (n_layers - l + 6))  # its suffix; the loss ~6 layers
         frames = [here[l] if l in here else keep.read(_key(l, exact_by_layer[l]))  # type: ignore[union-attr]
                   for l in sorted(exact_by_layer)]
         token_frames, unstored = [], []
@@ -329,6 +356,55 @@ def _token_effects(subject: Subject, text: "torch.Tensor", frames: list["pd.Data
     df.insert(len(df.columns) - 1, "token", texts[df["window"].to_numpy(), df["position"].to_numpy()]
               if len(df) else np.array([], dtype=object))
     return df
+
+
+def _job_source(source: Any) -> Any:
+    """What a job loads: the path or hub id of ``source`` (an opened subject's own), else the object itself."""
+    if isinstance(source, Subject):
+        return getattr(source.maps, "source", None) or source
+    return str(source) if isinstance(source, os.PathLike) else source
+
+
+def _run_jobs(results: Any, layers: list[int], by_layer: dict[int, list[int]], executor: str,
+              slurm: dict[str, Any] | None, workers: int | None, progress: bool, common: dict[str, Any]) -> None:
+    """The exact passes of ``layers`` as jobs of ``executor`` (one per layer) into the store ``results``."""
+    from attnscope.errors import AttnscopeError
+    from attnscope.runs.executors import Task, run_tasks
+
+    tasks = [Task(_key(l, by_layer[l]), {**common, "layer": l, "heads": by_layer[l], "store": str(results.root)})
+             for l in layers]
+    summary = run_tasks(exact_job, tasks, results, executor=executor, workers=workers or 1, slurm=slurm,
+                        progress=progress, desc=f"interventions: exact layer passes as {executor} jobs")
+    if summary.failed:
+        key, why = next(iter(summary.failed.items()))
+        raise AttnscopeError(f"{len(summary.failed)} of {len(tasks)} exact layer jobs failed ({key}: {why}); "
+                             "rerun the same command to retry them (finished layers are kept)")
+
+
+def exact_job(payload: dict[str, Any]) -> "pd.DataFrame":
+    """One exact layer pass as a job of its own (:func:`attnscope.runs.executors.run_tasks`): load the model,
+    the text windows and their clean pass as :func:`intervene` makes them, the layer's loss rows summarised
+    (returned: the executor stores them under the layer's key) and its per-token changes (written here)."""
+    import torch
+
+    from attnscope.heads.maps import make_windows
+    from attnscope.heap import reused_heap
+    from attnscope.runs.store import ResultsStore
+
+    from .summary import summarise
+
+    subject = open_subject(payload["source"], device=payload["device"], name=payload["name"])
+    text = make_windows(subject.maps, payload["data"], payload["windows"], payload["length"])
+    wins = {"text": text}
+    with torch.inference_mode(), patched(subject.model) as ctl, reused_heap():
+        low = (LowWeights().prepare(layer_list(subject.model).modules(), subject.out_weight)
+               if payload["precision"] == "bf16-delta" else None)
+        clean = clean_pass(subject, wins, ctl, for_deltas=low is not None)
+        df, tokens = layer_pass(subject, payload["layer"], payload["heads"], payload["kinds"], wins, clean, ctl, low,
+                                tick=lambda _f: None, with_tokens=True, behaviour=False)
+    ResultsStore(payload["store"], settings=payload["settings"], columns=TOKEN_COLUMNS).write(
+        _token_key(payload["layer"], payload["heads"]), tokens)
+    return summarise(df)
 
 
 #: the results store's key of the screen's per-window rows
