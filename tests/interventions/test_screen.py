@@ -280,3 +280,62 @@ def test_slurm_runs_the_exact_passes_as_jobs_on_a_real_cluster(tiny_gguf, tmp_pa
     jobs = intervene(str(tiny_gguf), executor="slurm", slurm=slurm, store=tmp_path / "s", **opts)
     assert list((tmp_path / "s" / "slurm").glob("*_submission.sh"))  # it went through sbatch
     _same_tables(here.table, jobs.table)
+
+
+@needs_gguf
+def test_controls_custom_and_resample_run_through_both_passes(tiny_gguf):
+    """A custom function that returns the scores changes nothing (loss 0 on both passes), one that returns the
+    symmetric part equals sym, scale:1 changes nothing, scale:0.5 runs beside sym by default; sym~ keeps each
+    query's score spread; resample and anti~ give finite rows."""
+    from attnscope.interventions import intervene
+
+    res = intervene(str(tiny_gguf), interventions="sym,anti~,sym~,resample,scale:1,same,mysym", exact="all", workers=1,
+                    custom={"same": lambda s, q, k, l, h: s, "mysym": lambda s, q, k, l, h: (s + s.T) / 2}, **SMALL)
+    t = res.table
+    assert {"scale:0.5", "sym", "sym~", "anti~", "resample", "scale:1", "same", "mysym"} == set(t["intervention"])
+    loss = t[t["measure"] == "loss"].set_index(["layer", "head", "intervention"])
+    for kind in ("same", "scale:1"):
+        sub = loss.xs(kind, level="intervention")
+        np.testing.assert_allclose(sub["delta"], 0, atol=1e-6)
+        np.testing.assert_allclose(sub["delta_screen"], 0, atol=1e-6)
+    np.testing.assert_allclose(loss.xs("mysym", level="intervention")["delta"],  # float32 scores, two routes
+                               loss.xs("sym", level="intervention")["delta"], rtol=1e-3, atol=1e-5)
+    beh = t[t["measure"] != "loss"].set_index(["layer", "head", "intervention", "measure"])["delta"]
+    np.testing.assert_allclose(beh.xs("mysym", level="intervention"), beh.xs("sym", level="intervention"), atol=1e-6)
+    assert np.isfinite(loss["delta"]).all() and np.isfinite(loss["delta_screen"]).all()
+    assert "resample" not in set(t.loc[t["measure"] != "loss", "intervention"])  # an output intervention
+
+
+def test_norm_matching_keeps_each_querys_spread_over_the_keys_it_sees():
+    import torch
+
+    from attnscope.interventions.attention import _spread_ratio
+
+    g = torch.Generator().manual_seed(0)
+    s = torch.randn(6, 6, generator=g, dtype=torch.float64)
+    part = (s + s.T) / 2
+    seen = torch.tril(torch.ones(6, 6, dtype=torch.bool))
+    matched = part * _spread_ratio(s, part, seen)[:, None]
+    for i in range(1, 6):  # (query 0 sees one key: no spread, ratio 1)
+        a, b = s[i, : i + 1], matched[i, : i + 1]
+        assert float(b.std(unbiased=False)) == pytest.approx(float(a.std(unbiased=False)), rel=1e-12)
+    assert _spread_ratio(s, part, seen)[0] == 1
+
+
+@pytest.mark.parametrize("custom, needle", [({"sym": lambda *a: a[0]}, "built-in"), ({"x": 3}, "must be a function"),
+                                            ({"a,b": lambda *a: a[0]}, "without commas"), ([1], "dict")])
+def test_bad_custom_interventions_are_one_line(custom, needle):
+    from attnscope.errors import AttnscopeError
+    from attnscope.interventions import intervene
+
+    with pytest.raises(AttnscopeError, match=needle):
+        intervene("/no/such.gguf", custom=custom)
+
+
+@pytest.mark.parametrize("kinds, needle", [("scale:-1", "A >= 0"), ("scale:nan", "A >= 0"), ("bogus", "scale:A")])
+def test_bad_intervention_names_are_one_line(kinds, needle):
+    from attnscope.errors import AttnscopeError
+    from attnscope.interventions import intervene
+
+    with pytest.raises(AttnscopeError, match=needle):
+        intervene("/no/such.gguf", interventions=kinds)

@@ -31,7 +31,6 @@ softcap, which SDPA lacks); a clean forward (``layer`` None) is eager throughout
 
 from __future__ import annotations
 
-import math
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,19 +38,15 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from attnscope.errors import InputError, UnsupportedError
 
+from .kinds import NAMES as KINDS, OUTPUT_KINDS, SCORE_NAMES as SCORE_KINDS  # noqa: F401 (re-exported)
+from .kinds import coefficients, is_score, score_function
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
 NAME = "attnscope_intervene"
-#: interventions on the head's scores (its W_qk geometry) and on its output
-SCORE_KINDS = ("sym", "anti")
-OUTPUT_KINDS = ("ablate", "mean")
-KINDS = SCORE_KINDS + OUTPUT_KINDS
 #: the kind of a batch copy left as it is (the clean reference the others' differences are taken from)
 CLEAN = "clean"
-#: (a, b, c) of the module docstring per score intervention
-_COEF = {"sym": (math.sqrt(0.5), math.sqrt(0.5), math.sqrt(0.5)),
-         "anti": (math.sqrt(0.5), math.sqrt(0.5), -math.sqrt(0.5))}
 
 
 class StopForward(Exception):
@@ -83,6 +78,8 @@ class Plan:
     #: out [c, i, h, d] and maps [c, h, i, j]; what it returns (a tensor) replaces ``out`` (the screen adds a
     #: zero leaf there, to take the loss's gradient with respect to every head's output)
     on_attention: Callable[[int, "AttentionCall", "torch.Tensor", "torch.Tensor"], Any] | None = None
+    #: layer -> [i, h, d] the head outputs of another text window (``resample``)
+    resample: dict[int, "torch.Tensor"] = field(default_factory=dict)
 
 
 class _Controller:
@@ -181,9 +178,9 @@ def _attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "
         kwargs["scaling"] = getattr(module, "scaling", None) or query.shape[-1] ** -0.5
     if attention_mask is not None and attention_mask.shape[0] not in (1, query.shape[0]):
         attention_mask = attention_mask.repeat_interleave(query.shape[0] // attention_mask.shape[0], dim=0)
-    if here and kwargs.get("softcap") is None and plan.on_scores is None:
+    if here and plan.on_scores is None:
         return _intervened_heads(module, eager, plan, layer, query, key, value, attention_mask, kwargs)
-    scored = here and any(kind in SCORE_KINDS for kind, _ in plan.copies)
+    scored = here and any(is_score(kind) for kind, _ in plan.copies)
     if scored:
         c, h = query.shape[:2]
         if c != len(plan.copies):
@@ -193,8 +190,12 @@ def _attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "
         coef = torch.zeros(3, c, h, 1, 1, dtype=query.dtype, device=query.device)
         coef[0] = 1.0
         for ci, (kind, head) in enumerate(plan.copies):
-            if kind in _COEF:
-                coef[:, ci, head] = torch.tensor(_COEF[kind], dtype=query.dtype, device=query.device).view(3, 1, 1)
+            if is_score(kind):
+                abc = coefficients(kind)
+                if abc is None:
+                    raise UnsupportedError(f"{kind}: on_scores (every head in one eager call) takes sym, anti and "
+                                           "scale:A only")
+                coef[:, ci, head] = torch.tensor(abc, dtype=query.dtype, device=query.device).view(3, 1, 1)
         a, b, cc = coef
         query, key = torch.cat([a * query, b * key], dim=-1), torch.cat([a * key, cc * query], dim=-1)
         module_view: Any = _Flat(module)
@@ -216,7 +217,7 @@ def _attention(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "
     elif here:
         out = _replace_outputs(out, plan, layer)
         if plan.on_maps is not None and scored:
-            idx = [(ci, head) for ci, (kind, head) in enumerate(plan.copies) if kind in SCORE_KINDS]
+            idx = [(ci, head) for ci, (kind, head) in enumerate(plan.copies) if is_score(kind)]
             own = torch.stack([probs[ci, head] for ci, head in idx])[None]  # [1, c, i, j]
             plan.on_maps(layer, own)
         if plan.stop:
@@ -236,13 +237,18 @@ def _intervened_heads(module: Any, eager: Callable[..., Any], plan: Plan, layer:
     c, h = query.shape[:2]
     if c != len(plan.copies):
         raise RuntimeError(f"layer {layer}: batch of {c} copies, plan of {len(plan.copies)}")
-    out = None if plan.stop else _fused(module, query, key, value, attention_mask, kwargs)  # [c, i, h, d]
-    chosen = [(ci, head, kind) for ci, (kind, head) in enumerate(plan.copies) if kind in SCORE_KINDS]
+    if plan.stop:
+        out = None
+    elif kwargs.get("softcap") is None:
+        out = _fused(module, query, key, value, attention_mask, kwargs)  # [c, i, h, d]
+    else:  # SDPA has no softcap: every head through the model's own function
+        out = eager(module, query, key, value, attention_mask, **kwargs)[0]
+    chosen = [(ci, head, kind) for ci, (kind, head) in enumerate(plan.copies) if is_score(kind)]
     if chosen:
         call = AttentionCall(module, eager, query, key, value, attention_mask, kwargs)
         ci = torch.tensor([x[0] for x in chosen], device=query.device)
         hi = torch.tensor([x[1] for x in chosen], device=query.device)
-        own, probs = call.heads_under(ci, hi, [x[2] for x in chosen])  # own [s, i, 1, d], probs [s, 1, i, j]
+        own, probs = call.heads_under(ci, hi, [x[2] for x in chosen], layer)  # own [s, i, 1, d], probs [s, 1, i, j]
         if plan.on_maps is not None:
             plan.on_maps(layer, probs[:, 0][None])  # [1, s, i, j]
         if out is not None:
@@ -267,23 +273,74 @@ class AttentionCall:
     mask: "torch.Tensor | None"
     kwargs: dict[str, Any]
 
-    def heads_under(self, copies: "torch.Tensor", heads: "torch.Tensor", kinds: Sequence[str]
+    def heads_under(self, copies: "torch.Tensor", heads: "torch.Tensor", kinds: Sequence[str], layer: int = -1
                     ) -> tuple["torch.Tensor", "torch.Tensor"]:
-        """Each (copy, head, score intervention) [s] apart through the model's eager function with q' and k' of
-        the module docstring: (head output [s, i, 1, d], map [s, 1, i, j]). The head's key/value head is
-        ``head // (h / g)`` (GQA); the mask row of its copy (or the one mask all copies share)."""
+        """Each (copy, head, score intervention) [s] apart through the model's eager function: (head output
+        [s, i, 1, d], map [s, 1, i, j]). ``sym``, ``anti``, ``scale:A``: with q' and k' of the module docstring;
+        ``sym~``, ``anti~`` and custom ones (:mod:`.kinds`): their changed scores S' [i, j] as q' = S' against
+        k' = the identity [j, j], so that q' k'^T = S' goes through the model's own scaling, softcap, mask and
+        softmax. The head's key/value head is ``head // (h / g)`` (GQA); the mask row of its copy (or the one
+        mask all copies share)."""
         import torch
 
         query, key, value, mask = self.query, self.key, self.value, self.mask
         c, h = query.shape[:2]
         gi = heads // (h // key.shape[1])  # the key/value head of each query head (GQA)
         q, k, v = query[copies, heads][:, None], key[copies, gi][:, None], value[copies, gi][:, None]  # [s, 1, i, d]
-        coef = torch.tensor([_COEF[kind] for kind in kinds], dtype=query.dtype, device=query.device)  # [s, 3]
-        a, b, cc = (coef[:, n].view(-1, 1, 1, 1) for n in range(3))
         if mask is not None and mask.shape[0] == c:
             mask = mask[copies]
-        return self.eager(_Flat(self.module), torch.cat([a * q, b * k], dim=-1), torch.cat([a * k, cc * q], dim=-1),
-                          v, mask, **self.kwargs)
+        by_coef = [n for n, kind in enumerate(kinds) if coefficients(kind) is not None]
+        by_scores = [n for n in range(len(kinds)) if n not in by_coef]
+        parts: list[tuple[list[int], Any, Any]] = []
+        if by_coef:
+            idx = torch.tensor(by_coef, device=query.device)
+            coef = torch.tensor([coefficients(kinds[n]) for n in by_coef], dtype=query.dtype,
+                                device=query.device)  # [s', 3]
+            a, b, cc = (coef[:, n].view(-1, 1, 1, 1) for n in range(3))
+            qs, ks = q[idx], k[idx]
+            sub_mask = mask[idx] if mask is not None and mask.shape[0] == len(kinds) > 1 else mask
+            out, probs = self.eager(_Flat(self.module), torch.cat([a * qs, b * ks], dim=-1),
+                                    torch.cat([a * ks, cc * qs], dim=-1), v[idx], sub_mask, **self.kwargs)
+            parts.append((by_coef, out, probs))
+        if by_scores:
+            idx = torch.tensor(by_scores, device=query.device)
+            sub_mask = mask[idx] if mask is not None and mask.shape[0] == len(kinds) > 1 else mask
+            new = torch.stack([self._changed_scores(q[n, 0], k[n, 0], kinds[n], layer, int(heads[n]),
+                                                    sub_mask[min(i, sub_mask.shape[0] - 1), 0]
+                                                    if sub_mask is not None else None)
+                               for i, n in enumerate(by_scores)])[:, None]  # [s'', 1, i, j]
+            eye = torch.eye(new.shape[-1], dtype=new.dtype, device=new.device).expand(len(by_scores), 1, -1, -1)
+            out, probs = self.eager(_Flat(self.module), new, eye, v[idx], sub_mask, **self.kwargs)
+            parts.append((by_scores, out, probs))
+        if len(parts) == 1:
+            return parts[0][1], parts[0][2]
+        where = torch.tensor(parts[0][0] + parts[1][0], device=query.device)
+        back = torch.empty_like(where)
+        back[where] = torch.arange(len(where), device=query.device)
+        return (torch.cat([parts[0][1], parts[1][1]])[back], torch.cat([parts[0][2], parts[1][2]])[back])
+
+    def _changed_scores(self, q: "torch.Tensor", k: "torch.Tensor", kind: str, layer: int, head: int,
+                        mask: "torch.Tensor | None") -> "torch.Tensor":
+        """One head's scores [i, j] (q [i, d], k [j, d]; before scaling and mask) under ``kind``: ``sym~`` /
+        ``anti~`` norm-matched per query over the keys ``mask`` [i, j] lets it see, or a custom function's."""
+        import torch
+
+        scores = q @ k.T  # [i, j]
+        fn = score_function(kind)
+        if fn is not None:
+            new = fn(scores, q, k, layer, head)
+            if not isinstance(new, torch.Tensor) or tuple(new.shape) != tuple(scores.shape):
+                raise InputError(f"custom intervention {kind!r} must return scores of shape "
+                                 f"{tuple(scores.shape)} (a tensor), not {getattr(new, 'shape', type(new).__name__)}",
+                                 params="custom")
+            return new.to(scores.dtype)
+        part = (scores + scores.T) / 2 if kind == "sym~" else (scores - scores.T) / 2
+        if mask is None:
+            seen = torch.ones_like(scores, dtype=torch.bool)
+        else:
+            mask = mask[..., : scores.shape[-1]]
+            seen = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+        return part * _spread_ratio(scores.float(), part.float(), seen).to(part.dtype)[:, None]
 
 
 def _replace_outputs(out: "torch.Tensor", plan: Plan, layer: int) -> "torch.Tensor":
@@ -299,7 +356,28 @@ def _replace_outputs(out: "torch.Tensor", plan: Plan, layer: int) -> "torch.Tens
             if layer not in plan.means:
                 raise InputError(f"mean ablation of layer {layer} needs its mean head outputs (a clean pass first)")
             out[ci, :, head] = plan.means[layer][head].to(out.dtype)
+        elif kind == "resample":
+            if layer not in plan.resample:
+                raise InputError(f"resampling layer {layer} needs another window's head outputs (a clean pass first)")
+            out[ci, :, head] = plan.resample[layer][:, head].to(out.dtype)
     return out
+
+
+def _spread_ratio(scores: "torch.Tensor", part: "torch.Tensor", seen: "torch.Tensor") -> "torch.Tensor":
+    """Per query [i]: sd over its visible keys of ``scores`` / sd of ``part`` ([i, j] each; ``seen`` [i, j]
+    bool); 1 where either is 0 or a query sees fewer than two keys."""
+    import torch
+
+    w = seen.to(scores.dtype)
+    n = w.sum(-1)  # [i]
+
+    def sd(x: "torch.Tensor") -> "torch.Tensor":
+        mean = (x * w).sum(-1) / n.clamp(min=1)
+        return (((x - mean[:, None]) ** 2) * w).sum(-1).div(n.clamp(min=1)).sqrt()
+
+    a, b = sd(scores), sd(part)
+    ok = (n >= 2) & (a > 0) & (b > 0)
+    return torch.where(ok, a / b.clamp(min=torch.finfo(b.dtype).tiny), torch.ones_like(a))
 
 
 def register() -> None:

@@ -66,21 +66,31 @@ class _Clean:
     outputs: dict[str, list[list[Any]]] | None = None  # probe -> window -> layer -> its output (None: over budget)
     distributions: list["torch.Tensor"] | None = None  # text window -> clean p0 [i - 1, v] (None: not kept)
     linears: list[dict[int, Any]] | None = None  # text window -> id(linear) -> its clean output (None: not kept)
+    head_outputs: list[dict[int, "torch.Tensor"]] | None = None  # text window -> layer -> [i, h, d] (resample)
+
+    def resample_for(self, window: int) -> dict[int, "torch.Tensor"]:
+        """layer -> [i, h, d]: the head outputs ``resample`` gives text window ``window``: the next window's
+        (the last window takes the first's); empty where they were not kept."""
+        if not self.head_outputs:
+            return {}
+        return self.head_outputs[(window + 1) % len(self.head_outputs)]
 
 
 def clean_pass(subject: Subject, windows: dict[str, "torch.Tensor"], ctl: Any,
-               for_deltas: bool = False, tick: Callable[[], None] | None = None) -> _Clean:
+               for_deltas: bool = False, tick: Callable[[], None] | None = None, keep_heads: bool = False) -> _Clean:
     """Every head's clean behaviour per probe window, the clean loss per text window, the heads' mean outputs
     over the text windows' positions; with ``for_deltas`` (bf16-delta), each text window's clean
     next-token distribution (what every copy's logit change is weighed by) and its linear layers' clean
     outputs (copy 0's in :func:`.deltas.delta_linears`), each kind where it fits its budget
-    (:data:`DISTRIBUTION_BUDGET`, :data:`LINEAR_BUDGET`). ``tick()`` is called after each window."""
+    (:data:`DISTRIBUTION_BUDGET`, :data:`LINEAR_BUDGET`). ``tick()`` is called after each window. With
+    ``keep_heads`` (``resample``), every text window's head outputs per layer."""
     import torch
 
     behaviour: dict[str, list[dict[int, dict[str, np.ndarray]]]] = {}
     sums: dict[int, torch.Tensor] = {}
     count = [0]
     losses = []
+    head_outputs: list[dict[int, Any]] = []
     layers = layer_list(subject.model)
     hidden = subject.model.get_input_embeddings().weight.shape[1]
     size = sum(idx.numel() for idx in windows.values()) * hidden * len(layers) * 4
@@ -103,9 +113,13 @@ def clean_pass(subject: Subject, windows: dict[str, "torch.Tensor"], ctl: Any,
             if outputs is not None:
                 outputs[probe].append([None] * len(layers))
 
-            def on_output(layer: int, out: "torch.Tensor") -> None:  # out [1, i, h, d]
+            heads_here: dict[int, Any] = {}
+
+            def on_output(layer: int, out: "torch.Tensor", heads_here: dict = heads_here) -> None:  # out [1, i, h, d]
                 total = out[0].double().sum(0)
                 sums[layer] = total if layer not in sums else sums[layer] + total
+                if keep_heads:
+                    heads_here[layer] = out[0].clone()
 
             ctl.plan = Plan(on_maps=lambda layer, p, tok=tok, per_layer=per_layer: per_layer.__setitem__(
                 layer, metrics(subject, p, tok)), on_output=on_output if probe == "text" else None)
@@ -124,13 +138,15 @@ def clean_pass(subject: Subject, windows: dict[str, "torch.Tensor"], ctl: Any,
                     f"BERT-style encoders call it from transformers 5.0); their heads cannot be intervened on")
             behaviour[probe].append(per_layer)
             if probe == "text":
+                if keep_heads:
+                    head_outputs.append(heads_here)
                 losses.append(_clean_loss(subject, hidden_out, tok, kept))
                 count[0] += tok.shape[1]
             if tick is not None:
                 tick()
     means = {layer: (s / max(count[0], 1)).float() for layer, s in sums.items()}
     return _Clean(behaviour=behaviour, loss=np.asarray(losses, dtype=float), means=means, outputs=outputs,
-                  distributions=kept, linears=linears)
+                  distributions=kept, linears=linears, head_outputs=head_outputs if keep_heads else None)
 
 
 def _clean_loss(subject: Subject, hidden: "torch.Tensor | None", idx: "torch.Tensor",

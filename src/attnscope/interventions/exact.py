@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from .attention import CLEAN, SCORE_KINDS, Plan, expand_at, forward_hooks, layer_list, reuse_outputs
+from .attention import CLEAN, Plan, expand_at, forward_hooks, layer_list, reuse_outputs
+from .kinds import is_score
 from .clean import _Clean, forward, metrics
 from .deltas import LowWeights, delta_linears
 from .loss import loss_terms
@@ -87,7 +88,7 @@ def _layer_rows(subject: Subject, layer: int, heads: Sequence[int], kinds: Seque
     n = len(layers)
 
     def forwards(probe: str) -> int:  # forwards of one window
-        copies = len([1 for k in kinds for _h in heads if probe == "text" or k in SCORE_KINDS])
+        copies = len([1 for k in kinds for _h in heads if probe == "text" or is_score(k)])
         return -(-copies // (MAX_COPIES - 1)) if copies else 0
 
     def units(probe: str) -> float:  # layers run per forward (+ the loss)
@@ -98,14 +99,15 @@ def _layer_rows(subject: Subject, layer: int, heads: Sequence[int], kinds: Seque
     counted = list(layers)[layer if clean.outputs is not None else 0:]
     for probe, idx in windows.items():
         text = probe == "text"
-        copies = [(k, h) for k in kinds for h in heads if text or k in SCORE_KINDS]
+        copies = [(k, h) for k in kinds for h in heads if text or is_score(k)]
         for w in range(len(idx)):
             tok = idx[w : w + 1]
             for c0 in range(0, len(copies), MAX_COPIES - 1):
                 chunk = [(CLEAN, -1), *copies[c0 : c0 + MAX_COPIES - 1]]
-                scored = [(k, h) for k, h in chunk if k in SCORE_KINDS]
+                scored = [(k, h) for k, h in chunk if is_score(k)]
                 got: dict[str, np.ndarray] = {}
                 ctl.plan = Plan(layer=layer, copies=chunk, means=clean.means, stop=not text,
+                                resample=clean.resample_for(w) if text else {},
                                 on_maps=(lambda _l, p, tok=tok, got=got: got.update(metrics(subject, p, tok)))
                                 if behaviour else None)
                 kept = clean.outputs[probe][w] if clean.outputs is not None else None

@@ -44,6 +44,7 @@ from .attention import layer_list, patched
 from .clean import _Clean, clean_pass
 from .deltas import DESCRIBE, LowWeights, resolve_precision
 from .exact import TOKEN_COLUMNS, _token_frame, layer_pass
+from .kinds import check_custom, custom_kinds, with_controls
 from .screen import SCREEN_DESCRIBE, SCREEN_VERSION, agreement, choose_exact, exact_rule as _exact_rule, screen_pass
 from .selection import (_atlas_table, _check_heads, check_exact, check_head_pairs, check_heads_in,
                         check_intervene_options, check_kinds, head_grid, parse_heads)
@@ -100,6 +101,8 @@ def intervene(
     exact: "str | int" = "auto",
     executor: str | None = None,
     slurm: dict[str, Any] | None = None,
+    custom: "dict[str, Any] | None" = None,
+    controls: bool = True,
 ) -> InterventionResult:
     """Intervene on every head of ``source`` (or the (layer, head) pairs ``heads``) with each of
     ``interventions`` (sym, anti, ablate, mean): the change in loss on ``windows`` text windows of ``data``
@@ -139,7 +142,31 @@ def intervene(
     per-window deltas and ``detectable_change`` (:func:`.summary.detectable_change`: the smallest true change
     these windows detect with 80% power). ``.token_effects``: the change in loss at each text position of
     every intervened head (:attr:`InterventionResult.token_effects`; None for an encoder).
+
+    ``interventions`` may hold ``scale:A``, ``sym~``, ``anti~`` and ``resample`` too (:mod:`.kinds`), and the
+    names of ``custom``: ``{"name": f}`` with ``f(scores, q, k, layer, head) -> scores`` (one head's raw scores
+    [i, j] = q k^T after rotary, q [i, d], k [j, d]; the returned scores go through the model's own scaling,
+    softcap, mask and softmax), run through the same screen and exact passes, their rows in the same table.
+    ``controls`` (default True): the control of ``sym`` and ``anti`` (``scale:0.5``) is run beside them, and each
+    of their rows says whether its effect exceeds the control's (``vs_control`` columns: the paired
+    difference over windows, its 95% t interval and a Benjamini-Hochberg p).
     """
+    check_source(source, tokenizer)
+    custom = check_custom(custom)
+    with custom_kinds(custom):
+        return _intervene(source, tokenizer=tokenizer, interventions=interventions, heads=heads, data=data,
+                          windows=windows, length=length, random_windows=random_windows, random_length=random_length,
+                          seed=seed, device=device, precision=precision, store=store, name=name, progress=progress,
+                          workers=workers, atlas=atlas, top=top, exact=exact, executor=executor, slurm=slurm,
+                          custom=custom, controls=controls)
+
+
+def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, data: str, windows: int,
+               length: int | None, random_windows: int, random_length: int | None, seed: int, device: Any,
+               precision: str, store: Any, name: str | None, progress: bool, workers: int | None, atlas: Any,
+               top: Any, exact: Any, executor: str | None, slurm: dict[str, Any] | None, custom: dict[str, Any],
+               controls: bool) -> InterventionResult:
+    """:func:`intervene` with its custom interventions registered (:func:`.kinds.custom_kinds`)."""
     import pandas as pd
     import torch
 
@@ -151,8 +178,13 @@ def intervene(
 
     from .summary import DETECTABLE, join_atlas, join_screen, parse_top, summarise, summarise_screen, top_heads
 
-    check_source(source, tokenizer)
     kinds = check_intervene_options(interventions, windows, random_windows, seed)
+    check_type(controls, bool, "controls", "True or False")
+    if controls:
+        kinds = with_controls(kinds)
+    if "resample" in kinds and windows < 2:
+        raise InputError("resample takes a head's output from another text window: windows must be at least 2",
+                         params=("interventions", "windows"))
     exact = check_exact(exact)
     if type(device).__name__ == "device":  # a torch.device: its name
         device = str(device)
@@ -188,6 +220,9 @@ def intervene(
         if not isinstance(_job_source(source), str):
             raise InputError("executor= needs a model the jobs can load themselves (a GGUF file, an HF directory "
                              "or hub id), not a model in memory", params="executor")
+        if custom:
+            raise InputError("executor= runs the exact passes in jobs of their own, which cannot be sent custom "
+                             "interventions: leave executor out (this process) with custom=", params=("executor", "custom"))
     if name is None and atlas_table is not None and atlas_table["model"].nunique() == 1:
         name = str(atlas_table["model"].iloc[0])  # the atlas's name for the model: the join's key
     with phase(f"interventions: loading {source if isinstance(source, (str, os.PathLike)) else 'the model'}",
@@ -207,6 +242,8 @@ def intervene(
                 "length": int(text.shape[1]), "random_windows": random_windows,
                 "random_length": int(wins["random"].shape[1]) if random_windows else None, "seed": seed,
                 "precision": precision, "screen": SCREEN_VERSION}
+    if custom:  # a store is reused only by the same functions
+        settings["custom"] = {k: _fingerprint(fn) for k, fn in custom.items()}
     columns = ["layer", "head", "intervention", "measure"]
     results = None
     if store is not None:
@@ -224,7 +261,8 @@ def intervene(
             if clean is None:
                 with phase(f"interventions {mm.name}: clean pass", enabled=progress,
                            total=sum(len(idx) for idx in wins.values()), unit="windows") as bar:
-                    clean = clean_pass(subject, wins, ctl, for_deltas=for_deltas, tick=bar.advance)
+                    clean = clean_pass(subject, wins, ctl, for_deltas=for_deltas, tick=bar.advance,
+                                       keep_heads="resample" in kinds)
             return clean
 
         low_wanted = precision == "bf16-delta" and subject.out_weight is not None
@@ -358,6 +396,19 @@ def _token_effects(subject: Subject, text: "torch.Tensor", frames: list["pd.Data
     return df
 
 
+def _fingerprint(fn: Any) -> str:
+    """A hash of a custom intervention's code and constants (its bytecode, names and defaults): a store made with
+    other code is not reused."""
+    import hashlib
+
+    code = getattr(fn, "__code__", None) or getattr(getattr(fn, "__call__", None), "__code__", None)
+    if code is None:
+        return f"unhashable {type(fn).__name__}"
+    parts = [code.co_code, repr(code.co_consts).encode(), repr(code.co_names).encode(),
+             repr(getattr(fn, "__defaults__", None)).encode()]
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
+
+
 def _job_source(source: Any) -> Any:
     """What a job loads: the path or hub id of ``source`` (an opened subject's own), else the object itself."""
     if isinstance(source, Subject):
@@ -399,7 +450,7 @@ def exact_job(payload: dict[str, Any]) -> "pd.DataFrame":
     with torch.inference_mode(), patched(subject.model) as ctl, reused_heap():
         low = (LowWeights().prepare(layer_list(subject.model).modules(), subject.out_weight)
                if payload["precision"] == "bf16-delta" else None)
-        clean = clean_pass(subject, wins, ctl, for_deltas=low is not None)
+        clean = clean_pass(subject, wins, ctl, for_deltas=low is not None, keep_heads="resample" in payload["kinds"])
         df, tokens = layer_pass(subject, payload["layer"], payload["heads"], payload["kinds"], wins, clean, ctl, low,
                                 tick=lambda _f: None, with_tokens=True, behaviour=False)
     ResultsStore(payload["store"], settings=payload["settings"], columns=TOKEN_COLUMNS).write(

@@ -29,7 +29,8 @@ import math
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 
-from .attention import SCORE_KINDS, AttentionCall, Plan
+from .attention import AttentionCall, Plan
+from .kinds import is_score, order
 from .clean import _Clean, forward, metrics
 from .loss import clean_logits, position_cross_entropy
 from .subject import Subject
@@ -68,7 +69,7 @@ def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: 
 
     rows: list[dict[str, Any]] = []
     patterns: list[dict[str, Any]] = []
-    score = [k for k in kinds if k in SCORE_KINDS]
+    score = [k for k in kinds if is_score(k)]
     with_loss = subject.out_weight is not None and "text" in windows
     for probe, idx in windows.items():
         grad = with_loss and probe == "text"
@@ -88,7 +89,7 @@ def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: 
                     delta_out = None
                     if pairs:
                         hi = torch.tensor([h for _k, h in pairs], device=out.device)
-                        own, new = call.heads_under(torch.zeros_like(hi), hi, [k for k, _h in pairs])
+                        own, new = call.heads_under(torch.zeros_like(hi), hi, [k for k, _h in pairs], layer)
                         # own [s, i, 1, d], new [s, 1, i, j]
                         got = metrics(subject, new[:, 0][None], tok)  # behaviour name -> [s]
                         ref = clean.behaviour[probe][w][layer]
@@ -120,7 +121,8 @@ def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: 
                     grads = torch.autograd.grad(loss, [leaves[l] for l in order])
                 base = float(clean.loss[w])
                 for layer, g in zip(order, grads):
-                    est = _estimates(kept[layer], g[0], by_layer[layer], kinds, clean.means.get(layer))
+                    other = clean.resample_for(w).get(layer)
+                    est = _estimates(kept[layer], g[0], by_layer[layer], kinds, clean.means.get(layer), other)
                     rows.extend(dict(layer=layer, window=w, head=h, intervention=k, measure="loss", clean=base,
                                      value=base + v, delta=v) for (k, h), v in est.items())
                 del kept, leaves, grads, hidden, loss
@@ -136,7 +138,7 @@ def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: 
 
 
 def _estimates(kept: dict[str, Any], g: "torch.Tensor", heads: Sequence[int], kinds: Sequence[str],
-               mean: "torch.Tensor | None") -> dict[tuple[str, int], float]:
+               mean: "torch.Tensor | None", other: "torch.Tensor | None" = None) -> dict[tuple[str, int], float]:
     """(intervention, head) -> first-order change in loss from the gradient g [i, h, d] of the loss with respect
     to the layer's head outputs (the module docstring's sum of G times O' - O)."""
     g64 = g.double()
@@ -155,7 +157,12 @@ def _estimates(kept: dict[str, Any], g: "torch.Tensor", heads: Sequence[int], ki
                 raise RuntimeError("mean ablation needs the heads' mean outputs (the clean pass)")
             g_dot_mean = (g64.sum(0) * mean.double().to(g64.device)).sum(-1)  # [h]
             est.update(((kind, h), float(g_dot_mean[h] - g_dot_o[h])) for h in heads)
-    return {key: est[key] for key in sorted(est, key=lambda kh: (list(kinds).index(kh[0]), kh[1]))}
+        elif kind == "resample":  # O' = the head's output on another window [i, h, d]
+            if other is None:
+                raise RuntimeError("resample needs another window's head outputs (the clean pass)")
+            g_dot_other = (g64 * other.double().to(g64.device)).sum((0, 2))  # [h]
+            est.update(((kind, h), float(g_dot_other[h] - g_dot_o[h])) for h in heads)
+    return {key: est[key] for key in sorted(est, key=lambda kh: (order(kh[0]), kh[1]))}
 
 
 def choose_exact(screen: "pd.DataFrame", exact: "str | int", named: Sequence[tuple[int, int]] = ()
@@ -198,8 +205,8 @@ def agreement(table: "pd.DataFrame") -> dict[str, Any]:
     both = table[(table["measure"] == "loss") & table["exact"].astype(bool)].dropna(subset=["delta", "delta_screen"])
     out: dict[str, Any] = {}
     for kind, sub in both.groupby("intervention", sort=False):
-        if len(sub) < 3:
-            rho = float("nan")
+        if len(sub) < 3 or sub["delta_screen"].nunique() < 2 or sub["delta"].nunique() < 2:
+            rho = float("nan")  # undefined: too few heads, or one side constant
         else:
             rho = float(stats.spearmanr(sub["delta_screen"], sub["delta"]).statistic)
         gap = (sub["delta_screen"] - sub["delta"]).abs()

@@ -12,7 +12,7 @@ import numpy as np
 
 from attnscope.errors import ArgumentTypeError, InputError, check_type
 
-from .attention import KINDS
+from .kinds import NAMES, check_kind, order
 from .subject import Subject
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -20,15 +20,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def check_kinds(kinds: str | Sequence[str]) -> tuple[str, ...]:
-    """``"sym,anti"`` or a sequence of names -> validated tuple in :data:`KINDS` order."""
+    """``"sym,anti,scale:0.5"`` or a sequence of names -> validated tuple, each once, in the tables' order
+    (:func:`.kinds.order`; a custom name must be registered first: :func:`.kinds.custom_kinds`)."""
     if isinstance(kinds, str):
         kinds = [k.strip() for k in kinds.split(",") if k.strip()]
-    check_type(kinds, (list, tuple), "interventions", "a list of sym, anti, ablate, mean")
-    bad = [str(k) for k in kinds if k not in KINDS]
-    if bad or not kinds:
-        raise InputError(f"interventions must be among {', '.join(KINDS)}, not {', '.join(bad) or 'nothing'}",
+    check_type(kinds, (list, tuple), "interventions", f"a list of {', '.join(NAMES)} or scale:A")
+    if not kinds:
+        raise InputError(f"interventions must be among {', '.join(NAMES)} or scale:A, not nothing",
                          params="interventions")
-    return tuple(k for k in KINDS if k in kinds)
+    return tuple(sorted(dict.fromkeys(check_kind(k) for k in kinds), key=order))
 
 
 def parse_heads(spec: str) -> list[tuple[int, int]]:

@@ -104,11 +104,11 @@ def summarise(raw: "pd.DataFrame") -> "pd.DataFrame":
         rows.append({**dict(zip(KEYS, key)), "n": n, "clean": float(sub["clean"].mean()),
                      "value": float(sub["value"].mean()), "delta": mean, "ci_low": low, "ci_high": high, "p": p,
                      "sd": sd, "detectable_change": detectable_change(sd, n)})
-    from .attention import KINDS
+    from .kinds import order as kind_order
 
     out = pd.DataFrame(rows, columns=[*KEYS, "n", "clean", "value", "delta", "ci_low", "ci_high", "p", "sd",
                                       "detectable_change"])
-    order = out["intervention"].map({k: i for i, k in enumerate(KINDS)})
+    order = out["intervention"].map(lambda k: kind_order(k))
     out = out.assign(_order=order).sort_values(["layer", "head", "_order", "measure"], kind="stable")
     return out.drop(columns="_order").reset_index(drop=True).astype({"layer": int, "head": int, "n": int})
 
@@ -244,7 +244,7 @@ def join_screen(screen: "pd.DataFrame", exact: "Sequence[pd.DataFrame]",
 
     from attnscope.atlas.stats import bh_adjust
 
-    from .attention import KINDS
+    from .kinds import order as kind_order
     from .screen import REASONS
 
     is_loss = screen["measure"] == "loss"
@@ -268,7 +268,7 @@ def join_screen(screen: "pd.DataFrame", exact: "Sequence[pd.DataFrame]",
             out.loc[sub.index, "p_bh_screen"] = bh_adjust(sub["p_screen"].to_numpy(float))
     out["interval"] = [f"{INTERVAL} (n={n})" if n > 0 else "not measured exactly (screened: *_screen columns)"
                        for n in out["n"]]
-    order = out["intervention"].map({k: i for i, k in enumerate(KINDS)})
+    order = out["intervention"].map(lambda k: kind_order(k))
     out = out.assign(_order=order).sort_values(["layer", "head", "_order", "measure"], kind="stable")
     first = [*KEYS, "n", "clean", "value", "delta", "ci_low", "ci_high", "p", "sd", "detectable_change", "p_bh",
              "interval", "exact", "exact_reason", "n_screen", "delta_screen", "ci_low_screen", "ci_high_screen",
