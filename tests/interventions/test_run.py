@@ -35,11 +35,11 @@ def test_table_has_every_head_intervention_and_measure(tiny_gguf):
     res = intervene(str(tiny_gguf), interventions="sym,anti,ablate,mean", **SMALL)
     t = res.table
     loss = t[t["measure"] == "loss"]
-    assert len(loss) == 2 * 4 * 4 and loss["n"].eq(3).all()
+    assert len(loss) == 2 * 4 * 5 and loss["n"].eq(3).all()  # 4 interventions + the scale:0.5 control of sym/anti
     assert np.isfinite(loss["delta"]).all() and (loss["delta"].abs() > 0).any()
     assert loss["clean"].nunique() == 1  # one clean loss, the model's own
     beh = t[t["measure"] != "loss"]
-    assert set(beh["intervention"]) == {"sym", "anti"}  # an output intervention leaves the head's map alone
+    assert set(beh["intervention"]) == {"sym", "anti", "scale:0.5"}  # an output intervention leaves the map alone
     assert {"induction_random", "previous_token_text", "sink_random", "entropy_norm_text"} <= set(beh["measure"])
     np.testing.assert_allclose(t["value"] - t["clean"], t["delta"], atol=1e-9)
     assert ((t["ci_low"] <= t["delta"]) & (t["delta"] <= t["ci_high"])).all()
@@ -58,7 +58,8 @@ def test_clean_behaviour_is_the_atlas_measurement(tiny_gguf):
     t = res.table
     for probe in ("random", "text"):
         ref = beh[beh["probe"] == probe].set_index(["layer", "head"])["previous_token"]
-        got = t[t["measure"] == f"previous_token_{probe}"].set_index(["layer", "head"])["clean"]
+        got = t[(t["measure"] == f"previous_token_{probe}") & (t["intervention"] == "sym")].set_index(
+            ["layer", "head"])["clean"]
         np.testing.assert_allclose(got.sort_index(), ref.sort_index(), rtol=1e-5, atol=1e-6)
 
 
@@ -172,13 +173,15 @@ def test_sym_collapse_names_only_strong_heads_that_collapse_and_where_the_behavi
     hit = sym_collapse(only_sym)
     assert hit["head"].tolist() == [4, 0] and set(hit["lives_in"]) == {"unknown (anti not run)"}
     assert needs_direction(only_sym).empty  # without anti, nothing is claimed for the direction
-    # head 0 keeps its behaviour under anti (it lives in the antisymmetric part); head 4 loses it there too
+    # head 0 keeps its behaviour under anti; head 4 loses it there too; without the scale control (no
+    # vs_control columns: a table of an older attnscope) neither is claimed, each says why
     anti = [(0.8, 0.75, 0.3), (0.8, 0.8, 1), (0.1, 0.1, 1), (0.8, 0.8, 1), (0.9, 0.1, 1e-6)]
     both = add_bh(pd.DataFrame(_sym_rows(sym) + _sym_rows(anti, "anti")))
     hit = sym_collapse(both).set_index("head")
-    assert hit.loc[0, "lives_in"] == "antisymmetric part" and hit.loc[4, "lives_in"] == "both parts"
+    assert hit.loc[0, "lives_in"].startswith("undecided: no scale:0.5 control run")
+    assert hit.loc[4, "lives_in"].startswith("undecided: no scale:0.5 control run")
     assert hit.loc[4, "anti_value"] == pytest.approx(0.1)
-    assert needs_direction(both)["head"].tolist() == [0]
+    assert needs_direction(both).empty  # (tests/interventions/test_claims.py: the decisions with the control)
 
 
 def test_detectable_change_is_the_t_test_at_80_percent_power_and_windows_needed_inverts_it():
@@ -258,7 +261,8 @@ def test_an_hf_directory_and_the_same_model_in_memory_agree(tmp_path, minilm_dir
     from_dir = intervene(str(tmp_path / "m"), **opts).table
     in_memory = intervene(model, tokenizer=AutoTokenizer.from_pretrained(minilm_dir), name=str(tmp_path / "m"), **opts).table
     loss = from_dir[from_dir["measure"] == "loss"]
-    assert len(loss) == 2 and np.isfinite(loss["delta"]).all() and loss["clean"].between(9, 12).all()  # ~ln 30522
+    assert len(loss) == 3 and np.isfinite(loss["delta"]).all() and loss["clean"].between(9, 12).all()  # ~ln 30522
+    assert set(loss["intervention"]) == {"sym", "mean", "scale:0.5"}  # sym's control beside it
     key = ["intervention", "measure"]
     np.testing.assert_allclose(from_dir.set_index(key).sort_index()["delta"],
                                in_memory.set_index(key).sort_index()["delta"], rtol=1e-5, atol=1e-7)
@@ -359,7 +363,7 @@ def test_cli_loads_the_model_once_and_takes_the_lowest_with_a_minus(tiny_gguf, t
     iv = pd.read_parquet(out / "interventions.parquet")
     lowest = atlas.nsmallest(3, "directionality")
     assert set(zip(iv["layer"], iv["head"])) == set(zip(lowest["layer"], lowest["head"]))
-    assert "interventions: 3 heads, each under sym, anti on 3 windows" in err
+    assert "interventions: 3 heads, each under sym, anti, scale:0.5 on 3 windows" in err
     assert "largest changes in loss: L" in err and "detectable" in err
 
 

@@ -158,7 +158,7 @@ def test_behaviour_rows_are_the_exact_passes_and_loss_rows_carry_both(tiny_gguf)
     assert score["pattern_change"].between(0, 1).all() and (score["pattern_change"] > 0).all()
     assert loss[loss["intervention"] == "ablate"]["pattern_change"].isna().all()
     agree = res.info["agreement"]
-    assert set(agree) == {"sym", "anti", "ablate"} and agree["sym"]["heads"] == 12
+    assert set(agree) == {"sym", "anti", "ablate", "scale:0.5"} and agree["sym"]["heads"] == 12
     assert -1 <= agree["sym"]["spearman_rho"] <= 1 and agree["sym"]["largest_disagreement"]["head"].startswith("L")
     assert res.screen is not None and (res.screen["measure"] == "loss").any()
 

@@ -86,7 +86,7 @@ def test_the_result_holds_the_tokens_text_and_a_resumed_run_keeps_them(tiny_gguf
     store = tmp_path / "store"
     first = intervene(str(tiny_gguf), interventions="sym,ablate", store=store, **SMALL)
     te = first.token_effects
-    assert list(te.columns) == COLUMNS and len(te) == 2 * 4 * 2 * 3 * 39
+    assert list(te.columns) == COLUMNS and len(te) == 2 * 4 * 3 * 3 * 39  # sym, its control scale:0.5, ablate
     assert set(te["model"]) == {first.table["model"].iloc[0]}
     subject = open_subject(str(tiny_gguf))
     ids = make_windows(subject.maps, "builtin", 3, 40)
@@ -134,7 +134,7 @@ def test_cli_writes_token_effects_parquet_and_the_pages_section(tiny_gguf, tmp_p
     assert code == 0, err
     te = pd.read_parquet(out / "token_effects.parquet")
     assert list(te.columns) == COLUMNS
-    assert set(zip(te["layer"], te["head"])) == {(1, 2), (0, 1)} and set(te["intervention"]) == {"sym", "anti"}
+    assert set(zip(te["layer"], te["head"])) == {(1, 2), (0, 1)} and set(te["intervention"]) == {"sym", "anti", "scale:0.5"}
     iv = pd.read_parquet(out / "interventions.parquet")
     loss = iv[iv["measure"] == "loss"].set_index(["layer", "head", "intervention"])["delta"]
     got = te.groupby(["layer", "head", "intervention", "window"])["delta_loss"].mean().groupby(

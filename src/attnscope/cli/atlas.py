@@ -160,7 +160,7 @@ def _finish_interventions(table, info: dict | None = None) -> None:
     """A few lines on the console: heads run, screened and measured exactly, the largest loss changes (a
     screened value marked "est."), the screen's agreement with the exact pass, the heads whose behaviour lives
     in their antisymmetric part (and those that need both parts); the rest is in interventions.csv and atlas.html."""
-    from attnscope.interventions.summary import ALPHA, ANTISYMMETRIC, BOTH, sym_collapse
+    from attnscope.interventions.summary import ALPHA, ANTISYMMETRIC, BOTH, UNDECIDED, UNKNOWN, becomes, sym_collapse
 
     con = stderr_console()
 
@@ -216,10 +216,19 @@ def _finish_interventions(table, info: dict | None = None) -> None:
                           for r in sub.head(shown).itertuples())
         more = f" and {len(sub) - shown} more (atlas.html)" if len(sub) > shown else ""
         say(f"{what}: {names or 'none'}{more}")
-    unknown = hit[~hit["lives_in"].isin([ANTISYMMETRIC, BOTH])]
+    unknown = hit[hit["lives_in"] == UNKNOWN]
     if len(unknown):
         say(f"{len(unknown)} heads collapse under sym; run anti too to tell whether they need their "
             "antisymmetric part or both parts")
+    undecided = hit[hit["lives_in"].str.startswith(UNDECIDED)]
+    if len(undecided):
+        r = undecided.iloc[0]
+        say(f"{len(undecided)} behaviours collapse under sym but are undecided (e.g. L{r['layer']}H{r['head']} "
+            f"{r['measure']}: {r['why']}); interventions.csv has vs_control for each")
+    turned = becomes(table)
+    if len(turned):
+        say("what heads become: " + "; ".join(turned["text"].head(4))
+            + (f" and {len(turned) - 4} more (atlas.html)" if len(turned) > 4 else ""))
 
 
 def atlas_file_names(interventions: bool) -> list[str]:

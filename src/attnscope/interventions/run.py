@@ -76,6 +76,8 @@ class InterventionResult:
     #: the first-order screen of every selected head, summarised over windows (the rows of ``table`` before the
     #: exact pass: ``loss`` rows hold the estimate in ``delta``; :mod:`.screen`)
     screen: "pd.DataFrame | None" = None
+    #: what each head turns into under each score intervention (:func:`.summary.becomes`)
+    becomes: "pd.DataFrame | None" = None
 
 
 def intervene(
@@ -176,7 +178,8 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
 
     from attnscope.devices import check_device
 
-    from .summary import DETECTABLE, join_atlas, join_screen, parse_top, summarise, summarise_screen, top_heads
+    from .summary import (DETECTABLE, becomes, contrasts, join_atlas, join_screen, parse_top, summarise,
+                          summarise_screen, top_heads)
 
     kinds = check_intervene_options(interventions, windows, random_windows, seed)
     check_type(controls, bool, "controls", "True or False")
@@ -356,6 +359,9 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
                       "per-token changes in loss (stored by an older attnscope); the token effects lack those layers",
                       UserWarning, stacklevel=2)
     table = join_screen(screen, frames, exact_heads)
+    table = contrasts(table, _per_window(screen_rows, token_frames))
+    table["few_units"] = np.where(table["exact"].astype(bool) & (table["n"] > 0), table["n"],
+                                  table["n_screen"].fillna(0)) < FEW_WINDOWS
     table.insert(0, "model", subject.name)
     table.insert(1, "stack", "decoder" if mm.causal else "encoder")
     info = {**settings, "n_layers": n_layers, "n_heads": n_heads, "heads": len(chosen),
@@ -376,7 +382,10 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
     if atlas_table is not None:
         table = join_atlas(table, atlas_table)
     effects = (_token_effects(subject, text, token_frames) if subject.out_weight is not None else None)
-    return InterventionResult(table=table, info=info, token_effects=effects, screen=screen.assign(model=subject.name))
+    turned = becomes(table)
+    turned.insert(0, "model", subject.name)
+    return InterventionResult(table=table, info=info, token_effects=effects, screen=screen.assign(model=subject.name),
+                              becomes=turned)
 
 
 def _token_effects(subject: Subject, text: "torch.Tensor", frames: list["pd.DataFrame"]) -> "pd.DataFrame":
@@ -394,6 +403,26 @@ def _token_effects(subject: Subject, text: "torch.Tensor", frames: list["pd.Data
     df.insert(len(df.columns) - 1, "token", texts[df["window"].to_numpy(), df["position"].to_numpy()]
               if len(df) else np.array([], dtype=object))
     return df
+
+
+#: rows resting on fewer windows than this are flagged ``few_units`` (a t interval with under 7 degrees of
+#: freedom is wide, and its normality assumption untestable)
+FEW_WINDOWS = 8
+
+
+def _per_window(screen_rows: "pd.DataFrame", token_frames: "list[pd.DataFrame]") -> "pd.DataFrame":
+    """The per-window deltas behind the table's means: the behaviour rows as the screen measured them (exact), and
+    each exactly measured head's loss change per window (the mean of its per-position changes)."""
+    import pandas as pd
+
+    cols = ["layer", "head", "intervention", "measure", "window", "delta"]
+    parts = [screen_rows.loc[screen_rows["measure"] != "loss", cols]]
+    tokens = [f for f in token_frames if len(f)]
+    if tokens:
+        per = (pd.concat(tokens, ignore_index=True).groupby(["layer", "head", "intervention", "window"], as_index=False)
+               ["delta_loss"].mean().rename(columns={"delta_loss": "delta"}).assign(measure="loss"))
+        parts.append(per[cols])
+    return pd.concat(parts, ignore_index=True)
 
 
 def _fingerprint(fn: Any) -> str:

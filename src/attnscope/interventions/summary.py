@@ -33,6 +33,7 @@ KEYS = ["layer", "head", "intervention", "measure"]
 POWER = 0.80
 #: where a behaviour that collapses under ``sym`` lives (:func:`sym_collapse`'s ``lives_in``)
 ANTISYMMETRIC, BOTH, UNKNOWN = "antisymmetric part", "both parts", "unknown (anti not run)"
+UNDECIDED = "undecided"
 LIVES_IN = (ANTISYMMETRIC, BOTH, UNKNOWN)
 DETECTABLE = (f"smallest true mean change a two-sided 5% t-test detects with {POWER:.0%} power: "
               f"(t(0.975, n-1) + t({POWER}, n-1)) x sd / sqrt(n)")
@@ -126,32 +127,169 @@ def add_bh(table: "pd.DataFrame") -> "pd.DataFrame":
     return out
 
 
+def contrasts(table: "pd.DataFrame", per_window: "pd.DataFrame",
+              controls: "dict[str, str] | None" = None) -> "pd.DataFrame":
+    """``table`` with, on each row of an intervention that has a control run beside it (:data:`.kinds.CONTROLS`:
+    sym and anti against ``scale:0.5``), the paired comparison with the control's row of the same head and
+    measure: ``control`` (its name), ``vs_control`` (mean over windows of this row's per-window delta minus the
+    control's), ``vs_control_ci_low`` / ``_ci_high`` (95% t interval), ``vs_control_p`` and ``vs_control_p_bh``
+    (Benjamini-Hochberg across the heads of one intervention and measure). ``per_window``: layer, head,
+    intervention, measure, window, delta (the rows the means were taken over). Rows without a control: NaN."""
+    import pandas as pd
+
+    from attnscope.atlas.stats import bh_adjust
+
+    from .kinds import CONTROLS
+
+    pairs = CONTROLS if controls is None else controls
+    out = table.copy()
+    cols = ["vs_control", "vs_control_ci_low", "vs_control_ci_high", "vs_control_p"]
+    for c in cols + ["vs_control_p_bh"]:
+        out[c] = np.nan
+    out["control"] = None
+    if per_window is None or per_window.empty:
+        return out
+    wide = per_window.pivot_table(index=["layer", "head", "measure", "window"], columns="intervention",
+                                  values="delta", aggfunc="mean")
+    index = out.set_index(KEYS).index
+    pos = pd.Series(np.arange(len(out)), index=index)
+    for kind, control in pairs.items():
+        if kind not in wide.columns or control not in wide.columns:
+            continue
+        diff = (wide[kind] - wide[control]).dropna()
+        stats_rows = []
+        for (layer, head, measure), sub in diff.groupby(level=["layer", "head", "measure"], sort=False):
+            key = (layer, head, kind, measure)
+            if key not in pos.index:
+                continue
+            mean, low, high, p, _n = t_interval(sub.to_numpy(float))
+            stats_rows.append((int(pos[key]), mean, low, high, p))
+        for i, mean, low, high, p in stats_rows:
+            out.iloc[i, [out.columns.get_loc(c) for c in cols]] = [mean, low, high, p]
+            out.iat[i, out.columns.get_loc("control")] = control
+    for _, sub in out[out["control"].notna()].groupby(["intervention", "measure"], sort=False):
+        out.loc[sub.index, "vs_control_p_bh"] = bh_adjust(sub["vs_control_p"].to_numpy(float))
+    return out
+
+
+def _beyond(row: "pd.Series | None", sign: int) -> bool | None:
+    """Whether a row's effect is beyond its control's in direction ``sign`` (-1: loses more, +1: keeps more),
+    significantly (vs_control_p_bh < ALPHA); None where no control was compared."""
+    if row is None or "vs_control_p_bh" not in row.index or row.get("control") is None or \
+            not np.isfinite(row.get("vs_control_p_bh", np.nan)):
+        return None
+    return bool(sign * row["vs_control"] > 0 and row["vs_control_p_bh"] < ALPHA)
+
+
 def sym_collapse(table: "pd.DataFrame") -> "pd.DataFrame":
-    """The heads whose named behaviour collapses under ``sym``: clean score >= :data:`STRONG`, under sym
-    below :data:`KEEP` of it, ``p_bh`` < :data:`ALPHA`; and where that behaviour lives, ``lives_in``:
-    :data:`ANTISYMMETRIC` when the head keeps at least :data:`KEEP` of it under ``anti`` (the directional
-    part alone carries it), :data:`BOTH` when it collapses under ``anti`` too (it needs the whole form),
-    :data:`UNKNOWN` where ``anti`` did not run. Columns: model, layer, head, measure, clean, value, delta,
-    ci_low, ci_high, p_bh, anti_value (the score under anti), lives_in; strongest clean score first."""
+    """The heads whose named behaviour collapses under ``sym`` (clean score >= :data:`STRONG`, under sym below
+    :data:`KEEP` of it, ``p_bh`` < :data:`ALPHA`) and where that behaviour lives, ``lives_in``, decided with the
+    uncertainty of both parts and the scale control (:func:`contrasts`):
+
+    * :data:`ANTISYMMETRIC` ("needs its antisymmetric part"): anti keeps it significantly (anti's whole 95%
+      interval at or above :data:`KEEP` of the clean score), and both sym's loss and anti's keeping are beyond
+      the ``scale:0.5`` control (paired over windows, p_bh < ALPHA): not just "its logits were halved";
+    * :data:`BOTH`: anti loses it too (below KEEP, p_bh < ALPHA), both losses beyond the control's;
+    * ``undecided: <reason>`` otherwise (the reasons joined by "; "); :data:`UNKNOWN` where anti did not run.
+
+    Columns: model, layer, head, measure, clean, value, delta, ci_low, ci_high, p_bh, sym_vs_control and its
+    p_bh, anti_value, anti_ci_low, anti_ci_high, anti_p_bh, anti_vs_control and its p_bh, lives_in, why;
+    strongest clean score first."""
     named = table["measure"].str.rsplit("_", n=1).str[0].isin(NAMED)
     sym = table[(table["intervention"] == "sym") & named]
     hit = sym[(sym["clean"] >= STRONG) & (sym["value"] < KEEP * sym["clean"]) & (sym["p_bh"] < ALPHA)]
-    anti = table[(table["intervention"] == "anti") & named].set_index(["layer", "head", "measure"])["value"]
-    anti_value = [float(anti.get((r.layer, r.head, r.measure), float("nan"))) for r in hit.itertuples()]
-    lives = [UNKNOWN if a != a else ANTISYMMETRIC if a >= KEEP * c else BOTH
-             for a, c in zip(anti_value, hit["clean"])]
-    hit = hit.assign(anti_value=anti_value, lives_in=lives)
+    anti = table[(table["intervention"] == "anti") & named].set_index(["layer", "head", "measure"])
+    rows = []
+    for r in hit.itertuples(index=False):
+        row = r._asdict()
+        a = anti.loc[(r.layer, r.head, r.measure)] if (r.layer, r.head, r.measure) in anti.index else None
+        symrow = sym[(sym["layer"] == r.layer) & (sym["head"] == r.head) & (sym["measure"] == r.measure)].iloc[0]
+        row.update(sym_vs_control=symrow.get("vs_control", np.nan), sym_vs_control_p_bh=symrow.get("vs_control_p_bh", np.nan))
+        if a is None:
+            row.update(anti_value=np.nan, anti_ci_low=np.nan, anti_ci_high=np.nan, anti_p_bh=np.nan,
+                       anti_vs_control=np.nan, anti_vs_control_p_bh=np.nan, lives_in=UNKNOWN, why="anti not run")
+            rows.append(row)
+            continue
+        clean = float(r.clean)
+        keep_low = clean + float(a["ci_low"])  # anti's interval's lower end, on the score's scale
+        keeps = bool(np.isfinite(keep_low) and keep_low >= KEEP * clean)
+        loses = bool(a["value"] < KEEP * clean and a["p_bh"] < ALPHA)
+        sym_beyond, anti_keeps_beyond, anti_loses_beyond = _beyond(symrow, -1), _beyond(a, +1), _beyond(a, -1)
+        why = []
+        if sym_beyond is None:
+            why.append("no scale:0.5 control run (controls=True)")
+        elif not sym_beyond:
+            why.append(f"sym's loss is not beyond scale:0.5's (p_bh {symrow.get('vs_control_p_bh', np.nan):.2g})")
+        if keeps:
+            if anti_keeps_beyond is False:
+                why.append(f"anti keeps it no more than scale:0.5 does (p_bh {a['vs_control_p_bh']:.2g})")
+            verdict = ANTISYMMETRIC
+        elif loses:
+            if anti_loses_beyond is False:
+                why.append(f"anti's loss is not beyond scale:0.5's (p_bh {a['vs_control_p_bh']:.2g})")
+            verdict = BOTH
+        else:
+            why.append("anti neither keeps it significantly (its 95% interval reaches below "
+                       f"{KEEP:.0%} of the clean score) nor loses it (p_bh {a['p_bh']:.2g})")
+            verdict = None
+        lives = verdict if verdict is not None and not why else "undecided: " + "; ".join(why)
+        row.update(anti_value=float(a["value"]), anti_ci_low=float(a["value"] - a["delta"] + a["ci_low"]),
+                   anti_ci_high=float(a["value"] - a["delta"] + a["ci_high"]), anti_p_bh=float(a["p_bh"]),
+                   anti_vs_control=a.get("vs_control", np.nan), anti_vs_control_p_bh=a.get("vs_control_p_bh", np.nan),
+                   lives_in=lives, why="; ".join(why))
+        rows.append(row)
+    import pandas as pd
+
     cols = [c for c in ("model", "layer", "head", "measure", "clean", "value", "delta", "ci_low", "ci_high", "p_bh",
-                        "anti_value", "lives_in") if c in hit.columns]
-    return hit[cols].sort_values("clean", ascending=False, kind="stable").reset_index(drop=True)
+                        "sym_vs_control", "sym_vs_control_p_bh", "anti_value", "anti_ci_low", "anti_ci_high",
+                        "anti_p_bh", "anti_vs_control", "anti_vs_control_p_bh", "lives_in", "why")
+            if c in hit.columns or c not in ("model",)]
+    out = pd.DataFrame(rows, columns=[c for c in cols if c != "model" or "model" in hit.columns])
+    return out.sort_values("clean", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def needs_direction(table: "pd.DataFrame") -> "pd.DataFrame":
-    """The heads that need their directional (antisymmetric) part: their named behaviour collapses under
-    ``sym`` and is kept under ``anti`` (:func:`sym_collapse` with ``lives_in`` = :data:`ANTISYMMETRIC`;
+    """The heads that need their directional (antisymmetric) part, decided (:func:`sym_collapse` with
+    ``lives_in`` = :data:`ANTISYMMETRIC`: sym loses the behaviour, anti keeps it, both beyond the scale control;
     a head that loses it under both parts needs the whole form, not its direction, and is not here)."""
     hit = sym_collapse(table)
     return hit[hit["lives_in"] == ANTISYMMETRIC].reset_index(drop=True)
+
+
+def becomes(table: "pd.DataFrame") -> "pd.DataFrame":
+    """What each head turns into under each score intervention: per (layer, head, intervention), the named
+    behaviour (induction, previous token, sink; per probe) that rises most significantly (largest delta with
+    p_bh < ALPHA), beside the head's strongest clean behaviour. Columns: layer, head, intervention, was (its
+    strongest clean measure, if at least :data:`STRONG`), was_clean, measure (the one that rises), clean, value,
+    delta, ci_low, ci_high, p_bh, text ("L16H2: induction_random -> previous_token_random under sym");
+    heads where none rises significantly are left out."""
+    import pandas as pd
+
+    from .kinds import is_score, order as kind_order
+
+    named = table["measure"].str.rsplit("_", n=1).str[0].isin(NAMED)
+    beh = table[named & table["intervention"].map(is_score)]
+    rows = []
+    for (layer, head, kind), sub in beh.groupby(["layer", "head", "intervention"], sort=False):
+        rise = sub[(sub["delta"] > 0) & (sub["p_bh"] < ALPHA)]
+        if rise.empty:
+            continue
+        top = rise.loc[rise["delta"].idxmax()]
+        strongest = sub.loc[sub["clean"].idxmax()]
+        was = str(strongest["measure"]) if strongest["clean"] >= STRONG else None
+        text = (f"L{layer}H{head}: {was or 'no strong behaviour'} -> {top['measure']} under {kind} "
+                f"({top['clean']:.2f} -> {top['value']:.2f}, {top['delta']:+.2f} [{top['ci_low']:+.2f}, "
+                f"{top['ci_high']:+.2f}])")
+        rows.append(dict(layer=int(layer), head=int(head), intervention=kind, was=was,
+                         was_clean=float(strongest["clean"]), measure=str(top["measure"]), clean=float(top["clean"]),
+                         value=float(top["value"]), delta=float(top["delta"]), ci_low=float(top["ci_low"]),
+                         ci_high=float(top["ci_high"]), p_bh=float(top["p_bh"]), text=text))
+    out = pd.DataFrame(rows, columns=["layer", "head", "intervention", "was", "was_clean", "measure", "clean", "value",
+                                      "delta", "ci_low", "ci_high", "p_bh", "text"])
+    if len(out):
+        out = out.assign(_o=out["intervention"].map(kind_order)).sort_values(["_o", "delta"], ascending=[True, False],
+                                                                            kind="stable").drop(columns="_o")
+    return out.reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------- choosing heads from an atlas
