@@ -188,3 +188,25 @@ def test_an_encoders_methods_say_it_has_no_loss():
     text = methods_text(info, _table(), versions=VERSIONS)
     assert "The model has no next-token loss (none (no output matrix: an encoder))" in text
     assert "The change in the loss" not in text and "5 windows of 61 repeated random tokens" in text
+
+
+def test_a_hub_id_is_fingerprinted_from_its_cached_files_without_the_network(tmp_path, monkeypatch):
+    import torch
+    from safetensors.torch import save_file
+
+    from attnscope.interventions.methods import weights_fingerprint
+
+    cache = tmp_path / "hub"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snap = cache / "models--org--cached-model" / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (cache / "models--org--cached-model" / "refs").mkdir()
+    (cache / "models--org--cached-model" / "refs" / "main").write_text(commit)
+    save_file({"w": torch.ones(4, 4, dtype=torch.float16)}, snap / "model.safetensors")
+    (snap / "config.json").write_text(json.dumps({"torch_dtype": "float16"}))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    got = weights_fingerprint("org/cached-model")
+    assert got["available"] and "cached files" in got["kind"]
+    assert got["files"][0]["sha256"] == hashlib.sha256((snap / "model.safetensors").read_bytes()).hexdigest()
+    assert got["stored"] == {"F16": 1} and got["quantised"] is False

@@ -104,7 +104,7 @@ def weights_fingerprint(source: Any) -> dict[str, Any]:
                     "why": "not a file or directory here, and no copy in the local Hugging Face cache"}
         return {"available": True, "source": given, "kind": f"hub id (cached files in {cached})",
                 **_hf_directory(cached)}
-    except (AttnscopeError, OSError) as exc:
+    except (AttnscopeError, OSError, ImportError, ValueError) as exc:  # said in methods.md, never a failed write
         return {"available": False, "source": given, "why": f"cannot read the weight files ({str(exc)[:160]})"}
 
 
