@@ -2,7 +2,9 @@
 
 * :func:`sym_vs_symmetry` one panel per named behaviour: the kept fraction of the head's behaviour when only
   the symmetric part of its scores is kept (under sym / clean), against the head's s, one point per head
-  coloured by layer, its 95% interval over windows as a bar, heads with p_bh < 0.05 drawn filled
+  coloured by layer (one colour each), its 95% interval over windows as a bar, heads with p_bh < 0.05 drawn
+  filled; drawn within :data:`KEPT_RANGE` (a head beyond: a triangle at the edge, counted in the axis label),
+  the heads that keep least named beside their own points (:func:`name_points`)
 * :func:`loss_heatmap`    layer x head heat map of the change in loss, one panel per intervention (a
   screened estimate marked with a hollow circle, heads not run grey)
 
