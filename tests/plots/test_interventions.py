@@ -103,3 +103,89 @@ def test_the_sym_figures_bar_is_the_deltas_interval_on_the_kept_scale():
     segs = [np.asarray(g) for c in ax.collections if isinstance(c, LineCollection) for g in c.get_segments()]
     bars = sorted(tuple(np.round(g[:, 1], 6)) for g in segs if len(g) == 2 and np.isfinite(g).all())
     assert bars == [(0.4, 0.6)]
+
+
+def _spread(n_layers=5, kept=None):
+    """One head per layer on sink_random, clean 0.8, kept fractions ``kept`` (default spread out), s apart."""
+    kept = kept if kept is not None else [0.1 + 0.2 * i for i in range(n_layers)]
+    base = dict(model="m", intervention="sym", measure="sink_random", n=4, clean=0.8, p=0.01, p_bh=0.01)
+    rows = []
+    for layer, k in enumerate(kept):
+        value = 0.8 * k
+        rows.append({**base, "layer": layer, "head": 0, "value": value, "delta": value - 0.8,
+                     "ci_low": value - 0.8 - 0.1, "ci_high": value - 0.8 + 0.1, "symmetry": 0.1 * layer})
+    return pd.DataFrame(rows)
+
+
+def test_the_sym_figures_layer_colours_are_one_per_layer_with_integer_ticks():
+    from matplotlib.colors import BoundaryNorm
+
+    from attnscope.plots.interventions import sym_vs_symmetry
+
+    fig = sym_vs_symmetry(_spread(n_layers=7))
+    bars = [a for a in fig.axes if a.get_label() == "<colorbar>"]
+    assert len(bars) == 1
+    cb = bars[0]
+    mappable = cb._colorbar.mappable  # the filled points of the panels
+    assert len(mappable.get_offsets()) == 7
+    assert isinstance(mappable.norm, BoundaryNorm)  # discrete: one block per layer, not a continuous scale
+    np.testing.assert_allclose(mappable.norm.boundaries, np.arange(-0.5, 7.0, 1.0))
+    assert mappable.cmap.N == 7
+    ticks = cb.get_yticks()
+    assert len(ticks) >= 2 and np.all(ticks == np.round(ticks)) and set(ticks) <= set(range(7))
+    colours = mappable.get_facecolors()  # every layer its own colour
+    assert len({tuple(np.round(c, 4)) for c in colours}) == 7
+
+
+def test_the_sym_figure_clips_kept_fractions_to_its_range_and_counts_what_it_clipped():
+    from matplotlib.collections import LineCollection, PathCollection
+
+    from attnscope.plots.interventions import KEPT_RANGE, sym_vs_symmetry
+
+    lo, hi = KEPT_RANGE
+    t = _spread(kept=[2.6, -0.9, 0.5, 1.9, 0.8])  # two above the range, one below
+    ax = [a for a in sym_vs_symmetry(t).axes if a.get_title() == "sink_random"][0]
+    ys = np.concatenate([c.get_offsets()[:, 1] for c in ax.collections if isinstance(c, PathCollection)])
+    assert ys.min() >= lo and ys.max() <= hi
+    assert sorted(np.round(ys, 6)) == sorted(np.round([hi, lo, 0.5, hi, 0.8], 6))  # clipped ones at the edge
+    markers = {c.get_paths()[0].vertices.round(3).tobytes() for c in ax.collections
+               if isinstance(c, PathCollection) and len(c.get_offsets())}
+    assert len(markers) == 3  # circles inside, triangles up at the top edge and down at the bottom
+    segs = [np.asarray(g) for c in ax.collections if isinstance(c, LineCollection) for g in c.get_segments()]
+    ends = np.concatenate([g[:, 1] for g in segs])
+    assert ends.min() >= lo and ends.max() <= hi
+    lo_y, hi_y = ax.get_ylim()
+    assert lo_y < lo and hi_y > hi and hi_y - lo_y < 1.2 * (hi - lo)  # the range and a margin, not the data's
+    label = ax.get_ylabel()
+    assert f"2 above {hi:g}" in label and f"1 below {lo:g}" in label
+    inside = _spread(kept=[0.2, 0.5, 0.9, 1.1, 0.4])
+    label = [a for a in sym_vs_symmetry(inside).axes if a.get_title() == "sink_random"][0].get_ylabel()
+    assert "above" not in label and "below" not in label
+
+
+def test_the_sym_figures_names_sit_beside_their_own_points_and_never_overlap():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    from attnscope.plots.interventions import KEPT_RANGE, LABELLED, sym_vs_symmetry
+
+    # crowded at the bottom left (the heads that keep least), one clipped below the range
+    t = _spread(n_layers=6, kept=[0.05, 0.06, 0.07, -1.0, 0.9, 1.0]).assign(symmetry=[0.0, 0.002, 0.004, 0.001, 0.5, 0.7])
+    fig = sym_vs_symmetry(t)
+    ax = [a for a in fig.axes if a.get_title() == "sink_random"][0]
+    names = {a.get_text(): a for a in ax.texts}
+    assert set(names) == {"L3H0", "L0H0", "L1H0"} and len(names) == LABELLED
+    point = {f"L{r.layer}H{r.head}": (r.symmetry, max(r.value / r.clean, KEPT_RANGE[0])) for r in t.itertuples()}
+    for name, a in names.items():
+        np.testing.assert_allclose(a.xy, point[name])  # anchored at its own (drawn) point
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    boxes = {n: Text.get_window_extent(a, renderer) for n, a in names.items()}
+    assert not any(b1.overlaps(b2) for i, b1 in enumerate(boxes.values()) for b2 in list(boxes.values())[i + 1:])
+    frame = ax.get_window_extent(renderer)
+    for name, box in boxes.items():  # beside its point: within ~50 points, and inside the panel
+        px, py = ax.transData.transform(names[name].xy)
+        gap = np.hypot(max(box.x0 - px, 0, px - box.x1), max(box.y0 - py, 0, py - box.y1))
+        assert gap <= 50 * fig.dpi / 72, (name, gap)
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1

@@ -40,7 +40,7 @@ def atlas(
     device: str = typer.Option("cpu", "--device", help="torch device."),
     as_json: bool = typer.Option(False, "--json", help="Print the correlations as JSON records on stdout."),
     threads: Optional[int] = THREADS,
-    interventions: Optional[str] = typer.Option(None, "--interventions", help="Also intervene on each head: any of sym, anti (keep only the symmetric / antisymmetric part of its scores), ablate, mean (zero / mean its output); comma-separated. Writes interventions.parquet/.csv and token_effects.parquet (each head's change in loss at every token)."),
+    interventions: Optional[str] = typer.Option(None, "--interventions", help="Also intervene on each head: any of sym, anti (keep only the symmetric / antisymmetric part of its scores), ablate, mean (zero / mean its output); comma-separated. Writes interventions.parquet/.csv, token_effects.parquet (each head's change in loss at every token) and methods.md (the run's methods paragraph: versions, the weights' sha256, windows, statistics)."),
     heads: Optional[str] = typer.Option(None, "--heads", help="With --interventions: only these heads, LAYER.HEAD comma-separated (e.g. 3.1,10.4)."),
     top: Optional[str] = typer.Option(None, "--top", help="With --interventions: only the K heads scoring highest on an atlas column, K:COLUMN, or lowest, K:-COLUMN (e.g. 4:-directionality: the most negative d); several joined by commas (e.g. 4:induction_random,4:sink_random)."),
     intervention_windows: int = typer.Option(4, "--intervention-windows", help="With --interventions: text windows (loss and behaviour) and random-probe windows (behaviour) per head."),
@@ -240,7 +240,7 @@ def atlas_file_names(interventions: bool) -> list[str]:
              "atlas_correlations.png"]
     if interventions:
         names += ["interventions.parquet", "interventions.csv", "interventions.json", "interventions_sym.png",
-                  "interventions_loss.png"]
+                  "interventions_loss.png", "methods.md"]
     return [*names, "atlas.html"]
 
 
@@ -254,7 +254,8 @@ def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, inter
     :attr:`attnscope.interventions.InterventionResult.token_effects`) token_effects.parquet and the page's
     per-token section. ``settings``: the options, stored in the manifest. ``interventions_info``: how the
     interventions were made (:attr:`attnscope.interventions.InterventionResult.info`: the exact rule, the
-    screen's agreement with the exact pass), written as interventions.json.
+    screen's agreement with the exact pass), written as interventions.json, and with the atlas's ``info`` and the
+    weight files' sha256 as methods.md (:func:`attnscope.interventions.methods.methods_text`).
     ``views``: the atlas's text windows per head (the page's head view, :attr:`attnscope.atlas.AtlasResult.views`).
     """
     from attnscope.atlas.build import GEOMETRY, behaviour_columns
@@ -291,6 +292,10 @@ def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, inter
         grid = ((interventions_info or {}).get("n_layers"), (interventions_info or {}).get("n_heads"))
         makers["interventions_loss.png"] = lambda: figure_bytes(ip.loss_heatmap(
             interventions, title=f"{name}: change in loss per head", shape=grid if None not in grid else None), "png")
+        from attnscope.interventions.methods import methods_text, weights_fingerprint
+
+        makers["methods.md"] = lambda: methods_text(interventions_info or {}, interventions, info, weights_fingerprint(
+            (settings or {}).get("source") or info.get("source")))  # the run's methods paragraph (sha256 of the weights)
     makers["atlas.html"] = lambda: atlas_page_parts(table, correlations, info, maps=maps, interventions=interventions,
                                                     views=views, token_effects=effects)  # written piece by piece
     names = atlas_file_names(interventions is not None)  # the one list, also checked by the CLI before any work

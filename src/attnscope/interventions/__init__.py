@@ -19,6 +19,8 @@ Rooms, in the order a run takes them:
 * :mod:`.summary`   -- per-window deltas -> mean, 95% t interval, p, the smallest detectable change;
   Benjamini-Hochberg across heads; :func:`~.summary.sym_collapse` (where a behaviour lost under sym lives:
   the antisymmetric part or both parts); choosing heads from an atlas (``top``) and joining it
+* :mod:`.methods`   -- the run's methods paragraph (``methods.md``): versions, the weights' sha256 and stored
+  precision, windows, interventions and controls, how heads were chosen, the statistics
 
 Figures live in :mod:`attnscope.plots.interventions`; the page section in :mod:`attnscope.atlas.html`.
 """

@@ -115,3 +115,29 @@ def figure_bytes(fig: "Figure", fmt: str = "png", dpi: int = DPI, tight: bool = 
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight" if tight else None)
     return buf.getvalue()
+
+
+def integer_colors(lo: int, hi: int, cmap: str = SEQUENTIAL_CMAP) -> dict[str, Any]:
+    """``scatter`` colour arguments for an integer quantity from ``lo`` to ``hi`` (a layer): one colour per
+    value (a :class:`~matplotlib.colors.BoundaryNorm` with a boundary half-way between neighbours), so a colour
+    bar drawn from it shows blocks, not a continuous scale; give it :func:`integer_colorbar`'s ticks."""
+    import matplotlib as mpl
+    import numpy as np
+    from matplotlib.colors import BoundaryNorm
+
+    lo, hi = int(lo), int(max(hi, lo))
+    n = hi - lo + 1
+    return {"cmap": mpl.colormaps[cmap].resampled(n),
+            "norm": BoundaryNorm(np.arange(lo - 0.5, hi + 1.0, 1.0), n)}
+
+
+def integer_colorbar(fig: "Figure", mappable: Any, ax: Any, label: str, max_ticks: int = 10, **kwargs: Any) -> Any:
+    """A colour bar of :func:`integer_colors` with whole-number ticks at the blocks' centres (at most
+    ``max_ticks`` of them, at multiples of 1, 2, 5 or 10)."""
+    from matplotlib.ticker import MaxNLocator
+
+    bounds = mappable.norm.boundaries
+    lo, hi = int(round(bounds[0] + 0.5)), int(round(bounds[-1] - 0.5))
+    ticks = MaxNLocator(nbins=max_ticks, integer=True, steps=[1, 2, 5, 10]).tick_values(lo, hi)
+    ticks = [int(t) for t in ticks if lo <= t <= hi] or [lo]
+    return fig.colorbar(mappable, ax=ax, label=label, ticks=ticks, **kwargs)
