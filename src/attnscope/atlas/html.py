@@ -361,7 +361,7 @@ def interventions_section(table: "pd.DataFrame") -> str:
     or both parts)."""
     import numpy as np
 
-    from attnscope.interventions.summary import ALPHA, KEEP, STRONG, sym_collapse
+    from attnscope.interventions.summary import ALPHA, KEEP, STRONG, becomes, sym_collapse
 
     esc = html.escape
     n = int(max(table["n"].max(), table["n_screen"].max() if "n_screen" in table.columns else 0)) if len(table) else 0
@@ -411,15 +411,23 @@ def interventions_section(table: "pd.DataFrame") -> str:
     else:
         loss = '<p class="note">No loss: the model has no output matrix (no LM head) to score the next token with.</p>'
     hit = sym_collapse(table)
+
+    def p_text(p: float) -> str:
+        return "-" if p != p else f"{p:.2g}"
+
     if len(hit):
         body = "".join(
             f'<tr><td class="l">L{int(r.layer)}H{int(r.head)}</td><td class="l">{esc(str(r.measure))}</td>'
             f"<td>{_fmt(r.clean, False)}</td><td>{_fmt(r.value, False)}</td><td>{_fmt(r.delta)}</td>"
-            f"<td>[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]</td><td>{r.p_bh:.2g}</td><td>{_fmt(r.anti_value, False)}</td>"
+            f"<td>[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]</td><td>{p_text(r.p_bh)}</td>"
+            f"<td>{_fmt(r.sym_vs_control)} ({p_text(r.sym_vs_control_p_bh)})</td>"
+            f"<td>{_fmt(r.anti_value, False)} [{_fmt(r.anti_ci_low, False)}, {_fmt(r.anti_ci_high, False)}]</td>"
+            f"<td>{_fmt(r.anti_vs_control)} ({p_text(r.anti_vs_control_p_bh)})</td>"
             f'<td class="l">{esc(str(r.lives_in))}</td></tr>'
             for r in hit.itertuples())
         heads = ("<table><thead><tr><th class=\"l\">head</th><th class=\"l\">behaviour</th><th>clean</th>"
-                 "<th>under sym</th><th>delta</th><th>95% CI</th><th>p_bh</th><th>under anti</th>"
+                 "<th>under sym</th><th>delta</th><th>95% CI</th><th>p_bh</th><th>sym vs scale:0.5 (p_bh)</th>"
+                 "<th>under anti [95% CI]</th><th>anti vs scale:0.5 (p_bh)</th>"
                  "<th class=\"l\">lives in</th></tr></thead>"
                  f"<tbody>{body}</tbody></table>")
     else:
@@ -433,10 +441,26 @@ def interventions_section(table: "pd.DataFrame") -> str:
             "Either part alone carries about half of a pattern that is neither symmetric nor antisymmetric (a sink "
             f"column, a diagonal stripe), so the score under <code>anti</code> tells where it lives: kept (at least "
             f"{KEEP:.0%}) under <code>anti</code>, the head needs its <b>antisymmetric part</b> (its direction); lost "
-            "under both, it needs <b>both parts</b> (the whole form), not its direction.")
+            "under both, it needs <b>both parts</b> (the whole form), not its direction. A claim is made only when "
+            "both parts' effects are significant (anti's whole 95% interval at or above the threshold; its loss at "
+            f"p_bh &lt; {ALPHA}) and beyond the control <code>scale:0.5</code> (the head's scores halved, which "
+            "alone loses about what keeping half a pattern loses): the paired difference over windows, p_bh &lt; "
+            f"{ALPHA}; otherwise it is <i>undecided</i>, with the reason.")
+    turned = becomes(table)
+    if len(turned):
+        body = "".join(f'<tr><td class="l">L{int(r.layer)}H{int(r.head)}</td><td class="l">{esc(str(r.intervention))}</td>'
+                       f'<td class="l">{esc(str(r.was or "-"))}</td><td class="l">{esc(str(r.measure))}</td>'
+                       f"<td>{_fmt(r.clean, False)}</td><td>{_fmt(r.value, False)}</td>"
+                       f"<td>{_fmt(r.delta)} [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]</td><td>{p_text(r.p_bh)}</td></tr>"
+                       for r in turned.itertuples())
+        become = ("<table><thead><tr><th class=\"l\">head</th><th class=\"l\">under</th><th class=\"l\">was "
+                  "(strongest clean)</th><th class=\"l\">becomes (rises most)</th><th>clean</th><th>under it</th>"
+                  f"<th>delta [95% CI]</th><th>p_bh</th></tr></thead><tbody>{body}</tbody></table>")
+    else:
+        become = f'<p class="note">No named behaviour rises under a score intervention at p_bh &lt; {ALPHA}.</p>'
     return "\n".join(["<h2>Interventions: does a head need its directional part?</h2>", f'<p class="note">{note}</p>',
                       "<h3>Change in loss</h3>", loss, "<h3>Heads whose behaviour collapses under sym</h3>",
-                      f'<p class="note">{rule}</p>', heads])
+                      f'<p class="note">{rule}</p>', heads, "<h3>What a head becomes</h3>", become])
 
 
 def token_effects_section(table: "pd.DataFrame") -> str:

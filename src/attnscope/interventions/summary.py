@@ -259,7 +259,7 @@ def needs_direction(table: "pd.DataFrame") -> "pd.DataFrame":
 def becomes(table: "pd.DataFrame") -> "pd.DataFrame":
     """What each head turns into under each score intervention: per (layer, head, intervention), the named
     behaviour (induction, previous token, sink; per probe) that rises most significantly (largest delta with
-    p_bh < ALPHA), beside the head's strongest clean behaviour. Columns: layer, head, intervention, was (its
+    p_bh < ALPHA) to a score of at least :data:`STRONG`, beside the head's strongest clean behaviour. Columns: layer, head, intervention, was (its
     strongest clean measure, if at least :data:`STRONG`), was_clean, measure (the one that rises), clean, value,
     delta, ci_low, ci_high, p_bh, text ("L16H2: induction_random -> previous_token_random under sym");
     heads where none rises significantly are left out."""
@@ -271,7 +271,7 @@ def becomes(table: "pd.DataFrame") -> "pd.DataFrame":
     beh = table[named & table["intervention"].map(is_score)]
     rows = []
     for (layer, head, kind), sub in beh.groupby(["layer", "head", "intervention"], sort=False):
-        rise = sub[(sub["delta"] > 0) & (sub["p_bh"] < ALPHA)]
+        rise = sub[(sub["delta"] > 0) & (sub["p_bh"] < ALPHA) & (sub["value"] >= STRONG)]
         if rise.empty:
             continue
         top = rise.loc[rise["delta"].idxmax()]
