@@ -339,3 +339,36 @@ def test_bad_intervention_names_are_one_line(kinds, needle):
 
     with pytest.raises(AttnscopeError, match=needle):
         intervene("/no/such.gguf", interventions=kinds)
+
+
+def test_rank_interventions_keep_the_other_part_whole_and_truncate_this_one_optimally():
+    import torch
+
+    from attnscope.interventions.attention import _best_rank
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(8, 8, generator=g, dtype=torch.float64)
+    anti = (x - x.T) / 2
+    for r in (0, 2, 4, 8):
+        low = _best_rank(anti, r)
+        assert torch.linalg.matrix_rank(low) <= r
+        s = torch.linalg.svdvals(anti)
+        # Eckart-Young: the error is the norm of the singular values left out
+        assert float(torch.linalg.norm(anti - low)) == pytest.approx(float(s[r:].norm()), abs=1e-10)
+    assert torch.equal(_best_rank(anti, 8), anti)
+
+
+@needs_gguf
+def test_full_rank_changes_nothing_and_rank_zero_is_the_other_part(tiny_gguf):
+    """anti-rank:R with R at least the window's length keeps the scores (loss 0); anti-rank:0 is sym and
+    sym-rank:0 is anti."""
+    from attnscope.interventions import intervene
+
+    res = intervene(str(tiny_gguf), interventions="sym,anti,anti-rank:0,sym-rank:0,anti-rank:40", exact="all",
+                    workers=1, controls=False, **SMALL)
+    loss = res.table[res.table["measure"] == "loss"].set_index(["layer", "head", "intervention"])["delta"]
+    np.testing.assert_allclose(loss.xs("anti-rank:40", level="intervention"), 0, atol=1e-6)
+    np.testing.assert_allclose(loss.xs("anti-rank:0", level="intervention"), loss.xs("sym", level="intervention"),
+                               rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose(loss.xs("sym-rank:0", level="intervention"), loss.xs("anti", level="intervention"),
+                               rtol=1e-3, atol=1e-5)

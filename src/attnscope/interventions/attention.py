@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 from attnscope.errors import InputError, UnsupportedError
 
 from .kinds import NAMES as KINDS, OUTPUT_KINDS, SCORE_NAMES as SCORE_KINDS  # noqa: F401 (re-exported)
-from .kinds import coefficients, is_score, score_function
+from .kinds import coefficients, is_score, rank_of, score_function
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -334,6 +334,11 @@ class AttentionCall:
                                  f"{tuple(scores.shape)} (a tensor), not {getattr(new, 'shape', type(new).__name__)}",
                                  params="custom")
             return new.to(scores.dtype)
+        rank = rank_of(kind)
+        if rank is not None:  # one part replaced by its best rank-R approximation, the other kept whole
+            sym, anti = (scores + scores.T) / 2, (scores - scores.T) / 2
+            low = _best_rank(anti if rank[0] == "anti" else sym, rank[1])
+            return (sym + low if rank[0] == "anti" else low + anti).to(scores.dtype)
         part = (scores + scores.T) / 2 if kind == "sym~" else (scores - scores.T) / 2
         if mask is None:
             seen = torch.ones_like(scores, dtype=torch.bool)
@@ -361,6 +366,17 @@ def _replace_outputs(out: "torch.Tensor", plan: Plan, layer: int) -> "torch.Tens
                 raise InputError(f"resampling layer {layer} needs another window's head outputs (a clean pass first)")
             out[ci, :, head] = plan.resample[layer][:, head].to(out.dtype)
     return out
+
+
+def _best_rank(x: "torch.Tensor", rank: int) -> "torch.Tensor":
+    """The best rank-``rank`` approximation of x [i, j] in the Frobenius (and spectral) norm: its truncated SVD,
+    computed in float64 (Eckart-Young)."""
+    import torch
+
+    if rank >= min(x.shape):
+        return x
+    u, s, vh = torch.linalg.svd(x.double(), full_matrices=False)
+    return ((u[:, :rank] * s[:rank]) @ vh[:rank]).to(x.dtype)
 
 
 def _spread_ratio(scores: "torch.Tensor", part: "torch.Tensor", seen: "torch.Tensor") -> "torch.Tensor":

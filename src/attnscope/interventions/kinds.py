@@ -8,6 +8,10 @@ Score interventions (the head's own map changes; behaviour is measured under the
 * ``sym~`` / ``anti~``: S_sym / S_anti norm-matched: each query's kept scores rescaled (times
   sd_j(S_ij) / sd_j(S'_ij), the standard deviations over the keys the query sees, before scaling and mask)
   so that each query's scores keep the clean spread: the pattern's shape without its temperature change;
+* ``anti-rank:R`` / ``sym-rank:R`` (R >= 0 a whole number): the antisymmetric (symmetric) part of the scores
+  replaced by its best rank-R approximation (truncated SVD of the window's [i, j] part, Eckart-Young), the
+  other part kept whole: does a head's routing (its antisymmetric part) need more than rank R? An
+  antisymmetric matrix's singular values come in equal pairs, so an odd R keeps half of a pair;
 * a custom one, ``f(scores, q, k, layer, head) -> scores``: scores [i, j] = q k^T (rotary applied, before
   the model's scaling, softcap, mask and softmax), q [i, d], k [j, d] of one head; the returned [i, j]
   scores go through the model's own scaling, softcap, mask and softmax (:func:`custom_kinds`).
@@ -54,9 +58,19 @@ def scale_of(kind: str) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
+def rank_of(kind: str) -> tuple[str, int] | None:
+    """(part, R) of ``anti-rank:R`` / ``sym-rank:R`` (part ``anti`` or ``sym``), or None for another name."""
+    for part in ("anti", "sym"):
+        prefix = f"{part}-rank:"
+        if kind.startswith(prefix):
+            r = kind[len(prefix):]
+            return (part, int(r)) if r.isascii() and r.isdigit() else None
+    return None
+
+
 def is_score(kind: str) -> bool:
     """Whether ``kind`` changes the head's scores (its map, so its behaviour)."""
-    return kind in SCORE_NAMES or scale_of(kind) is not None or kind in _CUSTOM
+    return kind in SCORE_NAMES or scale_of(kind) is not None or rank_of(kind) is not None or kind in _CUSTOM
 
 
 def is_output(kind: str) -> bool:
@@ -85,12 +99,19 @@ def check_kind(name: Any) -> str:
     name = name.strip()
     if name in NAMES or name in _CUSTOM:
         return name
+    if name.startswith(("anti-rank:", "sym-rank:")):
+        rank = rank_of(name)
+        if rank is None:
+            raise InputError(f"{name[:40]}: anti-rank:R / sym-rank:R need a whole number R >= 0 (e.g. anti-rank:2)",
+                             params="interventions")
+        return f"{rank[0]}-rank:{rank[1]}"
     if name.startswith("scale:"):
         if scale_of(name) is None:
             raise InputError(f"{name[:40]}: scale:A needs a finite number A >= 0 (scale:0.5 halves the head's scores)",
                              params="interventions")
         return f"scale:{scale_of(name):g}"
-    raise InputError(f"interventions must be among {', '.join(NAMES)}, scale:A or a custom name, not {name[:40]!r}",
+    raise InputError(f"interventions must be among {', '.join(NAMES)}, scale:A, anti-rank:R, sym-rank:R or a custom "
+                     f"name, not {name[:40]!r}",
                      params="interventions")
 
 
@@ -98,7 +119,12 @@ def order(kind: str) -> tuple[int, str]:
     """The tables' sort key: the fixed names first (in :data:`NAMES` order), then ``scale:A``, then custom."""
     if kind in NAMES:
         return (NAMES.index(kind), "")
-    return (len(NAMES), kind) if kind.startswith("scale:") else (len(NAMES) + 1, kind)
+    if kind.startswith("scale:"):
+        return (len(NAMES), kind)
+    rank = rank_of(kind)
+    if rank is not None:  # by part, then by R as a number
+        return (len(NAMES) + 1, f"{rank[0]}{rank[1]:09d}")
+    return (len(NAMES) + 2, kind)
 
 
 def with_controls(kinds: tuple[str, ...]) -> tuple[str, ...]:
@@ -119,7 +145,7 @@ def check_custom(custom: Any) -> dict[str, ScoreFunction]:
         if not isinstance(name, str) or not name.strip() or "," in name:
             raise InputError(f"custom: a name must be a non-empty string without commas, not {name!r:.30}",
                              params="custom")
-        if name in NAMES or name.startswith("scale:"):
+        if name in NAMES or name.startswith(("scale:", "anti-rank:", "sym-rank:")):
             raise InputError(f"custom: {name!r} is a built-in intervention's name; choose another", params="custom")
         if not callable(fn):
             raise InputError(f"custom: {name!r} must be a function f(scores, q, k, layer, head) -> scores, not "
