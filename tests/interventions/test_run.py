@@ -53,7 +53,7 @@ def test_clean_behaviour_is_the_atlas_measurement(tiny_gguf):
     from attnscope.heads.probes import run_probes
     from attnscope.interventions import intervene
 
-    res = intervene(str(tiny_gguf), interventions="sym", **SMALL)
+    res = intervene(str(tiny_gguf), interventions="sym", data="builtin", **SMALL)  # the atlas's text
     beh = run_probes(str(tiny_gguf), windows=3, length=40, random_windows_n=2, random_length=10)
     t = res.table
     for probe in ("random", "text"):

@@ -124,7 +124,7 @@ def test_the_screen_is_the_derivative_of_the_loss_along_the_heads_exact_output_c
 def test_behaviour_rows_are_the_exact_passes_and_loss_rows_carry_both(tiny_gguf):
     from attnscope.interventions import intervene
 
-    res = intervene(str(tiny_gguf), interventions="sym,anti,ablate", exact="all", workers=1, **SMALL)
+    res = intervene(str(tiny_gguf), interventions="sym,anti,ablate", exact="all", workers=1, data="builtin", **SMALL)
     t = res.table
     # the exact layer pass with its behaviour (as before the screen) gives the same behaviour numbers
     import torch

@@ -43,7 +43,9 @@ def atlas(
     interventions: Optional[str] = typer.Option(None, "--interventions", help="Also intervene on each head: any of sym, anti (keep only the symmetric / antisymmetric part of its scores), sym~, anti~ (the same, norm-matched: each query's score spread kept), scale:A (its scores times A, A >= 0), ablate, mean, resample (zero its output, its mean, its output on another window); comma-separated. scale:0.5, the control of sym and anti, runs beside them (--no-controls: not). Writes interventions.parquet/.csv, token_effects.parquet (each head's change in loss at every token) and methods.md (the run's methods paragraph: versions, the weights' sha256, windows, statistics)."),
     heads: Optional[str] = typer.Option(None, "--heads", help="With --interventions: only these heads, LAYER.HEAD comma-separated (e.g. 3.1,10.4)."),
     top: Optional[str] = typer.Option(None, "--top", help="With --interventions: only the K heads scoring highest on an atlas column, K:COLUMN, or lowest, K:-COLUMN (e.g. 4:-directionality: the most negative d); several joined by commas (e.g. 4:induction_random,4:sink_random)."),
-    intervention_windows: int = typer.Option(4, "--intervention-windows", help="With --interventions: text windows (loss and behaviour) and random-probe windows (behaviour) per head."),
+    intervention_windows: int = typer.Option(8, "--intervention-windows", help="With --interventions: text windows (loss and behaviour) and random-probe windows (behaviour) per head (default 8: docs/atlas.md, 'How many windows')."),
+    intervention_data: str = typer.Option("builtin,builtin-code", "--intervention-data", help="With --interventions: the text the changes are measured on; several corpora joined by commas take turns (default: CPython's documentation and standard-library code)."),
+    power: Optional[float] = typer.Option(None, "--power", help="With --interventions: plan the windows to detect this change in loss (nats, e.g. 0.02) with 80% power: a pilot screen on --intervention-windows windows gives the heads' per-window spread, then the run takes the windows needed (at least --intervention-windows)."),
     controls: bool = typer.Option(True, "--controls/--no-controls", help="With --interventions: run scale:0.5 beside sym and anti, compare each with it per head (vs_control columns) and claim where a behaviour lives only beyond it."),
     exact: str = typer.Option("auto", "--exact", help="With --interventions: which screened heads are then measured exactly (every head is first screened: one forward and one backward per window, the change in loss to first order after the head's exactly recomputed softmax; behaviour changes are always exact). auto (default): the 10% of heads with the largest screened change in loss (at least 4), plus the 10% whose attention pattern changes most (where first order is least sure), plus any --heads/--top; K: the K largest plus those; 0: the screen alone; all: every head (the full exact sweep)."),
     executor: Optional[str] = typer.Option(None, "--executor", help="With --interventions: slurm (or local: a process pool) sends the exact layer passes as jobs, one per layer, each loading the model itself, into DIR/interventions-store (a rerun resumes); default: this process, its layers shared by --threads worker processes."),
@@ -70,7 +72,7 @@ def atlas(
         raise InputError("give a SOURCE or --zoo GROUP (one of them)")
     use_threads(threads)
     plan = _intervention_plan(interventions, heads, top, intervention_windows, zoo, intervention_precision, device,
-                              source, probe, exact, executor, controls,
+                              source, probe, exact, executor, controls, intervention_data, power,
                               slurm_options(executor or "this process", slurm_partition, slurm_time, slurm_mem))
     from attnscope.outputs import check_result_names
 
@@ -106,7 +108,8 @@ def atlas(
 
 def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: str = "auto",
                        device: str = "cpu", source=None, probes: str = "both", exact: str = "auto",
-                       executor: str | None = None, controls: bool = True, slurm: dict | None = None) -> dict | None:
+                       executor: str | None = None, controls: bool = True, data: str = "builtin,builtin-code",
+                       power: float | None = None, slurm: dict | None = None) -> dict | None:
     """The checked --interventions options (before any work: the heads against the model's config, --top's
     columns against the columns the atlas will have), or None without --interventions."""
     from attnscope.interventions.deltas import PRECISIONS, resolve_precision
@@ -115,9 +118,9 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: 
         raise InputError(f"--intervention-precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     if interventions is None:
         if heads is not None or top is not None or precision != "auto" or exact != "auto" or executor is not None \
-                or not controls:
-            raise InputError("--heads, --top, --exact, --executor, --no-controls and --intervention-precision are "
-                             "options of --interventions; give --interventions too")
+                or not controls or power is not None:
+            raise InputError("--heads, --top, --exact, --executor, --no-controls, --power and --intervention-precision "
+                             "are options of --interventions; give --interventions too")
         return None
     from attnscope.atlas.build import atlas_columns
     from attnscope.interventions import check_kinds, parse_heads
@@ -133,7 +136,13 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: 
         raise InputError(f"--intervention-windows must be at least 1, not {windows}")
     plan: dict[str, Any] = {"kinds": check_kinds(interventions), "heads": parse_heads(heads) if heads else None, "top": None,
             "windows": windows, "precision": resolve_precision(precision, device), "exact": check_exact(exact),
-            "executor": executor, "slurm": slurm, "controls": controls}
+            "executor": executor, "slurm": slurm, "controls": controls, "data": data, "power": power}
+    if power is not None and not (power > 0 and power == power and power != float("inf")):
+        raise InputError(f"--power must be a change in loss above 0 (nats, e.g. 0.02), not {power}")
+    from attnscope.training.data import check_corpus
+
+    for corpus in (c.strip() for c in data.split(",") if c.strip()):
+        check_corpus(corpus)
     if executor is not None and executor not in ("local", "slurm", "inline"):
         raise InputError(f"--executor must be local or slurm (or left out: this process), not {executor!r}")
     if top is not None:
@@ -150,10 +159,11 @@ def _intervene(subject, res, plan: dict, out: Path, opts: dict):
 
     random_n = plan["windows"] if opts["probes"] in ("both", "random") else 0
     iv = intervene(subject, interventions=plan["kinds"], heads=plan["heads"], top=plan["top"], atlas=res,
-                   data=opts["data"], windows=plan["windows"], length=opts["length"], random_windows=random_n,
+                   data=plan["data"], windows=plan["windows"], length=opts["length"], random_windows=random_n,
                    random_length=opts["random_length"], seed=opts["seed"], device=opts["device"],
                    precision=plan["precision"], store=out / "interventions-store", name=res.info["model"],
                    exact=plan["exact"], executor=plan["executor"], slurm=plan["slurm"], controls=plan["controls"],
+                   power=plan["power"],
                    progress=True)  # a long job: progress lines in a log too
     return iv.table, iv.token_effects, iv.info
 

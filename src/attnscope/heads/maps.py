@@ -497,9 +497,16 @@ def _probs_in(out: Any, t: int) -> "torch.Tensor | None":
 HELDOUT_MAX_BYTES = 8 << 20
 
 
+def window_corpora(corpus: str, n: int) -> list[str]:
+    """The corpus of each of ``n`` windows of ``corpus`` (one name, or several joined by commas taking turns)."""
+    names = [c.strip() for c in str(corpus).split(",") if c.strip()] or [str(corpus)]
+    return [names[w % len(names)] for w in range(n)]
+
+
 def make_windows(model: MapModel, corpus: str, n: int, length: int, split: str = "valid") -> "torch.Tensor":
     """``n`` held-out windows [n, length] tokenised with the model's tokenizer (from at most the first
-    :data:`HELDOUT_MAX_BYTES` of the split).
+    :data:`HELDOUT_MAX_BYTES` of the split). Several corpora joined by commas (``"builtin,builtin-code"``:
+    prose and code) share the windows in turn: window w from corpus w mod k (:func:`window_corpora`).
 
     For models whose tokenizer has [CLS]/[SEP] (BERT-style encoders) each window is
     ``[CLS] + (length - 2) corpus tokens + [SEP]``, the input such models were trained on.
@@ -518,9 +525,14 @@ def make_windows(model: MapModel, corpus: str, n: int, length: int, split: str =
     if wrap and length < 3:
         raise InputError(f"length must be at least 3 for {model.name}, whose windows are [CLS] + text + [SEP], "
                          f"not {length}", params="length")
-    corp = open_corpus(corpus)
-    body = heldout_windows(corp, model.tokenizer, length - 2 if wrap else length, n, split=split,
-                           max_bytes=HELDOUT_MAX_BYTES)
+    names = window_corpora(corpus, n)
+    parts = []
+    for name in dict.fromkeys(names):
+        corp = open_corpus(name)
+        parts.append(heldout_windows(corp, model.tokenizer, length - 2 if wrap else length, names.count(name),
+                                     split=split, max_bytes=HELDOUT_MAX_BYTES))
+    order = [i for name in dict.fromkeys(names) for i, other in enumerate(names) if other == name]
+    body = torch.cat(parts)[torch.argsort(torch.tensor(order))] if len(parts) > 1 else parts[0]
     if len(body) == 0 or body.shape[1] == 0:
         raise InputError(f"corpus {corpus!r} gives no tokens in its {split} split")
     if wrap:

@@ -57,6 +57,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: the interventions run when none are named (``mean`` also needs its clean pass: same cost)
 DEFAULT_KINDS = ("sym", "anti", "ablate")
+#: the text the changes are measured on by default: prose (CPython's documentation) and code (standard-library
+#: sources) taking turns, so that a finding is not one kind of text's
+DEFAULT_DATA = "builtin,builtin-code"
+#: text windows (and random-probe windows) by default: docs/atlas.md, "How many windows", says what they detect
+DEFAULT_WINDOWS = 8
 
 __all__ = ["DEFAULT_KINDS", "InterventionResult", "check_head_pairs", "check_heads_in", "check_kinds", "head_grid",
            "intervene", "open_subject", "parse_heads", "clean_pass", "layer_pass"]
@@ -86,10 +91,10 @@ def intervene(
     tokenizer: Any = None,
     interventions: str | Sequence[str] = DEFAULT_KINDS,
     heads: Sequence[tuple[int, int]] | None = None,
-    data: str = "builtin",
-    windows: int = 4,
+    data: str = DEFAULT_DATA,
+    windows: int = DEFAULT_WINDOWS,
     length: int | None = None,
-    random_windows: int = 4,
+    random_windows: int = DEFAULT_WINDOWS,
     random_length: int | None = None,
     seed: int = 0,
     device: str = "cpu",
@@ -105,9 +110,11 @@ def intervene(
     slurm: dict[str, Any] | None = None,
     custom: "dict[str, Any] | None" = None,
     controls: bool = True,
+    power: float | None = None,
 ) -> InterventionResult:
     """Intervene on every head of ``source`` (or the (layer, head) pairs ``heads``) with each of
-    ``interventions`` (sym, anti, ablate, mean): the change in loss on ``windows`` text windows of ``data``
+    ``interventions`` (sym, anti, ablate, mean, ...): the change in loss on ``windows`` text windows of ``data``
+    (default prose and code taking turns: :data:`DEFAULT_DATA`)
     (``length`` tokens, default 256 or the model's maximum) and in the head's behaviour on them and on
     ``random_windows`` repeated-random-token windows (T = ``random_length``, default 127; 0: no random probe).
 
@@ -152,15 +159,48 @@ def intervene(
     ``controls`` (default True): the control of ``sym`` and ``anti`` (``scale:0.5``) is run beside them, and each
     of their rows says whether its effect exceeds the control's (``vs_control`` columns: the paired
     difference over windows, its 95% t interval and a Benjamini-Hochberg p).
+    ``power`` (a change in loss, nats): plan the windows first: the screen alone on ``windows`` windows (a
+    pilot) gives each head's per-window spread of its change in loss; the run then takes the windows that
+    detect ``power`` with 80% power at the spread of the noisier heads (:data:`POWER_QUANTILE`;
+    :func:`.summary.windows_needed`; at least ``windows``, at most :data:`MAX_PLANNED_WINDOWS`); ``info["power"]``
+    says how.
     """
     check_source(source, tokenizer)
     custom = check_custom(custom)
+    if power is not None:
+        check_type(power, (int, float, np.integer, np.floating), "power", "a change in loss in nats, e.g. 0.02")
+        if not (np.isfinite(power) and power > 0) or isinstance(power, bool):
+            raise InputError(f"power must be a change in loss above 0 (nats, e.g. 0.02), not {power}", params="power")
+    opts = dict(tokenizer=tokenizer, interventions=interventions, heads=heads, data=data, length=length,
+                random_length=random_length, seed=seed, device=device, precision=precision, name=name,
+                progress=progress, workers=workers, atlas=atlas, top=top, executor=executor, slurm=slurm, custom=custom,
+                controls=controls)
     with custom_kinds(custom):
-        return _intervene(source, tokenizer=tokenizer, interventions=interventions, heads=heads, data=data,
-                          windows=windows, length=length, random_windows=random_windows, random_length=random_length,
-                          seed=seed, device=device, precision=precision, store=store, name=name, progress=progress,
-                          workers=workers, atlas=atlas, top=top, exact=exact, executor=executor, slurm=slurm,
-                          custom=custom, controls=controls)
+        planned = None
+        if power is not None:  # a pilot: the screen alone on the windows given, their spread -> the windows needed
+            from .summary import windows_needed
+
+            if isinstance(source, (str, os.PathLike)):  # load once for the pilot and the run
+                source = open_subject(source, tokenizer=tokenizer, device=device, name=name)
+                opts["tokenizer"] = None
+            pilot = _intervene(source, **{**opts, "executor": None, "slurm": None}, windows=windows, random_windows=0,
+                               store=None, exact=0)
+            screen = pilot.screen if pilot.screen is not None else pilot.table
+            sds = screen.loc[screen["measure"] == "loss", "sd"].to_numpy(float)
+            sds = sds[np.isfinite(sds)]
+            if not len(sds):
+                raise InputError("power plans the windows from the change in loss: this model has none (an encoder)",
+                                 params="power")
+            spread = float(np.quantile(sds, POWER_QUANTILE))
+            need = windows_needed(spread, float(power), most=MAX_PLANNED_WINDOWS)
+            planned = {"change": float(power), "pilot_windows": windows, "sd_quantile": POWER_QUANTILE,
+                       "sd": spread, "windows_needed": need,
+                       "windows": min(max(windows, need), MAX_PLANNED_WINDOWS)}
+            windows = planned["windows"]
+        res = _intervene(source, **opts, windows=windows, random_windows=random_windows, store=store, exact=exact)
+    if planned is not None:
+        res.info["power"] = planned
+    return res
 
 
 def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, data: str, windows: int,
@@ -405,6 +445,11 @@ def _token_effects(subject: Subject, text: "torch.Tensor", frames: list["pd.Data
     return df
 
 
+#: ``power=``: the windows are planned for the heads whose per-window spread is at this quantile (the
+#: noisier heads, which the change must be detectable on too)
+POWER_QUANTILE = 0.75
+#: ``power=`` plans at most this many windows (more is a sign the change is too small for this text)
+MAX_PLANNED_WINDOWS = 256
 #: rows resting on fewer windows than this are flagged ``few_units`` (a t interval with under 7 degrees of
 #: freedom is wide, and its normality assumption untestable)
 FEW_WINDOWS = 8

@@ -90,25 +90,48 @@ def t_interval(x: np.ndarray, level: float = LEVEL) -> tuple[float, float, float
     return mean, mean - half, mean + half, p, n
 
 
+#: resamples and seed of :func:`bootstrap_interval` (the window bootstrap beside each t interval)
+BOOT_RESAMPLES, BOOT_SEED = 2000, 0
+
+
+def bootstrap_interval(x: np.ndarray, rng: "np.random.Generator", level: float = LEVEL,
+                       resamples: int = BOOT_RESAMPLES) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``x`` over resampled windows (``resamples`` draws of n with
+    replacement); (0, 0) when every value is 0, NaN for fewer than 2 values. Beside the t interval it needs no
+    normality; with few windows both are rough (the rows are flagged ``few_units``)."""
+    x = np.asarray(x, dtype=float)
+    if len(x) < 2:
+        return float("nan"), float("nan")
+    if np.all(x == 0):
+        return 0.0, 0.0
+    means = x[rng.integers(0, len(x), size=(resamples, len(x)))].mean(1)
+    a = (1 - level) / 2
+    return float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
+
+
 def summarise(raw: "pd.DataFrame") -> "pd.DataFrame":
     """Per-window rows (layer, head, intervention, measure, window, clean, value, delta) -> one row per
     head and measure: n, clean (mean), value (mean), delta (mean), ci_low, ci_high, p, sd (of the
-    per-window deltas) and ``detectable_change`` (:func:`detectable_change`)."""
+    per-window deltas), ``detectable_change`` (:func:`detectable_change`) and the window bootstrap's 95%
+    interval ``ci_low_boot``, ``ci_high_boot`` (:func:`bootstrap_interval`)."""
     import pandas as pd
 
     rows = []
+    rng = np.random.default_rng(BOOT_SEED)
     for key, sub in raw.groupby(KEYS, sort=True):
         deltas = sub["delta"].to_numpy(float)
         mean, low, high, p, n = t_interval(deltas)
         finite = deltas[np.isfinite(deltas)]
         sd = float(finite.std(ddof=1)) if len(finite) > 1 else float("nan")
+        boot_low, boot_high = bootstrap_interval(finite, rng)
         rows.append({**dict(zip(KEYS, key)), "n": n, "clean": float(sub["clean"].mean()),
                      "value": float(sub["value"].mean()), "delta": mean, "ci_low": low, "ci_high": high, "p": p,
-                     "sd": sd, "detectable_change": detectable_change(sd, n)})
+                     "sd": sd, "detectable_change": detectable_change(sd, n), "ci_low_boot": boot_low,
+                     "ci_high_boot": boot_high})
     from .kinds import order as kind_order
 
     out = pd.DataFrame(rows, columns=[*KEYS, "n", "clean", "value", "delta", "ci_low", "ci_high", "p", "sd",
-                                      "detectable_change"])
+                                      "detectable_change", "ci_low_boot", "ci_high_boot"])
     order = out["intervention"].map(lambda k: kind_order(k))
     out = out.assign(_order=order).sort_values(["layer", "head", "_order", "measure"], kind="stable")
     return out.drop(columns="_order").reset_index(drop=True).astype({"layer": int, "head": int, "n": int})
@@ -387,11 +410,13 @@ def join_screen(screen: "pd.DataFrame", exact: "Sequence[pd.DataFrame]",
 
     is_loss = screen["measure"] == "loss"
     behaviour = screen[~is_loss].assign(exact=True, exact_reason="behaviour: exact from the head's own layer")
-    loss = screen[is_loss].rename(columns=SCREEN_COLUMNS).drop(columns=["value", "sd", "detectable_change"])
-    stats = ["n", "value", "delta", "ci_low", "ci_high", "p", "sd", "detectable_change"]
+    loss = screen[is_loss].rename(columns=SCREEN_COLUMNS).drop(columns=["value", "sd", "detectable_change",
+                                                                       "ci_low_boot", "ci_high_boot"])
+    stats = ["n", "value", "delta", "ci_low", "ci_high", "p", "sd", "detectable_change", "ci_low_boot", "ci_high_boot"]
     frames = [f[f["measure"] == "loss"] for f in exact if len(f)]
     measured = (pd.concat(frames, ignore_index=True)[[*KEYS, *stats]] if frames
                 else pd.DataFrame(columns=[*KEYS, *stats]))
+    measured = measured.reindex(columns=[*KEYS, *stats])  # (a layer stored without the bootstrap: NaN there)
     loss = loss.merge(measured.astype({"layer": int, "head": int}), on=KEYS, how="left")
     loss["n"] = loss["n"].fillna(0).astype(int)
     pairs = list(zip(loss["layer"].astype(int), loss["head"].astype(int)))
@@ -408,7 +433,8 @@ def join_screen(screen: "pd.DataFrame", exact: "Sequence[pd.DataFrame]",
                        for n in out["n"]]
     order = out["intervention"].map(lambda k: kind_order(k))
     out = out.assign(_order=order).sort_values(["layer", "head", "_order", "measure"], kind="stable")
-    first = [*KEYS, "n", "clean", "value", "delta", "ci_low", "ci_high", "p", "sd", "detectable_change", "p_bh",
+    first = [*KEYS, "n", "clean", "value", "delta", "ci_low", "ci_high", "p", "sd", "detectable_change",
+             "ci_low_boot", "ci_high_boot", "p_bh",
              "interval", "exact", "exact_reason", "n_screen", "delta_screen", "ci_low_screen", "ci_high_screen",
              "p_screen", "p_bh_screen", "pattern_change"]
     out = out.drop(columns="_order").reset_index(drop=True)

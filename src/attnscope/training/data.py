@@ -1,7 +1,8 @@
 """Corpora for the training lab, their train/valid/test splits, and token windows.
 
 Owns :func:`open_corpus` (``"builtin"``: CPython's own documentation text ``pydoc_data.topics``, no
-download; a text file or a directory of text files; ``"enwik8"`` or a path to ``enwik8`` /
+download; ``"builtin-code"``: the source code of a fixed list of pure-Python standard-library modules
+(:data:`CODE_MODULES`, as the running Python ships them), no download; a text file or a directory of text files; ``"enwik8"`` or a path to ``enwik8`` /
 ``enwik8.zip``; ``"hf:<dataset>[:config]"`` streamed from the Hugging Face hub; ``"jigsaw:<path>"``
 for the Kaggle zip or its ``train.csv``), the split rule (enwik8: the standard 90M/5M/5M bytes;
 a directory of files: the last 10% of *each file*, halved into valid and test, so held-out text
@@ -133,6 +134,8 @@ def open_corpus(spec: str, *, max_bytes: int | None = None) -> Corpus:
     spec = str(spec)
     if spec == "builtin":
         return _builtin()
+    if spec == "builtin-code":
+        return _builtin_code()
     if spec.startswith("hf:"):
         return _hf(_hf_name(spec), max_bytes or HF_DEFAULT_MAX_BYTES)
     if spec.startswith("jigsaw:"):
@@ -151,13 +154,35 @@ def open_corpus(spec: str, *, max_bytes: int | None = None) -> Corpus:
     raise _missing(spec)
 
 
+#: the standard-library modules whose source is the ``builtin-code`` corpus (pure Python in every CPython)
+CODE_MODULES = ("argparse", "collections", "dataclasses", "difflib", "email.message", "fractions", "heapq",
+                "inspect", "json.decoder", "pathlib", "pprint", "shutil", "statistics", "string", "textwrap",
+                "typing", "calendar", "configparser", "csv", "enum", "functools", "gettext", "ipaddress", "locale")
+
+
+def _builtin_code() -> Corpus:
+    """The source of :data:`CODE_MODULES`, joined in that order (what the running Python ships; the text is
+    fixed for a Python release)."""
+    import importlib.util
+
+    parts = []
+    for name in CODE_MODULES:
+        spec = importlib.util.find_spec(name)
+        origin = getattr(spec, "origin", None)
+        if origin and origin.endswith(".py") and os.path.isfile(origin):
+            parts.append(Path(origin).read_text(encoding="utf-8"))
+    if not parts:
+        raise InputError("corpus 'builtin-code': this Python ships none of its standard-library sources")
+    return Corpus("builtin-code", "\n\n".join(parts).encode("utf-8"))
+
+
 def check_corpus(spec: str) -> None:
     """Refuse now a local corpus that does not exist (before a grid starts runs that would each fail on it);
     builtin, enwik8 (downloaded when missing) and hf: corpora are checked when opened."""
     spec = str(spec)
     if spec.startswith("hf:"):
         _hf_name(spec)
-    if spec == "builtin" or spec.startswith("hf:"):
+    if spec in ("builtin", "builtin-code") or spec.startswith("hf:"):
         return
     path = Path(spec.removeprefix("jigsaw:")).expanduser()
     if not spec.startswith("jigsaw:") and (spec == "enwik8" or path.name in ("enwik8", "enwik8.zip")):
@@ -175,7 +200,8 @@ def _hf_name(spec: str) -> str:
 
 
 def _missing(spec: str) -> InputError:
-    return InputError(f"corpus {spec!r}: no such file or directory (or use builtin, enwik8, hf:NAME, jigsaw:PATH)")
+    return InputError(f"corpus {spec!r}: no such file or directory (or use builtin, builtin-code, enwik8, hf:NAME, "
+                      "jigsaw:PATH)")
 
 
 def _builtin() -> Corpus:
