@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
-from attnscope.errors import ConfigError, InputError
+from attnscope.errors import ConfigError, InputError, excerpt
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -46,7 +46,7 @@ def _sequence(value: Any, name: str) -> tuple[Any, ...]:
     """A pattern's list field as a tuple; a string or a single number is refused (a string would be read
     character by character)."""
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
-        raise ConfigError(f"pattern {name} must be a list, not {value!r}")
+        raise ConfigError(f"pattern {name} must be a list, not {excerpt(value)}")
     return tuple(value)
 
 
@@ -56,7 +56,7 @@ def _number(value: Any, name: str, kind: type) -> Any:
     if ok and math.isfinite(value) and (kind is float or float(value).is_integer()):
         return kind(value)
     what = ("integers" if kind is int else "numbers") if name.endswith("s") else "an integer"
-    raise ConfigError(f"pattern {name} must be {what}, not {value!r}")
+    raise ConfigError(f"pattern {name} must be {what}, not {excerpt(value)}")
 
 
 def _check_length(L: Any) -> int:
@@ -84,15 +84,15 @@ class HeadPattern:
         if self.stride is not None:
             object.__setattr__(self, "stride", _number(self.stride, "stride", int))
         if not isinstance(self.dense, (bool, np.bool_)):
-            raise ConfigError(f"pattern dense must be true or false, not {self.dense!r}")
+            raise ConfigError(f"pattern dense must be true or false, not {excerpt(self.dense)}")
         if self.window is not None and self.window < 0:
-            raise ConfigError(f"pattern window must be an integer >= 0, not {self.window!r}")
+            raise ConfigError(f"pattern window must be an integer >= 0, not {excerpt(self.window)}")
         if self.stride is not None and self.stride < 1:
-            raise ConfigError(f"pattern stride must be an integer >= 1, not {self.stride!r}")
+            raise ConfigError(f"pattern stride must be an integer >= 1, not {excerpt(self.stride)}")
         if any(not (0.0 <= r <= 1.0) for r in self.anchors):
-            raise ConfigError(f"pattern anchors are fractions in [0, 1], got {list(self.anchors)}")
+            raise ConfigError(f"pattern anchors are fractions in [0, 1], got {excerpt(list(self.anchors))}")
         if any(p < 0 for p in self.positions):
-            raise ConfigError(f"pattern positions must be >= 0, got {list(self.positions)}")
+            raise ConfigError(f"pattern positions must be >= 0, got {excerpt(list(self.positions))}")
         if not (self.dense or self.window is not None or self.stride or self.anchors or self.positions):
             raise ConfigError("a head pattern needs at least one of window, stride, anchors, positions, dense")
 
@@ -157,10 +157,10 @@ class HeadPattern:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "HeadPattern":
         if not isinstance(d, Mapping):
-            raise ConfigError(f"a head pattern must be a mapping with keys {', '.join(_FIELDS)}, not {d!r}")
+            raise ConfigError(f"a head pattern must be a mapping with keys {', '.join(_FIELDS)}, not {excerpt(d)}")
         unknown = set(d) - set(_FIELDS)
         if unknown:
-            raise ConfigError(f"unknown head pattern key(s) {sorted(unknown)}; allowed: {', '.join(_FIELDS)}")
+            raise ConfigError(f"unknown head pattern key(s) {excerpt(sorted(map(str, unknown)))}; allowed: {', '.join(_FIELDS)}")
         return cls(
             window=d.get("window"),
             stride=d.get("stride"),
@@ -220,18 +220,22 @@ class Pattern:
             out["name"] = self.name
         return out
 
-    def save(self, path: str | Path) -> Path:
-        """Write the spec as YAML (.yaml/.yml) or JSON (.json), atomically."""
-        from attnscope.tables import atomic_write_text
-
+    def dumps(self, path: str | Path) -> str:
+        """The text :meth:`save` writes to ``path``: YAML (.yaml/.yml) or JSON (.json)."""
         path = Path(path)
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml
 
-            return atomic_write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
+            return yaml.safe_dump(self.to_dict(), sort_keys=False)
         if path.suffix.lower() == ".json":
-            return atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
+            return json.dumps(self.to_dict(), indent=2) + "\n"
         raise InputError(f"cannot write pattern {path}: use .yaml, .yml or .json")
+
+    def save(self, path: str | Path) -> Path:
+        """Write the spec as YAML (.yaml/.yml) or JSON (.json), atomically."""
+        from attnscope.tables import atomic_write_text
+
+        return atomic_write_text(path, self.dumps(path))
 
     def describe(self) -> list[str]:
         return [f"head {h}: {hp.describe()}" for h, hp in enumerate(self.heads)]
