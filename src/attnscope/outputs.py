@@ -60,8 +60,8 @@ from typing import Any, Union
 from .errors import FormatError, InputError, StorageError, warn
 from .tables import TEMP_PREFIX, _umask, atomic_write_bytes, fsync_dir, make_out_dir, storage_error
 
-__all__ = ["MANIFEST", "STAGING_PREFIX", "Content", "check_member", "check_result_names", "check_result_set",
-           "clean_stale", "write_result_set"]
+__all__ = ["FILE_KIND_PREFIX", "MANIFEST", "STAGING_PREFIX", "Content", "check_member", "check_result_file",
+           "check_result_names", "check_result_set", "clean_stale", "file_kind", "write_result_file", "write_result_set"]
 
 #: the manifest of a result folder (one entry per kind of result written there)
 MANIFEST = "attnscope-manifest.json"
@@ -261,7 +261,8 @@ def _reason(exc: Exception) -> str:
     return (text.split(": ", 1)[1] if ": " in text else text).split(";")[0]
 
 
-def _not_ours(out: Path, names: list[str], why: str | None = None) -> InputError:
+def _not_ours(out: Path, names: list[str], why: str | None = None, other: str = "choose another output folder",
+              params: str = "out_dir") -> InputError:
     """One line: these names in ``out`` are not attnscope's to replace, and how to go on."""
     shown = ", ".join(names[:3]) + (f" (and {len(names) - 3} more)" if len(names) > 3 else "")
     exists = "exists" if len(names) == 1 else "exist"
@@ -269,12 +270,14 @@ def _not_ours(out: Path, names: list[str], why: str | None = None) -> InputError
                   f"{'it has' if len(names) == 1 else 'they have'} now, so attnscope cannot prove it wrote "
                   f"{'it' if len(names) == 1 else 'them'}")
     return InputError(f"{out}: {shown} {exists} and {why}; attnscope never replaces a file it did not write: move "
-                      f"{'it' if len(names) == 1 else 'them'} away or choose another output folder", params="out_dir")
+                      f"{'it' if len(names) == 1 else 'them'} away or {other}", params=params)
 
 
-def check_result_names(out_dir: str | os.PathLike, names: Iterable[str]) -> None:
+def check_result_names(out_dir: str | os.PathLike, names: Iterable[str], *, other: str = "choose another output folder",
+                       params: str = "out_dir") -> None:
     """Refuse (one InputError naming them) result names that ``out_dir`` already holds as files attnscope cannot
-    prove it wrote (see the module doc); call before long work. A missing folder passes."""
+    prove it wrote (see the module doc); call before long work. A missing folder passes. ``other``: what the
+    line suggests besides moving them away; ``params``: the option it names."""
     out = Path(out_dir).expanduser()
     names = list(names)
     for name in names:
@@ -284,7 +287,49 @@ def check_result_names(out_dir: str | os.PathLike, names: Iterable[str]) -> None
     folder = _Folder(out)
     taken = folder.conflicts(names)
     if taken:
-        raise _not_ours(out, taken)
+        raise _not_ours(out, taken, other=other, params=params)
+
+
+#: the kinds of results written by :func:`write_result_file` start with this: one file (and its named companions)
+#: given by its own path; a reader takes it as it is (a file of them edited since is simply the user's, not a mix)
+FILE_KIND_PREFIX = "file."
+
+
+def file_kind(kind: str, name: str) -> str:
+    """The manifest kind of the single-file result ``name`` written by a command of ``kind`` (one per file name:
+    two tables in one folder are two results, neither replaces the other)."""
+    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-.")[:60] or "file"
+    return f"{FILE_KIND_PREFIX}{kind}.{slug}-{_sha256(name.encode('utf-8', 'surrogateescape'))[:8]}"
+
+
+def _file_names(path: str | os.PathLike, companions: Iterable[str]) -> tuple[Path, list[str]]:
+    path = Path(path).expanduser()
+    names = [path.name, *companions]
+    for name in names:
+        if _bad_name(name):
+            raise InputError(f"{path.parent / name}: a result file needs a plain name that does not start with a dot "
+                             f"(nor {MANIFEST})", params="out")
+    return path, names
+
+
+def check_result_file(path: str | os.PathLike, companions: Iterable[str] = (), *, params: str = "out") -> Path:
+    """Refuse, before any work, an output file ``path`` (and its ``companions``: more file names written beside it)
+    that already holds a file attnscope cannot prove it wrote (a file of yours, read-only or not, a link, a folder):
+    one InputError naming it. The proof is the manifest of its folder, as for :func:`write_result_set`."""
+    path, names = _file_names(path, companions)
+    check_result_names(path.parent, names, other="choose another output file", params=params)
+    return path
+
+
+def write_result_file(path: str | os.PathLike, content: Content, settings: Mapping[str, Any] | None = None, *,
+                      kind: str, companions: Mapping[str, Content] | None = None) -> Path:
+    """Write the single file ``path`` (with ``companions``: {file name beside it: content}) as one result of its
+    folder (:func:`write_result_set`, kind :func:`file_kind`): it replaces only what attnscope wrote under these
+    names, and records them in the folder's manifest so that the next run may replace them. Returns ``path``."""
+    path, names = _file_names(path, companions or {})
+    check_result_names(path.parent, names, other="choose another output file", params="out")
+    write_result_set(path.parent, {path.name: content, **(companions or {})}, settings, kind=file_kind(kind, path.name))
+    return path
 
 
 def write_result_set(out_dir: str | os.PathLike, files: Mapping[str, Content], settings: Mapping[str, Any] | None = None,
@@ -621,5 +666,5 @@ def check_member(path: str | os.PathLike) -> None:
     if not (folder / MANIFEST).is_file():
         return
     for kind, entry in _read_manifest(folder).get("results", {}).items():
-        if path.name in entry["files"]:
+        if path.name in entry["files"] and not kind.startswith(FILE_KIND_PREFIX):
             check_result_set(folder, kind)

@@ -18,7 +18,7 @@ import typer
 
 from attnscope.errors import InputError
 
-from ._common import THREADS, check_out_dir, positive, slurm_options, stderr_console, use_threads
+from ._common import THREADS, check_out_names, positive, slurm_options, stderr_console, use_threads
 from ._tables import print_table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -101,7 +101,9 @@ def emergence(
     if not list_only:
         if out is None:
             raise InputError("give --out DIR (the tables, figures and resumable store go there), or --list")
-        check_out_dir(out, "--out")
+        from attnscope.emergence.sweep import RESULT_FILES
+
+        check_out_names(out, RESULT_FILES, "--out")  # a file of yours by a name the result has: refused first
     kind, chosen = plan(source, revisions)
     if list_only:
         _print_revisions(source, kind, chosen)

@@ -50,7 +50,7 @@ from .data import heldout_windows, open_corpus, sample_windows, tokenize_split
 from .distributed import Dist, check_device, gather_rng, init_distributed, mean_across
 from .model import Transformer, init_weights
 from .objectives import IGNORE, lm_loss, make_batch, model_loss, window_length
-from .runlog import RunLog, check_out_dir, geometry_offset_records, geometry_records, read_run_json, run_lock
+from .runlog import RunLog, check_out_dir, check_run_files, geometry_offset_records, geometry_records, read_run_json, run_lock
 
 __all__ = ["TrainConfig", "train", "lr_at", "list_checkpoints", "geometry_records"]
 
@@ -216,6 +216,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     check_device(cfg.device)
     check_bf16(cfg)
     check_out_dir(cfg.out)  # all before any work
+    check_run_files(cfg.out)  # a file of yours by a name the run writes: refused
     with run_lock(Path(cfg.out), main=int(os.environ.get("RANK", "0") or 0) == 0):
         return _train(cfg)
 

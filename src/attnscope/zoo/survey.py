@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnscope.errors import AttnscopeError, InputError
-from attnscope.outputs import write_result_set
+from attnscope.outputs import check_result_names, write_result_set
 from attnscope.tables import atomic_write_json, json_text, table_bytes
 
 from .registry import ZooEntry, resolve_source, select
@@ -56,26 +56,29 @@ def _payload(e: ZooEntry, k: float, stacks: tuple[str, ...] | None) -> dict[str,
 
 
 SETTINGS_FILE = "survey.json"
+#: the merged result a survey writes into its out_dir (one result of attnscope.outputs)
+SURVEY_FILES = ("failures.json", "merged.parquet", "merged.csv")
 
 
 def _check_settings(out: Path, settings: dict[str, Any], filename: str = SETTINGS_FILE) -> None:
     """Refuse to mix results computed with different settings in one store (they would be reused silently).
 
-    A missing or unreadable ``survey.json`` is (re)written; the per-file settings checked by the
-    results store then decide what can be reused.
+    A missing ``survey.json`` is written; one that is no settings file attnscope wrote (a file of yours by that
+    name, unreadable or with other keys, a link, a folder) is refused in one line and never replaced.
     """
     import json
-    import warnings
+    import os
 
     path = out / filename
     old: Any = None
-    if path.is_file():
+    if os.path.lexists(path):
         try:
-            old = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            old = json.loads(path.read_bytes()[: 1 << 20]) if path.is_file() and not path.is_symlink() else None
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             old = None
-        if not isinstance(old, dict):
-            warnings.warn(f"{path} is unreadable; rewriting it (stored results are checked one by one)", stacklevel=3)
+        if not (isinstance(old, dict) and "k" in old and set(old) <= set(settings)):
+            raise InputError(f"{path} exists and is not the settings file attnscope writes there; attnscope never "
+                             "replaces a file it did not write: move it away or choose another out_dir", params="out_dir")
     if isinstance(old, dict) and old != settings:
         diff = ", ".join(f"{key}={old.get(key)!r} (now {settings[key]!r})" for key in settings if old.get(key) != settings[key])
         raise InputError(f"{out} holds results computed with {diff}; use another out_dir or the same settings",
@@ -127,6 +130,7 @@ def run_zoo(
     group, zoo_file = split_group_spec(group, zoo_file)
     entries = select(group, zoo_file)
     out = check_writable(out_dir, "out_dir", directory=True)
+    check_result_names(out, SURVEY_FILES)  # a file of yours by a name the survey writes: refused before any work
     settings = {"k": float(k), "stacks": sorted(stacks) if stacks else None}
     store = ResultsStore(out, settings=settings, columns=[*RECORD_COLUMNS, *ZOO_COLUMNS], key_column="model")
     _check_settings(out, settings)
