@@ -54,3 +54,68 @@ def test_pattern_errors_quote_a_short_excerpt():
     with pytest.raises(ConfigError) as info:
         HeadPattern.from_dict(value)
     assert len(str(info.value)) < 300
+
+
+# ------------------------------------------------------------------ item 3: every stack of the architecture
+def _whisper_like(path, cross: dict):
+    import sys
+
+    import numpy as np
+
+    from tests.adversarial._helpers import FAKES
+
+    if str(FAKES) not in sys.path:
+        sys.path.insert(0, str(FAKES))
+    from _fakes import write_ct2
+
+    variables = {"num_heads": np.array(2, dtype=np.int16)}
+    for stack in ("encoder", "decoder"):
+        for i in range(2):
+            variables[f"{stack}/layer_{i}/self_attention/linear_0/weight"] = np.ones((24, 8), dtype=np.float32)
+    for i in range(2):
+        for j, rows in ((0, 8), (1, 16)):
+            name = f"decoder/layer_{i}/attention/linear_{j}/weight"
+            variables[cross.get(name, name)] = np.ones((rows, 8), dtype=np.float32)
+    write_ct2(path, "WhisperSpec", variables)
+    return path
+
+
+def test_ct2_whisper_with_its_cross_attention_scores_three_stacks(tmp_path):
+    from attnscope.geometry import score
+
+    df = score(str(_whisper_like(tmp_path / "ok", {})), levels=("layer",))
+    assert set(df["stack"]) == {"encoder", "decoder", "cross"}
+
+
+@pytest.mark.parametrize("renamed", ["decoder/layer_0/attention/linear_1/weight",
+                                     "decoder/layer_1/attention/linear_0/weight"])
+def test_ct2_a_renamed_cross_attention_tensor_is_refused(tmp_path, renamed):
+    """Two bytes of a variable name changed: no silent table without the cross stack."""
+    from attnscope.errors import FormatError
+    from attnscope.geometry import score
+
+    path = _whisper_like(tmp_path / "bad", {renamed: renamed[:-2] + "XX"})
+    with pytest.raises(FormatError, match=f"cross-attention .* lacks {renamed}"):
+        score(str(path), levels=("layer",))
+
+
+def test_declarative_decoder_without_its_cross_stack_is_refused(tmp_path):
+    """A BART-style file whose encoder_attn tensors were renamed: refused naming the cross stack."""
+    import json
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from attnscope.errors import FormatError
+    from attnscope.geometry import score
+
+    cfg = {"model_type": "bart", "d_model": 8, "encoder_layers": 1, "decoder_layers": 1,
+           "encoder_attention_heads": 2, "decoder_attention_heads": 2}
+    w = np.ones((8, 8), dtype=np.float32)
+    tensors = {f"model.{s}.layers.0.{a}.{p}_proj.weight": w
+               for s, a in (("encoder", "self_attn"), ("decoder", "self_attn"), ("decoder", "encoder_atXn"))
+               for p in ("q", "k")}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    with pytest.raises(FormatError, match="bart decoder stack but not its cross stack"):
+        score(str(tmp_path), levels=("layer",))
