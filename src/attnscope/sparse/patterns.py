@@ -40,6 +40,9 @@ if TYPE_CHECKING:  # pragma: no cover
 BYTE_SPARSE_ANCHORS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.382, 0.5, 0.618, 0.7, 0.8, 0.9, 1.0)
 
 _FIELDS = ("window", "stride", "anchors", "positions", "dense")
+#: the largest window, stride or key position a pattern may give: far beyond any sequence, and small enough that
+#: counts over L x L entries never overflow int64 (2**63 - 1 gave a negative density)
+MAX_PATTERN_SIZE = 1 << 31
 
 
 def _sequence(value: Any, name: str) -> tuple[Any, ...]:
@@ -62,7 +65,9 @@ def _number(value: Any, name: str, kind: type) -> Any:
 def _check_length(L: Any) -> int:
     """The sequence length L of a mask or density: an integer >= 1 (ConfigError naming L otherwise)."""
     if isinstance(L, (bool, np.bool_)) or not isinstance(L, (int, np.integer)) or L < 1:
-        raise ConfigError(f"the sequence length L must be an integer >= 1, not {L!r}", params="L")
+        raise ConfigError(f"the sequence length L must be an integer >= 1, not {excerpt(L)}", params="L")
+    if L > MAX_PATTERN_SIZE:
+        raise ConfigError(f"the sequence length L must be at most {MAX_PATTERN_SIZE:,}, not {L}", params="L")
     return int(L)
 
 
@@ -93,6 +98,11 @@ class HeadPattern:
             raise ConfigError(f"pattern anchors are fractions in [0, 1], got {excerpt(list(self.anchors))}")
         if any(p < 0 for p in self.positions):
             raise ConfigError(f"pattern positions must be >= 0, got {excerpt(list(self.positions))}")
+        for name, values in (("window", [self.window]), ("stride", [self.stride]), ("positions", self.positions)):
+            big = [v for v in values if v is not None and v > MAX_PATTERN_SIZE]
+            if big:
+                raise ConfigError(f"pattern {name} {excerpt(big[0], 30)} is beyond any sequence length (at most "
+                                  f"{MAX_PATTERN_SIZE:,}); use dense: true for every key")
         if not (self.dense or self.window is not None or self.stride or self.anchors or self.positions):
             raise ConfigError("a head pattern needs at least one of window, stride, anchors, positions, dense")
 
