@@ -119,3 +119,122 @@ def test_declarative_decoder_without_its_cross_stack_is_refused(tmp_path):
     save_file(tensors, str(tmp_path / "model.safetensors"))
     with pytest.raises(FormatError, match="bart decoder stack but not its cross stack"):
         score(str(tmp_path), levels=("layer",))
+
+
+# ------------------------------------------------------------------ item 5: steps, numbers, sizes
+def _fake_run(path, steps=("step-10",), metrics=None):
+    for name in steps:
+        (path / "checkpoints" / name).mkdir(parents=True)
+        (path / "checkpoints" / name / "config.json").write_text("{}")
+    if metrics is not None:
+        (path / "metrics.jsonl").write_text(metrics)
+    return path
+
+
+def test_colliding_checkpoint_steps_of_a_run_are_refused(tmp_path):
+    from attnscope.emergence.revisions import list_revisions
+    from attnscope.errors import FormatError
+
+    run = _fake_run(tmp_path, ("step-10", "step-010", "step-20"))
+    with pytest.raises(FormatError, match="step-010 and step-10 are both step 10"):
+        list_revisions(str(run))
+
+
+@pytest.mark.parametrize("name", ["step-99999999999999999999", "step-" + "9" * 200])
+def test_an_absurd_step_name_is_one_line(tmp_path, name):
+    from attnscope.emergence.revisions import list_revisions
+    from attnscope.errors import AttnscopeError
+
+    run = _fake_run(tmp_path, ("step-10", name))
+    with pytest.raises(AttnscopeError, match="larger than any run trains") as info:
+        list_revisions(str(run))
+    assert len(str(info.value)) < 300 and "rerun" not in str(info.value)
+    folder = tmp_path / "folder"
+    for n in ("step-10", name):
+        (folder / n).mkdir(parents=True)
+        (folder / n / "config.json").write_text("{}")
+    with pytest.raises(AttnscopeError, match="larger than any training step") as info:
+        list_revisions(str(folder))
+    assert len(str(info.value)) < 300
+
+
+@pytest.mark.parametrize("line", ['{"step": 10, "tokens": 1' + "0" * 50_000 + "}",
+                                  '{"step": 1' + "0" * 30 + ', "loss": 1.0}',
+                                  '{"step": 10, "tokens": 1e400}'])
+def test_absurd_numbers_in_a_run_log_are_one_line(tmp_path, line):
+    from attnscope.emergence.revisions import list_revisions, training_loss
+    from attnscope.errors import FormatError
+
+    run = _fake_run(tmp_path, metrics='{"step": 0, "tokens": 0, "loss": 2.0}\n' + line + "\n")
+    with pytest.raises(FormatError, match="metrics.jsonl: line 2") as info:
+        list_revisions(str(run))
+    assert len(str(info.value)) < 300
+    with pytest.raises(FormatError, match="line 2"):
+        training_loss(str(run), "run")
+
+
+@pytest.mark.parametrize("spec", ["step-10\nstep-20", "x" * 100_000, "1" * 5000 + ":"])
+def test_revisions_are_quoted_short_and_on_one_line(spec):
+    from attnscope.emergence.revisions import Revision, select_revisions
+    from attnscope.errors import InputError
+
+    revs = [Revision("step-10", 10, None, "a"), Revision("step-20", 20, None, "b")]
+    with pytest.raises(InputError) as info:
+        select_revisions(revs, spec)
+    text = str(info.value)
+    assert "\n" not in text and len(text) < 300, text[:300]
+    if "\n" in spec:
+        assert "step-10\\nstep-20" in text
+
+
+@pytest.mark.parametrize("field", ["window", "stride", "positions"])
+def test_pattern_sizes_are_bounded(field):
+    """window 2**63 - 1 was accepted and gave a negative density (int64 overflow) and torch's TypeError."""
+    from attnscope.sparse.patterns import HeadPattern, Pattern
+
+    big = 2**63 - 1
+    with pytest.raises(ConfigError, match="beyond any sequence length"):
+        HeadPattern(**{field: [big] if field == "positions" else big})
+    edge = HeadPattern(window=1 << 31)
+    assert 0 < Pattern((edge,)).density(64, causal=False) <= 1
+
+
+def test_sparse_attention_refuses_an_absurd_window_in_one_line():
+    torch = pytest.importorskip("torch")
+    from attnscope.sparse import sparse_attention
+
+    q = torch.zeros(1, 1, 8, 4)
+    with pytest.raises(ConfigError, match="beyond any sequence length"):
+        sparse_attention(q, q, q, {"all": {"window": 2**63 - 1}}, impl="gather")
+
+
+def _square(payload):
+    import pandas as pd
+
+    return pd.DataFrame({"x": [payload["x"]]})
+
+
+@pytest.mark.parametrize("kind", ["not-executable", "missing", "exits"])
+def test_a_worker_pool_that_cannot_start_is_one_line_naming_its_cause(tmp_path, kind):
+    """As a user who cannot execute the interpreter again: one line, not "BrokenProcessPool" and "rerun" per task."""
+    import multiprocessing.spawn
+
+    from attnscope.errors import InputError
+    from attnscope.runs import Task, run_tasks
+
+    exe = tmp_path / "python"
+    if kind != "missing":
+        exe.write_text("#!/bin/sh\nexit 1\n")
+        exe.chmod(0o755 if kind == "exits" else 0o644)
+    old = multiprocessing.spawn.get_executable()
+    multiprocessing.spawn.set_executable(str(exe))
+    try:
+        with pytest.raises(InputError, match="worker pool") as info:
+            run_tasks(_square, [Task(f"t{i}", {"x": i}) for i in range(3)], tmp_path / "store", executor="local",
+                      workers=2, progress=False)
+    finally:
+        multiprocessing.spawn.set_executable(old)
+    text = str(info.value)
+    assert str(exe) in text and "rerun" not in text and "\n" not in text
+    if kind == "not-executable":
+        assert "permission denied" in text
