@@ -238,3 +238,79 @@ def test_a_worker_pool_that_cannot_start_is_one_line_naming_its_cause(tmp_path, 
     assert str(exe) in text and "rerun" not in text and "\n" not in text
     if kind == "not-executable":
         assert "permission denied" in text
+
+
+# ------------------------------------------------------------------ item 4: what reaches a page
+def _effects(tokens):
+    import pandas as pd
+
+    n = len(tokens)
+    return pd.DataFrame({"model": "m", "layer": 0, "head": 0, "intervention": "sym", "window": 0,
+                         "position": range(n), "token": pd.Series(tokens, dtype=object), "delta_loss": [0.1 * (i + 1) for i in range(n)]})
+
+
+def _scripts(page: str) -> list[str]:
+    import re
+
+    return re.findall(r"<script>(.*?)</script>", page, flags=re.S)
+
+
+def test_an_element_id_never_reaches_a_script_raw():
+    from attnscope.pages.token_effects import token_effects_fragment
+
+    evil = "x');alert(1);('"
+    page = token_effects_fragment(_effects(["a", "b"]), element_id=evil)
+    import json
+    import re
+
+    call = _scripts(page)[-1]
+    ids = re.findall(r'getElementById\(("(?:[^"\\]|\\.)*")\)', call)  # each argument one JSON string literal
+    assert [json.loads(i) for i in ids] == [evil, evil + "-data"]
+    assert "getElementById('" not in call
+    page = token_effects_fragment(_effects(["a"]), element_id="a</script><script>alert(1)//")
+    assert "</script><script>alert" not in page
+
+
+@pytest.mark.parametrize("bad", ["", "two words", "x\n", 3])
+def test_an_element_id_that_is_no_html_id_is_refused(bad):
+    from attnscope.errors import InputError
+    from attnscope.pages.token_effects import token_effects_fragment
+
+    with pytest.raises(InputError, match="element_id"):
+        token_effects_fragment(_effects(["a"]), element_id=bad)
+
+
+def test_token_texts_are_visible_on_every_path():
+    """None, a lone surrogate, a right-to-left override and zero-width characters: shown, never raw or a crash."""
+    import json
+    import re
+
+    from attnscope.pages.token_effects import token_effects_fragment, token_effects_payload
+
+    tokens = [None, "\ud800", "a\u202eb", "z\u200bw", " ", "\x07"]
+    page = token_effects_fragment(_effects(tokens))
+    page.encode("utf-8")  # no lone surrogate left in the page
+    for raw in ("\u202e", "\u200b", "\x07"):
+        assert raw not in page
+    data = json.loads(re.search(r'<script type="application/json" id="[^"]+-data">(.*?)</script>', page, re.S)[1])
+    entry = data["heads"]["m|0,0"]["sym"]
+    assert entry["windows"]["0"]["tokens"] == ["", "\\ud800", "a\\u202eb", "z\\u200bw", " ", "\\x07"]
+    listed = [t for _, _, t, _ in entry["up"]]
+    assert "\u00b7" in listed and "\u2205" in listed and " " not in listed  # a space token reads "·" in the lists
+    payload = token_effects_payload(_effects(tokens))
+    json.dumps(payload, ensure_ascii=False).encode("utf-8")
+
+
+def test_head_view_hook_must_be_a_javascript_name():
+    from attnscope.errors import InputError
+    from attnscope.pages.head_view import head_view_parts
+
+    with pytest.raises(InputError, match="hook"):
+        head_view_parts(object(), hook="x;alert(1)")  # type: ignore[arg-type]
+
+
+def test_token_labels_escape_bidi_and_zero_width():
+    from attnscope.heads.tokens import readable, visible
+
+    assert visible("a\u202eb\u2066c\u200dd\ufeff") == "a\\u202eb\\u2066c\\u200dd\\ufeff"
+    assert readable("a b\n\u202e") == "a b\n\\u202e"

@@ -175,6 +175,40 @@ def number(v: Any) -> Any:
     return v
 
 
+def js_string(text: str) -> str:
+    """``text`` as a JavaScript string literal safe inside an inline ``<script>`` (JSON-quoted: a quote, a backslash,
+    ``</script>`` or a line separator in it never ends the string or the element)."""
+    return _json_text(str(text)).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def check_element_id(element_id: Any, param: str = "element_id") -> str | None:
+    """``element_id`` as given (None passes): a non-empty string of at most 200 characters without whitespace
+    or control characters (an HTML id); anything else is one InputError naming ``param``."""
+    from attnscope.errors import ArgumentTypeError, InputError, excerpt
+
+    if element_id is None:
+        return None
+    if not isinstance(element_id, str):
+        raise ArgumentTypeError(f"{param} must be a string (an HTML id), not {type(element_id).__name__}", params=param)
+    if not element_id or len(element_id) > 200 or any(c.isspace() or not c.isprintable() for c in element_id):
+        raise InputError(f"{param} {excerpt(element_id, 60)} is no HTML id: 1 to 200 printable characters, no "
+                         "whitespace", params=param)
+    return element_id
+
+
+def check_hook(hook: Any, param: str = "hook") -> str | None:
+    """``hook`` as given (None passes): a JavaScript identifier (it becomes ``window.<hook>``); else one InputError."""
+    import re
+
+    from attnscope.errors import InputError, excerpt
+
+    if hook is None:
+        return None
+    if not isinstance(hook, str) or not re.fullmatch(r"[A-Za-z_$][A-Za-z0-9_$]{0,99}", hook):
+        raise InputError(f"{param} {excerpt(hook, 60)} is no JavaScript name (letters, digits, _ and $)", params=param)
+    return hook
+
+
 def new_id(prefix: str = "as") -> str:
     """A fresh element-id prefix (``prefix-`` and 8 hex digits)."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
