@@ -314,3 +314,26 @@ def test_token_labels_escape_bidi_and_zero_width():
 
     assert visible("a\u202eb\u2066c\u200dd\ufeff") == "a\\u202eb\\u2066c\\u200dd\\ufeff"
     assert readable("a b\n\u202e") == "a b\n\\u202e"
+
+
+# ------------------------------------------------------------------ item 6: checks before a model loads
+@pytest.mark.parametrize("kwargs,match", [
+    ({"text": "\ud800"}, "lone surrogate"),
+    ({"text": "x", "device": "bogus"}, "device='bogus' is not a name torch accepts"),
+    ({"text": "x", "device": "cuda:9"}, "device='cuda:9'"),
+    ({"text": "x", "length": 0}, "length must be at least 1"),
+    ({"ids": []}, "ids is empty"),
+    ({"ids": [-1, 2]}, "ids must be token ids >= 0"),
+    ({"text": "x", "ids": [1]}, "text= or ids="),
+])
+def test_text_weights_checks_everything_before_the_load(monkeypatch, kwargs, match):
+    from attnscope.errors import AttnscopeError
+    from attnscope.heads import maps
+    from attnscope.heads.text import text_weights
+
+    def loaded(*args, **kw):
+        raise AssertionError("the model was loaded before the arguments were checked")
+
+    monkeypatch.setattr(maps, "open_model", loaded)
+    with pytest.raises(AttnscopeError, match=match):
+        text_weights("some/model", 0, 0, **kwargs)
