@@ -337,3 +337,13 @@ def test_text_weights_checks_everything_before_the_load(monkeypatch, kwargs, mat
     monkeypatch.setattr(maps, "open_model", loaded)
     with pytest.raises(AttnscopeError, match=match):
         text_weights("some/model", 0, 0, **kwargs)
+
+
+def test_a_short_run_does_not_report_a_share_of_its_training_time():
+    """3 steps reported 'geometry logging 212% of training time': the first scoring outweighs a few steps."""
+    from attnscope.cli.train import overhead_text
+
+    short = overhead_text({"train_seconds": 0.4, "geometry_seconds": 0.85, "geometry_overhead": 2.12})
+    assert "%" not in short and "0.85 s beside 0.40 s" in short
+    long = overhead_text({"train_seconds": 100.0, "geometry_seconds": 0.1, "geometry_overhead": 0.001})
+    assert "0.10% of training time" in long
