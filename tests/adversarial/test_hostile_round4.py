@@ -347,3 +347,35 @@ def test_a_short_run_does_not_report_a_share_of_its_training_time():
     assert "%" not in short and "0.85 s beside 0.40 s" in short
     long = overhead_text({"train_seconds": 100.0, "geometry_seconds": 0.1, "geometry_overhead": 0.001})
     assert "0.10% of training time" in long
+
+
+def test_a_gguf_vocabulary_with_a_token_listed_twice_is_refused_before_a_run(tmp_path):
+    """Scoring its weights still works (no tokenizer needed); running it is refused in one line naming the token."""
+    pytest.importorskip("gguf")
+    import numpy as np
+
+    import gguf
+
+    from attnscope.errors import FormatError
+    from attnscope.sources.gguf_header import read_gguf_header
+
+    path = tmp_path / "dup.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_uint32("llama.block_count", 1)
+    w.add_uint32("llama.embedding_length", 8)
+    w.add_uint32("llama.attention.head_count", 2)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(["<unk>", "a", "b", "a"])
+    w.add_tensor("blk.0.attn_q.weight", np.ones((8, 8), dtype=np.float32))
+    w.add_tensor("blk.0.attn_k.weight", np.ones((8, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    read_gguf_header(path)  # the weights' reader does not need the vocabulary
+    with pytest.raises(FormatError, match="lists 'a' twice, as ids 1 and 3"):
+        read_gguf_header(path, unique_vocabulary=True)
+    from attnscope.heads.load import _load_gguf
+
+    with pytest.raises(FormatError, match="twice"):
+        _load_gguf(path)

@@ -179,7 +179,12 @@ def _load_gguf(p: Path, before_weights: Callable[[Any], None] | None = None, lm_
     import transformers
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
+    from attnscope.sources.gguf_header import read_gguf_header
+
     from .maps import _as_tokenizer
+
+    if p.is_file():  # a token listed twice: refused before transformers rebuilds the tokenizer from the file
+        read_gguf_header(p, keep=lambda key: False, unique_vocabulary=True)
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
