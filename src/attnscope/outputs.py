@@ -1,10 +1,16 @@
 """Results of several files replaced whole: :func:`write_result_set`, its manifest, its readers and the cleanup.
 
-A command that writes several files into one folder (``atlas``, ``compare --out``, ``heads --plot``,
-``geometry --plot``, ``report``, ``geometry --zoo``'s merged tables, ``emergence``) hands them all to
-:func:`write_result_set`::
+Every command that writes results hands them to :func:`write_result_set` (``atlas``, ``compare --out``,
+``heads`` and its ``cluster`` / ``study``, ``geometry --plot``, ``report``, ``geometry --zoo``'s merged tables,
+``emergence``, ``dynamics *``)::
 
     write_result_set(out, {"atlas.csv": csv_bytes, "atlas.png": lambda: figure_bytes(fig)}, settings, kind="atlas")
+
+and a single output file given by its path (``geometry --out scores.csv``, ``heads derive --out p.yaml``, a table
+with companions such as ``X_silhouette.csv``) to :func:`write_result_file`: one result of its folder, of a kind of
+its own per file name (:func:`file_kind`), so the same proof guards it. A reader takes such a file as it is (an
+edited one is the user's now, never a "mixed" result). :func:`check_result_file` / :func:`check_result_names`
+refuse a name held by the user's file before the work starts.
 
 attnscope replaces or removes a file in ``OUT`` only when it can prove it wrote it: ``OUT/attnscope-manifest.json``
 (written by attnscope: each entry carries the hash of its list of files) lists the file with the SHA-256 it
