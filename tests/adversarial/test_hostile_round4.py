@@ -379,3 +379,22 @@ def test_a_gguf_vocabulary_with_a_token_listed_twice_is_refused_before_a_run(tmp
 
     with pytest.raises(FormatError, match="twice"):
         _load_gguf(path)
+
+
+# ------------------------------------------------------------------ papercuts
+def test_top_suggests_the_behaviour_columns_a_name_begins():
+    from attnscope.atlas.build import atlas_columns
+    from attnscope.cli.atlas import _suggest_top_columns
+    from attnscope.errors import InputError
+
+    with pytest.raises(InputError, match="did you mean induction_random, induction_text"):
+        _suggest_top_columns([(3, "induction")], atlas_columns("both"))
+    with pytest.raises(InputError, match="did you mean directionality"):
+        _suggest_top_columns([(3, "-directionalty")], atlas_columns("both"))
+    _suggest_top_columns([(3, "-directionality"), (2, "sink_random")], atlas_columns("both"))
+
+
+def test_the_head_view_numbers_windows_from_0_as_the_per_token_view():
+    from attnscope.pages.head_view import JS
+
+    assert "i + ': '" in JS and "(i + 1) + ': '" not in JS

@@ -88,7 +88,7 @@ if (D.order.length > 1) {const lab = bar.appendChild(h('label', {}, 'head '));
   pick.addEventListener('change', () => show(...pick.value.split(',').map(Number)));}
 const wl = bar.appendChild(h('label', {}, 'window ')), wsel = wl.appendChild(h('select', {class: 'hv-window'}));
 D.texts.forEach((t, i) => {const txt = t.join('').replace(/\s+/g, ' ').trim();
-  wsel.appendChild(h('option', {value: i}, (i + 1) + ': ' + (txt.length > 60 ? txt.slice(0, 60) + '...' : txt)));});
+  wsel.appendChild(h('option', {value: i}, i + ': ' + (txt.length > 60 ? txt.slice(0, 60) + '...' : txt)));});
 wsel.addEventListener('change', () => {st.w = +wsel.value; st.pin = -1; st.q = -1; text(); heat(); side();});
 const main = root.appendChild(h('div', {class: 'hv-main'}));
 const box = main.appendChild(h('div', {class: 'hv-text'})), sideBox = main.appendChild(h('div', {class: 'hv-side'}));
