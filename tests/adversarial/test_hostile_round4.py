@@ -398,3 +398,43 @@ def test_the_head_view_numbers_windows_from_0_as_the_per_token_view():
     from attnscope.pages.head_view import JS
 
     assert "i + ': '" in JS and "(i + 1) + ': '" not in JS
+
+
+def test_a_gguf_load_counts_transformers_dequantisation(tmp_path, monkeypatch):
+    """58 s of a GGUF load said nothing: the tokenizer and the per-tensor conversion are shown as they run."""
+    from tests.heads._tiny_gguf import missing_gguf_runtime, tiny_llama_gguf
+
+    if missing_gguf_runtime():
+        pytest.skip("transformers' GGUF runtime not installed")
+    import attnscope.progress as progress_mod
+    from attnscope.heads.load import _load_gguf
+
+    seen = []
+    real = progress_mod.phase
+
+    def spy(desc, **kwargs):
+        seen.append((desc, kwargs.get("total")))
+        return real(desc, **kwargs)
+
+    monkeypatch.setattr(progress_mod, "phase", spy)
+    _load_gguf(tiny_llama_gguf(tmp_path))
+    assert any("rebuilding its tokenizer" in d for d, _ in seen)
+    assert any("dequantises its tensors" in d and total and total > 10 for d, total in seen), seen
+
+
+def test_train_shows_its_silent_phases(tmp_path, monkeypatch):
+    """train said nothing for 20 s: reading the data and step 0 are phases of the progress display."""
+    import attnscope.training.trainer as trainer
+    from attnscope.training import TrainConfig, train
+
+    seen = []
+    real = trainer.phase
+
+    def spy(desc, **kwargs):
+        seen.append(desc)
+        return real(desc, **kwargs)
+
+    monkeypatch.setattr(trainer, "phase", spy)
+    train(TrainConfig(tokenizer="bytes", steps=2, warmup=0, out=str(tmp_path / "r"), n_layers=1, d_model=32, n_heads=2,
+                      seq_len=32, max_seq_len=32, batch_size=2, eval_windows=2, score_every=100))
+    assert any("reading and tokenising the data" in d for d in seen) and any("step 0" in d for d in seen), seen

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
 import typer
+from rich.markup import escape
 
 from attnscope.errors import InputError
+from attnscope.progress import quiet
 
 from ._common import THREADS, check_out_names, positive, slurm_options, stderr_console, use_threads
 from ._tables import print_table
@@ -112,6 +114,9 @@ def emergence(
 
     assert out is not None  # checked above
     levels = ("head", "layer") if level == "both" else (level,)
+    if not quiet():  # the first result comes after the checkpoints' configs are read and a worker has loaded one
+        stderr_console().print(f"emergence {escape(str(source))}: {len(chosen)} revision(s) chosen; reading their configs "
+                               f"and scoring into {escape(str(out))} (stored ones are reused) ...", highlight=False)
     res = sweep(source, out, revisions=revisions, k=k, levels=levels, stacks=stack,
                 fold_norms="all" if fold_input_norm else fold_norms, executor=executor, workers=workers, slurm=slurm,
                 progress=True, keep_downloads=keep_downloads, behaviour=probes or False, skip_mismatched=skip_mismatched)

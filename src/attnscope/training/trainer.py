@@ -256,7 +256,9 @@ def _train(cfg: TrainConfig) -> dict[str, Any]:
     run.model.train()
     try:
         if run.step == 0 and run.dist.main:  # before any update
-            _log_start(run)
+            with phase(f"train {run.name}: step 0 (held-out loss and geometry of the untrained model)",
+                       enabled=cfg.progress and not quiet()):
+                _log_start(run)
         with progress(cfg.steps, cfg.out, enabled=cfg.progress and run.dist.main, start=run.step, transient=False,
                       fields={"loss": "-"}) as bar:
             while run.step < cfg.steps:
@@ -292,7 +294,8 @@ def _open_run(cfg: TrainConfig) -> _Run:
     run_dir = Path(cfg.out)
     existing = _checkpoints_to_resume(cfg, run_dir, dist)
     mcfg = cfg.model_config()  # config errors before any data is read
-    tokenizer, mask_id, window, train_ids, eval_batches, bytes_per_token = _prepare_data(cfg, mcfg, run_dir, dist)
+    with phase(f"train {run_dir.name}: reading and tokenising the data", enabled=dist.main and cfg.progress and not quiet()):
+        tokenizer, mask_id, window, train_ids, eval_batches, bytes_per_token = _prepare_data(cfg, mcfg, run_dir, dist)
 
     torch.manual_seed(cfg.seed)  # the model, identical on every rank
     model = Transformer(mcfg)
