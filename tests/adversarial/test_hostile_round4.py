@@ -438,3 +438,31 @@ def test_train_shows_its_silent_phases(tmp_path, monkeypatch):
     train(TrainConfig(tokenizer="bytes", steps=2, warmup=0, out=str(tmp_path / "r"), n_layers=1, d_model=32, n_heads=2,
                       seq_len=32, max_seq_len=32, batch_size=2, eval_windows=2, score_every=100))
     assert any("reading and tokenising the data" in d for d in seen) and any("step 0" in d for d in seen), seen
+
+
+def test_a_settling_interval_from_few_layers_says_few_beside_it(capsys):
+    import pandas as pd
+
+    from attnscope.cli.emergence import print_settling
+
+    settled = pd.DataFrame([{"x": "symmetry", "y": "induction_random", "rho": 0.8, "ci_low": 0.5, "ci_high": 1.0,
+                             "n": 9, "n_units": 3, "few_units": True, "q_run": 0.04}])
+    print_settling(settled)
+    out = capsys.readouterr().out
+    assert "+0.80 [+0.50, +1.00] (few)" in out
+
+
+def test_the_formation_summary_counts_borderline_and_transients(capsys):
+    import pandas as pd
+
+    from attnscope.cli.emergence import print_formation
+
+    formed = pd.DataFrame([{"stack": "encoder", "level": "layer", "metric": "directionality", "outcome": o,
+                            "borderline": b, "formed_step": s}
+                           for o, b, s in (("formed", True, 50), ("formed", False, 100), ("transient", False, None),
+                                           ("inside the noise", False, None))])
+    print_formation(formed)
+    out = capsys.readouterr().out
+    assert "borderline" in out and "transient" in out
+    row = [line for line in out.splitlines() if "encoder" in line][0]
+    assert "2/4" in row and " 1 " in row

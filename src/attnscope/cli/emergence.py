@@ -205,7 +205,7 @@ def _write_outputs(out: Path, res: "EmergenceResult", formed: "pd.DataFrame | No
         if (res.table["level"] == "head").any():
             from attnscope.emergence.html import emergence_page
 
-            files["emergence.html"] = emergence_page(res.table)
+            files["emergence.html"] = emergence_page(res.table, formed=formed)
     return write_result_set(out, files, dict(res.info), kind="emergence")
 
 
@@ -246,9 +246,10 @@ _SHORT = {"symmetry": "s", "directionality": "d"}
 
 
 def print_formation(formed: "pd.DataFrame") -> None:
-    """Per stack, level and score (s, d; behaviour scores summed up in one row): how many trajectories formed,
-    how many changed but stayed inside their noise, the median step of those that formed (formation.csv has
-    every trajectory)."""
+    """Per stack, level and score (s, d; behaviour scores summed up in one row): how many trajectories formed (and
+    of those how many are borderline, within 10% of their margin), how many were transients (out of the noise band
+    and back inside it), how many changed but stayed inside their noise, the median step of those that formed
+    (formation.csv has every trajectory, with each formation step's interval)."""
     from ._common import console
 
     kind = formed["metric"].map(lambda m: _SHORT.get(m, "behaviour"))
@@ -256,10 +257,13 @@ def print_formation(formed: "pd.DataFrame") -> None:
     for (stack, level, metric), grp in formed.assign(kind=kind).groupby(["stack", "level", "kind"], sort=False):
         counts = grp["outcome"].value_counts()
         steps = grp["formed_step"].dropna().astype(float)
-        rows.append([str(stack), str(level), str(metric), f"{counts.get('formed', 0)}/{len(grp)}",
-                     str(counts.get("inside the noise", 0)), f"{steps.median():.0f}" if len(steps) else "-"])
+        border = int((grp["borderline"].astype(bool) & (grp["outcome"] == "formed")).sum()) if "borderline" in grp else 0
+        rows.append([str(stack), str(level), str(metric), f"{counts.get('formed', 0)}/{len(grp)}", str(border),
+                     str(counts.get("transient", 0)), str(counts.get("inside the noise", 0)),
+                     f"{steps.median():.0f}" if len(steps) else "-"])
     print_table(console(stderr=False), "formation: trajectories that formed (formation.csv)",
-                ["stack", "level", "score", "formed", "in noise", "median step"], rows)
+                ["stack", "level", "score", "formed", "of them borderline", "transient", "in noise", "median step"],
+                rows)
 
 
 def print_settling(settled: "pd.DataFrame") -> None:
@@ -270,9 +274,9 @@ def print_settling(settled: "pd.DataFrame") -> None:
     from ._common import console
 
     defined = settled[settled["rho"].notna()]
-    rows = [[_SHORT.get(r.x, str(r.x)), str(r.y), f"{r.rho:+.2f} [{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
-             if math.isfinite(r.ci_low) else f"{r.rho:+.2f}", f"{r.n}/{r.n_units}" + (" few" if r.few_units else ""),
-             f"{r.q_run:.2f}"] for r in defined.itertuples()]
+    rows = [[_SHORT.get(r.x, str(r.x)), str(r.y), (f"{r.rho:+.2f} [{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
+             + (" (few)" if r.few_units else "")) if math.isfinite(r.ci_low) else f"{r.rho:+.2f}",
+             f"{r.n}/{r.n_units}" + (" few" if r.few_units else ""), f"{r.q_run:.2f}"] for r in defined.itertuples()]
     if rows:
         print_table(console(stderr=False), "settling: rho of formation steps, 95% CI over layers (settling.csv)",
                     ["x", "behaviour", "rho [95% CI]", "heads/layers", "q"], rows)
