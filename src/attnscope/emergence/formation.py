@@ -40,7 +40,7 @@ Both directions count: a symmetric-init encoder whose s falls from 1 forms where
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -134,13 +134,13 @@ def _held(beyond: np.ndarray) -> bool:
 
 
 def describe(values: Sequence[float], min_change: float = MIN_CHANGE, noise_factor: float = NOISE_FACTOR,
-             n_boot: int = N_BOOT, seed: int = SEED) -> dict[str, object]:
+             n_boot: int = N_BOOT, seed: int = SEED) -> dict[str, Any]:
     """:func:`judge` and what else the trajectory says (module docstring): {index, noise, margin, outcome,
     borderline, overshoot, peak_index, formed_share, boot_indices} (``boot_indices``: the formation index of each
     redraw that formed; ``formed_share``, ``boot_indices`` NaN / empty where the noise is not measured)."""
     v = np.asarray(values, dtype=float)
     idx, noise, margin, outcome = judge(v, min_change, noise_factor)
-    out: dict[str, object] = {"index": idx, "noise": noise, "margin": margin, "outcome": outcome,
+    out: dict[str, Any] = {"index": idx, "noise": noise, "margin": margin, "outcome": outcome,
                               "borderline": False, "overshoot": False, "peak_index": None,
                               "formed_share": float("nan"), "boot_indices": np.empty(0, dtype=np.int64)}
     if outcome == "not scored":

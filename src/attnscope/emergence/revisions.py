@@ -166,7 +166,7 @@ def _log_records(path: Path) -> list[tuple[dict, str]]:
     """(record, line) of every line of a run's ``metrics.jsonl`` that is a record with an integer step; a torn
     line is skipped; a number no run writes (more digits than Python reads, a step or token count beyond
     :data:`MAX_STEP`) is one FormatError naming its line."""
-    out = []
+    out: list[tuple[dict, str]] = []
     if not path.is_file():
         return out
     for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):

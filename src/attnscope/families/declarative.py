@@ -269,7 +269,7 @@ class DeclarativeSpec(FamilySpec):
             out.append(self.stack_info(config, st))
         if source is not None and not out:
             raise FormatError(f"{source.name}: holds none of the {self.name} attention tensors")
-        if absent and present:  # a decoder without its cross-attention (or the reverse): a renamed or lost tensor
+        if absent and present and source is not None:  # a decoder without its cross-attention (or the reverse)
             st = absent[0]
             raise FormatError(f"{source.name}: holds the {self.name} {present[0].stack} stack but not its {st.stack} "
                               f"stack (no tensor named like {st.q.templates[0]}); a file whose tensor names do not "

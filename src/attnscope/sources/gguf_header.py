@@ -325,7 +325,7 @@ class _Walk:
     def _unique_strings(self, count: int, key: str) -> None:
         """Walk the vocabulary's ``count`` strings (lengths checked) and refuse one listed twice: a tokenizer built
         from it (a dict from token to id) would lose an id, and text would map to the wrong embeddings."""
-        cur, seen = self.cur, {}
+        cur, seen = self.cur, dict[bytes, int]()
         for i in range(count):
             n = cur.u64(lambda: f"a string length in {shown(key)}")
             raw = cur.take(n, lambda: f"a string in {shown(key)}")
