@@ -466,3 +466,16 @@ def test_the_formation_summary_counts_borderline_and_transients(capsys):
     assert "borderline" in out and "transient" in out
     row = [line for line in out.splitlines() if "encoder" in line][0]
     assert "2/4" in row and " 1 " in row
+
+
+def test_a_dynamics_override_value_is_bounded_too():
+    from attnscope.dynamics.model import _parse_value
+
+    text, prev = "&a [1, 1, 1, 1, 1, 1, 1, 1, 1]", "a"
+    for name in "bcdefghi":
+        text = f"&{name} [{text}, " + ", ".join([f"*{prev}"] * 8) + "]"
+        prev = name
+    with pytest.raises(ConfigError, match="aliases expand to more than") as info:
+        _parse_value(text)
+    assert len(str(info.value)) < 200
+    assert _parse_value("1.5") == 1.5 and _parse_value("[1, 2]") == [1, 2]
