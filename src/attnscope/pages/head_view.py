@@ -32,9 +32,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 import numpy as np
 
 from attnscope.pages import (DOM_JS, Computed, check_element_id, check_hook, esc, js_string, json_script_parts, new_id,
-                             number, script, style)
-from attnscope.pages.token_effects import _running as readable
-from attnscope.pages.token_effects import label
+                             number, script, style, token_label, token_text)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -188,15 +186,15 @@ def head_view_payload(views: "TextViews", heads: Iterable[tuple[int, int]] | Non
         layer, head = map(int, key.split(","))
         keys, weights = views.keys[layer][head], views.weights[layer][head]  # [W, L, k]
         return {"w": [_encode(keys[w], weights[w]) for w in range(views.n_windows)],
-                "top": [[label(t), round(share, 5), n] for t, share, n in views.top_tokens(layer, head, top)],
+                "top": [[token_label(t), round(share, 5), n] for t, share, n in views.top_tokens(layer, head, top)],
                 "dist": number(round(views.mean_distance(layer, head), 3))}
 
     order = [f"{layer},{head}" for layer, head in chosen]
     special = [[int(x) for x in row] for row in views.special] or [[0] * views.length] * views.n_windows
     return {"k": int(min(views.k, views.length)), "exact": bool(views.exact), "scale": WEIGHT_SCALE, "noKey": NO_KEY,
             "length": views.length, "heatMax": HEAT_MAX, "causal": views.causal,
-            "tokens": [[label(t) for t in row] for row in views.labels],
-            "texts": [[readable(t) for t in row] for row in views.texts], "special": special, "heads": Computed(order, entry), "order": order,
+            "tokens": [[token_label(t) for t in row] for row in views.labels],
+            "texts": [[token_text(t) for t in row] for row in views.texts], "special": special, "heads": Computed(order, entry), "order": order,
             "model": str(views.info.get("model", "")), "data": str(views.info.get("data", ""))}
 
 

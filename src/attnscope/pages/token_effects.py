@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from attnscope.pages import DOM_JS, check_element_id, esc, js_string, json_script_parts, new_id, script, style
+from attnscope.pages import (DOM_JS, check_element_id, esc, js_string, json_script_parts, new_id, script, style,
+                             token_label, token_text)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -103,21 +104,6 @@ def _check(table: "pd.DataFrame") -> None:
                          "position)", params="table")
 
 
-def _running(token: Any) -> str:
-    """A token's text in the running text: as it reads (:func:`attnscope.heads.tokens.readable`), None as no text."""
-    from attnscope.heads.tokens import readable
-
-    if token is None or (isinstance(token, float) and token != token):
-        return ""
-    return readable(token if isinstance(token, str) else str(token))
-
-
-def label(token: Any) -> str:
-    from attnscope.heads.tokens import label as _label
-
-    return _label(token)
-
-
 def _sig(x: float) -> float:
     """``x`` kept to :data:`DIGITS` significant digits (0 stays 0)."""
     return float(f"{x:.{DIGITS - 1}e}")
@@ -145,11 +131,11 @@ def token_effects_payload(table: "pd.DataFrame", listed: int = LISTED) -> dict[s
             for w, rows in part.groupby("window", sort=True):
                 v = rows["delta_loss"].to_numpy(dtype=float)
                 wins[str(int(w))] = {"pos": rows["position"].astype(int).tolist(),
-                                     "tokens": [_running(t) for t in rows["token"].tolist()],
+                                     "tokens": [token_text(t) for t in rows["token"].tolist()],
                                      "delta": [_sig(x) if np.isfinite(x) else None for x in v]}
             ok = part[fin]
             def pick(frame: "pd.DataFrame") -> list[list[Any]]:  # a label: whitespace visible (" " reads as "·")
-                return [[int(r.window), int(r.position), label(r.token), _sig(r.delta_loss)]
+                return [[int(r.window), int(r.position), token_label(r.token), _sig(r.delta_loss)]
                         for r in frame.itertuples()]
             up = ok[ok["delta_loss"] > 0].nlargest(listed, "delta_loss")
             down = ok[ok["delta_loss"] < 0].nsmallest(listed, "delta_loss")
