@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from attnscope.cli.dynamics import BIFURCATION_FILES, TRAJECTORY_FILES
-from attnscope.cli.heads import HEADS_FIGURES, STUDY_TABLES
+from attnscope.cli.heads import HEADS_FIGURES, STUDY_FIGURES, STUDY_TABLES
 from attnscope.emergence.sweep import RESULT_FILES
 from attnscope.zoo.survey import SURVEY_FILES
 
@@ -54,8 +54,9 @@ PHASE = ["--x-start", "1.0", "--x-stop", "1.4", "--x-num", "2", "--y", "eps", "-
 
 # (name, command line with {d} the output folder / {f} the output file, the output names planted in {d})
 CASES = [
-    ("train", ["train", "--tokenizer", "bytes", "--steps", "3", "--out", "{d}"], ["run.json", "summary.json"]),
-    ("train-tokenizer", ["train", "--steps", "3", "--out", "{d}"], ["tokenizer.json"]),
+    ("train", ["train", "--tokenizer", "bytes", "--steps", "3", "--out", "{d}"],
+     ["run.json", "summary.json", "tokenizer.json", "checkpoints", "tensorboard"]),
+    ("train-metrics", ["train", "--tokenizer", "bytes", "--steps", "3", "--resume", "--out", "{d}"], ["metrics.jsonl"]),
     ("report", ["report", "{model}", "--out", "{d}"], ["report.html"]),
     ("dynamics-phase", ["dynamics", "phase", *PHASE, "--out", "{d}"], ["phase.csv", "phase.png"]),
     ("dynamics-finite", ["dynamics", "finite", "--repeats", "1", "--steps", "2", "--seeds", "1", "--out", "{d}"],
@@ -73,9 +74,11 @@ CASES = [
     ("heads-measure", ["heads", "{model}", "--out", "{d}/h.csv", "--js", "{d}/js.csv", "--plot", "{d}"],
      ["h.csv", "js.csv", *HEADS_FIGURES]),
     ("heads-cluster", ["heads", "cluster", "{metrics}", "--k-max", "3", "--out", "{d}/x.csv", "--plot", "{d}"],
-     ["x.csv", "x_silhouette.csv", "cluster_silhouette.png"]),
+     ["x.csv", "x_silhouette.csv", "cluster_silhouette.png", "cluster_js_mds.png", "cluster_map_ward.png",
+      "cluster_map_kmeans.png"]),
     ("heads-derive", ["heads", "derive", "{metrics}", "--out", "{d}/p.yaml"], ["p.yaml"]),
     ("heads-study", ["heads", "study", "{d}", "--steps", "2"], list(STUDY_TABLES)),
+    ("heads-study-figures", ["heads", "study", "{d}", "--steps", "2"], [f"figures/{n}" for n in STUDY_FIGURES]),
 ]
 
 
@@ -98,7 +101,7 @@ def test_a_users_files_are_refused_untouched(case, kind, tmp_path, cli_inproc, t
     assert code == 2, (code, err)
     lines = [line for line in err.strip().splitlines() if line.startswith("attnscope: error")]
     assert len(lines) == 1 and len(err.strip().splitlines()) == 1, err
-    assert any(n in err for n in names), err
+    assert any(Path(n).name in err for n in names), err
     assert "never replaces" in err, err
     assert _state(planted) == before
     if not name.startswith("geometry-zoo"):  # the survey's store may be made beside them  # nothing written beside them, before or after

@@ -46,9 +46,9 @@ def check_out_dir(out: str | os.PathLike) -> None:
                          params=("out", "seeds"))
 
 
-#: what a run writes into its directory; in a directory that holds no run yet (no metrics.jsonl, no checkpoint)
-#: none of them may be there: they would be the user's (a run.json of a run killed before its first logged step
-#: is recognised by its content)
+#: what a run writes into its directory; in a directory that holds no run yet (no checkpoint, no metrics.jsonl
+#: beside attnscope's run.json) none of them may be there: they would be the user's (a run.json of a run killed
+#: before its first logged step is recognised by its content)
 RUN_FILES = ("run.json", "summary.json", "metrics.jsonl", "tokenizer.json", "checkpoints", "tensorboard")
 
 
@@ -74,9 +74,11 @@ def check_run_files(out: str | os.PathLike) -> None:
              or (os.path.lexists(out / n) and not (out / n).is_file())]
     from .checkpoints import list_checkpoints
 
-    if not (os.path.lexists(out / "metrics.jsonl") or (out / "checkpoints").is_dir() and list_checkpoints(out)):
-        names += [n for n in RUN_FILES if os.path.lexists(out / n) and n not in names
-                  and not (n == "run.json" and _our_run_json(out / n))]
+    ours = _our_run_json(out / "run.json")  # a run writes run.json before its first metrics line
+    is_run = (out / "checkpoints").is_dir() and bool(list_checkpoints(out)) or \
+        (ours and (out / "metrics.jsonl").is_file() and not (out / "metrics.jsonl").is_symlink())
+    if not is_run:  # (a resume would rewrite a metrics.jsonl of yours: it keeps only a run's records)
+        names += [n for n in RUN_FILES if os.path.lexists(out / n) and n not in names and not (n == "run.json" and ours)]
     if names:
         shown = ", ".join(names)
         raise InputError(f"{out}: {shown} {'exists' if len(names) == 1 else 'exist'} and {'is' if len(names) == 1 else 'are'} "
