@@ -294,6 +294,23 @@ def check_result_names(out_dir: str | os.PathLike, names: Iterable[str], *, othe
     taken = folder.conflicts(names)
     if taken:
         raise _not_ours(out, taken, other=other, params=params)
+    _check_replaceable(out, params)
+
+
+def _check_replaceable(out: Path, params: str) -> None:
+    """One line, before any work, when this user could not replace ``out``'s manifest at the end: a folder such as
+    /tmp (sticky) where the manifest belongs to another user (the rename that commits a result would fail)."""
+    if not hasattr(os, "geteuid"):  # pragma: no cover - Windows
+        return
+    try:
+        folder, manifest = os.stat(out), os.lstat(out / MANIFEST)
+    except OSError:
+        return
+    me = os.geteuid()
+    if folder.st_mode & stat.S_ISVTX and me not in (0, manifest.st_uid, folder.st_uid):
+        raise InputError(f"{out}: its {MANIFEST} belongs to another user and this shared folder (sticky, as /tmp) lets "
+                         "only its owner replace it, so attnscope could not record its result there; write into a "
+                         "folder of your own", params=params)
 
 
 #: the kinds of results written by :func:`write_result_file` start with this: one file (and its named companions)

@@ -156,3 +156,17 @@ def test_a_users_settings_file_is_never_rewritten(tmp_path, content):
     assert (tmp_path / "emergence.json").read_text() == content
     (tmp_path / "survey.json").write_text('{"k": 2.0, "stacks": null}')  # attnscope's own: accepted
     _check_settings(tmp_path, {"k": 2.0, "stacks": None})
+
+
+def test_a_shared_sticky_folder_whose_manifest_is_another_users_is_refused_first(tmp_path, monkeypatch):
+    """/tmp: the manifest of another user cannot be replaced there; said before any work, not after it."""
+    from attnscope.errors import InputError
+    from attnscope.outputs import check_result_file, write_result_file
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    write_result_file(shared / "a.csv", "x\n1\n", kind="test")  # the other user's result (and manifest)
+    monkeypatch.setattr(os, "geteuid", lambda: os.stat(shared).st_uid + 4242)  # this user is someone else
+    with pytest.raises(InputError, match="belongs to another user"):
+        check_result_file(shared / "b.csv")
