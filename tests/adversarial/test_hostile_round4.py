@@ -465,7 +465,7 @@ def test_the_formation_summary_counts_borderline_and_transients(capsys):
     out = capsys.readouterr().out
     assert "borderline" in out and "transient" in out
     row = [line for line in out.splitlines() if "encoder" in line][0]
-    assert "2/4" in row and " 1 " in row
+    assert "2/4 (1 borderline)" in row and " 1 " in row
 
 
 def test_a_dynamics_override_value_is_bounded_too():

@@ -258,12 +258,12 @@ def print_formation(formed: "pd.DataFrame") -> None:
         counts = grp["outcome"].value_counts()
         steps = grp["formed_step"].dropna().astype(float)
         border = int((grp["borderline"].astype(bool) & (grp["outcome"] == "formed")).sum()) if "borderline" in grp else 0
-        rows.append([str(stack), str(level), str(metric), f"{counts.get('formed', 0)}/{len(grp)}", str(border),
+        rows.append([str(stack), str(level), str(metric),
+                     f"{counts.get('formed', 0)}/{len(grp)}" + (f" ({border} borderline)" if border else ""),
                      str(counts.get("transient", 0)), str(counts.get("inside the noise", 0)),
                      f"{steps.median():.0f}" if len(steps) else "-"])
     print_table(console(stderr=False), "formation: trajectories that formed (formation.csv)",
-                ["stack", "level", "score", "formed", "of them borderline", "transient", "in noise", "median step"],
-                rows)
+                ["stack", "level", "score", "formed", "transient", "in noise", "median step"], rows)
 
 
 def print_settling(settled: "pd.DataFrame") -> None:
