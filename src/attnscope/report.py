@@ -148,6 +148,10 @@ def build_report(
 
     if windows < 1:
         raise InputError(f"windows must be at least 1, not {windows}", params="windows")
+    if data is not None or atlas:  # the device runs the model: checked before the weights are scored
+        from attnscope.devices import check_device
+
+        check_device(device)
     entry = _registry_entry(source, name, registry)
     display = name or (entry.id if entry is not None else None)
     scores = score(source, k=k, progress=progress, name=display)

@@ -479,3 +479,15 @@ def test_a_dynamics_override_value_is_bounded_too():
         _parse_value(text)
     assert len(str(info.value)) < 200
     assert _parse_value("1.5") == 1.5 and _parse_value("[1, 2]") == [1, 2]
+
+
+def test_build_report_checks_its_device_before_scoring(monkeypatch):
+    from attnscope import report
+    from attnscope.errors import InputError
+
+    def scored(*args, **kwargs):
+        raise AssertionError("scored before the device was checked")
+
+    monkeypatch.setattr("attnscope.geometry.score", scored)
+    with pytest.raises(InputError, match="device='bogus'"):
+        report.build_report("some/model", data="builtin", device="bogus")
