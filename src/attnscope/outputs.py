@@ -351,7 +351,12 @@ def write_result_file(path: str | os.PathLike, content: Content, settings: Mappi
     names, and records them in the folder's manifest so that the next run may replace them. Returns ``path``."""
     path, names = _file_names(path, companions or {})
     check_result_names(path.parent, names, other="choose another output file", params="out")
-    write_result_set(path.parent, {path.name: content, **(companions or {})}, settings, kind=file_kind(kind, path.name))
+    try:
+        write_result_set(path.parent, {path.name: content, **(companions or {})}, settings,
+                         kind=file_kind(kind, path.name))
+    except StorageError as exc:  # the file the user named, with what the operating system said
+        reason = str(exc).rsplit(": ", 1)[-1] if ": " in str(exc) else str(exc)
+        raise StorageError(f"cannot write {path}: {reason}", params="out") from None
     return path
 
 
@@ -394,7 +399,7 @@ def write_result_set(out_dir: str | os.PathLike, files: Mapping[str, Content], s
         except BaseException as exc:  # not committed: nothing moved, the previous result stays whole
             if not (staging / _COMMIT).exists():
                 shutil.rmtree(staging, ignore_errors=True)  # ours, alive and locked: all of it was written here
-            if isinstance(exc, OSError):
+            if isinstance(exc, OSError) and not isinstance(exc, StorageError):  # (a StorageError names its path)
                 raise storage_error(out, exc) from None
             raise
     return [out / name for name in files]

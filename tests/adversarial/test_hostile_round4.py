@@ -491,3 +491,18 @@ def test_build_report_checks_its_device_before_scoring(monkeypatch):
     monkeypatch.setattr("attnscope.geometry.score", scored)
     with pytest.raises(InputError, match="device='bogus'"):
         report.build_report("some/model", data="builtin", device="bogus")
+
+
+def test_a_log_hears_of_slow_work_before_its_bar_counts_anything(capsys):
+    """emergence said nothing for 25-36 s in a log: a line once the work has run a moment, none for a quick refusal."""
+    import time
+
+    from attnscope.progress import note_after, plain_lines
+
+    with plain_lines():
+        with note_after("emergence x: 3 revision(s) chosen ...", after=0.05):
+            time.sleep(0.3)
+        with note_after("never said", after=5):
+            pass
+    err = capsys.readouterr().err
+    assert err == "emergence x: 3 revision(s) chosen ...\n"

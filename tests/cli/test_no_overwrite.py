@@ -8,6 +8,7 @@ has the same bytes (and kind) afterwards. A second run over the command's own re
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 from pathlib import Path
@@ -156,6 +157,13 @@ def test_a_users_settings_file_is_never_rewritten(tmp_path, content):
     assert (tmp_path / "emergence.json").read_text() == content
     (tmp_path / "survey.json").write_text('{"k": 2.0, "stacks": null}')  # attnscope's own: accepted
     _check_settings(tmp_path, {"k": 2.0, "stacks": None})
+    store = tmp_path / "store"
+    (store / "tasks").mkdir(parents=True)
+    (store / "tasks" / "a.parquet").write_bytes(b"x")
+    if content.startswith("mine"):  # beside a store's results: attnscope's damaged settings, rewritten (as before)
+        with pytest.warns(UserWarning, match="unreadable; rewriting it"):
+            _check_settings(tmp_path, {"k": 2.0, "stacks": None}, "emergence.json", store=store)
+        assert json.loads((tmp_path / "emergence.json").read_text()) == {"k": 2.0, "stacks": None}
 
 
 def test_a_shared_sticky_folder_whose_manifest_is_another_users_is_refused_first(tmp_path, monkeypatch):

@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, List, Optional
 
 import typer
-from rich.markup import escape
 
 from attnscope.errors import InputError
-from attnscope.progress import quiet
+from attnscope.progress import note_after
 
 from ._common import THREADS, check_out_names, positive, slurm_options, stderr_console, use_threads
 from ._tables import print_table
@@ -114,12 +113,14 @@ def emergence(
 
     assert out is not None  # checked above
     levels = ("head", "layer") if level == "both" else (level,)
-    if not quiet():  # the first result comes after the checkpoints' configs are read and a worker has loaded one
-        stderr_console().print(f"emergence {escape(str(source))}: {len(chosen)} revision(s) chosen; reading their configs "
-                               f"and scoring into {escape(str(out))} (stored ones are reused) ...", highlight=False)
-    res = sweep(source, out, revisions=revisions, k=k, levels=levels, stacks=stack,
-                fold_norms="all" if fold_input_norm else fold_norms, executor=executor, workers=workers, slurm=slurm,
-                progress=True, keep_downloads=keep_downloads, behaviour=probes or False, skip_mismatched=skip_mismatched)
+    # in a log, the counted bar's first line comes after the first revision is scored (a worker started, a model
+    # loaded: half a minute): said after a second, unless the sweep refused at once in its one line
+    with note_after(f"emergence {source}: {len(chosen)} revision(s) chosen; reading their configs and scoring into "
+                    f"{out} (stored ones are reused) ..."):
+        res = sweep(source, out, revisions=revisions, k=k, levels=levels, stacks=stack,
+                    fold_norms="all" if fold_input_norm else fold_norms, executor=executor, workers=workers,
+                    slurm=slurm, progress=True, keep_downloads=keep_downloads, behaviour=probes or False,
+                    skip_mismatched=skip_mismatched)
     for note in res.info.get("notes", []):
         print(f"attnscope: note: {note}", file=sys.stderr)
     formed = _formation(res, min_change, noise_factor)

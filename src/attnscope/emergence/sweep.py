@@ -294,7 +294,7 @@ def sweep(
 
     check_result_names(out, RESULT_FILES)  # a file of yours by a name a sweep writes: refused before any work
     out.mkdir(parents=True, exist_ok=True)
-    _check_settings(out, settings, SETTINGS_FILE)
+    _check_settings(out, settings, SETTINGS_FILE, store=out / "store")
     store = ResultsStore(out / "store", settings=settings, columns=[*RECORD_COLUMNS, *AXIS_COLUMNS])
     tasks = [Task(r.key, {"kind": kind, "spec": r.spec, "commit": r.commit if kind == "hub" else "",
                           "origin": r.origin, "revision": r.name, "step": r.step, "tokens": r.tokens, "model": model, "k": float(k),
