@@ -109,7 +109,9 @@ def test_a_stack_the_paper_did_not_score_says_so(tiny_report) -> None:
 def test_write_report_is_atomic_and_checks_out(tiny_report, tmp_path: Path) -> None:
     path = write_report(tiny_report, tmp_path / "new" / "dir")
     assert path.name == REPORT_NAME and path.read_text().startswith("<!DOCTYPE html>")
-    assert [p.name for p in path.parent.iterdir()] == [REPORT_NAME]  # no temp or probe file left
+    # no temp or probe file left; the manifest proves the page is attnscope's (the next report may replace it)
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted([REPORT_NAME, "attnscope-manifest.json"])
+    assert write_report(tiny_report, tmp_path / "new" / "dir") == path
     blocker = tmp_path / "file"
     blocker.write_text("x")
     for bad in (blocker, blocker / "sub"):

@@ -74,9 +74,23 @@ def check_type(value: Any, types: type | tuple[type, ...], param: str, accepts: 
     return value
 
 
+def excerpt(value: Any, limit: int = 80) -> str:
+    """A short ``repr`` of ``value`` for an error line: at most ``limit`` characters, built without ever forming the
+    whole repr (a value of nested shared lists, as YAML aliases make, would be gigabytes)."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxlevel, r.maxlist, r.maxtuple, r.maxdict, r.maxset = 3, 6, 6, 4, 6
+    r.maxstring, r.maxother, r.maxlong = limit, limit, 40
+    try:
+        text = r.repr(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails is still named by its type
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
+    return excerpt(value, 40)
 
 
 class AttnscopeWarning(UserWarning):

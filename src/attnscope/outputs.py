@@ -1,10 +1,16 @@
 """Results of several files replaced whole: :func:`write_result_set`, its manifest, its readers and the cleanup.
 
-A command that writes several files into one folder (``atlas``, ``compare --out``, ``heads --plot``,
-``geometry --plot``, ``report``, ``geometry --zoo``'s merged tables, ``emergence``) hands them all to
-:func:`write_result_set`::
+Every command that writes results hands them to :func:`write_result_set` (``atlas``, ``compare --out``,
+``heads`` and its ``cluster`` / ``study``, ``geometry --plot``, ``report``, ``geometry --zoo``'s merged tables,
+``emergence``, ``dynamics *``)::
 
     write_result_set(out, {"atlas.csv": csv_bytes, "atlas.png": lambda: figure_bytes(fig)}, settings, kind="atlas")
+
+and a single output file given by its path (``geometry --out scores.csv``, ``heads derive --out p.yaml``, a table
+with companions such as ``X_silhouette.csv``) to :func:`write_result_file`: one result of its folder, of a kind of
+its own per file name (:func:`file_kind`), so the same proof guards it. A reader takes such a file as it is (an
+edited one is the user's now, never a "mixed" result). :func:`check_result_file` / :func:`check_result_names`
+refuse a name held by the user's file before the work starts.
 
 attnscope replaces or removes a file in ``OUT`` only when it can prove it wrote it: ``OUT/attnscope-manifest.json``
 (written by attnscope: each entry carries the hash of its list of files) lists the file with the SHA-256 it
@@ -60,8 +66,8 @@ from typing import Any, Union
 from .errors import FormatError, InputError, StorageError, warn
 from .tables import TEMP_PREFIX, _umask, atomic_write_bytes, fsync_dir, make_out_dir, storage_error
 
-__all__ = ["MANIFEST", "STAGING_PREFIX", "Content", "check_member", "check_result_names", "check_result_set",
-           "clean_stale", "write_result_set"]
+__all__ = ["FILE_KIND_PREFIX", "MANIFEST", "STAGING_PREFIX", "Content", "check_member", "check_result_file",
+           "check_result_names", "check_result_set", "clean_stale", "file_kind", "write_result_file", "write_result_set"]
 
 #: the manifest of a result folder (one entry per kind of result written there)
 MANIFEST = "attnscope-manifest.json"
@@ -261,7 +267,8 @@ def _reason(exc: Exception) -> str:
     return (text.split(": ", 1)[1] if ": " in text else text).split(";")[0]
 
 
-def _not_ours(out: Path, names: list[str], why: str | None = None) -> InputError:
+def _not_ours(out: Path, names: list[str], why: str | None = None, other: str = "choose another output folder",
+              params: str = "out_dir") -> InputError:
     """One line: these names in ``out`` are not attnscope's to replace, and how to go on."""
     shown = ", ".join(names[:3]) + (f" (and {len(names) - 3} more)" if len(names) > 3 else "")
     exists = "exists" if len(names) == 1 else "exist"
@@ -269,12 +276,14 @@ def _not_ours(out: Path, names: list[str], why: str | None = None) -> InputError
                   f"{'it has' if len(names) == 1 else 'they have'} now, so attnscope cannot prove it wrote "
                   f"{'it' if len(names) == 1 else 'them'}")
     return InputError(f"{out}: {shown} {exists} and {why}; attnscope never replaces a file it did not write: move "
-                      f"{'it' if len(names) == 1 else 'them'} away or choose another output folder", params="out_dir")
+                      f"{'it' if len(names) == 1 else 'them'} away or {other}", params=params)
 
 
-def check_result_names(out_dir: str | os.PathLike, names: Iterable[str]) -> None:
+def check_result_names(out_dir: str | os.PathLike, names: Iterable[str], *, other: str = "choose another output folder",
+                       params: str = "out_dir") -> None:
     """Refuse (one InputError naming them) result names that ``out_dir`` already holds as files attnscope cannot
-    prove it wrote (see the module doc); call before long work. A missing folder passes."""
+    prove it wrote (see the module doc); call before long work. A missing folder passes. ``other``: what the
+    line suggests besides moving them away; ``params``: the option it names."""
     out = Path(out_dir).expanduser()
     names = list(names)
     for name in names:
@@ -284,7 +293,71 @@ def check_result_names(out_dir: str | os.PathLike, names: Iterable[str]) -> None
     folder = _Folder(out)
     taken = folder.conflicts(names)
     if taken:
-        raise _not_ours(out, taken)
+        raise _not_ours(out, taken, other=other, params=params)
+    _check_replaceable(out, params)
+
+
+def _check_replaceable(out: Path, params: str) -> None:
+    """One line, before any work, when this user could not replace ``out``'s manifest at the end: a folder such as
+    /tmp (sticky) where the manifest belongs to another user (the rename that commits a result would fail)."""
+    if not hasattr(os, "geteuid"):  # pragma: no cover - Windows
+        return
+    try:
+        folder, manifest = os.stat(out), os.lstat(out / MANIFEST)
+    except OSError:
+        return
+    me = os.geteuid()
+    if folder.st_mode & stat.S_ISVTX and me not in (0, manifest.st_uid, folder.st_uid):
+        raise InputError(f"{out}: its {MANIFEST} belongs to another user and this shared folder (sticky, as /tmp) lets "
+                         "only its owner replace it, so attnscope could not record its result there; write into a "
+                         "folder of your own", params=params)
+
+
+#: the kinds of results written by :func:`write_result_file` start with this: one file (and its named companions)
+#: given by its own path; a reader takes it as it is (a file of them edited since is simply the user's, not a mix)
+FILE_KIND_PREFIX = "file."
+
+
+def file_kind(kind: str, name: str) -> str:
+    """The manifest kind of the single-file result ``name`` written by a command of ``kind`` (one per file name:
+    two tables in one folder are two results, neither replaces the other)."""
+    slug = re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-.")[:60] or "file"
+    return f"{FILE_KIND_PREFIX}{kind}.{slug}-{_sha256(name.encode('utf-8', 'surrogateescape'))[:8]}"
+
+
+def _file_names(path: str | os.PathLike, companions: Iterable[str]) -> tuple[Path, list[str]]:
+    path = Path(path).expanduser()
+    names = [path.name, *companions]
+    for name in names:
+        if _bad_name(name):
+            raise InputError(f"{path.parent / name}: a result file needs a plain name that does not start with a dot "
+                             f"(nor {MANIFEST})", params="out")
+    return path, names
+
+
+def check_result_file(path: str | os.PathLike, companions: Iterable[str] = (), *, params: str = "out") -> Path:
+    """Refuse, before any work, an output file ``path`` (and its ``companions``: more file names written beside it)
+    that already holds a file attnscope cannot prove it wrote (a file of yours, read-only or not, a link, a folder):
+    one InputError naming it. The proof is the manifest of its folder, as for :func:`write_result_set`."""
+    path, names = _file_names(path, companions)
+    check_result_names(path.parent, names, other="choose another output file", params=params)
+    return path
+
+
+def write_result_file(path: str | os.PathLike, content: Content, settings: Mapping[str, Any] | None = None, *,
+                      kind: str, companions: Mapping[str, Content] | None = None) -> Path:
+    """Write the single file ``path`` (with ``companions``: {file name beside it: content}) as one result of its
+    folder (:func:`write_result_set`, kind :func:`file_kind`): it replaces only what attnscope wrote under these
+    names, and records them in the folder's manifest so that the next run may replace them. Returns ``path``."""
+    path, names = _file_names(path, companions or {})
+    check_result_names(path.parent, names, other="choose another output file", params="out")
+    try:
+        write_result_set(path.parent, {path.name: content, **(companions or {})}, settings,
+                         kind=file_kind(kind, path.name))
+    except StorageError as exc:  # the file the user named, with what the operating system said
+        reason = str(exc).rsplit(": ", 1)[-1] if ": " in str(exc) else str(exc)
+        raise StorageError(f"cannot write {path}: {reason}", params="out") from None
+    return path
 
 
 def write_result_set(out_dir: str | os.PathLike, files: Mapping[str, Content], settings: Mapping[str, Any] | None = None,
@@ -326,7 +399,7 @@ def write_result_set(out_dir: str | os.PathLike, files: Mapping[str, Content], s
         except BaseException as exc:  # not committed: nothing moved, the previous result stays whole
             if not (staging / _COMMIT).exists():
                 shutil.rmtree(staging, ignore_errors=True)  # ours, alive and locked: all of it was written here
-            if isinstance(exc, OSError):
+            if isinstance(exc, OSError) and not isinstance(exc, StorageError):  # (a StorageError names its path)
                 raise storage_error(out, exc) from None
             raise
     return [out / name for name in files]
@@ -621,5 +694,5 @@ def check_member(path: str | os.PathLike) -> None:
     if not (folder / MANIFEST).is_file():
         return
     for kind, entry in _read_manifest(folder).get("results", {}).items():
-        if path.name in entry["files"]:
+        if path.name in entry["files"] and not kind.startswith(FILE_KIND_PREFIX):
             check_result_set(folder, kind)

@@ -351,6 +351,34 @@ def track(items: Iterable[T], desc: str, *, total: float | None = None, enabled:
 
 
 @contextmanager
+def note_after(text: str, *, enabled: bool = True, after: float | None = None) -> Iterator[None]:
+    """``text`` as one plain line on stderr once the block has run ``after`` seconds (default :data:`PHASE_LINE_S`),
+    off a terminal only: for work whose own display comes later, where a log would otherwise stay silent (a worker
+    pool starting, a first task loading its model before a counted bar writes its first line). A block over within
+    it writes nothing (so an early one-line error stays one line); on a terminal or in a notebook the bars show
+    from their first second anyway."""
+    if display_mode(enabled) != "lines":
+        yield
+        return
+    import threading
+
+    def write() -> None:
+        try:
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):  # a closed or full log: progress is never worth failing the job
+            pass
+
+    timer = threading.Timer(PHASE_LINE_S if after is None else after, write)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+@contextmanager
 def phase(desc: str, *, enabled: bool = True, total: float | None = None, unit: str = "",
           start: float = 0) -> Iterator[Bar]:
     """One step of the work (loading a model, a clean pass, the statistics; with ``total``, counted like

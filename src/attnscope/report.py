@@ -4,7 +4,8 @@
 scores, the paper's published values when the registry (:mod:`attnscope.zoo`) lists the model,
 figures, and the per-head attention metrics of ``attnscope heads`` when ``data`` is given);
 :func:`render_html` turns it into one HTML string with the figures embedded as base64 PNG (no
-external file, script or font); :func:`write_report` writes it atomically as ``DIR/report.html``.
+external file, script or font); :func:`write_report` writes it atomically as ``DIR/report.html`` (never over a
+``report.html`` of the user's).
 :func:`check_out_dir` is the first thing the CLI calls, so an unwritable ``--out`` fails before any
 work is done.
 """
@@ -63,7 +64,11 @@ class ModelReport:
 
 
 def check_out_dir(out: str | os.PathLike) -> Path:
-    """``out`` as a writable directory (created if missing); one line otherwise, before any work."""
+    """``out`` as a writable directory (created if missing) that holds no file of the user's named report.html
+    (:func:`attnscope.outputs.check_result_names`); one line otherwise, before any work."""
+    from attnscope.outputs import check_result_names
+
+    check_result_names(Path(out).expanduser(), [REPORT_NAME], params="out")
     return make_out_dir(out, "out")
 
 
@@ -143,6 +148,10 @@ def build_report(
 
     if windows < 1:
         raise InputError(f"windows must be at least 1, not {windows}", params="windows")
+    if data is not None or atlas:  # the device runs the model: checked before the weights are scored
+        from attnscope.devices import check_device
+
+        check_device(device)
     entry = _registry_entry(source, name, registry)
     display = name or (entry.id if entry is not None else None)
     scores = score(source, k=k, progress=progress, name=display)
@@ -364,7 +373,8 @@ def _heads_html(df: "pd.DataFrame", info: dict[str, Any]) -> str:
 
 
 def write_report(rep: ModelReport, out: str | os.PathLike) -> Path:
-    """Write ``out/report.html`` atomically; returns its path."""
-    from attnscope.tables import atomic_write_text
+    """Write ``out/report.html`` atomically as attnscope's result there (it replaces only a report attnscope wrote,
+    :func:`attnscope.outputs.write_result_set`); returns its path."""
+    from attnscope.outputs import write_result_set
 
-    return atomic_write_text(check_out_dir(out) / REPORT_NAME, render_html(rep))
+    return write_result_set(check_out_dir(out), {REPORT_NAME: lambda: render_html(rep)}, kind="report")[0]

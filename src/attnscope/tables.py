@@ -283,16 +283,62 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
     raise InputError(f"cannot read table {path}: use one of {', '.join(TABLE_SUFFIXES)}")
 
 
+#: a config file (pattern YAML, run config) larger than this is refused before it is parsed
+MAX_CONFIG_BYTES = 1 << 20
+#: at most this many values once YAML's aliases are expanded (a few hundred bytes of nested aliases, "billion
+#: laughs", would otherwise stand for billions of values)
+MAX_CONFIG_VALUES = 100_000
+
+
+def _yaml_loader() -> type:
+    """yaml.SafeLoader whose documents may stand for at most MAX_CONFIG_VALUES values with every alias expanded
+    (counted on the composed graph, before anything is built) and contain no value that contains itself."""
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        def compose_document(self):  # type: ignore[no-untyped-def]
+            node = super().compose_document()
+            sizes: dict[int, int] = {}
+
+            def size(n: Any, open_: set[int]) -> int:
+                if id(n) in sizes:
+                    return sizes[id(n)]
+                if id(n) in open_:
+                    raise ConfigError("a value contains itself (a YAML alias to one of its own parents)")
+                total = 1
+                if isinstance(n, (yaml.SequenceNode, yaml.MappingNode)):
+                    open_.add(id(n))
+                    children = n.value if isinstance(n, yaml.SequenceNode) else [c for kv in n.value for c in kv]
+                    for child in children:
+                        total += size(child, open_)
+                        if total > MAX_CONFIG_VALUES:
+                            break
+                    open_.discard(id(n))
+                sizes[id(n)] = total
+                if total > MAX_CONFIG_VALUES:
+                    raise ConfigError(f"its aliases expand to more than {MAX_CONFIG_VALUES:,} values")
+                return total
+
+            size(node, set())
+            return node
+
+    return BoundedLoader
+
+
 def read_mapping(path: str | os.PathLike, what: str = "config file") -> dict[str, Any]:
     """A YAML (.yaml/.yml/other), TOML (.toml) or JSON (.json) file holding a mapping, as a dict.
 
-    Missing file -> InputError; unparsable or not a mapping -> ConfigError; one line each.
+    Missing file -> InputError; larger than :data:`MAX_CONFIG_BYTES`, unparsable, expanding (YAML aliases) to more
+    than :data:`MAX_CONFIG_VALUES` values, or not a mapping -> ConfigError; one line each.
     """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"no such {what}: {path}")
     suffix = path.suffix.lower()
     try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{what} {path} is {size:,} bytes; a config file is at most {MAX_CONFIG_BYTES:,}")
         text = path.read_text()
         if suffix == ".toml":
             import tomllib
@@ -303,13 +349,16 @@ def read_mapping(path: str | os.PathLike, what: str = "config file") -> dict[str
         else:
             import yaml
 
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader, bounded
+    except ConfigError as exc:
+        if str(exc).startswith(f"{what} {path}"):
+            raise
+        raise ConfigError(f"cannot parse {what} {path}: {exc}") from None
     except Exception as exc:
-        first = (str(exc).splitlines() or [""])[0]
+        first = (str(exc).splitlines() or [""])[0][:200]
         raise ConfigError(f"cannot parse {what} {path}: {exc.__class__.__name__}: {first}") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{what} {path} must hold a mapping at the top level")
     return data
-

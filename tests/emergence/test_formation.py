@@ -107,3 +107,49 @@ def test_per_head_table():
     assert got[got["metric"] == "directionality"]["formed_step"].isna().all()
     with pytest.raises(InputError, match="at least 2 revisions"):
         formation(pd.DataFrame(rows[:2]))
+
+
+# ------------------------------------------------------------------ issue 49, item 10
+def test_a_transient_that_falls_back_inside_the_margin_is_named():
+    from attnscope.emergence.formation import describe
+
+    quiet = [0.0, 0.001, -0.001, 0.0, 0.5, 0.6, 0.55, 0.002, -0.001, 0.001, 0.0, 0.001]
+    d = describe(quiet)
+    assert d["outcome"] == "transient" and d["index"] is None and d["peak_index"] == 5
+    one_point = [0.0, 0.001, -0.001, 0.0, 0.5, 0.002, -0.001, 0.001, 0.0, 0.001, 0.0, 0.001]
+    assert describe(one_point)["outcome"] == "below min_change"  # one point out is noise, not a transient
+
+
+def test_an_overshoot_is_flagged_with_its_peak():
+    """Encoder layer 0's d: rises to 0.92, ends at 0.35; it forms on the way up, and says it overshot."""
+    from attnscope.emergence.formation import describe
+
+    v = [0.0, 0.01, 0.3, 0.7, 0.92, 0.9, 0.6, 0.4, 0.36, 0.35, 0.35, 0.35]
+    d = describe(v)
+    assert d["outcome"] == "formed" and d["overshoot"] and v[d["peak_index"]] == 0.92
+    assert not describe([0.0, 0.01, 0.2, 0.3, 0.34, 0.35, 0.35, 0.35])["overshoot"]
+
+
+@pytest.mark.parametrize("final,outcome", [(0.0505, "formed"), (0.0495, "below min_change")])
+def test_a_change_within_10_percent_of_its_margin_is_borderline(final, outcome):
+    from attnscope.emergence.formation import describe
+
+    v = [0.0] * 6 + [final] * 6  # no noise: the margin is min_change, 0.05
+    d = describe(v)
+    assert d["outcome"] == outcome and d["margin"] == pytest.approx(0.05) and d["borderline"]
+    assert not describe([0.0] * 6 + [0.2] * 6)["borderline"]
+
+
+def test_the_formation_step_has_an_interval_over_redraws_of_the_noise():
+    rng = np.random.default_rng(1)
+    steps = np.arange(0, 3000, 100)
+    v = 0.6 / (1 + np.exp(-(steps - 1500) / 150)) + rng.normal(0, 0.02, len(steps))
+    rows = [{"model": "m", "revision": f"step{s}", "step": int(s), "tokens": int(s), "stack": "encoder",
+             "level": "layer", "layer": 0, "head": None, "symmetry": x, "directionality": 0.0}
+            for s, x in zip(steps, v)]
+    got = formation(pd.DataFrame(rows), level="layer").set_index("metric").loc["symmetry"]
+    assert got["outcome"] == "formed" and got["formed_share"] > 0.95
+    assert got["formed_step_low"] <= got["formed_step"] <= got["formed_step_high"]
+    assert 1000 <= got["formed_step_low"] and got["formed_step_high"] <= 2000
+    for col in ("borderline", "overshoot", "peak", "peak_step"):
+        assert col in got.index

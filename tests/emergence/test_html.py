@@ -125,3 +125,29 @@ out({cells: cells().length, picked: [...cells()].findIndex(c => c.classList.cont
     assert got["cells"] == 6 and got["picked"] == 4 and got["label"].startswith("step0 (step 0")
     assert got["h1"] == "org/<b>m</b>: W_qk geometry over training" and got["bold"] == 0
     assert got["traj"].startswith("decoder layer 1, head 1 over training") and got["paths"] == 4
+
+
+def test_a_heads_trajectory_draws_its_noise_band_and_formation(tmp_path):
+    """Item 10 of issue 49: the noise band (initial +- margin) and the formation step with its interval on the page."""
+    node = shutil.which("node") or shutil.which("nodejs")
+    if node is None:
+        pytest.skip("no node on PATH")
+    from attnscope.emergence import formation
+
+    table = _table()
+    formed = formation(table)
+    payload = page_payload(table, ["symmetry"], formed)
+    band = payload["bands"]["symmetry"]["decoder"]["1,2"]
+    row = formed[(formed["metric"] == "symmetry") & (formed["layer"] == 1) & (formed["head"] == 2)].iloc[0]
+    assert band[:3] == [pytest.approx(row["initial"], abs=1e-3), pytest.approx(row["margin"], abs=1e-3), row["outcome"]]
+    page = tmp_path / "emergence.html"
+    page.write_text(emergence_page(table, formed=formed))
+    shim = _SHIM.replace("console.log(JSON.stringify({", "console.log(JSON.stringify({bands: traj.children.filter("
+                         "c => c.attrs['class'] === 'em-band').length, ")
+    (tmp_path / "shim.js").write_text(shim)
+    r = subprocess.run([node, str(tmp_path / "shim.js"), str(page), "symmetry"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["bands"] == 2  # s and d of the clicked head
+    assert "the noise band" in got["traj"] and f"symmetry: {row['outcome']}" in got["traj"]

@@ -76,8 +76,12 @@ def test_an_attnscope_figure_and_a_later_pyplot_figure_show_inline(executed):
 def test_a_long_call_shows_a_live_progress_line(executed):
     cell = _tagged(executed, "progress")
     lines = [o for o in cell.outputs if o.output_type == "display_data" and "text/html" in o.get("data", {})]
-    assert len(lines) == 1  # one line, updated in place (nbclient applies the updates to it)
-    data = lines[0]["data"]
+    # the phases before the first step (reading the data, step 0) are lines of their own; the steps' bar is one
+    # line, updated in place (nbclient applies the updates to it)
+    bars = [o for o in lines if "<progress" in o["data"]["text/html"]]
+    assert len(bars) == 1 and len(lines) == 3
+    assert "reading and tokenising the data" in lines[0]["data"]["text/plain"] and "step 0" in lines[1]["data"]["text/plain"]
+    data = bars[0]["data"]
     assert '<progress value="1.0000" max="1"' in data["text/html"]
     assert "tiny-clm: 60/60 (100%)" in data["text/plain"] and "loss " in data["text/plain"]
     heads = _tagged(executed, "heads")

@@ -36,7 +36,7 @@ def test_payload_scales_lists_and_keeps_every_value():
     d = token_effects_payload(t, listed=3)
     assert d["order"] == ["m|0,1", "m|2,3"] and d["names"]["m|2,3"] == "L2H3"
     sym = d["heads"]["m|2,3"]["sym"]
-    assert sym["scale"] == 2.5 and sym["up"][0] == [1, 4, " <script>", 2.5]
+    assert sym["scale"] == 2.5 and sym["up"][0] == [1, 4, "\u00b7<script>", 2.5]  # listed as a label: "·" a space
     assert len(sym["up"]) == 3 and all(r[3] < 0 for r in sym["down"])
     sub = t[(t["layer"] == 2) & (t["intervention"] == "sym") & (t["window"] == 0)].sort_values("position")
     np.testing.assert_allclose(sym["windows"]["0"]["delta"], sub["delta_loss"], rtol=1e-3, atol=0)

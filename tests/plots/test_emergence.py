@@ -101,3 +101,21 @@ def test_not_an_emergence_table_is_one_line():
         plot_layer_trajectories(pd.DataFrame({"symmetry": [0.1]}))
     with pytest.raises(InputError, match="formation table"):
         plot_formation(_table())
+
+
+def test_layer_curves_draw_each_layers_noise_band_and_mark_borderline_formations():
+    """Issue 49 item 10: the margin (noise band) was in formation.csv only; a formation at 1.001x its margin looked
+    like any other."""
+    table = _table()
+    formed = formation(table, level="layer", noise_factor=0)
+    fig = plot_layer_trajectories(table, formed=formed)
+    sym = fig.axes[0]
+    spans = [p for p in sym.patches if p.get_alpha() == pytest.approx(0.07)]
+    assert len(spans) == 3  # one band per layer of the encoder
+    labels = fig.axes[1].get_legend_handles_labels()[1] if fig.axes[1].get_legend() is None else \
+        [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert "noise band: initial +- margin" in labels and "borderline (within 10% of its margin)" in labels
+    border = formed.assign(borderline=True)
+    fig = plot_layer_trajectories(table, formed=border)
+    stars = [ln for ln in fig.axes[0].lines if ln.get_marker() == "*"]
+    assert stars and all(ln.get_markerfacecolor() == "white" for ln in stars)

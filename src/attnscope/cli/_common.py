@@ -339,14 +339,43 @@ def use_threads(threads: int | None) -> int:
 
 
 def check_out_file(path: Path | None, option: str = "--out",
-                   suffixes: tuple[str, ...] | None = TABLE_SUFFIXES, inputs: Any = ()) -> Path | None:
+                   suffixes: tuple[str, ...] | None = TABLE_SUFFIXES, inputs: Any = (),
+                   companions: tuple[str, ...] = ()) -> Path | None:
     """Check an output file option (a table by default) is writable before any work starts (None passes),
-    and that it is none of the command's ``inputs`` (model sources, tables read) nor a file inside an input
-    folder: ``geometry DIR --out DIR/config.json`` would replace the model's own config."""
+    that it is none of the command's ``inputs`` (model sources, tables read) nor a file inside an input
+    folder (``geometry DIR --out DIR/config.json`` would replace the model's own config), and that neither it
+    nor its ``companions`` (file names written beside it) holds a file attnscope cannot prove it wrote
+    (:func:`attnscope.outputs.check_result_file`); write it with :func:`attnscope.outputs.write_result_file`."""
     if path is None:
         return None
+    from attnscope.outputs import check_result_file
+
     _not_an_input(path, option, inputs)
-    return check_writable(path, option, suffixes=suffixes)
+    path = check_writable(path, option, suffixes=suffixes)
+    check_result_file(path, companions, params=option.lstrip("-").replace("-", "_"))
+    return path
+
+
+def write_out_table(df: Any, path: Path, *, kind: str, companions: dict[str, Any] | None = None) -> Path:
+    """``df`` to the ``--out`` file ``path`` (format by extension) as attnscope's own result there, with the
+    tables of ``companions`` ({file name beside it: DataFrame}); see :func:`check_out_file`."""
+    from attnscope.outputs import write_result_file
+    from attnscope.tables import table_bytes
+
+    return write_result_file(path, table_bytes(df, path), kind=kind,
+                             companions={n: table_bytes(t, n) for n, t in (companions or {}).items()})
+
+
+def check_out_names(path: Path | None, names: Any, option: str = "--out") -> Path | None:
+    """Check an output folder option is writable and holds no file of the user's under any of ``names`` (the
+    files the command may write there), before any work starts (None passes through)."""
+    if path is None:
+        return None
+    from attnscope.outputs import check_result_names
+
+    path = check_writable(path, option, directory=True)
+    check_result_names(path, list(names), params=option.lstrip("-").replace("-", "_"))
+    return path
 
 
 def _a_table(path: Path) -> bool:

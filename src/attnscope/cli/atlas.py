@@ -147,9 +147,25 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: 
         raise InputError(f"--executor must be local or slurm (or left out: this process), not {executor!r}")
     if top is not None:
         plan["top"] = parse_top(top)
+        _suggest_top_columns(plan["top"], atlas_columns(probes))
         check_top_columns(plan["top"], atlas_columns(probes))
     check_heads_in(plan["heads"], head_grid(source))  # the config alone: seconds, not the atlas's minutes
     return plan
+
+
+def _suggest_top_columns(top: list, columns: list[str]) -> None:
+    """One line for a --top COLUMN the atlas will not have, naming the columns it may mean: those it begins or is
+    part of (``induction`` -> induction_random, induction_text), else the closest spellings, else all of them."""
+    import difflib
+
+    for _k, column in top:
+        name = column[1:] if column.startswith("-") else column
+        if name in columns:
+            continue
+        near = [c for c in columns if c.startswith(name) or name in c] or difflib.get_close_matches(name, columns, n=4)
+        shown = ", ".join(near or columns)
+        raise InputError(f"--top: the atlas table has no column {name!r} ({'did you mean' if near else 'its columns:'} "
+                         f"{shown})", params="top")
 
 
 def _intervene(subject, res, plan: dict, out: Path, opts: dict):

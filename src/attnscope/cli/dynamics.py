@@ -13,7 +13,8 @@ from rich.markup import escape
 from attnscope.errors import InputError
 from attnscope.tables import make_out_dir
 
-from ._common import THREADS, check_out_file, echo_json, old_name, slurm_options, stderr_console, use_threads
+from ._common import (THREADS, check_out_file, check_out_names, echo_json, old_name, slurm_options, stderr_console,
+                      use_threads, write_out_table)
 from ._tables import print_frame, print_table
 
 app = typer.Typer(help="Mean-field dynamics of a 1-bit self-attention network (trajectories, bifurcations, chaos).",
@@ -94,9 +95,12 @@ def trajectory(
     """Simulate from x_0 or --init-state: trajectory.npz, final_state.npz and figures in OUT."""
     use_threads(threads)
     from attnscope import dynamics as dyn
+    from attnscope.dynamics.meanfield import state_bytes
+    from attnscope.dynamics.simulate import trajectory_bytes
+    from attnscope.outputs import write_result_set
     from attnscope.plots import dynamics as plots
-    from attnscope.plots import save_figure
-    from attnscope.tables import atomic_write_json
+    from attnscope.plots.base import figure_bytes
+    from attnscope.tables import json_text
 
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps)
     if steps < 2:
@@ -104,27 +108,31 @@ def trajectory(
     if last < 1:
         raise InputError(f"--last must be >= 1, got {last}")
     _check_feature(cfg, "--feature", feature)
-    make_out_dir(out)
+    check_out_names(out, TRAJECTORY_FILES)  # a file of yours by one of these names: refused before the run
     traj = dyn.trajectory(cfg, beta_o=beta_o or None, steps=steps, init=init_state, transient=transient)
-    dyn.save_trajectory(out / "trajectory.npz", traj)
-    dyn.save_state(out / "final_state.npz", traj["state"])
-    files = ["trajectory.npz", "final_state.npz"]
+    written: dict[str, Any] = {"trajectory.npz": trajectory_bytes(traj), "final_state.npz": state_bytes(traj["state"])}
     if figures:
         df = plots.trajectory_frame(traj)
-        save_figure(plots.timeseries(df, feature=feature, last=last), out / "timeseries.png")
-        save_figure(plots.power_spectrum(df, feature=feature), out / "power_spectrum.png")
-        save_figure(plots.autocorrelation(df, feature=feature), out / "autocorrelation.png")
         if cfg.M > 1:
-            save_figure(plots.phase_plane(df, features=(feature, (feature + 1) % cfg.M)), out / "phase_plane.png")
-            files.append("phase_plane.png")
-        files += ["timeseries.png", "power_spectrum.png", "autocorrelation.png"]
+            written["phase_plane.png"] = figure_bytes(plots.phase_plane(df, features=(feature, (feature + 1) % cfg.M)))
+        written["timeseries.png"] = figure_bytes(plots.timeseries(df, feature=feature, last=last))
+        written["power_spectrum.png"] = figure_bytes(plots.power_spectrum(df, feature=feature))
+        written["autocorrelation.png"] = figure_bytes(plots.autocorrelation(df, feature=feature))
     summary = dyn.trajectory_summary(traj)
-    atomic_write_json(out / "summary.json", {"config": cfg.to_dict(), "steps": steps, "transient": transient,
-                                             "runs": summary})
+    written["summary.json"] = json_text({"config": cfg.to_dict(), "steps": steps, "transient": transient,
+                                         "runs": summary})
+    write_result_set(out, written, {"steps": steps, "transient": transient}, kind="dynamics-trajectory")
+    files = [n for n in written if n != "summary.json"]
     if as_json:
         echo_json(json.dumps({"out": str(out), "files": files, "runs": summary}))
     else:
         stderr_console().print(f"wrote {', '.join(files)} to {out}")
+
+
+#: the files `dynamics trajectory` and `dynamics bifurcation` may write into their --out folder
+TRAJECTORY_FILES = ("trajectory.npz", "final_state.npz", "timeseries.png", "power_spectrum.png", "autocorrelation.png",
+                    "phase_plane.png", "summary.json")
+BIFURCATION_FILES = ("bifurcation.csv", "points.parquet", "checkpoint.npz", "bifurcation.png", "lyapunov.png")
 
 
 @app.command()
@@ -143,14 +151,14 @@ def lyapunov(
     """Leading Lyapunov exponents (per step, descending) and the regime, for each beta_o."""
     use_threads(threads)
     from attnscope import dynamics as dyn
-    from attnscope.tables import records_to_json, write_table
+    from attnscope.tables import records_to_json
 
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps)
     values = list(beta_o) if beta_o else [cfg.beta_o]
-    check_out_file(out)  # the table's suffix and a writable place, before the (long) estimate; creates nothing
+    check_out_file(out)  # the table's suffix, a writable place, no file of yours there: before the (long) estimate
     df = dyn.lyapunov_table(cfg, values, init=init_state, transient=transient, steps=steps, k=exponents)
     if out is not None:
-        write_table(df, out)
+        write_out_table(df, out, kind="dynamics-lyapunov")
     if as_json:
         echo_json(records_to_json(df))
         return
@@ -193,9 +201,11 @@ def bifurcation(
     """Sweep one parameter: bifurcation.csv, points.parquet, bifurcation.png, lyapunov.png in OUT."""
     use_threads(threads)
     from attnscope import dynamics as dyn
+    from attnscope.dynamics.meanfield import state_bytes
+    from attnscope.outputs import write_result_set
     from attnscope.plots import dynamics as plots
-    from attnscope.plots import save_figure
-    from attnscope.tables import records_to_json, write_table
+    from attnscope.plots.base import figure_bytes
+    from attnscope.tables import records_to_json, table_bytes
 
     steps = old_name(steps_alias, steps, 120000, "--steps", "--total-steps")
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps, beta_o=beta_o)
@@ -203,6 +213,7 @@ def bifurcation(
     _check_feature(cfg, "--feature", feature)
     _check_feature(cfg, "--section-feature", section_feature)
     slurm = _slurm(executor, slurm_partition, slurm_time, slurm_mem)
+    check_out_names(out, BIFURCATION_FILES)  # before the sweep
     make_out_dir(out)
     res = dyn.bifurcation(
         cfg, values, param=param, steps=steps, transient=transient, mode=mode, init=init_state,
@@ -210,13 +221,14 @@ def bifurcation(
         section_feature=section_feature, chunk=chunk, store=None if executor == "none" else out / "store",
         executor="inline" if executor == "none" else executor, workers=workers,
         slurm=slurm, progress=True)
-    write_table(res.table, out / "bifurcation.csv")
-    write_table(res.points, out / "points.parquet")
+    written: dict[str, Any] = {"bifurcation.csv": table_bytes(res.table, "bifurcation.csv"),
+                               "points.parquet": table_bytes(res.points, "points.parquet")}
     if res.checkpoint is not None:
-        dyn.save_state(out / "checkpoint.npz", res.checkpoint)
-    save_figure(plots.bifurcation(res.table, res.points, param=param, feature=feature), out / "bifurcation.png")
+        written["checkpoint.npz"] = state_bytes(res.checkpoint)
+    written["bifurcation.png"] = figure_bytes(plots.bifurcation(res.table, res.points, param=param, feature=feature))
     if lyap_steps > 0:
-        save_figure(plots.lyapunov_curve(res.table, param=param), out / "lyapunov.png")
+        written["lyapunov.png"] = figure_bytes(plots.lyapunov_curve(res.table, param=param))
+    write_result_set(out, written, {"param": param, "start": start, "stop": stop, "num": num}, kind="dynamics-bifurcation")
     if as_json:
         echo_json(records_to_json(res.table))
     else:
@@ -254,21 +266,24 @@ def phase(
     """2-D sweep (e.g. beta_o x gamma) coloured by lambda_1 or regime, chunked and resumable."""
     use_threads(threads)
     from attnscope import dynamics as dyn
+    from attnscope.outputs import write_result_set
     from attnscope.plots import dynamics as plots
-    from attnscope.plots import save_figure
-    from attnscope.tables import write_table
+    from attnscope.plots.base import figure_bytes
+    from attnscope.tables import table_bytes
 
     if color not in ("lambda_1", "regime"):
         raise InputError("--color must be lambda_1 or regime")
     cfg = _config(preset, config, weights_seed, sets)
     slurm = _slurm(executor, slurm_partition, slurm_time, slurm_mem)
+    check_out_names(out, ("phase.csv", "phase.png"))  # before the sweep
     make_out_dir(out)
     df = dyn.phase(cfg, (x, dyn.sweep_values(x_start, x_stop, x_num)), (y, dyn.sweep_values(y_start, y_stop, y_num)),
                    transient=transient, steps=steps, k=exponents, init=init_state, chunk=chunk,
                    store=out / "store", executor="inline" if executor == "none" else executor,
                    workers=workers, slurm=slurm, progress=True)
-    write_table(df, out / "phase.csv")
-    save_figure(plots.phase_diagram(df, x=x, y=y, color=color), out / "phase.png")
+    write_result_set(out, {"phase.csv": table_bytes(df, "phase.csv"),
+                           "phase.png": figure_bytes(plots.phase_diagram(df, x=x, y=y, color=color))},
+                     {"x": x, "y": y}, kind="dynamics-phase")
     _regimes(df["regime"], f"{len(df)} grid points ({x} x {y})")
     stderr_console().print(f"wrote phase.csv, phase.png to {out} (chunks in {out / 'store'})", highlight=False)
 
@@ -288,15 +303,16 @@ def finite(
     """Finite-N stochastic network vs the mean field: error of the overlaps against N."""
     use_threads(threads)
     from attnscope import dynamics as dyn
+    from attnscope.outputs import write_result_set
     from attnscope.plots import dynamics as plots
-    from attnscope.plots import save_figure
-    from attnscope.tables import records_to_json, write_table
+    from attnscope.plots.base import figure_bytes
+    from attnscope.tables import records_to_json, table_bytes
 
     cfg = _config(preset, config, weights_seed, sets, gamma=gamma, eps=eps, beta_o=beta_o)
-    make_out_dir(out)
+    check_out_names(out, ("finite.csv", "finite.png"))  # before the sampling
     df = dyn.finite_size_table(cfg, repeats or (1, 10, 100, 1000, 10000), steps=steps, seeds=seeds)
-    write_table(df, out / "finite.csv")
-    save_figure(plots.finite_size(df), out / "finite.png")
+    write_result_set(out, {"finite.csv": table_bytes(df, "finite.csv"), "finite.png": figure_bytes(plots.finite_size(df))},
+                     {"steps": steps, "seeds": seeds}, kind="dynamics-finite")
     if as_json:
         echo_json(records_to_json(df))
         return

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 
 from attnscope.errors import InputError
+from attnscope.progress import note_after
 
-from ._common import THREADS, check_out_dir, positive, slurm_options, stderr_console, use_threads
+from ._common import THREADS, check_out_names, positive, slurm_options, stderr_console, use_threads
 from ._tables import print_table
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -101,7 +102,9 @@ def emergence(
     if not list_only:
         if out is None:
             raise InputError("give --out DIR (the tables, figures and resumable store go there), or --list")
-        check_out_dir(out, "--out")
+        from attnscope.emergence.sweep import RESULT_FILES
+
+        check_out_names(out, RESULT_FILES, "--out")  # a file of yours by a name the result has: refused first
     kind, chosen = plan(source, revisions)
     if list_only:
         _print_revisions(source, kind, chosen)
@@ -110,9 +113,14 @@ def emergence(
 
     assert out is not None  # checked above
     levels = ("head", "layer") if level == "both" else (level,)
-    res = sweep(source, out, revisions=revisions, k=k, levels=levels, stacks=stack,
-                fold_norms="all" if fold_input_norm else fold_norms, executor=executor, workers=workers, slurm=slurm,
-                progress=True, keep_downloads=keep_downloads, behaviour=probes or False, skip_mismatched=skip_mismatched)
+    # in a log, the counted bar's first line comes after the first revision is scored (a worker started, a model
+    # loaded: half a minute): said after a second, unless the sweep refused at once in its one line
+    with note_after(f"emergence {source}: {len(chosen)} revision(s) chosen; reading their configs and scoring into "
+                    f"{out} (stored ones are reused) ..."):
+        res = sweep(source, out, revisions=revisions, k=k, levels=levels, stacks=stack,
+                    fold_norms="all" if fold_input_norm else fold_norms, executor=executor, workers=workers,
+                    slurm=slurm, progress=True, keep_downloads=keep_downloads, behaviour=probes or False,
+                    skip_mismatched=skip_mismatched)
     for note in res.info.get("notes", []):
         print(f"attnscope: note: {note}", file=sys.stderr)
     formed = _formation(res, min_change, noise_factor)
@@ -198,7 +206,7 @@ def _write_outputs(out: Path, res: "EmergenceResult", formed: "pd.DataFrame | No
         if (res.table["level"] == "head").any():
             from attnscope.emergence.html import emergence_page
 
-            files["emergence.html"] = emergence_page(res.table)
+            files["emergence.html"] = emergence_page(res.table, formed=formed)
     return write_result_set(out, files, dict(res.info), kind="emergence")
 
 
@@ -239,9 +247,10 @@ _SHORT = {"symmetry": "s", "directionality": "d"}
 
 
 def print_formation(formed: "pd.DataFrame") -> None:
-    """Per stack, level and score (s, d; behaviour scores summed up in one row): how many trajectories formed,
-    how many changed but stayed inside their noise, the median step of those that formed (formation.csv has
-    every trajectory)."""
+    """Per stack, level and score (s, d; behaviour scores summed up in one row): how many trajectories formed (and
+    of those how many are borderline, within 10% of their margin), how many were transients (out of the noise band
+    and back inside it), how many changed but stayed inside their noise, the median step of those that formed
+    (formation.csv has every trajectory, with each formation step's interval)."""
     from ._common import console
 
     kind = formed["metric"].map(lambda m: _SHORT.get(m, "behaviour"))
@@ -249,10 +258,13 @@ def print_formation(formed: "pd.DataFrame") -> None:
     for (stack, level, metric), grp in formed.assign(kind=kind).groupby(["stack", "level", "kind"], sort=False):
         counts = grp["outcome"].value_counts()
         steps = grp["formed_step"].dropna().astype(float)
-        rows.append([str(stack), str(level), str(metric), f"{counts.get('formed', 0)}/{len(grp)}",
-                     str(counts.get("inside the noise", 0)), f"{steps.median():.0f}" if len(steps) else "-"])
+        border = int((grp["borderline"].astype(bool) & (grp["outcome"] == "formed")).sum()) if "borderline" in grp else 0
+        rows.append([str(stack), str(level), str(metric),
+                     f"{counts.get('formed', 0)}/{len(grp)}" + (f" ({border} borderline)" if border else ""),
+                     str(counts.get("transient", 0)), str(counts.get("inside the noise", 0)),
+                     f"{steps.median():.0f}" if len(steps) else "-"])
     print_table(console(stderr=False), "formation: trajectories that formed (formation.csv)",
-                ["stack", "level", "score", "formed", "in noise", "median step"], rows)
+                ["stack", "level", "score", "formed", "transient", "in noise", "median step"], rows)
 
 
 def print_settling(settled: "pd.DataFrame") -> None:
@@ -263,9 +275,9 @@ def print_settling(settled: "pd.DataFrame") -> None:
     from ._common import console
 
     defined = settled[settled["rho"].notna()]
-    rows = [[_SHORT.get(r.x, str(r.x)), str(r.y), f"{r.rho:+.2f} [{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
-             if math.isfinite(r.ci_low) else f"{r.rho:+.2f}", f"{r.n}/{r.n_units}" + (" few" if r.few_units else ""),
-             f"{r.q_run:.2f}"] for r in defined.itertuples()]
+    rows = [[_SHORT.get(r.x, str(r.x)), str(r.y), (f"{r.rho:+.2f} [{r.ci_low:+.2f}, {r.ci_high:+.2f}]"
+             + (" (few)" if r.few_units else "")) if math.isfinite(r.ci_low) else f"{r.rho:+.2f}",
+             f"{r.n}/{r.n_units}" + (" few" if r.few_units else ""), f"{r.q_run:.2f}"] for r in defined.itertuples()]
     if rows:
         print_table(console(stderr=False), "settling: rho of formation steps, 95% CI over layers (settling.csv)",
                     ["x", "behaviour", "rho [95% CI]", "heads/layers", "q"], rows)

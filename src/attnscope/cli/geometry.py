@@ -24,6 +24,7 @@ from ._common import (
     THREADS,
     check_out_dir,
     check_out_file,
+    write_out_table,
     console,
     distinct_sources,
     echo_json,
@@ -184,11 +185,11 @@ def _offsets(spec: Optional[str], frequencies: bool) -> list[int] | None:
 
 
 def _write_and_echo(df: "pd.DataFrame", out: Optional[Path], json_out: bool) -> None:
-    """The table to ``--out`` (atomic) and, with ``--json``, as JSON records on stdout."""
-    from attnscope.tables import records_to_json, write_table
+    """The table to ``--out`` (atomic; attnscope's own result there) and, with ``--json``, as JSON records on stdout."""
+    from attnscope.tables import records_to_json
 
     if out is not None:
-        write_table(df, out)
+        write_out_table(df, out, kind="geometry")
     if json_out:
         echo_json(records_to_json(df))
 

@@ -18,8 +18,8 @@ from rich.markup import escape
 
 from attnscope.errors import InputError
 
-from ._common import (THREADS, check_device, check_out_dir, check_out_file, echo_json, make_default_group,
-                      stderr_console, use_threads)
+from ._common import (THREADS, check_device, check_out_dir, check_out_file, check_out_names, echo_json,
+                      make_default_group, stderr_console, use_threads, write_out_table)
 from ._tables import print_frame, print_table
 
 app = typer.Typer(
@@ -59,13 +59,13 @@ def measure(
     which come from the repeated-random-tokens probe (BOS, T random tokens, the same T again).
     """
     from attnscope.heads.maps import check_extract_args, extract, open_model, window_plan
-    from attnscope.tables import write_table
 
     if js is not None and js_rows < 1:
         raise InputError(f"--js needs --js-rows of at least 1, not {js_rows}")
     check_extract_args(windows, length, batch_size, js_rows if js else 0)  # every option before the model loads
     check_out_file(out, "--out", inputs=(source, data))
     check_out_file(js, "--js", inputs=(source, data))
+    check_out_names(plot, HEADS_FIGURES, "--plot")
     check_device(device)
     if out is not None and js is not None and out.resolve() == js.resolve():
         raise InputError(f"--out and --js are the same file {out}")
@@ -85,11 +85,11 @@ def measure(
 
         df = with_random_probe(model, df, batch_size=batch_size, progress=True)
     if out is not None:
-        write_table(df, out)
+        write_out_table(df, out, kind="heads")
     if js is not None:
         if res.js is None:  # every "wrote" line below must be true
             raise InputError(f"{model.name}: no JS divergences were computed, so --js {js} was not written")
-        write_table(res.js, js)
+        write_out_table(res.js, js, kind="heads-js")
     if plot_dir is not None:  # the three figures replace an earlier run's as a whole
         from attnscope.outputs import write_result_set
         from attnscope.plots import heads as hp
@@ -166,10 +166,11 @@ def cluster(
 ) -> None:
     """Cluster heads on z-scored metric features; silhouette per k picks the best k from the data."""
     from attnscope.heads.cluster import check_js_matches, cluster_heads, cluster_profiles, embed_js
-    from attnscope.tables import read_table, write_table
+    from attnscope.tables import read_table
 
-    check_out_file(out, "--out", inputs=(metrics, js))
-    check_out_dir(plot, "--plot")
+    check_out_file(out, "--out", inputs=(metrics, js), companions=(_silhouette_name(out),) if out else ())
+    check_out_names(plot, ["cluster_silhouette.png", "cluster_js_mds.png",
+                           *(f"cluster_map_{m}.png" for m in ("ward", "kmeans"))], "--plot")
     df = read_table(metrics)
     js_table = read_table(js) if js is not None else None
     if js_table is not None:
@@ -178,16 +179,18 @@ def cluster(
     res = cluster_heads(df, feats, k_min=k_min, k_max=k_max, method=method, seed=seed)
     emb = embed_js(js_table, seed=seed) if js_table is not None else None
     if out is not None:
-        write_table(res.labels, out)
-        write_table(res.silhouette, out.with_name(f"{out.stem}_silhouette{out.suffix}"))
+        write_out_table(res.labels, out, kind="heads-cluster", companions={_silhouette_name(out): res.silhouette})
     plot_dir = _plot_dir(plot)
     if plot_dir is not None:
-        _cluster_figures(plot_dir, res, "cluster_silhouette.png", "cluster_map_{}.png", "best silhouette")
+        figures = _cluster_figures(res, "cluster_silhouette.png", "cluster_map_{}.png", "best silhouette")
         if emb is not None:
             from attnscope.plots import heads as hp
-            from attnscope.plots import save_figure
+            from attnscope.plots.base import figure_bytes
 
-            save_figure(hp.js_mds(emb), plot_dir / "cluster_js_mds.png")
+            figures["cluster_js_mds.png"] = figure_bytes(hp.js_mds(emb))
+        from attnscope.outputs import write_result_set
+
+        write_result_set(plot_dir, figures, {"metrics": str(metrics), "features": features}, kind="heads-cluster")
     if as_json:
         best_rows = res.labels[res.labels["best"]]
         payload = {
@@ -213,7 +216,7 @@ def cluster(
     for m, k in res.best_k.items():
         print_frame(con, f"{m}: best k = {k}, cluster profiles", cluster_profiles(df, res.labels, m, res.features))
     if out is not None:
-        con.print(f"wrote labels: {out}; silhouettes: {out.with_name(f'{out.stem}_silhouette{out.suffix}')}", highlight=False)
+        con.print(f"wrote labels: {out}; silhouettes: {out.with_name(_silhouette_name(out))}", highlight=False)
     if plot_dir is not None:
         con.print(f"wrote figures: {', '.join(sorted(p.name for p in plot_dir.glob('cluster_*.png')))} in {plot_dir}",
                   highlight=False)
@@ -238,7 +241,9 @@ def derive(
     df = read_table(metrics)
     pat, why = derive_pattern(df, layer=layer, model=model, min_window=min_window, max_window=max_window, sink_threshold=sink_threshold)
     if out is not None:
-        pat.save(out)
+        from attnscope.outputs import write_result_file
+
+        write_result_file(out, pat.dumps(out), {"metrics": str(metrics)}, kind="heads-derive")
     if as_json:
         echo_json(json.dumps(pat.to_dict()))
         return
@@ -268,6 +273,8 @@ def study(
     """Train a dense and a sparse byte decoder differing only in attention pattern; compare and cluster heads."""
     from attnscope.heads.study import run_study
 
+    check_out_names(out, STUDY_TABLES, "out")  # a file of yours by one of these names: refused before training
+    check_out_names(out / "figures", STUDY_FIGURES, "out")
     over = {k: v for k, v in dict(steps=steps, n_layers=n_layers, d_model=d_model, batch_size=batch_size, data=data).items() if v is not None}
     if seq_len is not None:
         over.update(seq_len=seq_len, max_seq_len=seq_len)
@@ -278,33 +285,50 @@ def study(
     con.print(f"best k: {res['clusters'].best_k}; tables and figures in {out}")
 
 
-def _cluster_figures(plot_dir: Path, res, silhouette_name: str, map_name: str, note: str) -> None:
-    """The silhouette curve and, per method, the cluster map at its best k."""
-    from attnscope.plots import heads as hp
-    from attnscope.plots import save_figure
+#: the figures `attnscope heads SOURCE --plot DIR` writes
+HEADS_FIGURES = ("heads_heatmaps.png", "heads_scatter.png", "heads_maps.png")
 
-    save_figure(hp.silhouette_curve(res.silhouette), plot_dir / silhouette_name)
+
+#: what `attnscope heads study OUT` writes into OUT and OUT/figures (besides its two run folders)
+STUDY_TABLES = ("summary.csv", "heads_metrics.csv", "clusters.csv", "clusters_silhouette.csv")
+STUDY_FIGURES = ("dense_heatmaps.png", "dense_maps.png", "sparse_heatmaps.png", "sparse_maps.png", "scatter.png",
+                 "silhouette.png", "clusters_ward.png", "clusters_kmeans.png")
+
+
+def _silhouette_name(out: Path) -> str:
+    """The silhouettes' file beside ``--out X.csv``: X_silhouette.csv."""
+    return f"{out.stem}_silhouette{out.suffix}"
+
+
+def _cluster_figures(res, silhouette_name: str, map_name: str, note: str) -> dict[str, bytes]:
+    """The silhouette curve and, per method, the cluster map at its best k: {file name: PNG bytes}."""
+    from attnscope.plots import heads as hp
+    from attnscope.plots.base import figure_bytes
+
+    figures = {silhouette_name: figure_bytes(hp.silhouette_curve(res.silhouette))}
     for m, k in res.best_k.items():
         best = res.labels[(res.labels["method"] == m) & (res.labels["k"] == k)]
-        save_figure(hp.cluster_map(best, title=f"{m}, k = {k} ({note})"), plot_dir / map_name.format(m))
+        figures[map_name.format(m)] = figure_bytes(hp.cluster_map(best, title=f"{m}, k = {k} ({note})"))
+    return figures
 
 
 def _write_study(out: Path, res: dict) -> None:
-    """The study's tables (summary, per-head metrics, clusters) and figures (OUT/figures)."""
+    """The study's tables (summary, per-head metrics, clusters) and figures (OUT/figures), each folder one result
+    (:func:`attnscope.outputs.write_result_set`)."""
+    from attnscope.outputs import write_result_set
     from attnscope.plots import heads as hp
-    from attnscope.plots import save_figure
-    from attnscope.tables import write_table
+    from attnscope.plots.base import figure_bytes
+    from attnscope.tables import table_bytes
 
-    write_table(res["summary"], out / "summary.csv")
-    write_table(res["metrics"], out / "heads_metrics.csv")
-    write_table(res["clusters"].labels, out / "clusters.csv")
-    write_table(res["clusters"].silhouette, out / "clusters_silhouette.csv")
-    figs = out / "figures"
-    figs.mkdir(exist_ok=True)
+    tables = {"summary.csv": res["summary"], "heads_metrics.csv": res["metrics"],
+              "clusters.csv": res["clusters"].labels, "clusters_silhouette.csv": res["clusters"].silhouette}
+    figures = {}
     for name, sub in res["metrics"].groupby("model"):
-        save_figure(hp.metric_heatmaps(sub, title=f"{name} model: per-head metrics"), figs / f"{name}_heatmaps.png")
-        save_figure(hp.example_maps(res["examples"][name], title=f"{name} model: attention maps (window 0, first 96 bytes)"),
-                    figs / f"{name}_maps.png")
-    save_figure(hp.metric_scatter(res["metrics"], hue="model"), figs / "scatter.png")
-    _cluster_figures(figs, res["clusters"], "silhouette.png", "clusters_{}.png",
-                     "best silhouette; clustered jointly")
+        figures[f"{name}_heatmaps.png"] = figure_bytes(hp.metric_heatmaps(sub, title=f"{name} model: per-head metrics"))
+        figures[f"{name}_maps.png"] = figure_bytes(hp.example_maps(
+            res["examples"][name], title=f"{name} model: attention maps (window 0, first 96 bytes)"))
+    figures["scatter.png"] = figure_bytes(hp.metric_scatter(res["metrics"], hue="model"))
+    figures.update(_cluster_figures(res["clusters"], "silhouette.png", "clusters_{}.png",
+                                    "best silhouette; clustered jointly"))
+    write_result_set(out / "figures", figures, kind="heads-study")
+    write_result_set(out, {n: table_bytes(t, n) for n, t in tables.items()}, kind="heads-study")

@@ -104,8 +104,22 @@ def train(**given: Any) -> None:
     line = f"trained {summary['steps']} steps -> {cfg.out}"
     if "eval_loss" in summary:
         line += f"; held-out loss {summary['eval_loss']:.4f} ({summary['eval_bits_per_token']:.3f} bits/token)"
-    line += f"; geometry logging {100 * summary['geometry_overhead']:.2f}% of training time"
+    line += overhead_text(summary)
     stderr_console().print(line)
+
+
+#: below this many seconds of training steps, the geometry logging's share of them says nothing (its first scoring
+#: alone, which also pays the first use of its kernels, can take longer than a few steps)
+SHARE_FROM_S = 10.0
+
+
+def overhead_text(summary: dict[str, Any]) -> str:
+    """The summary's geometry-logging part: its share of the training time, or on a short run both times."""
+    t, g = float(summary.get("train_seconds", 0.0)), float(summary.get("geometry_seconds", 0.0))
+    if t < SHARE_FROM_S:
+        return (f"; geometry logging {g:.2f} s beside {t:.2f} s of training steps (a run this short says nothing of "
+                "its share)")
+    return f"; geometry logging {100 * summary['geometry_overhead']:.2f}% of training time"
 
 
 def _names(text: str | None) -> list[str] | None:

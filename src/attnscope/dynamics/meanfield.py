@@ -176,9 +176,14 @@ def save_state(path: str | Path, state: State, mq: np.ndarray | None = None) -> 
     The window is stored slot-indexed (slot k holds the token at t = k mod C), which is oldest-first
     whenever t is a multiple of C; ``t`` is stored so a run resumes in phase.
     """
-    import io
-
     from attnscope.tables import atomic_write_bytes
+
+    return atomic_write_bytes(path, state_bytes(state, mq))
+
+
+def state_bytes(state: State, mq: np.ndarray | None = None) -> bytes:
+    """The bytes :func:`save_state` writes."""
+    import io
 
     B = state.mv.shape[0]
     squeeze = (lambda x: x[0]) if B == 1 else (lambda x: x)
@@ -186,7 +191,7 @@ def save_state(path: str | Path, state: State, mq: np.ndarray | None = None) -> 
     buf = io.BytesIO()
     np.savez(buf, mv_window=squeeze(state.mv), mk_window=squeeze(state.mk), mq_window=squeeze(mq),
              att_window=squeeze(state.A), t=np.int64(state.t))
-    return atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
 
 
 def params_arrays(cfg: DynamicsConfig, beta_o=None, gamma=None, eps=None) -> tuple[np.ndarray, ...]:

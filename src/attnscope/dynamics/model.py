@@ -21,7 +21,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from attnscope.errors import ConfigError, InputError
+from attnscope.errors import ConfigError, InputError, excerpt
 
 MATRICES = ("o", "v", "q", "k")
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -301,8 +301,12 @@ def load_config(path: str | Path) -> DynamicsConfig:
 def _parse_value(text: str) -> Any:
     import yaml
 
+    from attnscope.tables import _yaml_loader
+
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader, aliases bounded
+    except ConfigError as exc:
+        raise ConfigError(f"override value {excerpt(text, 40)}: {exc}") from None
     except Exception:
         return text
 

@@ -168,14 +168,19 @@ MATRIX_ORDER = ("o", "v", "q", "k")
 
 def save_trajectory(path: str | Path, traj: dict[str, np.ndarray]) -> Path:
     """Write the arrays of :func:`trajectory` as one compressed ``.npz`` (atomic; layout in the module doc)."""
-    import io
-
     from attnscope.tables import atomic_write_bytes
+
+    return atomic_write_bytes(path, trajectory_bytes(traj))
+
+
+def trajectory_bytes(traj: dict[str, np.ndarray]) -> bytes:
+    """The bytes :func:`save_trajectory` writes."""
+    import io
 
     buf = io.BytesIO()
     arrays = {k: np.asarray(traj[k]) for k in TRAJECTORY_KEYS if k != "matrices"}
     np.savez_compressed(buf, **arrays, matrices=np.array(MATRIX_ORDER))
-    return atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
 
 
 def load_trajectory(path: str | Path) -> dict[str, np.ndarray]:

@@ -20,11 +20,27 @@ is a floor below which nothing forms however quiet the trajectory. A NaN value a
 
 Both directions count: a symmetric-init encoder whose s falls from 1 forms where it has fallen half way.
 :func:`judge` returns the step index with the noise, the margin and the outcome (:data:`OUTCOMES`).
+
+**What else a trajectory says** (:func:`describe`, the columns of :func:`formation`):
+
+* a **transient**: the value left the margin around v_0 for at least :data:`HELD` consecutive revisions and came
+  back inside it by the end: outcome ``transient`` (it is not a formation, and not mere noise either);
+* an **overshoot**: a formed trajectory that went beyond its final value by more than the margin, held for
+  :data:`HELD` revisions, before it fell back (encoder layer 0's d rising to 0.92 and ending at 0.35): ``overshoot``
+  True, with ``peak`` and ``peak_step``; its formation step is read on the way to the peak;
+* **borderline**: a change within :data:`BORDERLINE` (10%) of its margin, either side: ``borderline`` True (a
+  formation at 1.001x its margin is as uncertain as a change at 0.999x that did not form);
+* an **interval for the formation step**: the trajectory redrawn :data:`N_BOOT` times with independent normal
+  noise of its own measured scale at every checkpoint (``noise / sqrt 2`` each: the noise is that of a
+  difference), each judged against the same margin; ``formed_share`` is the share of redraws that form, and
+  ``formed_step_low`` / ``formed_step_high`` the 2.5% and 97.5% percentiles of their formation steps (a
+  bootstrap over the checkpoints' noise; NaN where the noise cannot be measured, below 4 revisions). Over seeds,
+  where a grid of runs exists, the spread of the per-seed formation steps is the other interval to read.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -50,7 +66,14 @@ SMALL_SAMPLE = {4: 7.91, 5: 2.47, 6: 2.37, 7: 1.7, 8: 1.67, 9: 1.45, 10: 1.42, 1
                 80: 1.03, 100: 1.03, 150: 1.02, 200: 1.02, 300: 1.01, 500: 1.0}
 METRICS = ("symmetry", "directionality")
 #: what :func:`judge` says of a trajectory
-OUTCOMES = ("formed", "inside the noise", "below min_change", "not scored")
+OUTCOMES = ("formed", "transient", "inside the noise", "below min_change", "not scored")
+#: consecutive revisions a transient or an overshoot must hold beyond the margin (one point out is noise)
+HELD = 2
+#: a change within this fraction of its margin (either side) is borderline
+BORDERLINE = 0.10
+#: redraws of a trajectory for its formation step's interval, and their seed
+N_BOOT = 200
+SEED = 0
 
 
 def step_noise(values: "Sequence[float] | np.ndarray") -> float:
@@ -90,14 +113,65 @@ def judge(values: Sequence[float], min_change: float = MIN_CHANGE,
     if not np.isfinite(v).all():
         return None, noise, margin, "not scored"
     change = v[-1] - v[0]
-    if change == 0 or abs(change) < min_change:
-        return None, noise, margin, "below min_change"
-    if abs(change) < margin:
-        return None, noise, margin, "inside the noise"
+    if change == 0 or abs(change) < margin:  # margin >= min_change: no formation; a transient, or no change
+        if _held(np.abs(v - v[0]) > margin):
+            return None, noise, margin, "transient"
+        return None, noise, margin, "below min_change" if change == 0 or abs(change) < min_change else "inside the noise"
     past = (v - v[0]) * np.sign(change) >= abs(change) / 2  # [n] at or beyond half way
     # the last index that is not past half way; formation is the one after it
     not_past = np.flatnonzero(~past)
     return (int(not_past[-1] + 1) if len(not_past) else 0), noise, margin, "formed"
+
+
+def _held(beyond: np.ndarray) -> bool:
+    """Whether ``beyond`` [n] is True for at least :data:`HELD` consecutive entries."""
+    run = 0
+    for b in beyond:
+        run = run + 1 if b else 0
+        if run >= HELD:
+            return True
+    return False
+
+
+def describe(values: Sequence[float], min_change: float = MIN_CHANGE, noise_factor: float = NOISE_FACTOR,
+             n_boot: int = N_BOOT, seed: int = SEED) -> dict[str, Any]:
+    """:func:`judge` and what else the trajectory says (module docstring): {index, noise, margin, outcome,
+    borderline, overshoot, peak_index, formed_share, boot_indices} (``boot_indices``: the formation index of each
+    redraw that formed; ``formed_share``, ``boot_indices`` NaN / empty where the noise is not measured)."""
+    v = np.asarray(values, dtype=float)
+    idx, noise, margin, outcome = judge(v, min_change, noise_factor)
+    out: dict[str, Any] = {"index": idx, "noise": noise, "margin": margin, "outcome": outcome,
+                              "borderline": False, "overshoot": False, "peak_index": None,
+                              "formed_share": float("nan"), "boot_indices": np.empty(0, dtype=np.int64)}
+    if outcome == "not scored":
+        return out
+    change = v[-1] - v[0]
+    out["borderline"] = bool(margin > 0 and abs(abs(change) - margin) <= BORDERLINE * margin)
+    direction = np.sign(change) if change else 1.0
+    if outcome == "formed":
+        beyond = (v - v[-1]) * direction > margin  # [n] past the final value by more than the margin
+        if _held(beyond):
+            out["overshoot"], out["peak_index"] = True, int(np.argmax((v - v[-1]) * direction))
+    elif outcome == "transient":
+        out["peak_index"] = int(np.argmax(np.abs(v - v[0])))
+    if np.isfinite(noise) and noise > 0 and n_boot > 0:
+        out["formed_share"], out["boot_indices"] = _redraws(v, noise, margin, min_change, n_boot, seed)
+    return out
+
+
+def _redraws(v: np.ndarray, noise: float, margin: float, min_change: float, n_boot: int,
+             seed: int) -> tuple[float, np.ndarray]:
+    """(share of ``n_boot`` redraws of ``v`` that form, their formation indices): every checkpoint moved by
+    independent normal noise of sd ``noise / sqrt 2``, each redraw judged against the same ``margin``."""
+    rng = np.random.default_rng(seed)
+    V = v[None, :] + rng.normal(0.0, noise / np.sqrt(2.0), size=(n_boot, len(v)))  # [b, n]
+    change = V[:, -1] - V[:, 0]  # [b]
+    formed = (np.abs(change) >= margin) & (np.abs(change) >= min_change) & (change != 0)
+    past = (V - V[:, :1]) * np.sign(change)[:, None] >= np.abs(change)[:, None] / 2  # [b, n]
+    not_past = ~past
+    last = len(v) - 1 - np.argmax(not_past[:, ::-1], axis=1)  # [b] the last index not past half way
+    idx = np.where(not_past.any(axis=1), last + 1, 0)
+    return float(formed.mean()), idx[formed].astype(np.int64)
 
 
 def formation_index(values: Sequence[float], min_change: float = MIN_CHANGE,
@@ -111,9 +185,11 @@ def formation(table: "pd.DataFrame", metrics: Sequence[str] = METRICS, min_chang
     """Per head (``level="head"``) or layer form: initial, final value and the revision / step / tokens at
     which each of ``metrics`` forms. ``table``: an emergence table (``revision``, ``step``, ``tokens`` and
     the score record), in training order. Rows: model, stack, level, layer, head, metric, initial, final,
-    change, noise, margin, outcome, formed_revision, formed_step, formed_tokens (missing where nothing
-    formed). ``noise``: the trajectory's checkpoint-to-checkpoint noise; ``margin``: the change it had to
-    reach; ``outcome``: formed, inside the noise, below min_change or not scored (module docstring)."""
+    change, noise, margin, outcome, borderline, formed_revision, formed_step, formed_tokens (missing where
+    nothing formed), formed_share, formed_step_low, formed_step_high (the interval of the formation step),
+    overshoot, peak, peak_step. ``noise``: the trajectory's checkpoint-to-checkpoint noise; ``margin``: the
+    change it had to reach; ``outcome``: formed, transient, inside the noise, below min_change or not scored
+    (module docstring)."""
     import pandas as pd
 
     from attnscope.tables import check_table
@@ -136,15 +212,28 @@ def formation(table: "pd.DataFrame", metrics: Sequence[str] = METRICS, min_chang
         base = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         for metric in metrics:
             vals = grp[metric].to_numpy(dtype=float)
-            idx, noise, margin, outcome = judge(vals, min_change, noise_factor) if len(vals) >= 2 else \
-                (None, float("nan"), float(min_change), "not scored")
+            d = describe(vals, min_change, noise_factor) if len(vals) >= 2 else \
+                {"index": None, "noise": float("nan"), "margin": float(min_change), "outcome": "not scored",
+                 "borderline": False, "overshoot": False, "peak_index": None, "formed_share": float("nan"),
+                 "boot_indices": np.empty(0, dtype=np.int64)}
+            idx = d["index"]
             rev = grp["revision"].iloc[idx] if idx is not None else None
+            steps = grp["step"].to_numpy(dtype=float)
+            boot = steps[d["boot_indices"]] if len(d["boot_indices"]) else np.empty(0)
+            peak = d["peak_index"]
             out.append({**base, "level": level, "metric": metric, "initial": vals[0], "final": vals[-1],
-                        "change": vals[-1] - vals[0], "noise": noise, "margin": margin, "outcome": outcome,
+                        "change": vals[-1] - vals[0], "noise": d["noise"], "margin": d["margin"],
+                        "outcome": d["outcome"], "borderline": d["borderline"],
                         "formed_revision": rev,
                         "formed_step": axis.loc[rev, "step"] if rev is not None else None,
-                        "formed_tokens": axis.loc[rev, "tokens"] if rev is not None and "tokens" in axis else None})
+                        "formed_tokens": axis.loc[rev, "tokens"] if rev is not None and "tokens" in axis else None,
+                        "formed_share": d["formed_share"],
+                        "formed_step_low": float(np.percentile(boot, 2.5)) if len(boot) else float("nan"),
+                        "formed_step_high": float(np.percentile(boot, 97.5)) if len(boot) else float("nan"),
+                        "overshoot": d["overshoot"], "peak": vals[peak] if peak is not None else float("nan"),
+                        "peak_step": steps[peak] if peak is not None else None})
     df = pd.DataFrame(out)
+    df["peak_step"] = pd.array([None if v is None or pd.isna(v) else int(v) for v in df["peak_step"]], dtype="Int64")
     for col in ("formed_step", "formed_tokens"):
         df[col] = pd.array([None if v is None or pd.isna(v) else int(v) for v in df[col]], dtype="Int64")
     if level != "head":

@@ -90,9 +90,11 @@ function trajectory(){
   if (chosen.stack === null) return;
   const s = D.stacks.find(x => x.stack === chosen.stack), at = chosen.layer * s.heads + chosen.head;
   const m = pick.value, names = ['symmetry', 'directionality'].concat(D.signed[m] ? [] : [m]);
-  const hues = {symmetry: '#c0392b', directionality: '#2060c0'}, series = [];
+  const hues = {symmetry: '#c0392b', directionality: '#2060c0'}, series = [], bands = [];
   for (const name of names) {
     const col = hues[name] || '#2a9d4a';
+    const band = ((D.bands[name] || {})[s.stack] || {})[chosen.layer + ',' + chosen.head];
+    if (band) bands.push({name: name, colour: col, b: band});
     series.push({label: name + ' (L' + chosen.layer + 'H' + chosen.head + ')', colour: col, dash: '',
                  ys: D.revisions.map((_, i) => ((D.values[name][s.stack] || [])[i] || [])[at])});
     const lay = (D.layers[name] || {})[s.stack];
@@ -104,7 +106,8 @@ function trajectory(){
   const X = st => st < lin ? 0.5 * st / lin : 0.5 + Math.log10(st / lin);
   const xmax = Math.max(X(Math.max.apply(null, steps)), 1e-9);
   const px = st => L + (W - L - R) * X(st) / xmax;
-  const all = [].concat.apply([], series.map(q => q.ys)).filter(v => v !== null && v !== undefined);
+  const edges = [].concat.apply([], bands.map(q => [q.b[0] - q.b[1], q.b[0] + q.b[1]]));
+  const all = [].concat.apply([], series.map(q => q.ys)).concat(edges).filter(v => v !== null && v !== undefined);
   let lo = Math.min.apply(null, all.concat([0])), hi = Math.max.apply(null, all.concat([0]));
   const pad = (hi - lo) * 0.08 || 0.05; lo -= pad; hi += pad;
   const py = v => T + (H - T - B) * (hi - v) / (hi - lo);
@@ -118,6 +121,15 @@ function trajectory(){
     'training step (log)'));
   for (let i = 0; i <= 4; i++) { const v = lo + (hi - lo) * i / 4;
     svg.appendChild(el('text', {x: L - 6, y: py(v) + 4, 'font-size': 11, 'text-anchor': 'end'}, v.toFixed(2))); }
+  bands.forEach((q, k) => {  // the noise band: initial +- margin; the formation step and its interval
+    const [v0, mg, outcome, at, low, high] = q.b;
+    svg.appendChild(el('rect', {x: L, y: py(v0 + mg), width: W - L - R, height: Math.max(0, py(v0 - mg) - py(v0 + mg)),
+      fill: q.colour, 'fill-opacity': 0.08, 'class': 'em-band'}));
+    if (at !== null) { const y = T + 5 + 6 * k;
+      if (low !== null && high !== null) svg.appendChild(el('line', {x1: px(low), x2: px(high), y1: y, y2: y,
+        stroke: q.colour, 'stroke-width': 2, 'class': 'em-interval'}));
+      svg.appendChild(el('circle', {cx: px(at), cy: y, r: 3.5, fill: q.b[6] ? '#fff' : q.colour, stroke: q.colour})); }
+  });
   const now = px(steps[+slider.value]);
   svg.appendChild(el('line', {x1: now, x2: now, y1: T, y2: H - B, stroke: '#888', 'stroke-dasharray': '2,3'}));
   series.forEach((q, k) => {
@@ -130,7 +142,12 @@ function trajectory(){
   });
   const cap = document.createElement('div'); cap.className = 'note';
   cap.textContent = chosen.stack + ' layer ' + chosen.layer + ', head ' + chosen.head +
-    ' over training (click another cell to follow it; dotted line: the step the slider picks)';
+    ' over training (click another cell to follow it; dotted line: the step the slider picks' +
+    (bands.length ? '; shaded: its initial value +- the margin a change must exceed to form, the noise band; ' +
+     'on top: the formation step and its 95% interval over redraws of the checkpoints\' noise' : '') + ')' +
+    bands.map(q => '. ' + q.name + ': ' + q.b[2] + (q.b[3] !== null ? ' at step ' + q.b[3] +
+      (q.b[4] !== null ? ' [' + q.b[4] + ', ' + q.b[5] + ']' : '') : '') + (q.b[6] ? ' (borderline: within 10% of its margin)' : '') +
+      (q.b[7] ? ' (after an overshoot)' : '')).join('');
   host.appendChild(cap); host.appendChild(svg);
 }
 function draw(){ grids(); trajectory(); }
@@ -152,10 +169,29 @@ def _int_or_none(v: Any) -> int | None:
     return None if f is None else int(f)
 
 
-def page_payload(table: "pd.DataFrame", metrics: list[str]) -> dict[str, Any]:
+def _bands(formed: "pd.DataFrame | None") -> dict[str, dict[str, dict[str, list[Any]]]]:
+    """Per metric, stack and "layer,head": [initial, margin, outcome, formed_step, low, high, borderline, overshoot]
+    of a head's formation row (:func:`attnscope.emergence.formation`); {} without a table."""
+    out: dict[str, dict[str, dict[str, list[Any]]]] = {}
+    if formed is None or not len(formed) or "margin" not in formed:
+        return out
+    rows = formed[formed["level"] == "head"] if "level" in formed else formed
+    for r in rows.itertuples(index=False):
+        initial, margin = _num(r.initial), _num(r.margin)
+        if initial is None or margin is None:
+            continue
+        out.setdefault(str(r.metric), {}).setdefault(str(r.stack), {})[f"{int(r.layer)},{int(r.head)}"] = [
+            initial, margin, str(r.outcome), _int_or_none(r.formed_step), _int_or_none(getattr(r, "formed_step_low", None)),
+            _int_or_none(getattr(r, "formed_step_high", None)), bool(getattr(r, "borderline", False)),
+            bool(getattr(r, "overshoot", False))]
+    return out
+
+
+def page_payload(table: "pd.DataFrame", metrics: list[str], formed: "pd.DataFrame | None" = None) -> dict[str, Any]:
     """What the page draws: revisions in order, each stack's shape, per metric and stack a
-    [revisions][layer * heads + head] list of values (None where missing), and ``layers``: per metric the table
-    holds layer rows of and stack, the layer form M_L as [revisions][layer]."""
+    [revisions][layer * heads + head] list of values (None where missing), ``layers``: per metric the table
+    holds layer rows of and stack, the layer form M_L as [revisions][layer], and ``bands``: each head's noise
+    band and formation (:func:`_bands`) from ``formed``."""
     heads = table[table["level"] == "head"]
     revs = list(dict.fromkeys(table["revision"]))
     axis = table.drop_duplicates("revision").set_index("revision")
@@ -185,12 +221,13 @@ def page_payload(table: "pd.DataFrame", metrics: list[str]) -> dict[str, Any]:
     signed = {m: m in ("symmetry", "directionality") for m in metrics}
     return {"revisions": [{"name": str(r), "step": _int_or_none(axis.loc[r, "step"]),
                            "tokens": _int_or_none(axis.loc[r, "tokens"]) if "tokens" in axis else None} for r in revs],
-            "stacks": stacks, "values": values, "layers": layer_values, "signed": signed}
+            "stacks": stacks, "values": values, "layers": layer_values, "signed": signed, "bands": _bands(formed)}
 
 
-def emergence_page(table: "pd.DataFrame", title: str | None = None) -> str:
+def emergence_page(table: "pd.DataFrame", title: str | None = None, formed: "pd.DataFrame | None" = None) -> str:
     """The whole document (a string): a metric menu (s, d and any behaviour score of the table), a step slider,
-    one layer x head grid per stack."""
+    one layer x head grid per stack; with ``formed`` (:func:`attnscope.emergence.formation`) a head's trajectory
+    shows its noise band, its formation step and that step's interval."""
     from attnscope.atlas.build import behaviour_columns
     from attnscope.pages import DOM_JS, document, esc, json_script, script
     from attnscope.tables import check_table
@@ -206,7 +243,7 @@ def emergence_page(table: "pd.DataFrame", title: str | None = None) -> str:
         f'<label>revision <input type="range" id="em-step" min="0" max="{n}" value="{n}" step="1"></label> '
         '<span id="em-label"></span></p><div id="em-legend"></div>',
         '<div id="em-grids"></div><div id="em-traj"></div><div id="em-tip"></div>',
-        json_script(page_payload(table, metrics), "em-data"), script(DOM_JS + _JS),
+        json_script(page_payload(table, metrics, formed), "em-data"), script(DOM_JS + _JS),
     ])  # fmt: skip
     return document(f"{name}: emergence", body, css=_CSS, heading=f"{name}: W_qk geometry over training",
                     subtitle="Every head's score at the revision the slider picks, one layer x head grid per stack "

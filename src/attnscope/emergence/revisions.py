@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from attnscope.errors import InputError, OfflineError
+from attnscope.errors import FormatError, InputError, OfflineError, excerpt
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -43,6 +43,9 @@ _SERIES_PARTS = (_STEP, _TOKENS)
 _UNITS = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 #: the cap on ``log:N`` and on listed names (a sweep of more is a typo)
 MAX_REVISIONS = 100_000
+#: the largest training step (and token count) a name or a run log may give: far beyond any run (2**53: exact as
+#: a float); a larger number is refused in one line, never an overflow deep in a table
+MAX_STEP = 2**53
 
 
 @dataclass(frozen=True)
@@ -71,11 +74,15 @@ def parse_step(name: str) -> tuple[int | None, int | None]:
     """(step, tokens) from a revision name; None where the name does not say. ``stage1-step1000-tokens4B``
     -> (1000, 4_000_000_000); ``step-500`` -> (500, None); ``main`` -> (None, None)."""
     m = _STEP.search(name)
-    step = int(m.group(1)) if m else None
+    step = int(m.group(1)) if m and len(m.group(1)) <= 20 else None
+    if m and (step is None or step > MAX_STEP):
+        raise InputError(f"{name[:100]}: step {m.group(1)[:30]}{'...' if len(m.group(1)) > 30 else ''} is larger than "
+                         f"any training step (at most {MAX_STEP:,}); rename or remove it")
     t = _TOKENS.search(name)
     tokens = None
     if t:
-        tokens = int(round(float(t.group(1)) * _UNITS[t.group(2).upper()]))
+        value = float(t.group(1)) * _UNITS[t.group(2).upper()]
+        tokens = int(round(value)) if math.isfinite(value) and value <= MAX_STEP * 1e3 else None
     return step, tokens
 
 
@@ -155,21 +162,39 @@ def _fingerprint(ckpt: Path) -> str:
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
+def _log_records(path: Path) -> list[tuple[dict, str]]:
+    """(record, line) of every line of a run's ``metrics.jsonl`` that is a record with an integer step; a torn
+    line is skipped; a number no run writes (more digits than Python reads, a step or token count beyond
+    :data:`MAX_STEP`) is one FormatError naming its line."""
+    out: list[tuple[dict, str]] = []
+    if not path.is_file():
+        return out
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        except (ValueError, RecursionError) as exc:  # "Exceeds the limit (4300 digits) ...", nested too deep
+            raise FormatError(f"{path}: line {n} is no metrics record ({str(exc)[:60]}); attnscope train never "
+                              "writes it: remove the line") from None
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int) or isinstance(rec["step"], bool):
+            continue
+        for key in ("step", "tokens"):
+            value = rec.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and not (
+                    math.isfinite(value) and abs(value) <= MAX_STEP):
+                raise FormatError(f"{path}: line {n}: {key} {str(value)[:30]} is no count a run logs (at most "
+                                  f"{MAX_STEP:,}); remove the line")
+        out.append((rec, line))
+    return out
+
+
 def _run_log(run: Path) -> tuple[dict[int, int], str | None]:
     """(step -> tokens trained on, the step-0 line when it holds scores) from the run's ``metrics.jsonl``;
     a torn line is skipped."""
     tokens: dict[int, int] = {}
     first: str | None = None
-    path = run / "metrics.jsonl"
-    if not path.is_file():
-        return tokens, None
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
-            continue
+    for rec, line in _log_records(run / "metrics.jsonl"):
         if isinstance(rec.get("tokens"), (int, float)):
             tokens[int(rec["step"])] = int(rec["tokens"])
         if rec["step"] == 0 and isinstance(rec.get("geometry"), list) and rec["geometry"]:
@@ -250,7 +275,10 @@ def _hub_revisions(repo_id: str) -> list[Revision]:
                                f"{why}, and the hub cache has none")
     revs, no_step = [], []
     for name, sha in refs.items():
-        step, tokens = parse_step(name)
+        try:
+            step, tokens = parse_step(name)
+        except InputError:  # a branch named by an absurd step: not a checkpoint of training
+            step, tokens = None, None
         if step is None:
             no_step.append(name)
             continue
@@ -286,6 +314,14 @@ def log_spaced(revisions: Sequence[Revision], n: int) -> list[Revision]:
     return order(zero + [pos[i] for i in sorted(chosen)])
 
 
+def _shown(text: object) -> str:
+    """A revision name or spec for an error line: as typed when short and printable, else a short excerpt of its
+    repr (a newline never cuts the line, 100,000 characters are never echoed)."""
+    if isinstance(text, str) and text.isprintable() and len(text) <= 80:
+        return text
+    return excerpt(text if isinstance(text, str) else list(text) if isinstance(text, (list, tuple)) else text, 80)
+
+
 def select_revisions(revisions: Sequence[Revision], spec: str | Sequence[str] = "all") -> list[Revision]:
     """The revisions a SPEC picks, in training order.
 
@@ -295,7 +331,7 @@ def select_revisions(revisions: Sequence[Revision], spec: str | Sequence[str] = 
     """
     items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec)]
     if not items or any(not s for s in items):
-        raise InputError(f"revisions {spec!r}: an empty item", params="revisions")
+        raise InputError(f"revisions {excerpt(spec)}: an empty item", params="revisions")
     thin: int | None = None
     picked: dict[str, Revision] = {}
     filters = False
@@ -309,33 +345,35 @@ def select_revisions(revisions: Sequence[Revision], spec: str | Sequence[str] = 
             try:
                 thin = int(item[4:])
             except ValueError:
-                raise InputError(f"revisions {item}: log:N needs a whole number N", params="revisions") from None
+                raise InputError(f"revisions {_shown(item)}: log:N needs a whole number N", params="revisions") from None
             if not 1 <= thin <= MAX_REVISIONS:
-                raise InputError(f"revisions {item}: N must be 1 to {MAX_REVISIONS}", params="revisions")
+                raise InputError(f"revisions {_shown(item)}: N must be 1 to {MAX_REVISIONS}", params="revisions")
             continue
         filters = True
         if re.fullmatch(r"\d*:\d*", item) and item != ":":
+            if len(item) > 40:
+                raise InputError(f"revisions {_shown(item)}: a step range of numbers beyond any step", params="revisions")
             a, b = item.split(":")
             lo, hi = int(a) if a else 0, int(b) if b else None
             if hi is not None and hi < lo:
-                raise InputError(f"revisions {item}: the range ends before it starts", params="revisions")
+                raise InputError(f"revisions {_shown(item)}: the range ends before it starts", params="revisions")
             picked.update({r.name: r for r in revisions if r.step >= lo and (hi is None or r.step <= hi)})
         elif any(c in item for c in "*?["):
             hits = {r.name: r for r in revisions if fnmatch.fnmatchcase(r.name, item)}
             if not hits:
-                raise InputError(f"revisions {item}: matches no revision", params="revisions")
+                raise InputError(f"revisions {_shown(item)}: matches no revision", params="revisions")
             picked.update(hits)
         elif item in by_name:
             picked[item] = by_name[item]
         else:
-            near = ", ".join(r.name for r in list(revisions)[:5])
-            raise InputError(f"revisions {item}: no such revision with a training step (have {near}, ...)",
+            near = ", ".join(_shown(r.name) for r in list(revisions)[:5])
+            raise InputError(f"revisions {_shown(item)}: no such revision with a training step (have {near}, ...)",
                              params="revisions")
     chosen = order(list(picked.values()) if filters else revisions)
     if thin is not None:
         chosen = log_spaced(chosen, thin)
     if not chosen:
-        raise InputError(f"revisions {spec}: selects no revision", params="revisions")
+        raise InputError(f"revisions {_shown(spec)}: selects no revision", params="revisions")
     return chosen
 
 
@@ -439,6 +477,20 @@ def check_one_model(revisions: Sequence[Revision],
 LOSSES = ("loss", "eval_loss")
 
 
+def _step_or_none(name: str) -> int | None:
+    try:
+        return parse_step(name)[0]
+    except InputError:
+        return None
+
+
+def _float(value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond a float: no loss
+        return math.nan
+
+
 def training_loss(source: str, kind: str) -> "pd.DataFrame | None":
     """The training (and held-out) loss a SOURCE recorded, as a table ``step, loss, eval_loss``: an ``attnscope
     train`` run's ``metrics.jsonl`` (loss: the mean over the steps since the last log line), a Hugging Face
@@ -448,18 +500,10 @@ def training_loss(source: str, kind: str) -> "pd.DataFrame | None":
 
     rows: list[dict] = []
     if kind == "run":
-        path = Path(source).expanduser() / "metrics.jsonl"
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []
-        for line in lines:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("step"), int):
-                rows.append(rec)
+        rows = [rec for rec, _ in _log_records(Path(source).expanduser() / "metrics.jsonl")]
     elif kind == "folder":
         states = [(step, p / "trainer_state.json") for p in Path(source).expanduser().iterdir()
-                  if p.is_dir() and (step := parse_step(p.name)[0]) is not None
+                  if p.is_dir() and (step := _step_or_none(p.name)) is not None
                   and (p / "trainer_state.json").is_file()]
         if states:
             try:
@@ -467,8 +511,8 @@ def training_loss(source: str, kind: str) -> "pd.DataFrame | None":
             except (OSError, ValueError, AttributeError):
                 history = []
             rows = [r for r in history if isinstance(r, dict) and isinstance(r.get("step"), int)]
-    found = [{"step": r["step"], **{k: float(r[k]) for k in LOSSES if isinstance(r.get(k), (int, float))}}
-             for r in rows]
+    found = [{"step": r["step"], **{k: _float(r[k]) for k in LOSSES if isinstance(r.get(k), (int, float))}}
+             for r in rows if 0 <= r["step"] <= MAX_STEP]
     found = [r for r in found if len(r) > 1]
     if not found:
         return None

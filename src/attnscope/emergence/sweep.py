@@ -41,6 +41,10 @@ AXIS_COLUMNS = ("revision", "step", "tokens")
 #: per-revision transfer numbers, kept in the store and moved to the revisions table
 TRANSFER_COLUMNS = ("bytes_read", "shard_bytes")
 SETTINGS_FILE = "emergence.json"
+#: every file the CLI's result of a sweep may have (``attnscope emergence ... --out``; one result of attnscope.outputs)
+RESULT_FILES = ("revisions.csv", "emergence.parquet", "emergence.csv", "formation.csv", "settling.csv",
+                "emergence_layers.png", "emergence_heads.png", "emergence_formation.png", "emergence_behaviour.png",
+                "emergence.html")
 
 
 @dataclass
@@ -286,8 +290,11 @@ def sweep(
             raise InputError("behaviour is measured per head: levels must include head", params="levels")
     settings = {"source": _canonical_source(source, kind), "k": float(k), "levels": lv, "stacks": stacks,
                 "fold_norms": fold, "behaviour": beh}
+    from attnscope.outputs import check_result_names
+
+    check_result_names(out, RESULT_FILES)  # a file of yours by a name a sweep writes: refused before any work
     out.mkdir(parents=True, exist_ok=True)
-    _check_settings(out, settings, SETTINGS_FILE)
+    _check_settings(out, settings, SETTINGS_FILE, store=out / "store")
     store = ResultsStore(out / "store", settings=settings, columns=[*RECORD_COLUMNS, *AXIS_COLUMNS])
     tasks = [Task(r.key, {"kind": kind, "spec": r.spec, "commit": r.commit if kind == "hub" else "",
                           "origin": r.origin, "revision": r.name, "step": r.step, "tokens": r.tokens, "model": model, "k": float(k),

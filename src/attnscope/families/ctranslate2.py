@@ -25,6 +25,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from attnscope.sources.base import WeightSource
 
 CT2_SPECS = ("WhisperSpec", "TransformerSpec", "TransformerDecoderModelSpec", "TransformerEncoderModelSpec")
+#: encoder-decoder specs: an encoder, a decoder and its cross-attention in every decoder layer, all three required
+SEQ2SEQ_SPECS = frozenset({"WhisperSpec", "TransformerSpec"})
+_CROSS = "decoder/layer_{}/attention/linear_{}/weight"
 
 
 class CT2TransformerSpec(FamilySpec):
@@ -48,9 +51,28 @@ class CT2TransformerSpec(FamilySpec):
             if d % h:
                 raise FormatError(f"d_model {d} is not divisible by {h} {stack} heads")
             out.append(StackInfo(stack, int(n_layers), h, g, d, d // h, extra={"ct2_spec": spec}))
-            if stack == "decoder" and source is not None and source.has("decoder/layer_0/attention/linear_1/weight"):
+            if stack == "decoder" and source is not None and self._has_cross(source, spec, int(n_layers)):
                 out.append(StackInfo("cross", int(n_layers), h, h, d, d // h, extra={"ct2_spec": spec}))
+        if source is not None and spec in SEQ2SEQ_SPECS:
+            missing = [s for s in ("encoder", "decoder") if s not in {i.stack for i in out}]
+            if missing:
+                raise FormatError(f"{source.name}: a {spec} has an encoder and a decoder, and this file has no "
+                                  f"{' and no '.join(missing)} layers (tensor names <stack>/layer_N/...)")
         return out
+
+    @staticmethod
+    def _has_cross(source: "WeightSource", spec: str, n_layers: int) -> bool:
+        """Whether the decoder has cross-attention: in every layer (an encoder-decoder spec), or in none; a file
+        where some of its q or k/v tensors are missing (a renamed variable) is refused naming the first."""
+        names = [_CROSS.format(i, j) for i in range(n_layers) for j in (0, 1)]
+        present = [source.has(n) for n in names]
+        if all(present):
+            return True
+        if any(present) or spec in SEQ2SEQ_SPECS:
+            first = names[present.index(False)]
+            raise FormatError(f"{source.name}: the decoder's cross-attention (the {spec}'s third stack) lacks {first}; "
+                              "a file whose tensor names do not give every stack is not scored")
+        return False
 
     def layer_factors(self, source: "WeightSource", info: StackInfo, layer: int, fold: str = "none") -> AttentionFactors:
         if fold == "all":

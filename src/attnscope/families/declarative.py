@@ -260,13 +260,20 @@ class DeclarativeSpec(FamilySpec):
         return StackInfo(st.stack, n_layers, n_heads, n_kv, d_model, d_head, d_kv if d_kv != d_model else None)
 
     def stacks(self, config: dict[str, Any], source: "WeightSource | None" = None) -> list[StackInfo]:
-        out = []
+        out, absent, present = [], [], []
         for st in self.layout_for(config):
             if st.optional and source is not None and key_index(source).template_of(st.q) is None:
+                absent.append(st)
                 continue
+            present += [st] if st.optional else []
             out.append(self.stack_info(config, st))
         if source is not None and not out:
             raise FormatError(f"{source.name}: holds none of the {self.name} attention tensors")
+        if absent and present and source is not None:  # a decoder without its cross-attention (or the reverse)
+            st = absent[0]
+            raise FormatError(f"{source.name}: holds the {self.name} {present[0].stack} stack but not its {st.stack} "
+                              f"stack (no tensor named like {st.q.templates[0]}); a file whose tensor names do not "
+                              "give every stack of its architecture is not scored")
         return out
 
     def _stack(self, name: str, config: dict[str, Any]) -> Stack:

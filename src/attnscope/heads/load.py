@@ -32,7 +32,7 @@ import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from attnscope.errors import AttnscopeError, FormatError, InputError, UnsupportedError
 
@@ -179,12 +179,20 @@ def _load_gguf(p: Path, before_weights: Callable[[Any], None] | None = None, lm_
     import transformers
     from transformers import AutoModel, AutoModelForCausalLM, AutoTokenizer
 
+    from attnscope.sources.gguf_header import read_gguf_header
+
     from .maps import _as_tokenizer
+
+    if p.is_file():  # a token listed twice: refused before transformers rebuilds the tokenizer from the file
+        read_gguf_header(p, keep=lambda key: False, unique_vocabulary=True)
+
+    from attnscope.progress import phase
 
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     try:
-        tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
+        with phase(f"{p.name}: rebuilding its tokenizer (transformers)"):
+            tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)
     except Exception as exc:
         raise FormatError(f"{p}: the tokenizer in this GGUF file cannot be rebuilt ({_first_line(exc)})") from None
     if before_weights is not None:
@@ -192,8 +200,9 @@ def _load_gguf(p: Path, before_weights: Callable[[Any], None] | None = None, lm_
 
     def load(cls: Any) -> tuple[Any, list[str]]:
         """(model, the names of its weights the file did not fill: left at random init by transformers)."""
-        try:
-            with contextlib.redirect_stderr(io.StringIO()):  # its dequantisation bar is a bare tqdm
+        try:  # its dequantisation bar is a bare tqdm: counted on attnscope's display instead (or silenced)
+            with _conversion_progress(p.name) as hooked, \
+                    (contextlib.nullcontext() if hooked else contextlib.redirect_stderr(io.StringIO())):
                 model, info = cls.from_pretrained(str(p.parent), gguf_file=p.name, attn_implementation="eager",
                                                   trust_remote_code=False, output_loading_info=True)
         except Exception as exc:  # transformers raises ValueError/KeyError/... for architectures it cannot map
@@ -213,6 +222,36 @@ def _load_gguf(p: Path, before_weights: Callable[[Any], None] | None = None, lm_
                                f"in a way transformers {transformers.__version__} does not map); its maps would come "
                                "from random weights")
     return model.eval(), tok
+
+
+@contextlib.contextmanager
+def _conversion_progress(name: str) -> "Iterator[bool]":
+    """transformers' loop over a GGUF file's tensors (dequantising each: most of a load's minute) counted on
+    attnscope's progress display while it runs; yields whether the loop is hooked (a transformers without it:
+    False, the caller silences its bar)."""
+    try:
+        import transformers.modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:
+        yield False
+        return
+    original = getattr(gguf_utils, "tqdm", None)
+    if original is None:
+        yield False
+        return
+    from attnscope.progress import phase
+
+    def counted(iterable: Any, *args: Any, **kwargs: Any) -> "Iterator[Any]":
+        items = iterable if hasattr(iterable, "__len__") else list(iterable)
+        with phase(f"{name}: transformers dequantises its tensors", total=len(items), unit="tensors") as bar:
+            for item in items:
+                yield item
+                bar.advance()
+
+    gguf_utils.tqdm = counted
+    try:
+        yield True
+    finally:
+        gguf_utils.tqdm = original
 
 
 def _first_line(exc: BaseException) -> str:

@@ -624,7 +624,11 @@ def check_extract_args(windows: int, length: int | None, batch_size: int, js_row
 
 def resolve_model(source: Any, tokenizer: Any, device: str, plan: "WindowPlan | None" = None) -> MapModel:
     """A MapModel from what :func:`extract` was given (a MapModel, a path / hub id, a loaded model); ``plan``
-    is checked before a path's weights load (see :func:`open_model`)."""
+    is checked before a path's weights load (see :func:`open_model`), and so is ``device`` (a name torch accepts, a
+    device this machine has)."""
+    from attnscope.devices import check_device
+
+    check_device(device)
     if isinstance(source, MapModel):
         return source
     if isinstance(source, (str, os.PathLike)):

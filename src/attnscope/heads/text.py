@@ -182,16 +182,45 @@ def _tidy(layer: int, head: int, win: np.ndarray, q: np.ndarray, key: np.ndarray
                          "query_token": qt, "key_token": kt, "weight": weight.astype(np.float64)})
 
 
+def check_text_args(text: str | None, ids: Any, length: int | None) -> None:
+    """What :func:`text_ids` can check without the model, so that it fails before a load: one of ``text`` / ``ids``,
+    ``text`` a string of characters (a lone surrogate is none: one line naming its position), ``ids`` integers in
+    one or two dimensions, ``length`` a whole number >= 1."""
+    if (text is None) == (ids is None):
+        raise InputError("give text= or ids= (one of them)", params="text")
+    if text is not None:
+        check_type(text, str, "text", "a string")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InputError(f"text holds a lone surrogate {text[exc.start]!r} at character {exc.start} (half of a "
+                             "UTF-16 pair, no character): fix the text's decoding", params="text") from None
+    else:
+        try:
+            seq = np.asarray(ids)
+        except Exception:  # noqa: BLE001 -- ragged lists
+            raise ArgumentTypeError("ids must be a sequence of token ids or a 2-D array of windows", params="ids") from None
+        if seq.size == 0:
+            raise InputError("ids is empty", params="ids")
+        if seq.dtype.kind not in "iu" or seq.ndim not in (1, 2):
+            raise ArgumentTypeError(f"ids must be integer token ids (1-D) or windows (2-D), not {seq.dtype} of "
+                                    f"{seq.ndim} dimension(s)", params="ids")
+        if seq.min() < 0:
+            raise InputError(f"ids must be token ids >= 0, not {int(seq.min())}", params="ids")
+    if length is not None:
+        check_type(length, Integral, "length", "a whole number of tokens")
+        if length < 1:
+            raise InputError(f"length must be at least 1, not {length}", params="length")
+
+
 def text_ids(model: "MapModel", text: str | None, ids: Any, length: int | None) -> list[np.ndarray]:
     """The windows (1-D id arrays) a user's ``text`` (tokenised by the model's tokenizer) or ``ids`` make: a 1-D
     sequence is cut into windows of ``length`` tokens (default: all of it, up to the model's maximum; the last
     window may be shorter and is then run on its own); a 2-D array is taken as windows. BERT-style encoders
     get [CLS] ... [SEP] around each window cut from ``text``."""
-    if (text is None) == (ids is None):
-        raise InputError("give text= or ids= (one of them)", params="text")
+    check_text_args(text, ids, length)
     wrap = False
     if text is not None:
-        check_type(text, str, "text", "a string")
         seq = np.asarray(model.tokenizer.encode(text), dtype=np.int64)
         wrap = model.kind == "hf" and model.cls_id is not None and model.sep_id is not None and not model.causal
     else:
@@ -248,8 +277,7 @@ def text_weights(
     check_type(layer, Integral, "layer", "a layer index")
     if head is not None:
         check_type(head, Integral, "head", "a head index")
-    if text is not None:
-        check_type(text, str, "text", "a string")
+    check_text_args(text, ids, length)  # and the device (resolve_model): all before the model loads
     model = resolve_model(source, tokenizer, device)
     if not 0 <= layer < model.n_layers:
         raise InputError(f"layer must be 0..{model.n_layers - 1}, not {layer}", params="layer")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import unicodedata
 from functools import lru_cache
 from typing import Any, Iterable, Sequence
 
@@ -175,9 +176,37 @@ def _utf8_pieces(parts: Sequence[bytes | str]) -> list[str]:
     return out
 
 
+def _hidden(c: str) -> bool:
+    """Whether ``c`` shows as nothing or changes how the text around it shows: a control character (C0, DEL, C1),
+    a format character (bidirectional overrides and isolates, zero-width spaces and joiners, the BOM), a line or
+    paragraph separator, or a lone surrogate (no character at all)."""
+    o = ord(c)
+    return o < 32 or 127 <= o < 160 or unicodedata.category(c) in ("Cf", "Cs", "Zl", "Zp")
+
+
+def _escaped(c: str) -> str:
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 256 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
 def visible(text: str) -> str:
-    """``text`` with whitespace and control characters made visible (:data:`VISIBLE`; other controls ``\\xNN``)."""
-    return "".join(VISIBLE.get(c, f"\\x{ord(c):02x}" if ord(c) < 32 or ord(c) == 127 else c) for c in text)
+    """``text`` with whitespace made visible (:data:`VISIBLE`) and every character that shows as nothing or changes
+    the text after it (controls, right-to-left overrides, zero-width characters, lone surrogates) written as its
+    escape: ``\\xNN``, ``\\u202e``."""
+    return "".join(VISIBLE.get(c) or (_escaped(c) if _hidden(c) else c) for c in text)
+
+
+def readable(text: str) -> str:
+    """``text`` as it reads in running text: spaces, tabs and newlines kept, every other character :func:`visible`
+    escapes written as its escape (a token can never reverse or hide the text after it)."""
+    return "".join(c if c in " \t\n" else _escaped(c) if _hidden(c) else c for c in text)
+
+
+def label(value: Any) -> str:
+    """A token's label from any value a table may hold: :func:`visible` of its text, ``∅`` for None or no text."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "\u2205"
+    return visible(value if isinstance(value, str) else str(value)) or "\u2205"
 
 
 def token_labels(tokenizer: Any, ids: Iterable[int]) -> list[str]:

@@ -18,6 +18,11 @@ owns the pieces each page needs, so that a room writing a page brings only its o
 * :class:`Computed`   -- a mapping whose values are made when read (:func:`json_parts` writes each and lets it go)
 * :func:`new_id`       -- a unique element id prefix, so that several fragments (a notebook's cells)
   can live in one document
+* :func:`js_string`    -- text as a JavaScript string literal inside an inline script (an element id passed to
+  ``getElementById``: never pasted raw into code); :func:`check_element_id` / :func:`check_hook` refuse an id or a
+  hook name an API caller gives that is no HTML id / JavaScript name
+* :func:`token_label`, :func:`token_text` -- a token as a label (whitespace visible) or in running text: None,
+  controls, bidirectional overrides, zero-width characters and lone surrogates shown as escapes on every path
 * :data:`DOM_JS`       -- the page scripts' shared helpers: ``attnscopeDom.h(tag, attrs, text)`` (an HTML
   element) and ``attnscopeDom.s(...)`` (an SVG one), text always set as ``textContent`` (never parsed)
 
@@ -36,7 +41,8 @@ and the model report (:func:`attnscope.report.render_html`) are framed by :func:
 
 A new page: ``document(title, body, css=PAGE_CSS)`` around its sections; its data through
 ``json_script(data, "xx-data")``; its ``<style>``/``<script>`` through :func:`style`/:func:`script` (a script
-drawing elements starts with :data:`DOM_JS`); every text from outside through :func:`esc`.
+drawing elements starts with :data:`DOM_JS`); every text from outside through :func:`esc`, every token through
+:func:`token_label` / :func:`token_text`, every id in a script through :func:`js_string`.
 """
 
 from __future__ import annotations
@@ -173,6 +179,59 @@ def number(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+def js_string(text: str) -> str:
+    """``text`` as a JavaScript string literal safe inside an inline ``<script>`` (JSON-quoted: a quote, a backslash,
+    ``</script>`` or a line separator in it never ends the string or the element)."""
+    return _json_text(str(text)).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def token_label(token: Any) -> str:
+    """A token as a label on a page (:func:`attnscope.heads.tokens.label`): whitespace visible, every character that
+    shows as nothing or changes the text after it (a right-to-left override, a zero-width space, a control, a lone
+    surrogate) as its escape; ``∅`` for None or no text."""
+    from attnscope.heads.tokens import label
+
+    return label(token)
+
+
+def token_text(token: Any) -> str:
+    """A token in running text on a page (:func:`attnscope.heads.tokens.readable`): spaces, tabs and newlines kept,
+    the characters :func:`token_label` escapes escaped; None is no text."""
+    from attnscope.heads.tokens import readable
+
+    if token is None or (isinstance(token, float) and token != token):
+        return ""
+    return readable(token if isinstance(token, str) else str(token))
+
+
+def check_element_id(element_id: Any, param: str = "element_id") -> str | None:
+    """``element_id`` as given (None passes): a non-empty string of at most 200 characters without whitespace
+    or control characters (an HTML id); anything else is one InputError naming ``param``."""
+    from attnscope.errors import ArgumentTypeError, InputError, excerpt
+
+    if element_id is None:
+        return None
+    if not isinstance(element_id, str):
+        raise ArgumentTypeError(f"{param} must be a string (an HTML id), not {type(element_id).__name__}", params=param)
+    if not element_id or len(element_id) > 200 or any(c.isspace() or not c.isprintable() for c in element_id):
+        raise InputError(f"{param} {excerpt(element_id, 60)} is no HTML id: 1 to 200 printable characters, no "
+                         "whitespace", params=param)
+    return element_id
+
+
+def check_hook(hook: Any, param: str = "hook") -> str | None:
+    """``hook`` as given (None passes): a JavaScript identifier (it becomes ``window.<hook>``); else one InputError."""
+    import re
+
+    from attnscope.errors import InputError, excerpt
+
+    if hook is None:
+        return None
+    if not isinstance(hook, str) or not re.fullmatch(r"[A-Za-z_$][A-Za-z0-9_$]{0,99}", hook):
+        raise InputError(f"{param} {excerpt(hook, 60)} is no JavaScript name (letters, digits, _ and $)", params=param)
+    return hook
 
 
 def new_id(prefix: str = "as") -> str:

@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 
-from attnscope.pages import DOM_JS, Computed, esc, json_script_parts, new_id, number, script, style
+from attnscope.pages import (DOM_JS, Computed, check_element_id, check_hook, esc, js_string, json_script_parts, new_id,
+                             number, script, style, token_label, token_text)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -85,7 +86,7 @@ if (D.order.length > 1) {const lab = bar.appendChild(h('label', {}, 'head '));
   pick.addEventListener('change', () => show(...pick.value.split(',').map(Number)));}
 const wl = bar.appendChild(h('label', {}, 'window ')), wsel = wl.appendChild(h('select', {class: 'hv-window'}));
 D.texts.forEach((t, i) => {const txt = t.join('').replace(/\s+/g, ' ').trim();
-  wsel.appendChild(h('option', {value: i}, (i + 1) + ': ' + (txt.length > 60 ? txt.slice(0, 60) + '...' : txt)));});
+  wsel.appendChild(h('option', {value: i}, i + ': ' + (txt.length > 60 ? txt.slice(0, 60) + '...' : txt)));});
 wsel.addEventListener('change', () => {st.w = +wsel.value; st.pin = -1; st.q = -1; text(); heat(); side();});
 const main = root.appendChild(h('div', {class: 'hv-main'}));
 const box = main.appendChild(h('div', {class: 'hv-text'})), sideBox = main.appendChild(h('div', {class: 'hv-side'}));
@@ -185,14 +186,15 @@ def head_view_payload(views: "TextViews", heads: Iterable[tuple[int, int]] | Non
         layer, head = map(int, key.split(","))
         keys, weights = views.keys[layer][head], views.weights[layer][head]  # [W, L, k]
         return {"w": [_encode(keys[w], weights[w]) for w in range(views.n_windows)],
-                "top": [[t, round(share, 5), n] for t, share, n in views.top_tokens(layer, head, top)],
+                "top": [[token_label(t), round(share, 5), n] for t, share, n in views.top_tokens(layer, head, top)],
                 "dist": number(round(views.mean_distance(layer, head), 3))}
 
     order = [f"{layer},{head}" for layer, head in chosen]
     special = [[int(x) for x in row] for row in views.special] or [[0] * views.length] * views.n_windows
     return {"k": int(min(views.k, views.length)), "exact": bool(views.exact), "scale": WEIGHT_SCALE, "noKey": NO_KEY,
-            "length": views.length, "heatMax": HEAT_MAX, "causal": views.causal, "tokens": views.labels,
-            "texts": views.texts, "special": special, "heads": Computed(order, entry), "order": order,
+            "length": views.length, "heatMax": HEAT_MAX, "causal": views.causal,
+            "tokens": [[token_label(t) for t in row] for row in views.labels],
+            "texts": [[token_text(t) for t in row] for row in views.texts], "special": special, "heads": Computed(order, entry), "order": order,
             "model": str(views.info.get("model", "")), "data": str(views.info.get("data", ""))}
 
 
@@ -206,9 +208,11 @@ def head_view_parts(views: "TextViews", heads: Iterable[tuple[int, int]] | None 
                     show: tuple[int, int] | None = None, element_id: str | None = None,
                     hook: str | None = None) -> Iterator[str]:
     """:func:`head_view_fragment` in pieces (the heads checked at once, their data made as the pieces are read)."""
-    root = element_id or new_id("hv")
+    root = check_element_id(element_id) or new_id("hv")
+    check_hook(hook)
     data = head_view_payload(views, heads)
-    call = f"const v = attnscopeHeadView(document.getElementById('{root}'), JSON.parse(document.getElementById('{root}-data').textContent));"
+    call = (f"const v = attnscopeHeadView(document.getElementById({js_string(root)}), "
+            f"JSON.parse(document.getElementById({js_string(root + '-data')}).textContent));")
     if show is not None:
         call += f" v.show({int(show[0])}, {int(show[1])});"
     if hook:

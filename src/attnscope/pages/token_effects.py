@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
-from attnscope.pages import DOM_JS, esc, json_script_parts, new_id, script, style
+from attnscope.pages import (DOM_JS, check_element_id, esc, js_string, json_script_parts, new_id, script, style,
+                             token_label, token_text)
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -129,11 +130,12 @@ def token_effects_payload(table: "pd.DataFrame", listed: int = LISTED) -> dict[s
             wins = {}
             for w, rows in part.groupby("window", sort=True):
                 v = rows["delta_loss"].to_numpy(dtype=float)
-                wins[str(int(w))] = {"pos": rows["position"].astype(int).tolist(), "tokens": rows["token"].astype(str).tolist(),
+                wins[str(int(w))] = {"pos": rows["position"].astype(int).tolist(),
+                                     "tokens": [token_text(t) for t in rows["token"].tolist()],
                                      "delta": [_sig(x) if np.isfinite(x) else None for x in v]}
             ok = part[fin]
-            def pick(frame: "pd.DataFrame") -> list[list[Any]]:
-                return [[int(r.window), int(r.position), str(r.token), _sig(r.delta_loss)]
+            def pick(frame: "pd.DataFrame") -> list[list[Any]]:  # a label: whitespace visible (" " reads as "·")
+                return [[int(r.window), int(r.position), token_label(r.token), _sig(r.delta_loss)]
                         for r in frame.itertuples()]
             up = ok[ok["delta_loss"] > 0].nlargest(listed, "delta_loss")
             down = ok[ok["delta_loss"] < 0].nsmallest(listed, "delta_loss")
@@ -145,9 +147,9 @@ def token_effects_payload(table: "pd.DataFrame", listed: int = LISTED) -> dict[s
 def token_effects_parts(table: "pd.DataFrame", element_id: str | None = None) -> Iterator[str]:
     """:func:`token_effects_fragment` in pieces (the table checked at once)."""
     _check(table)
-    root = element_id or new_id("te")
-    call = (f"attnscopeTokenEffects(document.getElementById('{root}'), "
-            f"JSON.parse(document.getElementById('{root}-data').textContent));")
+    root = check_element_id(element_id) or new_id("te")
+    call = (f"attnscopeTokenEffects(document.getElementById({js_string(root)}), "
+            f"JSON.parse(document.getElementById({js_string(root + '-data')}).textContent));")
 
     def pieces() -> Iterator[str]:
         yield f'{style(CSS)}\n<div class="te" id="{esc(root)}"></div>\n'

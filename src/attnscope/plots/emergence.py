@@ -129,8 +129,10 @@ def plot_layer_trajectories(table: "pd.DataFrame", title: str | None = None, *, 
     fig = figure_for(fig, figsize=(11, 3.4 * len(stacks) + (2.6 if has_loss else 0.4)))
     grid = fig.add_gridspec(n_rows, 2, height_ratios=[1.0] * len(stacks) + ([0.75] if has_loss else []))
     steps = sorted(set(rows["step"].astype(float)) | (set(loss["step"].astype(float)) if loss is not None else set()))
-    marks = formed[(formed["level"] == "layer") & formed["formed_step"].notna()] if formed is not None and \
-        level == "layer" and "level" in formed else None
+    layer_rows = formed[formed["level"] == "layer"] if formed is not None and level == "layer" and "level" in formed \
+        else None
+    marks = layer_rows[layer_rows["formed_step"].notna()] if layer_rows is not None else None
+    bands = layer_rows if layer_rows is not None and "margin" in layer_rows else None
     cmap = mpl.colormaps["viridis"]
     first = None
     for r, stack in enumerate(stacks):
@@ -144,12 +146,24 @@ def plot_layer_trajectories(table: "pd.DataFrame", title: str | None = None, *, 
                 colour = cmap(layer / max(n_layers - 1, 1))
                 ax.plot(line["step"].astype(float), line[col], color=colour, lw=1.6, marker="o", ms=3,
                         label=f"layer {layer}")
+                if bands is not None:  # the noise band: initial +- the margin a change must exceed to form
+                    for b in bands[(bands["stack"] == stack) & (bands["layer"] == layer)
+                                   & (bands["metric"] == col)].itertuples():
+                        if np.isfinite(b.initial) and np.isfinite(b.margin):
+                            ax.axhspan(b.initial - b.margin, b.initial + b.margin, color=colour, alpha=0.07, lw=0,
+                                       zorder=0)
                 if marks is not None:
                     at = marks[(marks["stack"] == stack) & (marks["layer"] == layer) & (marks["metric"] == col)]
-                    for step in at["formed_step"].astype(float):
+                    for b in at.itertuples():
+                        step = float(b.formed_step)
                         y = line.loc[line["step"].astype(float) == step, col]
+                        hollow = bool(getattr(b, "borderline", False))  # within 10% of its margin: hollow
                         ax.plot([step], y.to_numpy()[:1], marker="*", ms=13, color=colour, mec="black", mew=0.7,
-                                ls="none", zorder=5)
+                                mfc="white" if hollow else colour, ls="none", zorder=5)
+                        low, high = getattr(b, "formed_step_low", np.nan), getattr(b, "formed_step_high", np.nan)
+                        if len(y) and np.isfinite(low) and np.isfinite(high):  # the formation step's interval
+                            ax.plot([low, high], [y.iloc[0]] * 2, color=colour, lw=3, alpha=0.45, zorder=4,
+                                    solid_capstyle="butt")
             ax.axhline(0, color="0.6", lw=0.6)
             ax.margins(y=0.12)
             log_step_axis(ax, steps)
@@ -162,7 +176,15 @@ def plot_layer_trajectories(table: "pd.DataFrame", title: str | None = None, *, 
                     handles, labels = ax.get_legend_handles_labels()
                     if marks is not None and len(marks):
                         handles.append(mpl.lines.Line2D([], [], marker="*", ms=11, color="0.5", mec="black", ls="none"))
-                        labels.append("forms (formation.csv)")
+                        labels.append("forms (formation.csv), bar: 95% interval")
+                        handles.append(mpl.lines.Line2D([], [], marker="*", ms=11, color="0.5", mfc="white",
+                                                        mec="black", ls="none"))
+                        labels.append("borderline (within 10% of its margin)")
+                    if bands is not None and len(bands):
+                        from matplotlib.patches import Patch
+
+                        handles.append(Patch(color="0.5", alpha=0.2))
+                        labels.append("noise band: initial +- margin")
                     ax.legend(handles, labels, fontsize=7, ncol=1 + n_layers // 7, frameon=False, loc="center left",
                               bbox_to_anchor=(1.01, 0.5))
                 else:

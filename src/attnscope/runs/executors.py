@@ -165,24 +165,70 @@ def _die_with_parent(parent: int) -> None:
     threading.Thread(target=poll, name="attnscope-parent-watch", daemon=True).start()
 
 
+def _executable() -> str:
+    """The interpreter multiprocessing's spawn starts each worker with."""
+    import multiprocessing.spawn
+
+    return os.fsdecode(multiprocessing.spawn.get_executable())
+
+
+def _check_pool_can_start() -> None:
+    """One line naming the cause, before any worker is started, when this user cannot start the interpreter that
+    spawns the pool's workers (missing, not executable: e.g. another user's virtual environment)."""
+    import subprocess
+
+    exe = _executable()
+    if not os.path.isfile(exe):
+        why = "does not exist"
+    elif not os.access(exe, os.X_OK):
+        why = "cannot be executed by this user (permission denied)"
+    else:
+        try:  # what each worker does first (a few tens of milliseconds)
+            done = subprocess.run([exe, "-c", "pass"], capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = f"cannot be started ({type(exc).__name__}: {str(exc)[:80]})"
+        else:
+            if done.returncode == 0:
+                return
+            said = (done.stderr.decode(errors="replace").strip().splitlines() or [""])[-1][:100]
+            why = f"exits with status {done.returncode} at start" + (f" ({said})" if said else "")
+    raise InputError(f"the local worker pool cannot start: its interpreter {exe} {why}; run with executor='inline' "
+                     "(or workers=1) to work in this process", params=("executor", "workers"))
+
+
+def _broken_pool(exc: BaseException) -> InputError:
+    return InputError(f"the local worker pool broke before any task finished ({_one_line(exc)[:120]}): its workers "
+                      f"({_executable()}) could not start or were killed at once; run with executor='inline' (or "
+                      "workers=1) to work in this process", params=("executor", "workers"))
+
+
 def _run_local(fn, todo, store: ResultsStore, workers, record, advance) -> None:
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
 
     # spawn: safe with torch/numba threads; fn must be importable top-level
     ctx = mp.get_context("spawn")
+    _check_pool_can_start()
     before = set(mp.active_children())
+    finished = 0
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_die_with_parent,
                                initargs=(os.getpid(),))
     try:
-        futures = {pool.submit(_run_and_store, fn, t, store): t for t in todo}
+        try:
+            futures = {pool.submit(_run_and_store, fn, t, store): t for t in todo}
+        except BrokenProcessPool as exc:
+            raise _broken_pool(exc) from None
         for fut in as_completed(futures):
             t = futures[fut]
             try:
                 record(*fut.result())
+                finished += 1
             except StorageError:
                 raise
             except Exception as exc:  # worker died (e.g. OOM kill)
+                if isinstance(exc, BrokenProcessPool) and not finished:  # no worker ever finished a task
+                    raise _broken_pool(exc) from None
                 msg = f"worker failed: {_one_line(exc)}"
                 store.record_failure(t.key, msg)
                 record(t.key, msg)

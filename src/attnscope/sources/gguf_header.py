@@ -63,6 +63,8 @@ KEEP_STRING = 1 << 16
 MAX_DIMS = 4
 
 STRING, ARRAY = 8, 9
+#: the vocabulary's key: its entries are walked and checked to be distinct (never kept)
+VOCABULARY = "tokenizer.ggml.tokens"
 #: struct format and size of each scalar value type (GGUFValueType)
 SCALARS: dict[int, tuple[str, int]] = {
     0: ("B", 1), 1: ("b", 1), 2: ("H", 2), 3: ("h", 2), 4: ("I", 4), 5: ("i", 4),
@@ -104,13 +106,18 @@ def keep_for_config(key: str) -> bool:
     return not key.startswith("tokenizer.")
 
 
-def read_gguf_header(path: str | Path, keep: Callable[[str], bool] = keep_for_config) -> GGUFHeader:
-    """Walk the header of the GGUF file ``path``; values of keys ``keep`` refuses are skipped (lengths checked)."""
+def read_gguf_header(path: str | Path, keep: Callable[[str], bool] = keep_for_config, *,
+                     unique_vocabulary: bool = False) -> GGUFHeader:
+    """Walk the header of the GGUF file ``path``; values of keys ``keep`` refuses are skipped (lengths checked).
+    ``unique_vocabulary``: also refuse a vocabulary that lists one token twice (for a run, whose tokenizer is
+    rebuilt from it; scoring weights never reads it)."""
     path = Path(path)
     try:
         with open(path, "rb") as fh:
             size = _file_size(fh)
-            return _Walk(_Cursor(fh, size, str(path)), path, keep).run()
+            walk = _Walk(_Cursor(fh, size, str(path)), path, keep)
+            walk.unique_vocabulary = unique_vocabulary
+            return walk.run()
     except OSError as exc:
         raise FormatError(f"{path}: cannot read the GGUF file ({exc.strerror or exc})") from None
 
@@ -207,6 +214,8 @@ class _Cursor:
 class _Walk:
     """One pass over a header: metadata, tensor records, alignment, tensor bounds."""
 
+    unique_vocabulary = False
+
     def __init__(self, cur: _Cursor, path: Path, keep: Callable[[str], bool]) -> None:
         self.cur, self.path, self.keep = cur, path, keep
         self.entries = 0  # metadata array entries seen so far
@@ -300,6 +309,9 @@ class _Walk:
         if itype in SCALARS and not keep:
             cur.skip(count * smallest, lambda: f"the array {shown(key)}")
             return None, False
+        if itype == STRING and key == VOCABULARY and self.unique_vocabulary:
+            self._unique_strings(count, key)
+            return None, False
         if itype == STRING and not keep:
             cur.skip_strings(count, f"the array {shown(key)}")
             return None, False
@@ -309,6 +321,19 @@ class _Walk:
             keep = keep and kept  # a long string inside: the rest is skipped, the array not kept
             out.append(value)
         return (out, True) if keep else (None, False)
+
+    def _unique_strings(self, count: int, key: str) -> None:
+        """Walk the vocabulary's ``count`` strings (lengths checked) and refuse one listed twice: a tokenizer built
+        from it (a dict from token to id) would lose an id, and text would map to the wrong embeddings."""
+        cur, seen = self.cur, dict[bytes, int]()
+        for i in range(count):
+            n = cur.u64(lambda: f"a string length in {shown(key)}")
+            raw = cur.take(n, lambda: f"a string in {shown(key)}")
+            j = seen.setdefault(raw, i)
+            if j != i:
+                token = raw.decode("utf-8", "backslashreplace")
+                raise FormatError(f"{cur.label}: its vocabulary ({key}) lists {token[:40]!r} twice, as ids {j} and {i}; "
+                                  "a tokenizer rebuilt from it would map text to the wrong ids")
 
     def _tensor_record(self, i: int) -> tuple[str, tuple[int, ...], int, int]:
         cur = self.cur

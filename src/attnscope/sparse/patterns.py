@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
-from attnscope.errors import ConfigError, InputError
+from attnscope.errors import ConfigError, InputError, excerpt
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -40,13 +40,16 @@ if TYPE_CHECKING:  # pragma: no cover
 BYTE_SPARSE_ANCHORS: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.382, 0.5, 0.618, 0.7, 0.8, 0.9, 1.0)
 
 _FIELDS = ("window", "stride", "anchors", "positions", "dense")
+#: the largest window, stride or key position a pattern may give: far beyond any sequence, and small enough that
+#: counts over L x L entries never overflow int64 (2**63 - 1 gave a negative density)
+MAX_PATTERN_SIZE = 1 << 31
 
 
 def _sequence(value: Any, name: str) -> tuple[Any, ...]:
     """A pattern's list field as a tuple; a string or a single number is refused (a string would be read
     character by character)."""
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
-        raise ConfigError(f"pattern {name} must be a list, not {value!r}")
+        raise ConfigError(f"pattern {name} must be a list, not {excerpt(value)}")
     return tuple(value)
 
 
@@ -56,13 +59,15 @@ def _number(value: Any, name: str, kind: type) -> Any:
     if ok and math.isfinite(value) and (kind is float or float(value).is_integer()):
         return kind(value)
     what = ("integers" if kind is int else "numbers") if name.endswith("s") else "an integer"
-    raise ConfigError(f"pattern {name} must be {what}, not {value!r}")
+    raise ConfigError(f"pattern {name} must be {what}, not {excerpt(value)}")
 
 
 def _check_length(L: Any) -> int:
     """The sequence length L of a mask or density: an integer >= 1 (ConfigError naming L otherwise)."""
     if isinstance(L, (bool, np.bool_)) or not isinstance(L, (int, np.integer)) or L < 1:
-        raise ConfigError(f"the sequence length L must be an integer >= 1, not {L!r}", params="L")
+        raise ConfigError(f"the sequence length L must be an integer >= 1, not {excerpt(L)}", params="L")
+    if L > MAX_PATTERN_SIZE:
+        raise ConfigError(f"the sequence length L must be at most {MAX_PATTERN_SIZE:,}, not {L}", params="L")
     return int(L)
 
 
@@ -84,15 +89,20 @@ class HeadPattern:
         if self.stride is not None:
             object.__setattr__(self, "stride", _number(self.stride, "stride", int))
         if not isinstance(self.dense, (bool, np.bool_)):
-            raise ConfigError(f"pattern dense must be true or false, not {self.dense!r}")
+            raise ConfigError(f"pattern dense must be true or false, not {excerpt(self.dense)}")
         if self.window is not None and self.window < 0:
-            raise ConfigError(f"pattern window must be an integer >= 0, not {self.window!r}")
+            raise ConfigError(f"pattern window must be an integer >= 0, not {excerpt(self.window)}")
         if self.stride is not None and self.stride < 1:
-            raise ConfigError(f"pattern stride must be an integer >= 1, not {self.stride!r}")
+            raise ConfigError(f"pattern stride must be an integer >= 1, not {excerpt(self.stride)}")
         if any(not (0.0 <= r <= 1.0) for r in self.anchors):
-            raise ConfigError(f"pattern anchors are fractions in [0, 1], got {list(self.anchors)}")
+            raise ConfigError(f"pattern anchors are fractions in [0, 1], got {excerpt(list(self.anchors))}")
         if any(p < 0 for p in self.positions):
-            raise ConfigError(f"pattern positions must be >= 0, got {list(self.positions)}")
+            raise ConfigError(f"pattern positions must be >= 0, got {excerpt(list(self.positions))}")
+        for name, values in (("window", [self.window]), ("stride", [self.stride]), ("positions", self.positions)):
+            big = [v for v in values if v is not None and v > MAX_PATTERN_SIZE]
+            if big:
+                raise ConfigError(f"pattern {name} {excerpt(big[0], 30)} is beyond any sequence length (at most "
+                                  f"{MAX_PATTERN_SIZE:,}); use dense: true for every key")
         if not (self.dense or self.window is not None or self.stride or self.anchors or self.positions):
             raise ConfigError("a head pattern needs at least one of window, stride, anchors, positions, dense")
 
@@ -157,10 +167,10 @@ class HeadPattern:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "HeadPattern":
         if not isinstance(d, Mapping):
-            raise ConfigError(f"a head pattern must be a mapping with keys {', '.join(_FIELDS)}, not {d!r}")
+            raise ConfigError(f"a head pattern must be a mapping with keys {', '.join(_FIELDS)}, not {excerpt(d)}")
         unknown = set(d) - set(_FIELDS)
         if unknown:
-            raise ConfigError(f"unknown head pattern key(s) {sorted(unknown)}; allowed: {', '.join(_FIELDS)}")
+            raise ConfigError(f"unknown head pattern key(s) {excerpt(sorted(map(str, unknown)))}; allowed: {', '.join(_FIELDS)}")
         return cls(
             window=d.get("window"),
             stride=d.get("stride"),
@@ -220,18 +230,22 @@ class Pattern:
             out["name"] = self.name
         return out
 
-    def save(self, path: str | Path) -> Path:
-        """Write the spec as YAML (.yaml/.yml) or JSON (.json), atomically."""
-        from attnscope.tables import atomic_write_text
-
+    def dumps(self, path: str | Path) -> str:
+        """The text :meth:`save` writes to ``path``: YAML (.yaml/.yml) or JSON (.json)."""
         path = Path(path)
         if path.suffix.lower() in (".yaml", ".yml"):
             import yaml
 
-            return atomic_write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
+            return yaml.safe_dump(self.to_dict(), sort_keys=False)
         if path.suffix.lower() == ".json":
-            return atomic_write_text(path, json.dumps(self.to_dict(), indent=2) + "\n")
+            return json.dumps(self.to_dict(), indent=2) + "\n"
         raise InputError(f"cannot write pattern {path}: use .yaml, .yml or .json")
+
+    def save(self, path: str | Path) -> Path:
+        """Write the spec as YAML (.yaml/.yml) or JSON (.json), atomically."""
+        from attnscope.tables import atomic_write_text
+
+        return atomic_write_text(path, self.dumps(path))
 
     def describe(self) -> list[str]:
         return [f"head {h}: {hp.describe()}" for h, hp in enumerate(self.heads)]

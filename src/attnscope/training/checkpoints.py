@@ -21,6 +21,8 @@ from attnscope.errors import FormatError, StorageError
 from attnscope.tables import fsync_dir, storage_error
 
 STEP_DIR = re.compile(r"^step-(\d+)$")
+#: the largest step a checkpoint's name may give (as attnscope.emergence.revisions.MAX_STEP)
+MAX_STEP = 2**53
 LEFTOVER = re.compile(r"^\.(tmp|old)-step-(\d+)-\d+$")
 #: errors of a full or read-only disk: the user's to fix, reported as one line naming the path
 DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
@@ -62,13 +64,20 @@ def disk_errno(exc: BaseException) -> int | None:
 def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     """(step, dir) of every complete checkpoint in a run directory, by step."""
     root = Path(run_dir) / "checkpoints"
-    out = []
+    out: dict[int, Path] = {}
     if root.is_dir():
-        for p in root.iterdir():
+        for p in sorted(root.iterdir()):
             m = STEP_DIR.match(p.name)
             if m and p.is_dir():
-                out.append((int(m.group(1)), p))
-    return sorted(out)
+                digits = m.group(1)
+                if len(digits) > 16 or int(digits) > MAX_STEP:
+                    raise FormatError(f"{root}: {p.name[:40]}{'...' if len(p.name) > 40 else ''} names a step larger than "
+                                      f"any run trains (at most {MAX_STEP:,}); remove or rename it")
+                step = int(digits)
+                if step in out:
+                    raise FormatError(f"{root}: {out[step].name} and {p.name} are both step {step}; remove one")
+                out[step] = p
+    return sorted(out.items())
 
 
 def clean_leftovers(run_dir: str | Path) -> None:

@@ -46,6 +46,46 @@ def check_out_dir(out: str | os.PathLike) -> None:
                          params=("out", "seeds"))
 
 
+#: what a run writes into its directory; in a directory that holds no run yet (no checkpoint, no metrics.jsonl
+#: beside attnscope's run.json) none of them may be there: they would be the user's (a run.json of a run killed
+#: before its first logged step is recognised by its content)
+RUN_FILES = ("run.json", "summary.json", "metrics.jsonl", "tokenizer.json", "checkpoints", "tensorboard")
+
+
+def _our_run_json(path: Path) -> bool:
+    """Whether ``path`` is a plain file holding a run.json attnscope wrote (its configuration's keys)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        stored = json.loads(path.read_bytes()[: 1 << 20])
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+        return False
+    return isinstance(stored, dict) and {"objective", "steps", "seed", "model"} <= stored.keys()
+
+
+def check_run_files(out: str | os.PathLike) -> None:
+    """Refuse, before any work, a run into a directory that holds none yet but holds a file of the user's by a
+    name the run writes (run.json, summary.json, ...: whatever its permissions or kind), or a run.json /
+    summary.json that is a link or no plain file: one line naming them."""
+    out = Path(out).expanduser()
+    if not out.is_dir():
+        return
+    names = [n for n in ("run.json", "summary.json") if (out / n).is_symlink()
+             or (os.path.lexists(out / n) and not (out / n).is_file())]
+    from .checkpoints import list_checkpoints
+
+    ours = _our_run_json(out / "run.json")  # a run writes run.json before its first metrics line
+    is_run = (out / "checkpoints").is_dir() and bool(list_checkpoints(out)) or \
+        (ours and (out / "metrics.jsonl").is_file() and not (out / "metrics.jsonl").is_symlink())
+    if not is_run:  # (a resume would rewrite a metrics.jsonl of yours: it keeps only a run's records)
+        names += [n for n in RUN_FILES if os.path.lexists(out / n) and n not in names and not (n == "run.json" and ours)]
+    if names:
+        shown = ", ".join(names)
+        raise InputError(f"{out}: {shown} {'exists' if len(names) == 1 else 'exist'} and {'is' if len(names) == 1 else 'are'} "
+                         "not a run's; attnscope never replaces a file it did not write: move "
+                         f"{'it' if len(names) == 1 else 'them'} away or choose another out", params="out")
+
+
 def read_run_json(run_dir: Path) -> dict[str, Any] | None:
     """The stored configuration of a run (None if there is none); FormatError if it is corrupt."""
     path = run_dir / "run.json"

@@ -50,7 +50,7 @@ from .data import heldout_windows, open_corpus, sample_windows, tokenize_split
 from .distributed import Dist, check_device, gather_rng, init_distributed, mean_across
 from .model import Transformer, init_weights
 from .objectives import IGNORE, lm_loss, make_batch, model_loss, window_length
-from .runlog import RunLog, check_out_dir, geometry_offset_records, geometry_records, read_run_json, run_lock
+from .runlog import RunLog, check_out_dir, check_run_files, geometry_offset_records, geometry_records, read_run_json, run_lock
 
 __all__ = ["TrainConfig", "train", "lr_at", "list_checkpoints", "geometry_records"]
 
@@ -216,6 +216,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     check_device(cfg.device)
     check_bf16(cfg)
     check_out_dir(cfg.out)  # all before any work
+    check_run_files(cfg.out)  # a file of yours by a name the run writes: refused
     with run_lock(Path(cfg.out), main=int(os.environ.get("RANK", "0") or 0) == 0):
         return _train(cfg)
 
@@ -255,7 +256,9 @@ def _train(cfg: TrainConfig) -> dict[str, Any]:
     run.model.train()
     try:
         if run.step == 0 and run.dist.main:  # before any update
-            _log_start(run)
+            with phase(f"train {run.name}: step 0 (held-out loss and geometry of the untrained model)",
+                       enabled=cfg.progress and not quiet()):
+                _log_start(run)
         with progress(cfg.steps, cfg.out, enabled=cfg.progress and run.dist.main, start=run.step, transient=False,
                       fields={"loss": "-"}) as bar:
             while run.step < cfg.steps:
@@ -291,7 +294,8 @@ def _open_run(cfg: TrainConfig) -> _Run:
     run_dir = Path(cfg.out)
     existing = _checkpoints_to_resume(cfg, run_dir, dist)
     mcfg = cfg.model_config()  # config errors before any data is read
-    tokenizer, mask_id, window, train_ids, eval_batches, bytes_per_token = _prepare_data(cfg, mcfg, run_dir, dist)
+    with phase(f"train {run_dir.name}: reading and tokenising the data", enabled=dist.main and cfg.progress and not quiet()):
+        tokenizer, mask_id, window, train_ids, eval_batches, bytes_per_token = _prepare_data(cfg, mcfg, run_dir, dist)
 
     torch.manual_seed(cfg.seed)  # the model, identical on every rank
     model = Transformer(mcfg)

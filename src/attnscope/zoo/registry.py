@@ -217,11 +217,19 @@ def _entry(raw: Any, where: str, base: Path) -> ZooEntry:
 def _load_cached(path: str, mtime: float) -> tuple[ZooEntry, ...]:
     import yaml
 
+    from attnscope.tables import MAX_CONFIG_BYTES, _yaml_loader
+
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        if p.stat().st_size > 16 * MAX_CONFIG_BYTES:
+            raise ConfigError(f"{p}: {p.stat().st_size:,} bytes is no zoo file (at most {16 * MAX_CONFIG_BYTES:,})")
+        data = yaml.load(p.read_text(), Loader=_yaml_loader())  # noqa: S506 - a SafeLoader, aliases bounded
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:  # not YAML, not text, nested too deep
-        raise ConfigError(f"{p}: invalid YAML ({str(exc).splitlines()[0]})") from None
+        raise ConfigError(f"{p}: invalid YAML ({(str(exc).splitlines() or [''])[0][:200]})") from None
+    except ConfigError as exc:
+        if str(exc).startswith(str(p)):
+            raise
+        raise ConfigError(f"{p}: invalid YAML ({exc})") from None
     models = data.get("models") if isinstance(data, dict) else data
     if not isinstance(models, list):
         raise ConfigError(f"{p}: expected a list of models (or a mapping with a 'models' list)")

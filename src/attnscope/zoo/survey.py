@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attnscope.errors import AttnscopeError, InputError
-from attnscope.outputs import write_result_set
+from attnscope.outputs import check_result_names, write_result_set
 from attnscope.tables import atomic_write_json, json_text, table_bytes
 
 from .registry import ZooEntry, resolve_source, select
@@ -56,24 +56,39 @@ def _payload(e: ZooEntry, k: float, stacks: tuple[str, ...] | None) -> dict[str,
 
 
 SETTINGS_FILE = "survey.json"
+#: the merged result a survey writes into its out_dir (one result of attnscope.outputs)
+SURVEY_FILES = ("failures.json", "merged.parquet", "merged.csv")
 
 
-def _check_settings(out: Path, settings: dict[str, Any], filename: str = SETTINGS_FILE) -> None:
+def _check_settings(out: Path, settings: dict[str, Any], filename: str = SETTINGS_FILE,
+                    store: Path | None = None) -> None:
     """Refuse to mix results computed with different settings in one store (they would be reused silently).
 
-    A missing or unreadable ``survey.json`` is (re)written; the per-file settings checked by the
-    results store then decide what can be reused.
+    A missing ``survey.json`` is written. One that is no settings file attnscope wrote (unreadable, not a mapping
+    of its keys) is rewritten only beside results of the store folder ``store`` (then it was lost or damaged, and
+    the store's per-file settings decide what can be reused); in a folder without results it is a file of yours,
+    refused in one line and never replaced, and so is a link or a folder by that name.
     """
     import json
+    import os
     import warnings
 
     path = out / filename
     old: Any = None
-    if path.is_file():
+    if os.path.lexists(path):
+        plain = path.is_file() and not path.is_symlink()
         try:
-            old = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            old = json.loads(path.read_bytes()[: 1 << 20]) if plain else None
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             old = None
+        ours = isinstance(old, dict) and "k" in old and set(old) <= set(settings)
+        from attnscope.runs.store import SUFFIX
+
+        tasks = None if store is None else Path(store) / "tasks"
+        results = tasks is not None and tasks.is_dir() and any(tasks.glob(f"*{SUFFIX}"))
+        if not plain or not (ours or results):
+            raise InputError(f"{path} exists and is not the settings file attnscope writes there; attnscope never "
+                             "replaces a file it did not write: move it away or choose another out_dir", params="out_dir")
         if not isinstance(old, dict):
             warnings.warn(f"{path} is unreadable; rewriting it (stored results are checked one by one)", stacklevel=3)
     if isinstance(old, dict) and old != settings:
@@ -127,9 +142,10 @@ def run_zoo(
     group, zoo_file = split_group_spec(group, zoo_file)
     entries = select(group, zoo_file)
     out = check_writable(out_dir, "out_dir", directory=True)
+    check_result_names(out, SURVEY_FILES)  # a file of yours by a name the survey writes: refused before any work
     settings = {"k": float(k), "stacks": sorted(stacks) if stacks else None}
     store = ResultsStore(out, settings=settings, columns=[*RECORD_COLUMNS, *ZOO_COLUMNS], key_column="model")
-    _check_settings(out, settings)
+    _check_settings(out, settings, store=out)
     tasks = [Task(e.id, _payload(e, k, stacks)) for e in entries]
     summary = run_tasks(score_model, tasks, store, executor=executor, workers=workers, slurm=slurm,
                         progress=progress, desc=f"zoo {group or 'all'}")
