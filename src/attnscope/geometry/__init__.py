@@ -8,6 +8,8 @@ explicit form for the paper's heatmap (all in :mod:`.scoring`). The math lives i
 Position-aware geometry of rotary models: ``score(source, offsets=[...])`` scores the form applied
 between a query and a key ``offset`` positions apart (:mod:`attnscope.geometry.rotary`), and
 ``frequencies(source)`` the W_qk energy per rotary pair (:mod:`attnscope.geometry.offsets`).
+Spectra of each form's symmetric ("filtering") and antisymmetric ("routing") parts, their effective
+ranks and S's signature: ``score(source, spectra=True)`` (:mod:`attnscope.geometry.spectra`).
 """
 
 from typing import TYPE_CHECKING
@@ -18,6 +20,7 @@ _EXPORTS = {
     ".scoring": ["LEVELS", "RECORD_COLUMNS", "NonFiniteWeightsWarning", "records_frame", "score", "score_factors",
                  "summarize", "wqk_block"],
     ".offsets": ["PositionNote", "check_offsets", "frequencies", "parse_offsets"],
+    ".spectra": ["SPECTRA_COLUMNS", "Spectra", "effective_rank", "head_spectra", "layer_spectra", "spectra_ref"],
     ".kernels": ["directionality", "directionality_ref", "head_stats", "layer_matrix", "layer_stats", "symmetry",
                  "symmetry_ref"],
 }
@@ -40,6 +43,14 @@ if TYPE_CHECKING:
         frequencies as frequencies,
         parse_offsets as parse_offsets,
     )
+    from .spectra import (
+        SPECTRA_COLUMNS as SPECTRA_COLUMNS,
+        Spectra as Spectra,
+        effective_rank as effective_rank,
+        head_spectra as head_spectra,
+        layer_spectra as layer_spectra,
+        spectra_ref as spectra_ref,
+    )
     from .kernels import (
         directionality as directionality,
         directionality_ref as directionality_ref,
@@ -54,17 +65,23 @@ if TYPE_CHECKING:
         "NonFiniteWeightsWarning",
         "PositionNote",
         "RECORD_COLUMNS",
+        "SPECTRA_COLUMNS",
+        "Spectra",
         "check_offsets",
         "directionality",
         "directionality_ref",
+        "effective_rank",
         "frequencies",
+        "head_spectra",
         "head_stats",
         "layer_matrix",
+        "layer_spectra",
         "layer_stats",
         "parse_offsets",
         "records_frame",
         "score",
         "score_factors",
+        "spectra_ref",
         "summarize",
         "symmetry",
         "symmetry_ref",

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from attnscope.families.rope import RotaryLayout
 
     from .kernels import FormStats
+    from .spectra import Spectra
 
 LEVELS = ("head", "layer")
 
@@ -58,9 +59,14 @@ def _check_levels(levels: Iterable[str]) -> tuple[str, ...]:
     return levels
 
 
-def _nan_record() -> dict[str, Any]:
-    return {"symmetry": np.nan, "directionality": np.nan, "frobenius_norm": np.nan,
-            "n_outlier_rows": None, "n_outlier_cols": None}  # fmt: skip
+def _nan_record(spectra: bool = False) -> dict[str, Any]:
+    rec = {"symmetry": np.nan, "directionality": np.nan, "frobenius_norm": np.nan,
+           "n_outlier_rows": None, "n_outlier_cols": None}  # fmt: skip
+    if spectra:
+        from .spectra import SPECTRA_COLUMNS
+
+        rec.update(dict.fromkeys(SPECTRA_COLUMNS, np.nan))
+    return rec
 
 
 def _level_stats(q: np.ndarray, kk: np.ndarray, level: str, offsets: list[int] | None,
@@ -80,12 +86,28 @@ def _level_stats(q: np.ndarray, kk: np.ndarray, level: str, offsets: list[int] |
     return [by_offset.get(o, base) for o in offsets]
 
 
+def _level_spectra(q: np.ndarray, kk: np.ndarray, level: str, offsets: list[int] | None,
+                   layout: "RotaryLayout | None") -> list["Spectra"]:  # fmt: skip
+    """Spectra of one level per offset, as :func:`_level_stats` (:mod:`.spectra`)."""
+    from .spectra import head_spectra, layer_spectra, offset_head_spectra, offset_layer_spectra
+
+    base = head_spectra(q, kk) if level == "head" else layer_spectra(q, kk)
+    if offsets is None:
+        return [base]
+    rotated = [o for o in offsets if o != 0] if layout is not None else []
+    by_offset: dict[int, Spectra] = {}
+    if rotated:
+        fn = offset_head_spectra if level == "head" else offset_layer_spectra
+        by_offset = dict(zip(rotated, fn(q, kk, layout, rotated)))
+    return [by_offset.get(o, base) for o in offsets]
+
+
 def _score_layer(
     factors: "AttentionFactors", k: float, levels: tuple[str, ...], offsets: list[int] | None = None,
-    layout: "RotaryLayout | None" = None,
+    layout: "RotaryLayout | None" = None, spectra: bool = False,
 ) -> tuple[list[dict], int]:
     """Records of one layer (per offset, with an ``offset`` column, when ``offsets`` is given), and how many
-    of its query heads had non-finite weights."""
+    of its query heads had non-finite weights. ``spectra``: add the :data:`.spectra.SPECTRA_COLUMNS`."""
     q = np.asarray(factors.q, dtype=np.float32)
     kk = np.asarray(factors.k, dtype=np.float32)
     if q.ndim != 3 or kk.ndim != 3 or q.shape[2] != kk.shape[2]:
@@ -108,51 +130,60 @@ def _score_layer(
     for level in levels:
         if level == "layer" and bad.any():
             per_offset: list[FormStats | None] = [None] * len(offs)
+            per_spectra: list[Spectra | None] = [None] * len(offs)
         else:
             per_offset = list(_level_stats(q, kk, level, offsets, layout))
-        for off, stats in zip(offs, per_offset):
+            per_spectra = list(_level_spectra(q, kk, level, offsets, layout)) if spectra else [None] * len(offs)
+        for off, stats, spec in zip(offs, per_offset, per_spectra):
             at = {**base, "offset": off} if off is not None else base
             if off is not None and layout is not None and layout.window is not None:
                 at["beyond_window"] = off >= layout.window  # masked by the layer's sliding window
-            records.extend(_records(at, level, stats, k, kv, bad))
+            records.extend(_records(at, level, stats, k, kv, bad, spec, spectra))
     return records, int(bad.sum())
 
 
-def _records(base: dict, level: str, stats: "FormStats | None", k: float, kv: np.ndarray, bad: np.ndarray) -> list[dict]:
-    """Score records of one level at one offset (``stats`` None: the layer has non-finite weights)."""
+def _records(base: dict, level: str, stats: "FormStats | None", k: float, kv: np.ndarray, bad: np.ndarray,
+             spec: "Spectra | None" = None, spectra: bool = False) -> list[dict]:  # fmt: skip
+    """Score records of one level at one offset (``stats`` None: the layer has non-finite weights);
+    with ``spectra``, the columns of ``spec`` too."""
     if stats is None:
-        return [{**base, "level": "layer", "head": None, "kv_head": None, **_nan_record()}]
+        return [{**base, "level": "layer", "head": None, "kv_head": None, **_nan_record(spectra)}]
+    cols = spec.columns() if spec is not None else {}
     dirs, n_r, n_c = stats.directionality(k)
     sym, frob = stats.symmetry, np.sqrt(stats.frob2)
     if level == "layer":
         return [{**base, "level": "layer", "head": None, "kv_head": None, "symmetry": float(sym[0]),
                  "directionality": float(dirs[0]), "frobenius_norm": float(frob[0]),
-                 "n_outlier_rows": int(n_r[0]), "n_outlier_cols": int(n_c[0])}]  # fmt: skip
+                 "n_outlier_rows": int(n_r[0]), "n_outlier_cols": int(n_c[0]),
+                 **{name: float(v[0]) for name, v in cols.items()}}]  # fmt: skip
     out = []
     for h in range(len(kv)):
         rec = {**base, "level": "head", "head": h, "kv_head": int(kv[h])}
         if bad[h]:
-            rec.update(_nan_record())
+            rec.update(_nan_record(spectra))
         else:
             rec.update(symmetry=float(sym[h]), directionality=float(dirs[h]), frobenius_norm=float(frob[h]),
-                       n_outlier_rows=int(n_r[h]), n_outlier_cols=int(n_c[h]))  # fmt: skip
+                       n_outlier_rows=int(n_r[h]), n_outlier_cols=int(n_c[h]),
+                       **{name: float(v[h]) for name, v in cols.items()})  # fmt: skip
         out.append(rec)
     return out
 
 
 def score_factors(
     factors: "AttentionFactors", *, k: float = 2.0, levels: Sequence[str] = LEVELS,
-    offsets: Sequence[int] | None = None, layout: "RotaryLayout | None" = None,
+    offsets: Sequence[int] | None = None, layout: "RotaryLayout | None" = None, spectra: bool = False,
 ) -> list[dict]:
     """Score records (without model/family) of one layer's factors; warns once on non-finite weights.
 
     offsets (with the layer's rotary ``layout``, None for no rotary positions): one record set per offset.
+    spectra: add the spectral columns (:data:`.spectra.SPECTRA_COLUMNS`).
     """
     if offsets is not None:
         from .offsets import check_offsets
 
         offsets = check_offsets(offsets)
-    records, n_bad = _score_layer(factors, float(k), _check_levels(levels), offsets, layout)
+    check_type(spectra, bool, "spectra", "True or False")
+    records, n_bad = _score_layer(factors, float(k), _check_levels(levels), offsets, layout, spectra)
     if n_bad:
         warnings.warn(
             f"{factors.stack} layer {factors.layer}: {n_bad} head(s) have non-finite q/k weights; scored NaN",
@@ -173,6 +204,7 @@ def score(
     name: str | None = None,
     fold_norms: bool | str = False,
     offsets: Sequence[int] | None = None,
+    spectra: bool = False,
 ) -> "pd.DataFrame":
     """Score every layer (and head) of a model: a tidy DataFrame of score records.
 
@@ -193,6 +225,8 @@ def score(
     rotary positions gets the same scores at every offset and one :class:`PositionNote` saying so. At most
     :data:`~attnscope.geometry.offsets.MAX_OFFSETS` offsets, each within the model's context length
     (:func:`~attnscope.geometry.offsets.reach`; 2^31 when the config states none).
+    spectra: also the spectra of each form's symmetric and antisymmetric parts (:mod:`attnscope.geometry.spectra`):
+    columns ``sym_rank``, ``anti_rank`` (effective ranks), ``sym_signature`` and ``anti_top2``, per offset too.
     """
     from attnscope.families import get_family, warn_extra_layers
     from attnscope.sources import open_source
@@ -201,6 +235,7 @@ def score(
     if not np.isfinite(k) or k < 0:
         raise InputError(f"k must be a finite number >= 0, not {k}", params="k")
     lv = _check_levels(levels)
+    check_type(spectra, bool, "spectra", "True or False")
     fold = check_fold(fold_norms)
     if offsets is not None:
         from .offsets import check_offsets
@@ -240,7 +275,7 @@ def score(
                 for layer in range(info.n_layers):
                     layout = _layout(src, info, layer, notes) if offsets is not None else None
                     factors = fam.layer_factors(src, info, layer, fold)
-                    recs, n_bad = _score_layer(factors, float(k), lv, offsets, layout)
+                    recs, n_bad = _score_layer(factors, float(k), lv, offsets, layout, spectra)
                     if n_bad:
                         bad_layers.append(f"{info.stack} {layer} ({n_bad} heads)")
                     records.extend(recs)
@@ -294,7 +329,9 @@ def records_frame(records: list[dict]) -> "pd.DataFrame":
     df = df[RECORD_COLUMNS + extra]
     for col in _INT_COLUMNS:
         df[col] = pd.array(df[col].tolist(), dtype="Int64")
-    for col in ("symmetry", "directionality", "frobenius_norm"):
+    from .spectra import SPECTRA_COLUMNS
+
+    for col in ("symmetry", "directionality", "frobenius_norm", *(c for c in SPECTRA_COLUMNS if c in df.columns)):
         df[col] = df[col].astype("float64")
     return df
 
