@@ -372,6 +372,50 @@ def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
     return pd.DataFrame(out)
 
 
+#: the per-layer columns of :func:`rank_cascade` (median and IQR over a layer's heads of each)
+CASCADE_METRICS = ("anti_rank", "sym_rank", "sym_signature", "anti_top2")
+
+
+def rank_cascade(df: "pd.DataFrame") -> "pd.DataFrame":
+    """Per model, stack and layer of a ``score(..., spectra=True)`` table: the relative depth
+    ``layer / n_layers`` and the median, 25th and 75th percentile over the layer's heads of
+    :data:`CASCADE_METRICS` (``anti_rank``, ``anti_rank_q1``, ``anti_rank_q3``, ...), with ``d_head``.
+
+    Head rows are used (the ranks are per head); a table of layer rows only gives the layer forms'
+    values (``level`` says which). Offset tables: the offset-0 rows, else the smallest |offset|.
+    """
+    import pandas as pd
+
+    from attnscope.tables import SCORE_COLUMNS, check_table
+
+    from .spectra import SPECTRA_COLUMNS
+
+    check_table(df, (*SCORE_COLUMNS, *SPECTRA_COLUMNS), "df", "a score table from geometry.score(..., spectra=True)")
+    if df.empty:
+        raise InputError("no scores to draw the rank cascade from", params="df")
+    if "offset" in df.columns and df["offset"].notna().any():
+        nearest = df["offset"].abs().min()
+        df = df[df["offset"].abs() == nearest]
+        df = df[df["offset"] == df["offset"].max()]  # +o before -o
+    rows, level = df[df["level"] == "head"], "head"
+    if rows.empty:
+        rows, level = df[df["level"] == "layer"], "layer"
+    out = []
+    for (model, stack), grp in rows.groupby(["model", "stack"], sort=False):
+        n_layers = int(grp["layer"].max()) + 1
+        for layer, lay in grp.groupby("layer", sort=True):
+            rec: dict[str, Any] = {"model": model, "stack": stack, "level": level, "layer": int(layer),
+                                   "n_layers": n_layers, "relative_depth": int(layer) / n_layers,
+                                   "d_head": int(lay["d_head"].iloc[0]) if "d_head" in lay else None,
+                                   "n_rows": len(lay)}
+            for col in CASCADE_METRICS:
+                vals = lay[col].astype("float64")
+                rec[col] = vals.median()
+                rec[f"{col}_q1"], rec[f"{col}_q3"] = vals.quantile(0.25), vals.quantile(0.75)
+            out.append(rec)
+    return pd.DataFrame(out)
+
+
 def wqk_block(source: Any, layer: int = 0, *, stack: str | None = None, n: int = 50) -> np.ndarray:
     """The explicit layer form M_L[:n, :n] (float32 numpy) of one layer: the paper's example heatmap."""
     from attnscope.families import get_family
