@@ -25,7 +25,7 @@ def test_survey_with_spectra_and_its_cascade(fake_zoo, tmp_path, monkeypatch, ca
     key = ["stack", "level", "layer", "head"]
     got = df[df["model"] == "fake/llama-b"].sort_values(key)[list(SPECTRA_COLUMNS)].to_numpy(float)
     np.testing.assert_allclose(got, direct.sort_values(key)[list(SPECTRA_COLUMNS)].to_numpy(float), rtol=0, atol=0)
-    with pytest.raises(InputError, match="spectra"):  # one store, one choice
+    with pytest.raises(InputError, match=r"spectra=True \(now None\)"):  # one store, one choice
         run_zoo("fake-text", out, zoo_file=fake_zoo, executor="inline", progress=False)
     code, stdout, err = invoke_cli(monkeypatch, capsys, "geometry", "plot", out, "--out", tmp_path / "figs")
     assert code == 0, err

@@ -78,7 +78,9 @@ def _check_settings(out: Path, settings: dict[str, Any], filename: str = SETTING
         if not isinstance(old, dict):
             warnings.warn(f"{path} is unreadable; rewriting it (stored results are checked one by one)", stacklevel=3)
     if isinstance(old, dict) and old != settings:
-        diff = ", ".join(f"{key}={old.get(key)!r} (now {settings[key]!r})" for key in settings if old.get(key) != settings[key])
+        keys = list(settings) + [key for key in old if key not in settings]  # a setting given only once differs too
+        diff = ", ".join(f"{key}={old.get(key)!r} (now {settings.get(key)!r})" for key in keys
+                         if old.get(key) != settings.get(key))
         raise InputError(f"{out} holds results computed with {diff}; use another out_dir or the same settings",
                          params="out_dir")
     if old != settings:
