@@ -228,3 +228,19 @@ def test_explicit_route_agrees_with_factored() -> None:
     a, b = head_spectra(q, k), explicit_spectra(q[0].astype(np.float64) @ k[0].astype(np.float64).T)
     np.testing.assert_allclose(a.sym, b.sym[:, :8], atol=1e-6 * a.frob[0])
     np.testing.assert_allclose(a.anti, b.anti[:, :8], atol=1e-6 * a.frob[0])
+
+
+@pytest.mark.parametrize("eps", [1e-3, 1e-5])
+def test_nearly_symmetric_heads_take_float64_grams(eps) -> None:
+    """Q = K + a small perturbation beside an ordinary head, in one batch: the near-deficient span gets float64
+    Grams (float32 ones would move its small routing singular values by ~sqrt(eps32)), the other head float32."""
+    from attnscope.geometry.spectra import _head_grams, _well_conditioned
+
+    rng = np.random.default_rng(5)
+    k = rng.standard_normal((1, 64, 16)).astype(np.float32)
+    q = np.concatenate([k + eps * rng.standard_normal(k.shape), rng.standard_normal(k.shape)]).astype(np.float32)
+    assert _well_conditioned(*_head_grams(q, k, np.float32)).tolist() == [False, True]
+    sp = head_spectra(q, k)
+    for h in range(2):
+        assert_matches_reference(sp, h, q[h].astype(np.float64) @ k[0].astype(np.float64).T)
+    assert 0 < sp.anti_rank[0] and sp.sym_signature[0] > 0.99

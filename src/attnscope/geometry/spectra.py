@@ -16,8 +16,8 @@ singular, as for Q = K or a zero head). Then ``F = U L^T`` with U orthonormal on
 the square roots of the eigenvalues of ``C_a^T C_a``; they come in equal pairs). With L's rows split
 as ``[L_q; L_k]`` (e rows each), ``C_s = (L_q^T L_k + L_k^T L_q)/2`` and ``C_a = (L_q^T L_k - L_k^T L_q)/2``.
 G's blocks are the Grams the s, d kernel uses: ``A_h = Q^T Q``, ``B_g = K^T K`` (once per kv group),
-``X = K^T Q``, here in float64 (``_head_grams`` says why). No d x d matrix; per head O(d e^2) for the
-Grams and O(e^3) for the 2e x 2e problem. At a rotary offset the form is ``Q G(o) K^T``, i.e. K
+``X = K^T Q``, here as float32 products, in float64 for heads whose G is ill-conditioned (``_head_grams``
+says why). No d x d matrix; per head O(d e^2) for the Grams and O(e^3) for the 2e x 2e problem. At a rotary offset the form is ``Q G(o) K^T``, i.e. K
 rotated: ``B_o = G B G^T``, ``X_o = G X`` (:mod:`.rotary`), so every offset costs O(e^3) per head.
 
 From a spectrum, per part (definitions in docs/geometry.md, "Spectra"):
@@ -200,11 +200,18 @@ def spectra_from_grams(a: np.ndarray, b: np.ndarray, x: np.ndarray, rtol: float 
     return Spectra(sym, np.ascontiguousarray(anti), frob, rtol)
 
 
-def _head_grams(q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(A_h [h, e, e], B_g(h) [h, e, e], X_h = K_g^T Q_h [h, e, e]) in float64, one kv group at a time.
+#: heads whose float32 Gram G has a condition number above this get float64 Grams (see :func:`_head_grams`)
+COND_LIMIT = 1e3
 
-    float64 (not the s, d kernel's float32): where span[Q, K] has fewer than 2e dimensions (Q = K, d < 2e)
-    the small problem is defective at 0, and a Gram error eps moves its zero singular values by ~sqrt(eps).
+
+def _head_grams(q: np.ndarray, k: np.ndarray, dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(A_h [h, e, e], B_g(h) [h, e, e], X_h = K_g^T Q_h [h, e, e]) as float64, products in ``dtype``, one kv
+    group at a time.
+
+    float32 products (4x faster here) carry a relative error of ~eps32 sqrt(cond G) into the spectra: fine
+    for a well-conditioned G. Where span[Q, K] has fewer than 2e dimensions (Q = K, d < 2e) or nearly so,
+    the small problem is (nearly) defective at 0 and a Gram error eps moves its zero singular values by
+    ~sqrt(eps): :func:`head_spectra` recomputes such heads (cond G > :data:`COND_LIMIT`) in float64.
     """
     h, g, r = _check_factors(q, k)
     e = q.shape[2]
@@ -212,8 +219,8 @@ def _head_grams(q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     b = np.empty((h, e, e))
     x = np.empty((h, e, e))
     for gi in range(g):
-        kt = np.ascontiguousarray(k[gi].T, dtype=np.float64)  # [e, d]
-        qt = np.ascontiguousarray(q[gi * r : (gi + 1) * r].swapaxes(-1, -2), dtype=np.float64)  # [r, e, d]
+        kt = np.ascontiguousarray(k[gi].T, dtype=dtype)  # [e, d]
+        qt = np.ascontiguousarray(q[gi * r : (gi + 1) * r].swapaxes(-1, -2), dtype=dtype)  # [r, e, d]
         b[gi * r : (gi + 1) * r] = kt @ kt.T  # B_g, shared by the group's r heads
         for j in range(r):
             a[gi * r + j] = qt[j] @ qt[j].T  # syrk
@@ -232,8 +239,29 @@ def head_spectra(q: np.ndarray, k: np.ndarray, rtol: float = RTOL) -> Spectra:
     if q.shape[1] != k.shape[1]:
         return _nan_spectra(h, 2 * e, rtol)
     with kernel_threads():
-        a, b, x = _head_grams(q, k)
-        return spectra_from_grams(a, b, x, rtol)
+        return spectra_from_grams(*_checked_grams(q, k), rtol)
+
+
+def _checked_grams(q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`_head_grams` from float32 products, in float64 for the heads whose G is ill-conditioned."""
+    a, b, x = _head_grams(q, k, np.float32)
+    bad = ~_well_conditioned(a, b, x)  # [h]
+    r = q.shape[0] // k.shape[0]
+    for i in np.flatnonzero(bad):  # (nearly) rank-deficient span[Q, K]
+        a[i], b[i], x[i] = (v[0] for v in _head_grams(q[i : i + 1], k[i // r : i // r + 1]))
+    return a, b, x
+
+
+def _well_conditioned(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """[n] bool: the (balanced) Gram G = [[A, X^T], [X, B]] has a condition number <= :data:`COND_LIMIT`."""
+    ta, tb = np.einsum("nii->n", a), np.einsum("nii->n", b)
+    c2 = np.where((ta > 0) & (tb > 0), np.sqrt(tb / np.where(ta > 0, ta, 1.0)), 1.0)[:, None, None]
+    e = a.shape[1]
+    gram = np.empty((a.shape[0], 2 * e, 2 * e))
+    gram[:, :e, :e], gram[:, e:, e:] = a * c2, b / c2
+    gram[:, e:, :e], gram[:, :e, e:] = x, x.swapaxes(-1, -2)
+    lam = np.linalg.eigvalsh(gram)  # ascending
+    return lam[:, 0] * COND_LIMIT >= lam[:, -1]
 
 
 def _nan_spectra(n: int, m: int, rtol: float) -> Spectra:
@@ -296,7 +324,7 @@ def offset_head_spectra(q: np.ndarray, k: np.ndarray, layout: RotaryLayout, offs
     s2 = layout.scale**2
     out = []
     with kernel_threads():
-        a, b, x = _head_grams(q, k)
+        a, b, x = _checked_grams(q, k)  # a rotation of K leaves cond G as it is
         cos, sin = _angles(layout, offsets)  # [o, p]
         for i in range(len(offsets)):
             b_o = _sandwich(b, layout, cos[i], sin[i])  # [h, e, e]  G B G^T
