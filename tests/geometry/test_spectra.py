@@ -234,12 +234,12 @@ def test_explicit_route_agrees_with_factored() -> None:
 def test_nearly_symmetric_heads_take_float64_grams(eps) -> None:
     """Q = K + a small perturbation beside an ordinary head, in one batch: the near-deficient span gets float64
     Grams (float32 ones would move its small routing singular values by ~sqrt(eps32)), the other head float32."""
-    from attnscope.geometry.spectra import _head_grams, _well_conditioned
+    from attnscope.geometry.spectra import _balanced_gram, _gram_factor, _head_grams
 
     rng = np.random.default_rng(5)
     k = rng.standard_normal((1, 64, 16)).astype(np.float32)
     q = np.concatenate([k + eps * rng.standard_normal(k.shape), rng.standard_normal(k.shape)]).astype(np.float32)
-    assert _well_conditioned(*_head_grams(q, k, np.float32)).tolist() == [False, True]
+    assert _gram_factor(_balanced_gram(*_head_grams(q, k, np.float32))[0])[1].tolist() == [False, True]
     sp = head_spectra(q, k)
     for h in range(2):
         assert_matches_reference(sp, h, q[h].astype(np.float64) @ k[0].astype(np.float64).T)

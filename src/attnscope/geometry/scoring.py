@@ -70,10 +70,17 @@ def _nan_record(spectra: bool = False) -> dict[str, Any]:
 
 
 def _level_stats(q: np.ndarray, kk: np.ndarray, level: str, offsets: list[int] | None,
-                 layout: "RotaryLayout | None") -> list["FormStats"]:  # fmt: skip
+                 layout: "RotaryLayout | None", grams: list | None = None) -> list["FormStats"]:  # fmt: skip
     """Stats of one level (head or layer) per offset ([one] without offsets). Offset 0, and every
-    offset of a model without rotary positions, is today's unrotated form, by the same kernel."""
-    base = head_stats(q, kk) if level == "head" else layer_stats(q, kk)
+    offset of a model without rotary positions, is today's unrotated form, by the same kernel.
+    ``grams`` (a list): the head kernel's Grams are appended to it, for the spectra."""
+    if level == "head" and grams is not None:
+        from .kernels import head_stats_with_grams
+
+        base, g = head_stats_with_grams(q, kk)  # the same statistics as head_stats, and its Grams
+        grams.append(g)
+    else:
+        base = head_stats(q, kk) if level == "head" else layer_stats(q, kk)
     if offsets is None:
         return [base]
     rotated = [o for o in offsets if o != 0] if layout is not None else []
@@ -87,11 +94,12 @@ def _level_stats(q: np.ndarray, kk: np.ndarray, level: str, offsets: list[int] |
 
 
 def _level_spectra(q: np.ndarray, kk: np.ndarray, level: str, offsets: list[int] | None,
-                   layout: "RotaryLayout | None") -> list["Spectra"]:  # fmt: skip
-    """Spectra of one level per offset, as :func:`_level_stats` (:mod:`.spectra`)."""
-    from .spectra import head_spectra, layer_spectra, offset_head_spectra, offset_layer_spectra
+                   layout: "RotaryLayout | None", grams: list | None = None) -> list["Spectra"]:  # fmt: skip
+    """Spectra of one level per offset, as :func:`_level_stats` (:mod:`.spectra`), heads from the Grams
+    :func:`_level_stats` left in ``grams``."""
+    from .spectra import layer_spectra, offset_head_spectra, offset_layer_spectra, spectra_with_grams
 
-    base = head_spectra(q, kk) if level == "head" else layer_spectra(q, kk)
+    base = spectra_with_grams(q, kk, grams[0] if grams else None) if level == "head" else layer_spectra(q, kk)
     if offsets is None:
         return [base]
     rotated = [o for o in offsets if o != 0] if layout is not None else []
@@ -132,8 +140,9 @@ def _score_layer(
             per_offset: list[FormStats | None] = [None] * len(offs)
             per_spectra: list[Spectra | None] = [None] * len(offs)
         else:
-            per_offset = list(_level_stats(q, kk, level, offsets, layout))
-            per_spectra = list(_level_spectra(q, kk, level, offsets, layout)) if spectra else [None] * len(offs)
+            grams: list | None = [] if spectra else None
+            per_offset = list(_level_stats(q, kk, level, offsets, layout, grams))
+            per_spectra = list(_level_spectra(q, kk, level, offsets, layout, grams)) if spectra else [None] * len(offs)
         for off, stats, spec in zip(offs, per_offset, per_spectra):
             at = {**base, "offset": off} if off is not None else base
             if off is not None and layout is not None and layout.window is not None:

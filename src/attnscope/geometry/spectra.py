@@ -39,7 +39,7 @@ symmetric part: NaN.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -152,20 +152,26 @@ def top_energy(values: np.ndarray, k: int = 2) -> np.ndarray:
 # ---- the small problem --------------------------------------------------------------------------
 
 
-def _gram_factor(gram: np.ndarray) -> np.ndarray:
-    """L with ``L L^T = gram`` for each PSD gram [n, m, m] (float64): Cholesky, eigen route where singular."""
+def _gram_factor(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(L with ``L L^T = gram`` for each PSD gram [n, m, m] (float64), [n] bool: well conditioned).
+
+    Cholesky; the eigen route where it fails (singular). Well conditioned: Cholesky succeeded and its pivots
+    L_ii^2 span at most :data:`PIVOT_LIMIT` (their ratio is a lower bound on cond G).
+    """
+    ok = np.ones(len(gram), dtype=bool)
     try:
-        return np.linalg.cholesky(gram)
+        out = np.linalg.cholesky(gram)
     except np.linalg.LinAlgError:
-        pass
-    out = np.empty_like(gram)
-    for i, g in enumerate(gram):  # only the batch that failed pays; most heads still take Cholesky
-        try:
-            out[i] = np.linalg.cholesky(g)
-        except np.linalg.LinAlgError:
-            lam, vec = np.linalg.eigh(g)
-            out[i] = vec * np.sqrt(np.maximum(lam, 0.0))[None, :]
-    return out
+        out = np.empty_like(gram)
+        for i, g in enumerate(gram):  # only the batch that failed pays; most heads still take Cholesky
+            try:
+                out[i] = np.linalg.cholesky(g)
+            except np.linalg.LinAlgError:
+                lam, vec = np.linalg.eigh(g)
+                out[i] = vec * np.sqrt(np.maximum(lam, 0.0))[None, :]
+                ok[i] = False
+    piv = np.einsum("nii->ni", out) ** 2  # [n, m]
+    return out, ok & (piv.min(axis=1) * PIVOT_LIMIT >= piv.max(axis=1))
 
 
 def _by_magnitude(x: np.ndarray) -> np.ndarray:
@@ -173,23 +179,35 @@ def _by_magnitude(x: np.ndarray) -> np.ndarray:
     return np.take_along_axis(x, np.argsort(-np.abs(x), axis=-1, kind="stable"), axis=-1)
 
 
-def spectra_from_grams(a: np.ndarray, b: np.ndarray, x: np.ndarray, rtol: float = RTOL) -> Spectra:
-    """Spectra of ``M_n = Q_n K_n^T`` from its Grams a = Q^T Q, b = K^T K, x = K^T Q (each [n, e, e]).
-
-    Computed in float64 (the module docstring's 2e x 2e problem). Returns n spectra of m = 2e values.
-    """
+def _balanced_gram(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(G [n, m, m] float64 with Q scaled by c and K by 1/c so that tr A = tr B, ||M||_F [n]): M = (cQ)(K/c)^T
+    for any c > 0, and balanced blocks keep either from being lost in the other's rounding."""
     a, b, x = (np.asarray(v, dtype=np.float64) for v in (a, b, x))
     n, e, _ = a.shape
     frob = np.sqrt(np.maximum(np.einsum("nij,nji->n", a, b), 0.0))  # ||M||_F^2 = tr(A B)
-    # M = (cQ)(K/c)^T for any c > 0: balance the two blocks of G (tr A = tr B) so neither is lost in the other's
     ta, tb = np.einsum("nii->n", a), np.einsum("nii->n", b)
     c2 = np.where((ta > 0) & (tb > 0), np.sqrt(tb / np.where(ta > 0, ta, 1.0)), 1.0)[:, None, None]  # c^2
-    a, b = a * c2, b / c2
     gram = np.empty((n, 2 * e, 2 * e))  # [n, m, m]  G = [[Q^T Q, Q^T K], [K^T Q, K^T K]]
-    gram[:, :e, :e], gram[:, e:, e:] = a, b
+    gram[:, :e, :e], gram[:, e:, e:] = a * c2, b / c2
     gram[:, e:, :e], gram[:, :e, e:] = x, x.swapaxes(-1, -2)
-    gram = (gram + gram.swapaxes(-1, -2)) / 2  # exactly symmetric (a, b come from syrk)
-    lo = _gram_factor(gram)  # [n, m, m]
+    return gram, frob
+
+
+def spectra_from_grams(a: np.ndarray, b: np.ndarray, x: np.ndarray, rtol: float = RTOL,
+                       precise: "Callable[[np.ndarray], tuple[np.ndarray, ...]] | None" = None) -> Spectra:  # fmt: skip
+    """Spectra of ``M_n = Q_n K_n^T`` from its Grams a = Q^T Q, b = K^T K, x = K^T Q (each [n, e, e]).
+
+    The module docstring's 2e x 2e problem, in float64. ``precise(idx)``: the Grams of forms ``idx`` again,
+    in float64, for the forms whose G is ill-conditioned (when a, b, x came from float32 products).
+    Returns n spectra of m = 2e values.
+    """
+    gram, frob = _balanced_gram(a, b, x)
+    e = gram.shape[1] // 2
+    lo, ok = _gram_factor(gram)  # [n, m, m]
+    if precise is not None and not ok.all():  # (nearly) rank-deficient span[Q, K]: float32 Grams are not enough
+        idx = np.flatnonzero(~ok)
+        gram_p, frob[idx] = _balanced_gram(*precise(idx))
+        lo[idx] = _gram_factor(gram_p)[0]
     lq, lk = lo[:, :e, :], lo[:, e:, :]  # [n, e, m] rows of Q and of K
     cross = np.matmul(lq.swapaxes(-1, -2), lk)  # [n, m, m]  L_q^T L_k
     c_s = (cross + cross.swapaxes(-1, -2)) / 2
@@ -200,8 +218,9 @@ def spectra_from_grams(a: np.ndarray, b: np.ndarray, x: np.ndarray, rtol: float 
     return Spectra(sym, np.ascontiguousarray(anti), frob, rtol)
 
 
-#: heads whose float32 Gram G has a condition number above this get float64 Grams (see :func:`_head_grams`)
-COND_LIMIT = 1e3
+#: heads whose Gram G (from float32 products) has Cholesky pivots L_ii^2 spanning more than this factor (a lower
+#: bound on cond G) get float64 Grams (see :func:`_head_grams`)
+PIVOT_LIMIT = 1e2
 
 
 def _head_grams(q: np.ndarray, k: np.ndarray, dtype: type = np.float64) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -211,7 +230,7 @@ def _head_grams(q: np.ndarray, k: np.ndarray, dtype: type = np.float64) -> tuple
     float32 products (4x faster here) carry a relative error of ~eps32 sqrt(cond G) into the spectra: fine
     for a well-conditioned G. Where span[Q, K] has fewer than 2e dimensions (Q = K, d < 2e) or nearly so,
     the small problem is (nearly) defective at 0 and a Gram error eps moves its zero singular values by
-    ~sqrt(eps): :func:`head_spectra` recomputes such heads (cond G > :data:`COND_LIMIT`) in float64.
+    ~sqrt(eps): :func:`head_spectra` recomputes such heads (pivots beyond :data:`PIVOT_LIMIT`) in float64.
     """
     h, g, r = _check_factors(q, k)
     e = q.shape[2]
@@ -239,29 +258,28 @@ def head_spectra(q: np.ndarray, k: np.ndarray, rtol: float = RTOL) -> Spectra:
     if q.shape[1] != k.shape[1]:
         return _nan_spectra(h, 2 * e, rtol)
     with kernel_threads():
-        return spectra_from_grams(*_checked_grams(q, k), rtol)
+        return spectra_from_grams(*_head_grams(q, k, np.float32), rtol, precise=_precise(q, k))
 
 
-def _checked_grams(q: np.ndarray, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_head_grams` from float32 products, in float64 for the heads whose G is ill-conditioned."""
-    a, b, x = _head_grams(q, k, np.float32)
-    bad = ~_well_conditioned(a, b, x)  # [h]
+def spectra_with_grams(q: np.ndarray, k: np.ndarray, grams: "tuple[np.ndarray, ...] | None",
+                       rtol: float = RTOL) -> Spectra:  # fmt: skip
+    """:func:`head_spectra` from the float32 Grams :func:`.kernels.head_stats_with_grams` computed already."""
+    if grams is None:
+        return head_spectra(q, k, rtol)
+    q, k = _as_f32(q), _as_f32(k)
+    with kernel_threads():
+        return spectra_from_grams(*grams, rtol, precise=_precise(q, k))
+
+
+def _precise(q: np.ndarray, k: np.ndarray) -> "Callable[[np.ndarray], tuple[np.ndarray, ...]]":
+    """The float64 Grams of some heads of q [h, d, e], k [g, d, e] (their kv heads paired as h // (h/g))."""
     r = q.shape[0] // k.shape[0]
-    for i in np.flatnonzero(bad):  # (nearly) rank-deficient span[Q, K]
-        a[i], b[i], x[i] = (v[0] for v in _head_grams(q[i : i + 1], k[i // r : i // r + 1]))
-    return a, b, x
 
+    def grams(idx: np.ndarray) -> tuple[np.ndarray, ...]:
+        parts = [_head_grams(q[i : i + 1], k[i // r : i // r + 1]) for i in idx]
+        return tuple(np.concatenate([p[j] for p in parts]) for j in range(3))
 
-def _well_conditioned(a: np.ndarray, b: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """[n] bool: the (balanced) Gram G = [[A, X^T], [X, B]] has a condition number <= :data:`COND_LIMIT`."""
-    ta, tb = np.einsum("nii->n", a), np.einsum("nii->n", b)
-    c2 = np.where((ta > 0) & (tb > 0), np.sqrt(tb / np.where(ta > 0, ta, 1.0)), 1.0)[:, None, None]
-    e = a.shape[1]
-    gram = np.empty((a.shape[0], 2 * e, 2 * e))
-    gram[:, :e, :e], gram[:, e:, e:] = a * c2, b / c2
-    gram[:, e:, :e], gram[:, :e, e:] = x, x.swapaxes(-1, -2)
-    lam = np.linalg.eigvalsh(gram)  # ascending
-    return lam[:, 0] * COND_LIMIT >= lam[:, -1]
+    return grams
 
 
 def _nan_spectra(n: int, m: int, rtol: float) -> Spectra:
@@ -324,7 +342,11 @@ def offset_head_spectra(q: np.ndarray, k: np.ndarray, layout: RotaryLayout, offs
     s2 = layout.scale**2
     out = []
     with kernel_threads():
-        a, b, x = _checked_grams(q, k)  # a rotation of K leaves cond G as it is
+        a, b, x = _head_grams(q, k, np.float32)
+        _, ok = _gram_factor(_balanced_gram(a, b, x)[0])  # a rotation of K leaves G's conditioning as it is
+        if not ok.all():
+            idx = np.flatnonzero(~ok)
+            a[idx], b[idx], x[idx] = _precise(q, k)(idx)
         cos, sin = _angles(layout, offsets)  # [o, p]
         for i in range(len(offsets)):
             b_o = _sandwich(b, layout, cos[i], sin[i])  # [h, e, e]  G B G^T
