@@ -73,3 +73,11 @@ def test_one_model_gets_bands_and_draws_into_a_given_figure():
     fig = new_figure()
     assert plot_rank_cascade(rank_cascade(fake_spectra()), fig=fig) is fig
     assert len(fig.axes[0].collections) == 1  # the IQR band
+
+
+def test_relative_divides_by_the_largest_rank():
+    casc = rank_cascade(fake_spectra())
+    fig = plot_rank_cascade(casc, relative=True)
+    line = next(ln for ln in fig.axes[0].lines if len(ln.get_xdata()) == 4)
+    np.testing.assert_allclose(line.get_ydata(), casc["anti_rank"] / 16)  # d_head 8
+    assert fig.axes[0].get_ylim()[1] <= 1.05

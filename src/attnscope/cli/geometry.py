@@ -502,7 +502,8 @@ def plot_cmd(
 
         cascade = rank_cascade(df[df["anti_rank"].notna()])
         files["survey_rank_cascade.csv"] = table_bytes(cascade, "survey_rank_cascade.csv")
-        files["survey_rank_cascade.png"] = figure_bytes(plot_rank_cascade(cascade))
+        relative = cascade["d_head"].nunique() > 1  # other head dims: ranks over their largest value, 2 d_head
+        files["survey_rank_cascade.png"] = figure_bytes(plot_rank_cascade(cascade, relative=relative))
     paths = write_result_set(out_dir, files, {"results": str(results)}, kind="survey")
     for p in paths:
         typer.echo(str(p))

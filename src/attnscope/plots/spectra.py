@@ -23,14 +23,18 @@ PANELS = (("anti_rank", "routing: effective rank of the antisymmetric part"),
           ("sym_rank", "filtering: effective rank of the symmetric part"))
 
 
-def plot_rank_cascade(table: "pd.DataFrame", title: str | None = None, *, fig: "Figure | None" = None) -> "Figure":
-    """anti_rank and sym_rank against relative depth, one line per model (and stack); IQR bands for one model."""
+def plot_rank_cascade(table: "pd.DataFrame", title: str | None = None, *, fig: "Figure | None" = None,
+                      relative: bool = False) -> "Figure":
+    """anti_rank and sym_rank against relative depth, one line per model (and stack); IQR bands for one model.
+
+    relative: divide each rank by its largest possible value, 2 d_head (models with other head dims compare).
+    """
     from matplotlib.lines import Line2D
 
     from attnscope.tables import check_table
 
-    check_table(table, ("model", "stack", "relative_depth", "anti_rank", "sym_rank"), "table",
-                "a rank cascade table (attnscope.geometry.rank_cascade)")
+    check_table(table, ("model", "stack", "relative_depth", "anti_rank", "sym_rank", *(("d_head",) if relative else ())),
+                "table", "a rank cascade table (attnscope.geometry.rank_cascade)")
     fig = figure_for(fig, figsize=(10, 4.4))
     axes = fig.subplots(1, 2, sharex=True)
     groups = list(table.groupby(["model", "stack"], sort=False))
@@ -43,22 +47,26 @@ def plot_rank_cascade(table: "pd.DataFrame", title: str | None = None, *, fig: "
         color = colors.pop(0)
         multi_stack = table.loc[table["model"] == model, "stack"].nunique() > 1
         label = (stack if one_model else model_label(model)) + (f" · {stack}" if multi_stack and not one_model else "")
+        if "d_head" in grp.columns and grp["d_head"].notna().any() and not one_model:
+            label += f" (d_head {int(grp['d_head'].iloc[0])})"
         x = grp["relative_depth"].to_numpy(dtype=float)
+        per = 2.0 * grp["d_head"].to_numpy(dtype=float) if relative else 1.0  # the largest possible rank
         for ax, (col, _) in zip(axes, PANELS):
-            ax.plot(x, grp[col].to_numpy(dtype=float), color=color, lw=1.6, marker="o", ms=3)
+            ax.plot(x, grp[col].to_numpy(dtype=float) / per, color=color, lw=1.6, marker="o", ms=3)
             if one_model and f"{col}_q1" in grp.columns:
-                ax.fill_between(x, grp[f"{col}_q1"].to_numpy(dtype=float), grp[f"{col}_q3"].to_numpy(dtype=float),
-                                color=color, alpha=0.18, lw=0)
+                ax.fill_between(x, grp[f"{col}_q1"].to_numpy(dtype=float) / per,
+                                grp[f"{col}_q3"].to_numpy(dtype=float) / per, color=color, alpha=0.18, lw=0)
         handles.append(Line2D([], [], color=color, lw=1.6, marker="o", ms=3, label=label))
     what = "median over heads" if level == "head" else "layer form"
-    axes[0].axhline(2, color="0.4", lw=0.9, ls=":")  # Jamil & Kapadia 2026: ~2 in the first layer
-    handles.append(Line2D([], [], color="0.4", lw=0.9, ls=":", label="rank 2 (Jamil & Kapadia: first layer)"))
+    if not relative:
+        axes[0].axhline(2, color="0.4", lw=0.9, ls=":")  # Jamil & Kapadia 2026: ~2 in the first layer
+        handles.append(Line2D([], [], color="0.4", lw=0.9, ls=":", label="rank 2 (Jamil & Kapadia: first layer)"))
     for ax, (col, name) in zip(axes, PANELS):
         ax.set_title(name, fontsize=10)
         ax.set_xlabel("relative depth (layer / layers)")
-        ax.set_ylabel(f"{col} ({what})")
+        ax.set_ylabel(f"{col} / 2 d_head ({what})" if relative else f"{col} ({what})")
         ax.set_xlim(-0.03, 1.0)
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, 1.02) if relative else ax.set_ylim(bottom=0)
         ax.grid(alpha=0.25)
     if one_model and level == "head":
         from matplotlib.patches import Patch
