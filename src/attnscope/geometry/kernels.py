@@ -152,7 +152,7 @@ def _grams(ft: np.ndarray) -> np.ndarray:
     return out
 
 
-def head_stats_with_grams(q: np.ndarray, k: np.ndarray) -> tuple[FormStats, tuple[np.ndarray, ...] | None]:
+def head_stats_with_grams(q: np.ndarray, k: np.ndarray) -> tuple[FormStats, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
     """:func:`head_stats` and the Grams it computed on the way, (A_h, B_g(h), X_h = K_g^T Q_h) [h, e, e] float32
     (None when d != c): the spectra (:mod:`.spectra`) start from them instead of computing them again."""
     out: list = []

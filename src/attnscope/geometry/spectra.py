@@ -158,7 +158,7 @@ def _gram_factor(gram: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Cholesky; the eigen route where it fails (singular). Well conditioned: Cholesky succeeded and its pivots
     L_ii^2 span at most :data:`PIVOT_LIMIT` (their ratio is a lower bound on cond G).
     """
-    ok = np.ones(len(gram), dtype=bool)
+    ok: np.ndarray = np.ones(len(gram), dtype=bool)
     try:
         out = np.linalg.cholesky(gram)
     except np.linalg.LinAlgError:
@@ -261,14 +261,15 @@ def head_spectra(q: np.ndarray, k: np.ndarray, rtol: float = RTOL) -> Spectra:
         return spectra_from_grams(*_head_grams(q, k, np.float32), rtol, precise=_precise(q, k))
 
 
-def spectra_with_grams(q: np.ndarray, k: np.ndarray, grams: "tuple[np.ndarray, ...] | None",
+def spectra_with_grams(q: np.ndarray, k: np.ndarray, grams: "tuple[np.ndarray, np.ndarray, np.ndarray] | None",
                        rtol: float = RTOL) -> Spectra:  # fmt: skip
     """:func:`head_spectra` from the float32 Grams :func:`.kernels.head_stats_with_grams` computed already."""
     if grams is None:
         return head_spectra(q, k, rtol)
     q, k = _as_f32(q), _as_f32(k)
     with kernel_threads():
-        return spectra_from_grams(*grams, rtol, precise=_precise(q, k))
+        a, b, x = grams
+        return spectra_from_grams(a, b, x, rtol, precise=_precise(q, k))
 
 
 def _precise(q: np.ndarray, k: np.ndarray) -> "Callable[[np.ndarray], tuple[np.ndarray, ...]]":

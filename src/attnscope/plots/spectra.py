@@ -40,7 +40,7 @@ def plot_rank_cascade(table: "pd.DataFrame", title: str | None = None, *, fig: "
     groups = list(table.groupby(["model", "stack"], sort=False))
     one_model = table["model"].nunique() == 1
     colors = _colors(len(groups))
-    handles = []
+    handles: list = []
     level = str(table["level"].iloc[0]) if "level" in table.columns and len(table) else "head"
     for (model, stack), grp in groups:
         grp = grp.sort_values("relative_depth")
