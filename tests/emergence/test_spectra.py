@@ -74,3 +74,9 @@ def test_cli_spectra_writes_ranks_formation_and_figure(run_dir, tmp_path, monkey
     assert table["anti_rank"].notna().all()
     manifest = json.loads((out / "attnscope-manifest.json").read_text())
     assert manifest  # one result
+
+
+def test_min_change_rank_without_spectra_is_refused(run_dir, tmp_path, monkeypatch, capsys):
+    code, _, err = invoke_cli(monkeypatch, capsys, "emergence", run_dir, "--out", tmp_path / "o", "--min-change-rank",
+                              "2", "--executor", "inline")
+    assert code == 2 and "--min-change-rank" in err and len(err.strip().splitlines()) == 1

