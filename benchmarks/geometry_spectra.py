@@ -107,12 +107,14 @@ def markdown(args: argparse.Namespace, res: dict, ker: dict, err: float | None) 
     lv = "+".join(args.levels)
     what = "every head" if args.levels == ("head",) else "every head and layer form" if len(args.levels) == 2 \
         else "every layer form"
+    layers = (f"**all {FULL_LAYERS} layers** ({FULL_LAYERS * N_Q} heads)" if args.layers == FULL_LAYERS else
+              f"**{args.layers} of its {FULL_LAYERS} layers** (every layer has the same shape and cost; the "
+              f"{FULL_LAYERS}-layer times are x{scale:g})")
     target = "target < 2x" if args.levels == ("head",) else "the < 2x target is for the heads (`--levels head`)"
     return f"""## Geometry: spectra of {what} vs today's s and d (benchmarks/geometry_spectra.py)
 
 Llama-3-8B-shaped checkpoint, random bf16 q/k (d = {D}, {N_Q} q heads, {N_KV} kv heads, d_h = {D_HEAD}),
-**{args.layers} of its {FULL_LAYERS} layers** (every layer has the same shape and cost; the 32-layer times are
-x{scale:g}), one shard per layer, read from the page cache. `score(dir, levels={args.levels})` with and without
+{layers}, one shard per layer, read from the page cache. `score(dir, levels={args.levels})` with and without
 `spectra=True`, in one process, passes alternating, best of {args.reps}. Machine: {os.cpu_count()} CPU cores shared
 with other jobs (load average {load:.1f} at the end), {platform.machine()}, Python {platform.python_version()}.
 
