@@ -85,3 +85,25 @@ def test_score_factors_spectra_and_bad_argument():
         score_factors(f, spectra="yes")
     with pytest.raises(ArgumentTypeError, match="spectra must be True or False"):
         score("nowhere", spectra=1)
+
+
+def test_spectrum_values_are_the_explicit_spectra(tiny_llama, tiny_llama_dirs):
+    from attnscope.geometry import spectrum_values
+    from attnscope.geometry.spectra import spectra_ref
+
+    vals = spectrum_values(str(tiny_llama_dirs["single"]), levels=("head", "layer"))
+    assert set(vals["part"]) == {"sym", "anti"} and (vals["model"].nunique(), vals["family"].iloc[0]) == (1, "llama")
+    ref = llama_reference(tiny_llama)
+    for (layer, head), m in ref.items():
+        level = "layer" if head is None else "head"
+        rows = vals[(vals["layer"] == layer) & (vals["level"] == level)
+                    & (vals["head"].isna() if head is None else vals["head"] == head)]
+        lam, sv = spectra_ref(m)
+        for part, want in (("sym", lam), ("anti", sv)):
+            got = rows[rows["part"] == part].sort_values("index")["value"].to_numpy()
+            n = min(len(got), len(want))
+            scale = np.linalg.norm(m)
+            np.testing.assert_allclose(np.sort(got[:n]), np.sort(want[:n]), atol=1e-6 * scale)
+            assert np.abs(got[n:]).max(initial=0) < 1e-6 * scale and np.abs(want[n:]).max(initial=0) < 1e-6 * scale
+    heads = vals[vals["level"] == "head"]
+    assert heads["kv_head"].dropna().isin([0, 1]).all() and len(heads) == 2 * 4 * 2 * 16  # layers x heads x parts x 2e

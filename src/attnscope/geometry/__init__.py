@@ -18,7 +18,7 @@ from attnscope._exports import lazy_exports
 
 _EXPORTS = {
     ".scoring": ["CASCADE_METRICS", "LEVELS", "RECORD_COLUMNS", "NonFiniteWeightsWarning", "rank_cascade",
-                 "records_frame", "score", "score_factors", "summarize", "wqk_block"],
+                 "records_frame", "score", "score_factors", "spectrum_values", "summarize", "wqk_block"],
     ".offsets": ["PositionNote", "check_offsets", "frequencies", "parse_offsets"],
     ".spectra": ["SPECTRA_COLUMNS", "Spectra", "effective_rank", "head_spectra", "layer_spectra", "spectra_ref"],
     ".kernels": ["directionality", "directionality_ref", "head_stats", "layer_matrix", "layer_stats", "symmetry",
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         records_frame as records_frame,
         score as score,
         score_factors as score_factors,
+        spectrum_values as spectrum_values,
         summarize as summarize,
         wqk_block as wqk_block,
     )
@@ -86,6 +87,7 @@ if TYPE_CHECKING:
         "score",
         "score_factors",
         "spectra_ref",
+        "spectrum_values",
         "summarize",
         "symmetry",
         "symmetry_ref",

@@ -381,6 +381,59 @@ def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
     return pd.DataFrame(out)
 
 
+def spectrum_values(
+    source: Any, *, config: Any = None, levels: Sequence[str] = ("head",), stacks: Sequence[str] | None = None,
+    name: str | None = None, fold_norms: bool | str = False,
+) -> "pd.DataFrame":
+    """Every eigenvalue of each form's symmetric part and every singular value of its antisymmetric part, as a
+    long table: model, source, family, stack, level, layer, head, kv_head, ``part`` (``sym``: S's eigenvalues,
+    signed, by decreasing magnitude; ``anti``: A's singular values, decreasing, in equal pairs), ``index`` (0..)
+    and ``value``; 2 d_head values per head and part (fewer for a layer form taken explicitly: d). The values
+    the ``spectra=True`` columns of :func:`score` summarise (:mod:`attnscope.geometry.spectra`); offset 0.
+    """
+    import pandas as pd
+
+    from attnscope.families import get_family
+    from attnscope.naming import model_names
+    from attnscope.sources import open_source
+    from attnscope.zoo.registry import resolve_spec
+
+    from .spectra import head_spectra, layer_spectra
+
+    lv = _check_levels(levels)
+    fold = check_fold(fold_norms)
+    src = open_source(resolve_spec(source), config=config)
+    model, given = model_names(source, src.name, name, src.config)
+    frames = []
+    try:
+        fam = get_family(src.config)
+        for info in fam.stacks(src.config, src):
+            if stacks is not None and info.stack not in ((stacks,) if isinstance(stacks, str) else tuple(stacks)):
+                continue
+            for layer in range(info.n_layers):
+                f = fam.layer_factors(src, info, layer, fold)
+                q, kk = np.asarray(f.q, np.float32), np.asarray(f.k, np.float32)
+                for level in lv:
+                    sp = head_spectra(q, kk) if level == "head" else layer_spectra(q, kk)
+                    n, m = sp.sym.shape
+                    heads = np.arange(n) if level == "head" else np.full(n, -1)
+                    for part, vals in (("sym", sp.sym), ("anti", sp.anti)):
+                        frames.append(pd.DataFrame({
+                            "stack": info.stack, "level": level, "layer": layer, "head": np.repeat(heads, m),
+                            "kv_head": np.repeat(f.kv_index[heads] if level == "head" else heads, m),
+                            "part": part, "index": np.tile(np.arange(m), n), "value": vals.ravel()}))
+    finally:
+        if src is not source:
+            src.close()
+    df = pd.concat(frames, ignore_index=True)
+    for col in ("head", "kv_head"):
+        df[col] = pd.array([None if v < 0 else int(v) for v in df[col]], dtype="Int64")
+    df.insert(0, "family", fam.name)
+    df.insert(0, "source", given)
+    df.insert(0, "model", model)
+    return df
+
+
 #: the per-layer columns of :func:`rank_cascade` (median and IQR over a layer's heads of each)
 CASCADE_METRICS = ("anti_rank", "sym_rank", "sym_signature", "anti_top2")
 
