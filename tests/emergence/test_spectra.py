@@ -30,7 +30,7 @@ def run_dir(tmp_path_factory):
 def test_ranks_at_every_checkpoint_equal_geometry(run_dir, tmp_path):
     res = sweep(str(run_dir), tmp_path / "out", executor="inline", progress=False, spectra=True)
     assert "step-0" not in set(res.table["revision"])  # logged without spectra: left out, with a note
-    assert any("no spectra" in n for n in res.info["notes"])
+    assert any("logged without spectra" in n for n in res.info["notes"])
     assert res.info["spectra"] is True
     for rev, grp in res.table.groupby("revision", sort=False):
         ref = score(str(run_dir / "checkpoints" / rev), spectra=True)
@@ -80,3 +80,19 @@ def test_min_change_rank_without_spectra_is_refused(run_dir, tmp_path, monkeypat
     code, _, err = invoke_cli(monkeypatch, capsys, "emergence", run_dir, "--out", tmp_path / "o", "--min-change-rank",
                               "2", "--executor", "inline")
     assert code == 2 and "--min-change-rank" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_run_that_logged_spectra_keeps_step_0(tmp_path):
+    """train --score-spectra logs the columns at step 0 too: the sweep keeps its step-0 revision, with ranks."""
+    from attnscope.training import TrainConfig, train
+
+    run = tmp_path / "enc"
+    train(TrainConfig(objective="mlm", init="symmetric", steps=4, checkpoint_every=2, score_every=2, warmup=1,
+                      n_layers=2, d_model=32, d_ff=64, seq_len=16, batch_size=4, eval_windows=2, threads=1,
+                      progress=False, score_spectra=True, out=str(run)))
+    res = sweep(str(run), tmp_path / "out", executor="inline", progress=False, spectra=True)
+    at0 = res.table[res.table["revision"] == "step-0"]
+    assert len(at0) and at0["anti_rank"].notna().all()
+    heads = at0[at0["level"] == "head"]
+    assert (heads["anti_rank"] == 0).all() and np.allclose(heads["sym_signature"], 1.0)  # W_q = W_k at step 0
+    assert not res.info["notes"]

@@ -131,6 +131,16 @@ def _logged(payload: dict[str, Any]) -> "pd.DataFrame":
     return _with_axis(df, payload, {})
 
 
+def _logs_spectra(spec: str) -> bool:
+    """Whether a run logged its step-0 scores with the spectral columns (``attnscope train --score-spectra``)."""
+    from attnscope.geometry.spectra import SPECTRA_COLUMNS
+
+    from .revisions import logged_scores
+
+    recs = logged_scores(spec)
+    return bool(recs) and all(c in recs[0] for c in SPECTRA_COLUMNS)
+
+
 def _with_axis(df: "pd.DataFrame", payload: dict[str, Any], moved: dict[str, Any]) -> "pd.DataFrame":
     for i, col in enumerate(AXIS_COLUMNS, start=1):
         df.insert(i, col, payload[col])
@@ -272,10 +282,12 @@ def sweep(
     if skipped:
         warn(f"skipped {len(skipped)} revision(s) of another architecture than the first checkpoint: "
              + "; ".join(f"{r.name} ({why})" for r, why in skipped), params="skip_mismatched")
-    if any(r.origin == "run log" for r in chosen) and (float(k) != 2.0 or fold != "none" or spectra):
+    logged = next((r for r in chosen if r.origin == "run log"), None)
+    if logged is not None and (float(k) != 2.0 or fold != "none" or (spectra and not _logs_spectra(logged.spec))):
         chosen = [r for r in chosen if r.origin != "run log"]
-        notes.append("step 0 of a run is read from its log, scored with k = 2, no folding and no spectra: left out "
-                     "here")
+        notes.append("step 0 of a run is read from its log, scored with k = 2 and no folding"
+                     + (" (and logged without spectra: train with --score-spectra to log them)" if spectra else "")
+                     + ": left out here")
         if not chosen:
             raise InputError("revisions: only step 0 was chosen, and it is left out with these settings",
                              params="revisions")
