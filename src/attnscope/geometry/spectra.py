@@ -16,9 +16,10 @@ singular, as for Q = K or a zero head). Then ``F = U L^T`` with U orthonormal on
 the square roots of the eigenvalues of ``C_a^T C_a``; they come in equal pairs). With L's rows split
 as ``[L_q; L_k]`` (e rows each), ``C_s = (L_q^T L_k + L_k^T L_q)/2`` and ``C_a = (L_q^T L_k - L_k^T L_q)/2``.
 G's blocks are the Grams the s, d kernel uses: ``A_h = Q^T Q``, ``B_g = K^T K`` (once per kv group),
-``X = K^T Q``, here as float32 products, in float64 for heads whose G is ill-conditioned (``_head_grams``
-says why). No d x d matrix; per head O(d e^2) for the Grams and O(e^3) for the 2e x 2e problem. At a rotary offset the form is ``Q G(o) K^T``, i.e. K
-rotated: ``B_o = G B G^T``, ``X_o = G X`` (:mod:`.rotary`), so every offset costs O(e^3) per head.
+``X = K^T Q``, as float32 products, in float64 for heads whose G is ill-conditioned (``_head_grams``
+says why). No d x d matrix; per head O(d e^2) for the Grams and O(e^3) for the 2e x 2e problem, in
+float64. At a rotary offset the form is ``Q G(o) K^T``, i.e. K rotated: ``B_o = G B G^T``, ``X_o = G X``
+(:mod:`.rotary`), so every offset costs O(e^3) per head.
 
 From a spectrum, per part (definitions in docs/geometry.md, "Spectra"):
 
@@ -31,9 +32,9 @@ From a spectrum, per part (definitions in docs/geometry.md, "Spectra"):
   (its leading rotation plane), 0 for A = 0.
 
 Singular values below ``rtol * ||M||_F`` (``RTOL`` = 1e-6) count as zero: where span[Q, K] has fewer
-than 2e dimensions the rounding of the Grams moves the zero singular values by ~sqrt(eps) (~1e-8
-relative), so an exactly symmetric head (Q = K) would otherwise show a noise spectrum as its routing part. Cross-attention forms (d != c) have no
-symmetric part: NaN.
+than 2e dimensions the rounding of the (float64) Grams moves the zero singular values by ~sqrt(eps)
+(~1e-8 relative), so an exactly symmetric head (Q = K) would otherwise show a noise spectrum as its
+routing part. Cross-attention forms (d != c) have no symmetric part: NaN.
 """
 
 from __future__ import annotations
