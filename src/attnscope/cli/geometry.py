@@ -408,7 +408,7 @@ def print_spectra_summary(df: "pd.DataFrame", per_layer: bool = True) -> None:
 
     con = console(stderr=False)
     casc = rank_cascade(df)
-    over = "heads" if (casc["level"] == "head").all() else "the layer form"
+    over = "median over heads" if (casc["level"] == "head").all() else "layer form M_L"
     if not per_layer or casc["model"].nunique() > 1:
         rows = []
         for (model, stack), grp in casc.groupby(["model", "stack"], sort=False):
@@ -418,7 +418,7 @@ def print_spectra_summary(df: "pd.DataFrame", per_layer: bool = True) -> None:
                          " / ".join(f"{r['anti_rank']:.2f}" for r in (first, mid, last)),
                          " / ".join(f"{r['sym_rank']:.2f}" for r in (first, mid, last)),
                          str(first["d_head"]) if first["d_head"] is not None else "-"])
-        print_table(con, f"effective ranks (median over {over}) in the first / middle / last layer",
+        print_table(con, f"effective ranks ({over}) in the first / middle / last layer",
                     ["model", "stack", "layers", "anti_rank (routing)", "sym_rank (filtering)", "d_head"], rows,
                     left=["model", "stack"], fold=("model",), keys=("model", "stack"))
         if not per_layer:
@@ -426,7 +426,7 @@ def print_spectra_summary(df: "pd.DataFrame", per_layer: bool = True) -> None:
     for (model, stack), grp in casc.groupby(["model", "stack"], sort=False):
         rows = [[str(r["layer"]), f"{r['relative_depth']:.2f}", f"{r['anti_rank']:.2f}", f"{r['sym_rank']:.2f}",
                  f"{r['sym_signature']:+.2f}", f"{r['anti_top2']:.2f}"] for _, r in grp.sort_values("layer").iterrows()]
-        print_table(con, f"{short_name(model)} · {stack}: spectra per layer (median over {over})",
+        print_table(con, f"{short_name(model)} · {stack}: spectra per layer ({over})",
                     ["layer", "depth", "anti_rank", "sym_rank", "signature S", "top-2 of A"], rows)
 
 
