@@ -9,7 +9,8 @@ Position-aware geometry of rotary models: ``score(source, offsets=[...])`` score
 between a query and a key ``offset`` positions apart (:mod:`attnscope.geometry.rotary`), and
 ``frequencies(source)`` the W_qk energy per rotary pair (:mod:`attnscope.geometry.offsets`).
 Spectra of each form's symmetric ("filtering") and antisymmetric ("routing") parts, their effective
-ranks and S's signature: ``score(source, spectra=True)`` (:mod:`attnscope.geometry.spectra`).
+ranks and S's signature: ``score(source, spectra=True)`` (:mod:`attnscope.geometry.spectra`); per layer
+over depth ``rank_cascade(df)``; every eigenvalue and singular value ``spectrum_values(source)``.
 """
 
 from typing import TYPE_CHECKING
