@@ -61,6 +61,8 @@ class ModelReport:
     atlas: Any = None  # an attnscope.atlas.AtlasResult: geometry beside behaviour, per head
     #: why the atlas section asked for is left out (a model that cannot be run for attention maps); None otherwise
     atlas_note: str | None = None
+    #: per stack and layer: the rank cascade (:func:`attnscope.geometry.rank_cascade`); None without spectra
+    cascade: "pd.DataFrame | None" = None
 
 
 def check_out_dir(out: str | os.PathLike) -> Path:
@@ -128,6 +130,7 @@ def build_report(
     device: str = "cpu",
     progress: bool = False,
     atlas: bool = False,
+    spectra: bool = True,
 ) -> ModelReport:
     """Score ``source`` (and measure its heads on ``data`` when given) into a :class:`ModelReport`.
 
@@ -138,6 +141,8 @@ def build_report(
     section (:mod:`attnscope.atlas`): every head's s and d beside what it does, interactive. A model that
     cannot be run for attention maps (CTranslate2, ONNX) keeps its report; ``atlas_note`` says why the
     section is left out.
+    spectra: also the spectra of every form's symmetric and antisymmetric parts (:mod:`attnscope.geometry.spectra`):
+    their effective ranks against relative depth (a table and a figure).
     """
     from attnscope.geometry import score, wqk_block
     from attnscope.plots.geometry import (
@@ -154,7 +159,7 @@ def build_report(
         check_device(device)
     entry = _registry_entry(source, name, registry)
     display = name or (entry.id if entry is not None else None)
-    scores = score(source, k=k, progress=progress, name=display)
+    scores = score(source, k=k, progress=progress, name=display, spectra=spectra)
     _, meta = _metadata(source, str(scores["family"].iloc[0]))
     display = display or str(scores["model"].iloc[0])  # the canonical id (attnscope.naming.model_label)
     figures: dict[str, bytes] = {}
@@ -167,6 +172,14 @@ def build_report(
         block = wqk_block(source, li, stack=stack)
         caption = f"W_qk[:{block.shape[0]}, :{block.shape[1]}] of {stack} layer {li}"
         figures[caption] = _png(plot_wqk_block(block, f"{display} · {caption}"))
+    cascade = None
+    if spectra and scores["anti_rank"].notna().any():
+        from attnscope.geometry import rank_cascade
+        from attnscope.plots.spectra import plot_rank_cascade
+
+        cascade = rank_cascade(scores[scores["anti_rank"].notna()])
+        figures["effective rank of the routing (antisymmetric) and filtering (symmetric) parts against relative "
+                "depth (median over heads; band: IQR)"] = _png(plot_rank_cascade(cascade, title=display))
     offsets, rotary_figures = _rotary_section(source, display, k)
     figures.update(rotary_figures)
     heads = info = None
@@ -191,7 +204,7 @@ def build_report(
         summary=_summary_with_published(scores, entry), figures=figures, heads=heads, heads_info=info,
         registry_id=entry.id if entry is not None else None, caveats=tuple(entry.caveats) if entry is not None else (),
         offsets=offsets,
-        atlas=at, atlas_note=atlas_note,
+        atlas=at, atlas_note=atlas_note, cascade=cascade,
     )  # fmt: skip
 
 
@@ -320,6 +333,19 @@ def render_html(rep: ModelReport) -> str:
             "between a query and a key o positions behind it; offset 0 is the table above. Median [Q1, Q3] over "
             "layers (docs/geometry.md, position-aware geometry).</p>",
             _table(["stack", "offset", "symmetry s", "directionality d"], rows, left=1),
+        ]
+    if rep.cascade is not None:
+        c = rep.cascade
+        rows = [[r["stack"], r["layer"], f"{r['relative_depth']:.2f}", r["anti_rank"], r["sym_rank"],
+                 r["sym_signature"], r["anti_top2"]] for _, r in c.iterrows()]  # fmt: skip
+        parts += [
+            "<h3>Routing and filtering: spectra of the parts</h3>",
+            '<p class="note">Per layer, the median over heads of the effective rank (Roy &amp; Vetterli: exp of the '
+            "entropy of the normalised singular values) of each head's antisymmetric part (routing) and symmetric "
+            "part (filtering) of W<sub>qk</sub>, the signature of the symmetric part (+1: matches like with like, "
+            "&minus;1: unlike) and the energy share of the antisymmetric part's top two singular values "
+            "(docs/geometry.md, spectra).</p>",
+            _table(["stack", "layer", "depth", "anti_rank", "sym_rank", "signature S", "top-2 of A"], rows, left=1),
         ]
     lay = rep.scores[rep.scores["level"] == "layer"]
     if not lay.empty:

@@ -51,6 +51,12 @@ def emergence(
     keep_downloads: bool = typer.Option(False, "--keep-downloads", help="Keep each hub revision's downloads (q/k "
                                         "tensors; with --behaviour its files) in the cache (default: removed once "
                                         "the revision is scored)."),
+    spectra: bool = typer.Option(False, "--spectra", help="Also track the effective ranks of each head's "
+                                 "antisymmetric (routing) and symmetric (filtering) parts: columns of "
+                                 "`geometry --spectra`, their formation (floor --min-change-rank) and "
+                                 "emergence_ranks.png."),
+    min_change_rank: float = typer.Option(0.5, "--min-change-rank", help="Formation of anti_rank and sym_rank "
+                                          "(--spectra): smallest |final - initial| that counts, in dimensions."),
     behaviour: bool = typer.Option(False, "--behaviour", help="Also run the atlas's probes (induction, previous token, "
                                    "sink, ...) at each revision, and correlate across heads when geometry settles "
                                    "with when behaviour appears."),
@@ -83,6 +89,9 @@ def emergence(
     positive(workers, "--workers")
     positive(min_change, "--min-change", minimum=0)
     positive(noise_factor, "--noise-factor", minimum=0)
+    positive(min_change_rank, "--min-change-rank", minimum=0)
+    if min_change_rank != 0.5 and not spectra:
+        raise InputError("--min-change-rank is the formation floor of the ranks of --spectra; add --spectra or leave it out")
     if level not in ("head", "layer", "both"):
         raise InputError(f"--level must be head, layer or both, not {level!r}")
     if curves not in ("layer-form", "head-median"):
@@ -120,10 +129,10 @@ def emergence(
         res = sweep(source, out, revisions=revisions, k=k, levels=levels, stacks=stack,
                     fold_norms="all" if fold_input_norm else fold_norms, executor=executor, workers=workers,
                     slurm=slurm, progress=True, keep_downloads=keep_downloads, behaviour=probes or False,
-                    skip_mismatched=skip_mismatched)
+                    skip_mismatched=skip_mismatched, spectra=spectra)
     for note in res.info.get("notes", []):
         print(f"attnscope: note: {note}", file=sys.stderr)
-    formed = _formation(res, min_change, noise_factor)
+    formed = _formation(res, min_change, noise_factor, min_change_rank)
     settled = _settling(res, min_change, n_boot, seed, noise_factor) if behaviour else None
     paths = _write_outputs(out, res, formed, settled, curves)
     if len(res.table):
@@ -143,17 +152,21 @@ def emergence(
         raise typer.Exit(1)
 
 
-def _formation(res: "EmergenceResult", min_change: float, noise_factor: float) -> "pd.DataFrame | None":
-    """Formation of every head's and layer form's s and d, and of every head's behaviour scores (--behaviour),
-    when at least two revisions were scored."""
+def _formation(res: "EmergenceResult", min_change: float, noise_factor: float,
+               min_change_rank: float = 0.5) -> "pd.DataFrame | None":
+    """Formation of every head's and layer form's s and d (and effective ranks with --spectra), and of every
+    head's behaviour scores (--behaviour), when at least two revisions were scored."""
     import pandas as pd
 
     from attnscope.emergence import formation
     from attnscope.emergence.behaviour import behaviour_formation
+    from attnscope.emergence.formation import METRICS, RANK_METRICS
 
     if res.table.empty or res.table["revision"].nunique() < 2:
         return None
-    parts = [formation(res.table, min_change=min_change, level=lv, noise_factor=noise_factor)
+    ranks = tuple(m for m in RANK_METRICS if m in res.table.columns and res.table[m].notna().any())
+    floors = {**dict.fromkeys(METRICS, min_change), **dict.fromkeys(ranks, min_change_rank)}
+    parts = [formation(res.table, metrics=METRICS + ranks, min_change=floors, level=lv, noise_factor=noise_factor)
              for lv in ("head", "layer") if (res.table["level"] == lv).any()]
     beh = behaviour_formation(res.table, min_change, noise_factor)
     if beh is not None:
@@ -243,7 +256,7 @@ def _print_revisions(source: str, kind: str, chosen: list) -> None:
                                                                                            "from"], rows)
 
 
-_SHORT = {"symmetry": "s", "directionality": "d"}
+_SHORT = {"symmetry": "s", "directionality": "d", "anti_rank": "anti_rank", "sym_rank": "sym_rank"}
 
 
 def print_formation(formed: "pd.DataFrame") -> None:
@@ -292,7 +305,8 @@ def print_settling(settled: "pd.DataFrame") -> None:
 
 def print_summary(res: "EmergenceResult") -> None:
     """Per stack: one line per revision with the median [Q1, Q3] over layers of s and d (layer form M_L, else
-    the heads), and for hub sources the bytes read against the weight files they came from."""
+    the heads), with --spectra the median over heads of anti_rank in the first layer and of anti_rank and
+    sym_rank in all, and for hub sources the bytes read against the weight files they came from."""
     from ._common import console
     from .geometry import _fmt
 
@@ -304,6 +318,8 @@ def print_summary(res: "EmergenceResult") -> None:
     revs = res.revisions.set_index("revision")
     hub = res.info.get("kind") == "hub"
     con = console(stderr=False)
+    heads = table[table["level"] == "head"]
+    ranks = "anti_rank" in table.columns and heads["anti_rank"].notna().any()  # --spectra: median over heads
     for stack, grp in rows_of.groupby("stack", sort=False):
         rows = []
         for rev, one in grp.groupby("revision", sort=False):
@@ -311,10 +327,16 @@ def print_summary(res: "EmergenceResult") -> None:
             row = [str(rev), str(one["step"].iloc[0]), _tokens(one["tokens"].iloc[0]),
                    _fmt(s.median(), s.quantile(0.25), s.quantile(0.75)),
                    _fmt(d.median(), d.quantile(0.25), d.quantile(0.75))]
+            if ranks:
+                at = heads[(heads["stack"] == stack) & (heads["revision"] == rev)]
+                first = at[at["layer"] == at["layer"].min()]
+                row += [f"{first['anti_rank'].median():.2f}", f"{at['anti_rank'].median():.2f}",
+                        f"{at['sym_rank'].median():.2f}"]
             if hub:
                 row += [_size(revs.loc[rev, "bytes_read"]), _size(revs.loc[rev, "shard_bytes"])]
             rows.append(row)
-        header = ["revision", "step", "tokens", "s", "d"] + (["read", "of files"] if hub else [])
+        header = ["revision", "step", "tokens", "s", "d"] + (["anti_rank L0", "anti_rank", "sym_rank"] if ranks else []) \
+            + (["read", "of files"] if hub else [])
         print_table(con, f"{res.info['model']} · {stack}: median [Q1, Q3] over {over}", header, rows)
     if hub:
         read, files = res.revisions["bytes_read"].sum(), res.revisions["shard_bytes"].sum()

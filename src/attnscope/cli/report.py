@@ -31,6 +31,7 @@ def report(
     threads: Optional[int] = THREADS,
     demo: bool = typer.Option(False, "--demo", help="Report on the bundled all-MiniLM-L6-v2 (needs attnscope\\[demo])."),
     device: str = typer.Option("cpu", "--device", help="torch device for the head metrics."),
+    spectra: bool = typer.Option(True, "--spectra/--no-spectra", help="The effective ranks of each head's symmetric and antisymmetric parts over depth (a table and a figure; on by default)."),
     atlas: bool = typer.Option(False, "--atlas", help="Add the atlas section: s/d of every head beside its behaviour (both probes; text from --data, default builtin; the atlas's own windows, 8 x 256 tokens, not --windows/--length; a model that cannot run for maps, such as CTranslate2, keeps its report with a note instead)."),
 ) -> None:
     """Write DIR/report.html: metadata, scores (with the paper's values), figures, and head metrics with --data."""
@@ -54,7 +55,7 @@ def report(
         warnings.simplefilter("always")
         rep = build_report(
             source, name=name, k=k, data=data, windows=windows, length=length, registry=zoo_file, layer=layer,
-            device=device, progress=True, atlas=atlas,
+            device=device, progress=True, atlas=atlas, spectra=spectra,
         )  # fmt: skip
     for w in caught:
         warnings.showwarning(w.message, w.category, w.filename, w.lineno)  # one line, flags for parameters

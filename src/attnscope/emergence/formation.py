@@ -18,6 +18,10 @@ forms in about 5% of cases. ``c(n)`` widens the margin where few revisions make 
 forms in about 5% of trajectories at every n (tested). ``min_change`` (0.05 by default, in units of s or d)
 is a floor below which nothing forms however quiet the trajectory. A NaN value anywhere gives no formation either (an unscorable head is not said to form).
 
+**Effective ranks** (``emergence --spectra``: ``anti_rank``, ``sym_rank``, :mod:`attnscope.geometry.spectra`) follow
+the same rule; only the floor is in their unit, dimensions: :data:`RANK_MIN_CHANGE` (0.5) unless ``min_change``
+names one per metric.
+
 Both directions count: a symmetric-init encoder whose s falls from 1 forms where it has fallen half way.
 :func:`judge` returns the step index with the noise, the margin and the outcome (:data:`OUTCOMES`).
 
@@ -40,7 +44,7 @@ Both directions count: a symmetric-init encoder whose s falls from 1 forms where
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
@@ -65,6 +69,9 @@ SMALL_SAMPLE = {4: 7.91, 5: 2.47, 6: 2.37, 7: 1.7, 8: 1.67, 9: 1.45, 10: 1.42, 1
                 24: 1.13, 25: 1.12, 26: 1.11, 27: 1.1, 28: 1.1, 29: 1.1, 30: 1.09, 40: 1.07, 50: 1.05, 60: 1.04,
                 80: 1.03, 100: 1.03, 150: 1.02, 200: 1.02, 300: 1.01, 500: 1.0}
 METRICS = ("symmetry", "directionality")
+#: the spectral metrics (effective ranks, in dimensions) and their floor: half a dimension
+RANK_METRICS = ("anti_rank", "sym_rank")
+RANK_MIN_CHANGE = 0.5
 #: what :func:`judge` says of a trajectory
 OUTCOMES = ("formed", "transient", "inside the noise", "below min_change", "not scored")
 #: consecutive revisions a transient or an overshoot must hold beyond the margin (one point out is noise)
@@ -180,7 +187,7 @@ def formation_index(values: Sequence[float], min_change: float = MIN_CHANGE,
     return judge(values, min_change, noise_factor)[0]
 
 
-def formation(table: "pd.DataFrame", metrics: Sequence[str] = METRICS, min_change: float = MIN_CHANGE,
+def formation(table: "pd.DataFrame", metrics: Sequence[str] = METRICS, min_change: "float | Mapping[str, float]" = MIN_CHANGE,
               level: str = "head", noise_factor: float = NOISE_FACTOR) -> "pd.DataFrame":
     """Per head (``level="head"``) or layer form: initial, final value and the revision / step / tokens at
     which each of ``metrics`` forms. ``table``: an emergence table (``revision``, ``step``, ``tokens`` and
@@ -189,12 +196,15 @@ def formation(table: "pd.DataFrame", metrics: Sequence[str] = METRICS, min_chang
     nothing formed), formed_share, formed_step_low, formed_step_high (the interval of the formation step),
     overshoot, peak, peak_step. ``noise``: the trajectory's checkpoint-to-checkpoint noise; ``margin``: the
     change it had to reach; ``outcome``: formed, transient, inside the noise, below min_change or not scored
-    (module docstring)."""
+    (module docstring). ``min_change``: one floor for s and d (and :data:`RANK_MIN_CHANGE` for the ranks), or
+    {metric: floor}."""
     import pandas as pd
 
     from attnscope.tables import check_table
 
-    _check_rule(min_change, noise_factor)
+    floors = _floors(metrics, min_change)
+    for floor in floors.values():
+        _check_rule(floor, noise_factor)
     if level not in ("head", "layer"):
         raise InputError(f"level must be head or layer, not {level!r}", params="level")
     check_table(table, ("model", "stack", "level", "layer", "head", "revision", "step", *metrics), "table",
@@ -212,8 +222,9 @@ def formation(table: "pd.DataFrame", metrics: Sequence[str] = METRICS, min_chang
         base = dict(zip(keys, key if isinstance(key, tuple) else (key,)))
         for metric in metrics:
             vals = grp[metric].to_numpy(dtype=float)
-            d = describe(vals, min_change, noise_factor) if len(vals) >= 2 else \
-                {"index": None, "noise": float("nan"), "margin": float(min_change), "outcome": "not scored",
+            floor = floors[metric]
+            d = describe(vals, floor, noise_factor) if len(vals) >= 2 else \
+                {"index": None, "noise": float("nan"), "margin": float(floor), "outcome": "not scored",
                  "borderline": False, "overshoot": False, "peak_index": None, "formed_share": float("nan"),
                  "boot_indices": np.empty(0, dtype=np.int64)}
             idx = d["index"]
@@ -239,3 +250,15 @@ def formation(table: "pd.DataFrame", metrics: Sequence[str] = METRICS, min_chang
     if level != "head":
         df.insert(df.columns.get_loc("layer") + 1, "head", pd.array([None] * len(df), dtype="Int64"))
     return df
+
+
+def _floors(metrics: Sequence[str], min_change: "float | Mapping[str, float]") -> dict[str, float]:
+    """{metric: its min_change}: a mapping as given (a metric it leaves out: its default), a number for s, d and
+    any other score, :data:`RANK_MIN_CHANGE` for the effective ranks."""
+    if isinstance(min_change, Mapping):
+        unknown = [m for m in min_change if m not in metrics]
+        if unknown:
+            raise InputError(f"min_change names {', '.join(map(str, unknown))}, not among the metrics "
+                             f"{', '.join(metrics)}", params="min_change")
+        return {m: min_change.get(m, RANK_MIN_CHANGE if m in RANK_METRICS else MIN_CHANGE) for m in metrics}
+    return {m: RANK_MIN_CHANGE if m in RANK_METRICS else min_change for m in metrics}

@@ -78,7 +78,7 @@ def score_revision(payload: dict[str, Any]) -> "pd.DataFrame":
         if hub and payload["commit"] and src.repo.sha != payload["commit"]:
             raise InputError(f"{payload['spec']}: the branch moved to another commit during the sweep; run it again")
         df = score(src, k=payload["k"], levels=payload["levels"], stacks=payload["stacks"],
-                   fold_norms=payload["fold_norms"], name=payload["model"])
+                   fold_norms=payload["fold_norms"], name=payload["model"], spectra=bool(payload.get("spectra")))
         moved = src.transfer() if hub else {}
     finally:
         src.close()
@@ -133,6 +133,16 @@ def _logged(payload: dict[str, Any]) -> "pd.DataFrame":
             and (payload["stacks"] is None or r.get("stack") in payload["stacks"])]
     df = records_frame([{**r, "model": payload["model"], "fold_norms": payload["fold_norms"]} for r in recs])
     return _with_axis(df, payload, {})
+
+
+def _logs_spectra(spec: str) -> bool:
+    """Whether a run logged its step-0 scores with the spectral columns (``attnscope train --score-spectra``)."""
+    from attnscope.geometry.spectra import SPECTRA_COLUMNS
+
+    from .revisions import logged_scores
+
+    recs = logged_scores(spec)
+    return bool(recs) and all(c in recs[0] for c in SPECTRA_COLUMNS)
 
 
 def _with_axis(df: "pd.DataFrame", payload: dict[str, Any], moved: dict[str, Any]) -> "pd.DataFrame":
@@ -226,6 +236,7 @@ def sweep(
     keep_downloads: bool = False,
     behaviour: bool | dict[str, Any] = False,
     skip_mismatched: bool = False,
+    spectra: bool = False,
 ) -> EmergenceResult:
     """Score the W_qk geometry of ``source`` at each chosen revision into ``out_dir/store`` (resumable).
 
@@ -236,7 +247,9 @@ def sweep(
     behaviour: also run the atlas's probes at each revision (True, or a dict of :data:`.behaviour.DEFAULTS`
     options: probes, data, windows, length, random_windows, random_length, seed): ``<metric>_<probe>`` columns
     on the head rows. skip_mismatched: leave out (with one warning) the revisions whose architecture differs
-    from the first's instead of refusing the sweep. A revision that fails (hub down, revision gone) is recorded
+    from the first's instead of refusing the sweep. spectra: also the effective ranks of every form's symmetric
+    and antisymmetric parts (:func:`attnscope.geometry.score`; step 0 of a run, read from its log, has none and
+    is left out with a note). A revision that fails (hub down, revision gone) is recorded
     and the others go on; rerun to resume.
     """
     import math
@@ -255,6 +268,9 @@ def sweep(
     if isinstance(k, bool) or not isinstance(k, (int, float)) or not math.isfinite(k) or k < 0:
         raise InputError(f"k must be a finite number >= 0, not {k!r}", params="k")
     lv = list(_check_levels(levels))
+    from attnscope.errors import check_type
+
+    check_type(spectra, bool, "spectra", "True or False")
     fold = check_fold(fold_norms)
     stacks = check_stacks(stacks)
     workers, capped = cap_workers(workers, executor)
@@ -270,9 +286,12 @@ def sweep(
     if skipped:
         warn(f"skipped {len(skipped)} revision(s) of another architecture than the first checkpoint: "
              + "; ".join(f"{r.name} ({why})" for r, why in skipped), params="skip_mismatched")
-    if any(r.origin == "run log" for r in chosen) and (float(k) != 2.0 or fold != "none"):
+    logged = next((r for r in chosen if r.origin == "run log"), None)
+    if logged is not None and (float(k) != 2.0 or fold != "none" or (spectra and not _logs_spectra(logged.spec))):
         chosen = [r for r in chosen if r.origin != "run log"]
-        notes.append("step 0 of a run is read from its log, scored with k = 2 and no folding: left out here")
+        notes.append("step 0 of a run is read from its log, scored with k = 2 and no folding"
+                     + (" (and logged without spectra: train with --score-spectra to log them)" if spectra else "")
+                     + ": left out here")
         if not chosen:
             raise InputError("revisions: only step 0 was chosen, and it is left out with these settings",
                              params="revisions")
@@ -289,7 +308,7 @@ def sweep(
         if "head" not in lv:
             raise InputError("behaviour is measured per head: levels must include head", params="levels")
     settings = {"source": _canonical_source(source, kind), "k": float(k), "levels": lv, "stacks": stacks,
-                "fold_norms": fold, "behaviour": beh}
+                "fold_norms": fold, "behaviour": beh, **({"spectra": True} if spectra else {})}
     from attnscope.outputs import check_result_names
 
     check_result_names(out, RESULT_FILES)  # a file of yours by a name a sweep writes: refused before any work
@@ -299,7 +318,8 @@ def sweep(
     tasks = [Task(r.key, {"kind": kind, "spec": r.spec, "commit": r.commit if kind == "hub" else "",
                           "origin": r.origin, "revision": r.name, "step": r.step, "tokens": r.tokens, "model": model, "k": float(k),
                           "levels": lv, "stacks": stacks, "fold_norms": fold, "keep_downloads": keep_downloads,
-                          "behaviour": beh if r.origin != "run log" else None})
+                          "behaviour": beh if r.origin != "run log" else None,
+                          **({"spectra": True} if spectra else {})})
              for r in chosen]
     summary = run_tasks(score_revision, tasks, store, executor=executor, workers=workers, slurm=slurm,
                         progress=progress, desc=f"{model_label(model)}: revisions")

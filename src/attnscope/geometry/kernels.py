@@ -152,7 +152,16 @@ def _grams(ft: np.ndarray) -> np.ndarray:
     return out
 
 
-def _head_stats(q: np.ndarray, k: np.ndarray) -> FormStats:
+def head_stats_with_grams(q: np.ndarray, k: np.ndarray) -> tuple[FormStats, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+    """:func:`head_stats` and the Grams it computed on the way, (A_h, B_g(h), X_h = K_g^T Q_h) [h, e, e] float32
+    (None when d != c): the spectra (:mod:`.spectra`) start from them instead of computing them again."""
+    out: list = []
+    with kernel_threads():
+        stats = _head_stats(q, k, out)
+    return stats, (out[0] if out else None)
+
+
+def _head_stats(q: np.ndarray, k: np.ndarray, grams: list | None = None) -> FormStats:
     q, k = _as_f32(q), _as_f32(k)
     h, g, r = _check_factors(q, k)
     _, d, e = q.shape
@@ -177,8 +186,11 @@ def _head_stats(q: np.ndarray, k: np.ndarray) -> FormStats:
     frob2 = np.einsum("grij,gji->gr", a.astype(np.float64), b.astype(np.float64)).reshape(h)
     if d == c:
         # X_h^T = Q_h^T K_g for a whole group in one GEMM [r e, d] x [d, e] (tr(X X) = tr(X^T X^T))
-        x64 = np.matmul(qt.reshape(g, r * e, d), kt.swapaxes(-1, -2)).reshape(g, r, e, e).astype(np.float64)
+        xt = np.matmul(qt.reshape(g, r * e, d), kt.swapaxes(-1, -2)).reshape(g, r, e, e)  # X_h^T, float32
+        x64 = xt.astype(np.float64)
         trace_mm = np.einsum("grij,grji->gr", x64, x64).reshape(h)  # tr(X X)
+        if grams is not None:
+            grams.append((a.reshape(h, e, e), np.repeat(b, r, axis=0), xt.reshape(h, e, e).swapaxes(-1, -2)))
     else:
         trace_mm = np.full(h, np.nan)
     return FormStats(frob2, trace_mm, _sqrt0(rows64), _sqrt0(cols2.astype(np.float64)))

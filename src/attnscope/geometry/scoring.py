@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from attnscope.families.rope import RotaryLayout
 
     from .kernels import FormStats
+    from .spectra import Spectra
 
 LEVELS = ("head", "layer")
 
@@ -58,16 +59,28 @@ def _check_levels(levels: Iterable[str]) -> tuple[str, ...]:
     return levels
 
 
-def _nan_record() -> dict[str, Any]:
-    return {"symmetry": np.nan, "directionality": np.nan, "frobenius_norm": np.nan,
-            "n_outlier_rows": None, "n_outlier_cols": None}  # fmt: skip
+def _nan_record(spectra: bool = False) -> dict[str, Any]:
+    rec = {"symmetry": np.nan, "directionality": np.nan, "frobenius_norm": np.nan,
+           "n_outlier_rows": None, "n_outlier_cols": None}  # fmt: skip
+    if spectra:
+        from .spectra import SPECTRA_COLUMNS
+
+        rec.update(dict.fromkeys(SPECTRA_COLUMNS, np.nan))
+    return rec
 
 
 def _level_stats(q: np.ndarray, kk: np.ndarray, level: str, offsets: list[int] | None,
-                 layout: "RotaryLayout | None") -> list["FormStats"]:  # fmt: skip
+                 layout: "RotaryLayout | None", grams: list | None = None) -> list["FormStats"]:  # fmt: skip
     """Stats of one level (head or layer) per offset ([one] without offsets). Offset 0, and every
-    offset of a model without rotary positions, is today's unrotated form, by the same kernel."""
-    base = head_stats(q, kk) if level == "head" else layer_stats(q, kk)
+    offset of a model without rotary positions, is today's unrotated form, by the same kernel.
+    ``grams`` (a list): the head kernel's Grams are appended to it, for the spectra."""
+    if level == "head" and grams is not None:
+        from .kernels import head_stats_with_grams
+
+        base, g = head_stats_with_grams(q, kk)  # the same statistics as head_stats, and its Grams
+        grams.append(g)
+    else:
+        base = head_stats(q, kk) if level == "head" else layer_stats(q, kk)
     if offsets is None:
         return [base]
     rotated = [o for o in offsets if o != 0] if layout is not None else []
@@ -80,12 +93,29 @@ def _level_stats(q: np.ndarray, kk: np.ndarray, level: str, offsets: list[int] |
     return [by_offset.get(o, base) for o in offsets]
 
 
+def _level_spectra(q: np.ndarray, kk: np.ndarray, level: str, offsets: list[int] | None,
+                   layout: "RotaryLayout | None", grams: list | None = None) -> list["Spectra"]:  # fmt: skip
+    """Spectra of one level per offset, as :func:`_level_stats` (:mod:`.spectra`), heads from the Grams
+    :func:`_level_stats` left in ``grams``."""
+    from .spectra import layer_spectra, offset_head_spectra, offset_layer_spectra, spectra_with_grams
+
+    base = spectra_with_grams(q, kk, grams[0] if grams else None) if level == "head" else layer_spectra(q, kk)
+    if offsets is None:
+        return [base]
+    rotated = [o for o in offsets if o != 0] if layout is not None else []
+    by_offset: dict[int, Spectra] = {}
+    if rotated:
+        fn = offset_head_spectra if level == "head" else offset_layer_spectra
+        by_offset = dict(zip(rotated, fn(q, kk, layout, rotated)))
+    return [by_offset.get(o, base) for o in offsets]
+
+
 def _score_layer(
     factors: "AttentionFactors", k: float, levels: tuple[str, ...], offsets: list[int] | None = None,
-    layout: "RotaryLayout | None" = None,
+    layout: "RotaryLayout | None" = None, spectra: bool = False,
 ) -> tuple[list[dict], int]:
     """Records of one layer (per offset, with an ``offset`` column, when ``offsets`` is given), and how many
-    of its query heads had non-finite weights."""
+    of its query heads had non-finite weights. ``spectra``: add the :data:`.spectra.SPECTRA_COLUMNS`."""
     q = np.asarray(factors.q, dtype=np.float32)
     kk = np.asarray(factors.k, dtype=np.float32)
     if q.ndim != 3 or kk.ndim != 3 or q.shape[2] != kk.shape[2]:
@@ -108,51 +138,61 @@ def _score_layer(
     for level in levels:
         if level == "layer" and bad.any():
             per_offset: list[FormStats | None] = [None] * len(offs)
+            per_spectra: list[Spectra | None] = [None] * len(offs)
         else:
-            per_offset = list(_level_stats(q, kk, level, offsets, layout))
-        for off, stats in zip(offs, per_offset):
+            grams: list | None = [] if spectra else None
+            per_offset = list(_level_stats(q, kk, level, offsets, layout, grams))
+            per_spectra = list(_level_spectra(q, kk, level, offsets, layout, grams)) if spectra else [None] * len(offs)
+        for off, stats, spec in zip(offs, per_offset, per_spectra):
             at = {**base, "offset": off} if off is not None else base
             if off is not None and layout is not None and layout.window is not None:
                 at["beyond_window"] = off >= layout.window  # masked by the layer's sliding window
-            records.extend(_records(at, level, stats, k, kv, bad))
+            records.extend(_records(at, level, stats, k, kv, bad, spec, spectra))
     return records, int(bad.sum())
 
 
-def _records(base: dict, level: str, stats: "FormStats | None", k: float, kv: np.ndarray, bad: np.ndarray) -> list[dict]:
-    """Score records of one level at one offset (``stats`` None: the layer has non-finite weights)."""
+def _records(base: dict, level: str, stats: "FormStats | None", k: float, kv: np.ndarray, bad: np.ndarray,
+             spec: "Spectra | None" = None, spectra: bool = False) -> list[dict]:  # fmt: skip
+    """Score records of one level at one offset (``stats`` None: the layer has non-finite weights);
+    with ``spectra``, the columns of ``spec`` too."""
     if stats is None:
-        return [{**base, "level": "layer", "head": None, "kv_head": None, **_nan_record()}]
+        return [{**base, "level": "layer", "head": None, "kv_head": None, **_nan_record(spectra)}]
+    cols = spec.columns() if spec is not None else {}
     dirs, n_r, n_c = stats.directionality(k)
     sym, frob = stats.symmetry, np.sqrt(stats.frob2)
     if level == "layer":
         return [{**base, "level": "layer", "head": None, "kv_head": None, "symmetry": float(sym[0]),
                  "directionality": float(dirs[0]), "frobenius_norm": float(frob[0]),
-                 "n_outlier_rows": int(n_r[0]), "n_outlier_cols": int(n_c[0])}]  # fmt: skip
+                 "n_outlier_rows": int(n_r[0]), "n_outlier_cols": int(n_c[0]),
+                 **{name: float(v[0]) for name, v in cols.items()}}]  # fmt: skip
     out = []
     for h in range(len(kv)):
         rec = {**base, "level": "head", "head": h, "kv_head": int(kv[h])}
         if bad[h]:
-            rec.update(_nan_record())
+            rec.update(_nan_record(spectra))
         else:
             rec.update(symmetry=float(sym[h]), directionality=float(dirs[h]), frobenius_norm=float(frob[h]),
-                       n_outlier_rows=int(n_r[h]), n_outlier_cols=int(n_c[h]))  # fmt: skip
+                       n_outlier_rows=int(n_r[h]), n_outlier_cols=int(n_c[h]),
+                       **{name: float(v[h]) for name, v in cols.items()})  # fmt: skip
         out.append(rec)
     return out
 
 
 def score_factors(
     factors: "AttentionFactors", *, k: float = 2.0, levels: Sequence[str] = LEVELS,
-    offsets: Sequence[int] | None = None, layout: "RotaryLayout | None" = None,
+    offsets: Sequence[int] | None = None, layout: "RotaryLayout | None" = None, spectra: bool = False,
 ) -> list[dict]:
     """Score records (without model/family) of one layer's factors; warns once on non-finite weights.
 
     offsets (with the layer's rotary ``layout``, None for no rotary positions): one record set per offset.
+    spectra: add the spectral columns (:data:`.spectra.SPECTRA_COLUMNS`).
     """
     if offsets is not None:
         from .offsets import check_offsets
 
         offsets = check_offsets(offsets)
-    records, n_bad = _score_layer(factors, float(k), _check_levels(levels), offsets, layout)
+    check_type(spectra, bool, "spectra", "True or False")
+    records, n_bad = _score_layer(factors, float(k), _check_levels(levels), offsets, layout, spectra)
     if n_bad:
         warnings.warn(
             f"{factors.stack} layer {factors.layer}: {n_bad} head(s) have non-finite q/k weights; scored NaN",
@@ -173,6 +213,7 @@ def score(
     name: str | None = None,
     fold_norms: bool | str = False,
     offsets: Sequence[int] | None = None,
+    spectra: bool = False,
 ) -> "pd.DataFrame":
     """Score every layer (and head) of a model: a tidy DataFrame of score records.
 
@@ -193,6 +234,8 @@ def score(
     rotary positions gets the same scores at every offset and one :class:`PositionNote` saying so. At most
     :data:`~attnscope.geometry.offsets.MAX_OFFSETS` offsets, each within the model's context length
     (:func:`~attnscope.geometry.offsets.reach`; 2^31 when the config states none).
+    spectra: also the spectra of each form's symmetric and antisymmetric parts (:mod:`attnscope.geometry.spectra`):
+    columns ``sym_rank``, ``anti_rank`` (effective ranks), ``sym_signature`` and ``anti_top2``, per offset too.
     """
     from attnscope.families import get_family, warn_extra_layers
     from attnscope.sources import open_source
@@ -201,6 +244,7 @@ def score(
     if not np.isfinite(k) or k < 0:
         raise InputError(f"k must be a finite number >= 0, not {k}", params="k")
     lv = _check_levels(levels)
+    check_type(spectra, bool, "spectra", "True or False")
     fold = check_fold(fold_norms)
     if offsets is not None:
         from .offsets import check_offsets
@@ -240,7 +284,7 @@ def score(
                 for layer in range(info.n_layers):
                     layout = _layout(src, info, layer, notes) if offsets is not None else None
                     factors = fam.layer_factors(src, info, layer, fold)
-                    recs, n_bad = _score_layer(factors, float(k), lv, offsets, layout)
+                    recs, n_bad = _score_layer(factors, float(k), lv, offsets, layout, spectra)
                     if n_bad:
                         bad_layers.append(f"{info.stack} {layer} ({n_bad} heads)")
                     records.extend(recs)
@@ -294,7 +338,9 @@ def records_frame(records: list[dict]) -> "pd.DataFrame":
     df = df[RECORD_COLUMNS + extra]
     for col in _INT_COLUMNS:
         df[col] = pd.array(df[col].tolist(), dtype="Int64")
-    for col in ("symmetry", "directionality", "frobenius_norm"):
+    from .spectra import SPECTRA_COLUMNS
+
+    for col in ("symmetry", "directionality", "frobenius_norm", *(c for c in SPECTRA_COLUMNS if c in df.columns)):
         df[col] = df[col].astype("float64")
     return df
 
@@ -332,6 +378,103 @@ def summarize(df: "pd.DataFrame") -> "pd.DataFrame":
             rec[f"{col}_q3"] = vals.quantile(0.75)
         rec["n_nan"] = int(grp["symmetry"].isna().sum())
         out.append(rec)
+    return pd.DataFrame(out)
+
+
+def spectrum_values(
+    source: Any, *, config: Any = None, levels: Sequence[str] = ("head",), stacks: Sequence[str] | None = None,
+    name: str | None = None, fold_norms: bool | str = False,
+) -> "pd.DataFrame":
+    """Every eigenvalue of each form's symmetric part and every singular value of its antisymmetric part, as a
+    long table: model, source, family, stack, level, layer, head, kv_head, ``part`` (``sym``: S's eigenvalues,
+    signed, by decreasing magnitude; ``anti``: A's singular values, decreasing, in equal pairs), ``index`` (0..)
+    and ``value``; 2 d_head values per head and part (fewer for a layer form taken explicitly: d). The values
+    the ``spectra=True`` columns of :func:`score` summarise (:mod:`attnscope.geometry.spectra`); offset 0.
+    """
+    import pandas as pd
+
+    from attnscope.families import get_family
+    from attnscope.naming import model_names
+    from attnscope.sources import open_source
+    from attnscope.zoo.registry import resolve_spec
+
+    from .spectra import head_spectra, layer_spectra
+
+    lv = _check_levels(levels)
+    fold = check_fold(fold_norms)
+    src = open_source(resolve_spec(source), config=config)
+    model, given = model_names(source, src.name, name, src.config)
+    frames = []
+    try:
+        fam = get_family(src.config)
+        for info in fam.stacks(src.config, src):
+            if stacks is not None and info.stack not in ((stacks,) if isinstance(stacks, str) else tuple(stacks)):
+                continue
+            for layer in range(info.n_layers):
+                f = fam.layer_factors(src, info, layer, fold)
+                q, kk = np.asarray(f.q, np.float32), np.asarray(f.k, np.float32)
+                for level in lv:
+                    sp = head_spectra(q, kk) if level == "head" else layer_spectra(q, kk)
+                    n, m = sp.sym.shape
+                    heads = np.arange(n) if level == "head" else np.full(n, -1)
+                    for part, vals in (("sym", sp.sym), ("anti", sp.anti)):
+                        frames.append(pd.DataFrame({
+                            "stack": info.stack, "level": level, "layer": layer, "head": np.repeat(heads, m),
+                            "kv_head": np.repeat(f.kv_index[heads] if level == "head" else heads, m),
+                            "part": part, "index": np.tile(np.arange(m), n), "value": vals.ravel()}))
+    finally:
+        if src is not source:
+            src.close()
+    df = pd.concat(frames, ignore_index=True)
+    for col in ("head", "kv_head"):
+        df[col] = pd.array([None if v < 0 else int(v) for v in df[col]], dtype="Int64")
+    df.insert(0, "family", fam.name)
+    df.insert(0, "source", given)
+    df.insert(0, "model", model)
+    return df
+
+
+#: the per-layer columns of :func:`rank_cascade` (median and IQR over a layer's heads of each)
+CASCADE_METRICS = ("anti_rank", "sym_rank", "sym_signature", "anti_top2")
+
+
+def rank_cascade(df: "pd.DataFrame") -> "pd.DataFrame":
+    """Per model, stack and layer of a ``score(..., spectra=True)`` table: the relative depth
+    ``layer / n_layers`` and the median, 25th and 75th percentile over the layer's heads of
+    :data:`CASCADE_METRICS` (``anti_rank``, ``anti_rank_q1``, ``anti_rank_q3``, ...), with ``d_head``.
+
+    Head rows are used (the ranks are per head); a table of layer rows only gives the layer forms'
+    values (``level`` says which). Offset tables: the offset-0 rows, else the smallest |offset|.
+    """
+    import pandas as pd
+
+    from attnscope.tables import SCORE_COLUMNS, check_table
+
+    from .spectra import SPECTRA_COLUMNS
+
+    check_table(df, (*SCORE_COLUMNS, *SPECTRA_COLUMNS), "df", "a score table from geometry.score(..., spectra=True)")
+    if df.empty:
+        raise InputError("no scores to draw the rank cascade from", params="df")
+    if "offset" in df.columns and df["offset"].notna().any():
+        nearest = df["offset"].abs().min()
+        df = df[df["offset"].abs() == nearest]
+        df = df[df["offset"] == df["offset"].max()]  # +o before -o
+    rows, level = df[df["level"] == "head"], "head"
+    if rows.empty:
+        rows, level = df[df["level"] == "layer"], "layer"
+    out = []
+    for (model, stack), grp in rows.groupby(["model", "stack"], sort=False):
+        n_layers = int(grp["layer"].max()) + 1
+        for layer, lay in grp.groupby("layer", sort=True):
+            rec: dict[str, Any] = {"model": model, "stack": stack, "level": level, "layer": int(layer),
+                                   "n_layers": n_layers, "relative_depth": int(layer) / n_layers,
+                                   "d_head": int(lay["d_head"].iloc[0]) if "d_head" in lay else None,
+                                   "n_rows": len(lay)}
+            for col in CASCADE_METRICS:
+                vals = lay[col].astype("float64")
+                rec[col] = vals.median()
+                rec[f"{col}_q1"], rec[f"{col}_q3"] = vals.quantile(0.25), vals.quantile(0.75)
+            out.append(rec)
     return pd.DataFrame(out)
 
 

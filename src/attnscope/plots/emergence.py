@@ -6,6 +6,7 @@
   the same steps below where the source recorded one (else a line saying it did not);
 * :func:`plot_head_steps`          a step-indexed heat map: rows are heads (layer by layer), columns the
   revisions in training order, colour s or d (or behaviour: induction, previous token, sink);
+  (``scores=RANKS``: the effective ranks of the routing and filtering parts, ``emergence --spectra``);
 * :func:`plot_formation`           the step at which each head forms (layer x head, log colour scale),
   for s and d (the rule: :mod:`attnscope.emergence.formation`).
 
@@ -26,6 +27,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
 SCORES = (("symmetry", "symmetry s"), ("directionality", "directionality d"))
+#: the spectral panels (``emergence --spectra``): effective ranks of the antisymmetric and symmetric parts
+RANKS = (("anti_rank", "routing anti_rank"), ("sym_rank", "filtering sym_rank"))
 _NEEDS = ("model", "revision", "step", "stack", "level", "layer", "head", "symmetry", "directionality")
 
 
@@ -99,13 +102,16 @@ CURVES = ("layer-form", "head-median")
 
 def plot_layer_trajectories(table: "pd.DataFrame", title: str | None = None, *, curves: str = "layer-form",
                             formed: "pd.DataFrame | None" = None, loss: "pd.DataFrame | None" = None,
-                            fig: "Figure | None" = None) -> "Figure":
+                            fig: "Figure | None" = None,
+                            scores: "tuple[tuple[str, str], ...]" = SCORES) -> "Figure":
     """s and d of each layer against step (log axis); one line per layer (colour = depth), one row of two panels
     per stack, y scaled to the data. ``curves``: ``layer-form`` (the layer form M_L, the quantity of the tables
     and the console; the heads' median where the table has no layer rows) or ``head-median`` (the median over
     each layer's heads). ``formed``: a formation table (:func:`attnscope.emergence.formation`, layer form): each
     layer's formation step starred. ``loss``: ``step, loss[, eval_loss]`` (:func:`attnscope.emergence.revisions.
-    training_loss`): a panel below on the same steps; None: a line says the source recorded none."""
+    training_loss`): a panel below on the same steps; None: a line says the source recorded none. ``scores``:
+    the two (column, name) panels, :data:`SCORES` (s, d) or :data:`RANKS` (the effective ranks of
+    ``emergence --spectra``)."""
     import matplotlib as mpl
     import numpy as np
 
@@ -137,9 +143,9 @@ def plot_layer_trajectories(table: "pd.DataFrame", title: str | None = None, *, 
     first = None
     for r, stack in enumerate(stacks):
         grp = rows[rows["stack"] == stack]
-        med = grp.groupby(["layer", "step"])[["symmetry", "directionality"]].median().reset_index()
+        med = grp.groupby(["layer", "step"])[[col for col, _ in scores]].median().reset_index()
         n_layers = int(grp["layer"].max()) + 1 if not grp.empty else 1
-        for c, (col, name) in enumerate(SCORES):
+        for c, (col, name) in enumerate(scores):
             ax = fig.add_subplot(grid[r, c], sharex=first)
             first = first or ax
             for layer, line in med.groupby("layer"):
@@ -164,7 +170,8 @@ def plot_layer_trajectories(table: "pd.DataFrame", title: str | None = None, *, 
                         if len(y) and np.isfinite(low) and np.isfinite(high):  # the formation step's interval
                             ax.plot([low, high], [y.iloc[0]] * 2, color=colour, lw=3, alpha=0.45, zorder=4,
                                     solid_capstyle="butt")
-            ax.axhline(0, color="0.6", lw=0.6)
+            if scores is SCORES:
+                ax.axhline(0, color="0.6", lw=0.6)
             ax.margins(y=0.12)
             log_step_axis(ax, steps)
             ax.set_xlabel("training step")
@@ -329,6 +336,9 @@ def emergence_figures(table: "pd.DataFrame", formed: "pd.DataFrame | None", *, l
             if formed is not None and len(formed) else None
         if geo is not None and len(geo) and geo["head"].notna().any():
             yield "emergence_formation.png", plot_formation(geo)
+        if "anti_rank" in table.columns and table["anti_rank"].notna().any():  # emergence --spectra
+            yield "emergence_ranks.png", plot_layer_trajectories(table, curves="head-median", formed=formed, loss=loss,
+                                                                 scores=RANKS)
         beh = [c for c in ("induction_random", "previous_token_random", "sink_random") if c in table.columns
                and table[c].notna().any()]
         if beh:

@@ -138,12 +138,15 @@ def plot_wqk_block(block: "np.ndarray", title: str = "", *, ax: "Axes | None" = 
 
 
 def geometry_figures(
-    df: "pd.DataFrame", blocks: Mapping[tuple[str, str, int], "np.ndarray"] | None = None
+    df: "pd.DataFrame", blocks: Mapping[tuple[str, str, int], "np.ndarray"] | None = None,
+    cascade: "pd.DataFrame | None" = None,
 ) -> Iterator[tuple[str, "Figure"]]:
     """Every figure of every model of a score table as ``(file name, Figure)``, drawn one at a time.
 
-    ``<model>_layers.png`` and ``<model>_heads.png`` (when the table has head rows) per model, and
-    ``<model>_wqk_<stack>_L<layer>.png`` for each block of ``blocks`` ((model, stack, layer) -> M block).
+    ``<model>_layers.png`` and ``<model>_heads.png`` (when the table has head rows) per model,
+    ``<model>_spectra.png`` (:func:`attnscope.plots.spectra.plot_rank_cascade`) for each model of
+    ``cascade`` (a :func:`attnscope.geometry.rank_cascade` table), and ``<model>_wqk_<stack>_L<layer>.png``
+    for each block of ``blocks`` ((model, stack, layer) -> M block).
     """
     used: set[str] = set()
     for model, grp in df.groupby("model", sort=False):
@@ -154,6 +157,10 @@ def geometry_figures(
         yield f"{name}_layers.png", plot_layer_curves(grp)
         if (grp["level"] == "head").any():
             yield f"{name}_heads.png", plot_head_heatmaps(grp)
+        if cascade is not None and (cascade["model"] == model).any():
+            from .spectra import plot_rank_cascade
+
+            yield f"{name}_spectra.png", plot_rank_cascade(cascade[cascade["model"] == model])
         for (b_model, stack, layer), block in (blocks or {}).items():
             if b_model == model:
                 title = f"{model_label(model)} · {stack} layer {layer}: W_qk[:{block.shape[0]}, :{block.shape[1]}]"

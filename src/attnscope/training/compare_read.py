@@ -23,7 +23,8 @@ if TYPE_CHECKING:  # pragma: no cover
 # configuration fields that do not change what is trained (left out when grouping and pairing)
 NOT_COMPARED = frozenset({
     "out", "resume", "progress", "threads", "wandb", "tensorboard", "config", "device", "world_size",
-    "keep_checkpoints", "checkpoint_every", "score_every", "score_offsets", "log_every", "eval_every",
+    "keep_checkpoints", "checkpoint_every", "score_every", "score_offsets", "score_spectra", "log_every",
+    "eval_every",
     "model.attn_pattern_heads",  # the heads attn_pattern held (for --resume's check); runs before 2026-11-28 lack it
 })
 TREATMENTS = ("init", "tie_qk", "model.tie_qk")  # what a baseline differs in

@@ -74,6 +74,9 @@ class TrainConfig:
     score_every: int = opt(100, "Log geometry scores every K steps (and at step 0).")
     score_offsets: str | None = opt(None, "With --pos rotary: also log s and d at these offsets (tokens; 0,1,16 or "
                                     "log:0:512:8) as geometry_offsets (unset: none).")
+    score_spectra: bool = opt(False, "Also log the spectra of every head's and layer form's symmetric and "
+                              "antisymmetric parts with the geometry scores (sym_rank, anti_rank, sym_signature, "
+                              "anti_top2; q/k copied to the host each time).")
     checkpoint_every: int = opt(500, "Write a checkpoint every K steps (and at the end).")
     eval_every: int | None = opt(None, "Evaluate on the held-out split every K steps (unset: --checkpoint-every).")
     eval_windows: int = opt(64, "Held-out windows per evaluation.")

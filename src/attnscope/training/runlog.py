@@ -101,13 +101,14 @@ def read_run_json(run_dir: Path) -> dict[str, Any] | None:
     return stored
 
 
-def geometry_records(model, model_config, name: str) -> list[dict[str, Any]]:
+def geometry_records(model, model_config, name: str, spectra: bool = False) -> list[dict[str, Any]]:
     """Per-head and per-layer score records of the live weights, computed where they are (GPU or CPU).
 
     The numbers of ``attnscope geometry`` on a checkpoint of the same weights (the attnscope family:
     q_proj / k_proj rows ``(h e)``, one ``encoder`` or ``decoder`` stack) from the torch kernel
     :func:`attnscope.geometry.torch_kernels.qk_scores`: no weight is exported or copied to the host,
-    only the [layers, heads + 1, 5] scores are.
+    only the [layers, heads + 1, 5] scores are. ``spectra``: also the spectral columns
+    (:data:`attnscope.geometry.spectra.SPECTRA_COLUMNS`), computed on the host (:func:`_spectra_columns`).
     """
     import torch
 
@@ -123,6 +124,8 @@ def geometry_records(model, model_config, name: str) -> list[dict[str, Any]]:
         scores = qk_scores(layers).tolist()  # [L, h + 1, 5], the one transfer
     base = {"model": name, "family": "attnscope", "stack": "decoder" if model_config.causal else "encoder",
             "n_heads": h, "n_kv_heads": g, "d_model": d, "d_head": e}
+    extra = _spectra_columns(layers) if spectra else None
+    columns = [*RECORD_COLUMNS, *(extra[0][0] if extra else ())]
     out = []
     for layer, rows in enumerate(scores):
         for head, (sym, dirs, frob, n_r, n_c) in enumerate(rows):
@@ -131,7 +134,33 @@ def geometry_records(model, model_config, name: str) -> list[dict[str, Any]]:
             rec = {**base, **level, "layer": layer, "symmetry": sym, "directionality": dirs, "frobenius_norm": frob,
                    "n_outlier_rows": None if math.isnan(n_r) else int(n_r),
                    "n_outlier_cols": None if math.isnan(n_c) else int(n_c)}
-            out.append({c: _jsonable(rec.get(c)) for c in RECORD_COLUMNS})
+            if extra:
+                rec.update(extra[layer][head])
+            out.append({c: _jsonable(rec.get(c)) for c in columns})
+    return out
+
+
+def _spectra_columns(layers: list) -> list[list[dict[str, float]]]:
+    """Per layer, per head (then the layer form): {spectral column: value} of the host copies of the factors
+    (the numbers of ``attnscope geometry --spectra`` on a checkpoint of the same weights); NaN where a head's
+    (or, for the layer form, any head's) q or k is not finite, as the scores."""
+    import numpy as np
+
+    from attnscope.geometry.spectra import head_spectra, layer_spectra
+
+    out = []
+    for q, k in layers:
+        q = q.float().cpu().numpy()  # [h, d, e]
+        k = k.float().cpu().numpy()  # [g, d, e]
+        h, g = q.shape[0], k.shape[0]
+        bad_k = ~np.isfinite(k).reshape(g, -1).all(1)
+        bad = ~np.isfinite(q).reshape(h, -1).all(1) | np.repeat(bad_k, h // g)  # [h]
+        q = np.where(bad[:, None, None], np.float32(0), np.nan_to_num(q))
+        k = np.where(bad_k[:, None, None], np.float32(0), np.nan_to_num(k))
+        heads, lay = head_spectra(q, k).columns(), layer_spectra(q, k).columns()
+        rows = [{c: float("nan") if bad[i] else float(v[i]) for c, v in heads.items()} for i in range(h)]
+        rows.append({c: float("nan") if bad.any() else float(v[0]) for c, v in lay.items()})
+        out.append(rows)
     return out
 
 

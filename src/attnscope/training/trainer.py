@@ -358,7 +358,8 @@ def _log_start(run: _Run) -> None:
     inputs, labels = run.batches.probe()  # an mlm probe may select no position: no loss (null), not NaN
     probe_loss = _loss(run.model, inputs, labels, run.cfg) if bool((labels != IGNORE).any()) else None
     rec = {"step": 0, "loss": probe_loss, "lr": 0.0}
-    run.totals.geometry_seconds += _log_geometry(rec, run.model, run.mcfg, run.name, run.cfg.offsets())
+    run.totals.geometry_seconds += _log_geometry(rec, run.model, run.mcfg, run.name, run.cfg.offsets(),
+                                                    run.cfg.score_spectra)
     run.log.log({**rec, **run.evaluate(), "train_seconds": 0.0,
                  "geometry_seconds": round(run.totals.geometry_seconds, 4)})
 
@@ -435,7 +436,8 @@ def _log_step(run: _Run, lr: float, scored: bool, evaluated: bool, bar) -> None:
     rec = {"step": run.step, "loss": loss, "lr": lr, "tokens": totals.tokens}
     totals.loss_sum, totals.loss_n = 0.0, 0
     if scored:
-        totals.geometry_seconds += _log_geometry(rec, run.model, run.mcfg, run.name, run.cfg.offsets())
+        totals.geometry_seconds += _log_geometry(rec, run.model, run.mcfg, run.name, run.cfg.offsets(),
+                                                    run.cfg.score_spectra)
     if evaluated:
         rec.update(run.evaluate())
     rec.update(train_seconds=round(totals.train_seconds, 4), geometry_seconds=round(totals.geometry_seconds, 4))
@@ -600,11 +602,12 @@ def evaluate(model: Transformer, eval_batches: list, cfg: TrainConfig, bytes_per
             "eval_bits_per_byte": bpt / bytes_per_token}
 
 
-def _log_geometry(rec: dict[str, Any], model: Transformer, mcfg, name: str, offsets: list[int] | None = None) -> float:
-    """Add the live weights' score records to ``rec`` (and, with ``offsets``, their rotary forms' records at
-    those offsets as ``geometry_offsets``); returns the seconds it took."""
+def _log_geometry(rec: dict[str, Any], model: Transformer, mcfg, name: str, offsets: list[int] | None = None,
+                  spectra: bool = False) -> float:
+    """Add the live weights' score records to ``rec`` (with ``spectra``, their spectral columns; with ``offsets``,
+    their rotary forms' records at those offsets as ``geometry_offsets``); returns the seconds it took."""
     t0 = time.perf_counter()
-    rec["geometry"] = geometry_records(model, mcfg, name)
+    rec["geometry"] = geometry_records(model, mcfg, name, spectra)
     if offsets:
         rec["geometry_offsets"] = geometry_offset_records(model, mcfg, name, offsets)
     return time.perf_counter() - t0

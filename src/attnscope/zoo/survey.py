@@ -38,7 +38,8 @@ def score_model(payload: dict[str, Any]) -> "pd.DataFrame":
 
     spec = resolve_source(payload["spec"], entry_id=payload["id"], parts=tuple(payload.get("parts", ())),
                           with_files=tuple(payload.get("with", ())), sha256=payload.get("sha256"))
-    df = score(spec, k=payload.get("k", 2.0), stacks=payload.get("stacks"), name=payload["id"])
+    df = score(spec, k=payload.get("k", 2.0), stacks=payload.get("stacks"), name=payload["id"],
+               spectra=bool(payload.get("spectra", False)))
     if df is None or len(df) == 0:
         raise AttnscopeError(f"{payload['id']}: no attention layers were scored")
     df = df.copy()
@@ -49,10 +50,10 @@ def score_model(payload: dict[str, Any]) -> "pd.DataFrame":
     return df
 
 
-def _payload(e: ZooEntry, k: float, stacks: tuple[str, ...] | None) -> dict[str, Any]:
+def _payload(e: ZooEntry, k: float, stacks: tuple[str, ...] | None, spectra: bool = False) -> dict[str, Any]:
     join = {"parts": list(e.parts), "with": list(e.with_files), "sha256": e.sha256} if e.parts else {}
     return {"id": e.id, "spec": e.source or e.id, "k": k, "stacks": stacks, "modality": e.modality, "type": e.type,
-            "params": e.params, **join}
+            "params": e.params, **join, **({"spectra": True} if spectra else {})}
 
 
 SETTINGS_FILE = "survey.json"
@@ -92,7 +93,9 @@ def _check_settings(out: Path, settings: dict[str, Any], filename: str = SETTING
         if not isinstance(old, dict):
             warnings.warn(f"{path} is unreadable; rewriting it (stored results are checked one by one)", stacklevel=3)
     if isinstance(old, dict) and old != settings:
-        diff = ", ".join(f"{key}={old.get(key)!r} (now {settings[key]!r})" for key in settings if old.get(key) != settings[key])
+        keys = list(settings) + [key for key in old if key not in settings]  # a setting given only once differs too
+        diff = ", ".join(f"{key}={old.get(key)!r} (now {settings.get(key)!r})" for key in keys
+                         if old.get(key) != settings.get(key))
         raise InputError(f"{out} holds results computed with {diff}; use another out_dir or the same settings",
                          params="out_dir")
     if old != settings:
@@ -122,13 +125,15 @@ def run_zoo(
     stacks: tuple[str, ...] | None = None,
     slurm: dict[str, Any] | None = None,
     progress: bool = True,
+    spectra: bool = False,
 ) -> "pd.DataFrame":
     """Score every model of ``group`` (from ``zoo_file`` or the packaged registry) into ``out_dir``.
 
     ``group`` may also be ``FILE.yaml`` (every model of that file) or ``FILE.yaml:GROUP``.
 
     Returns the merged table of all finished models (also written to ``out_dir/merged.parquet``
-    and ``.csv``). ``df.attrs["summary"]`` holds the :class:`attnscope.runs.RunSummary` of this
+    and ``.csv``). spectra: add the spectral columns (:func:`attnscope.geometry.score`); a store keeps one
+    choice (the setting is recorded only when True, so earlier stores stay valid). ``df.attrs["summary"]`` holds the :class:`attnscope.runs.RunSummary` of this
     run and ``df.attrs["failures"]`` the {id: one-line error} of the models that failed.
     """
     import math
@@ -143,10 +148,13 @@ def run_zoo(
     entries = select(group, zoo_file)
     out = check_writable(out_dir, "out_dir", directory=True)
     check_result_names(out, SURVEY_FILES)  # a file of yours by a name the survey writes: refused before any work
-    settings = {"k": float(k), "stacks": sorted(stacks) if stacks else None}
+    from attnscope.errors import check_type
+
+    check_type(spectra, bool, "spectra", "True or False")
+    settings = {"k": float(k), "stacks": sorted(stacks) if stacks else None, **({"spectra": True} if spectra else {})}
     store = ResultsStore(out, settings=settings, columns=[*RECORD_COLUMNS, *ZOO_COLUMNS], key_column="model")
     _check_settings(out, settings, store=out)
-    tasks = [Task(e.id, _payload(e, k, stacks)) for e in entries]
+    tasks = [Task(e.id, _payload(e, k, stacks, spectra)) for e in entries]
     summary = run_tasks(score_model, tasks, store, executor=executor, workers=workers, slurm=slurm,
                         progress=progress, desc=f"zoo {group or 'all'}")
     merged = store.merge([t.key for t in tasks])
