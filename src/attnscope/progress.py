@@ -164,7 +164,10 @@ class _State:
 
     def line(self) -> str:
         """One plain line: ``desc: 3/6 layers (50%), 45 s, ~45 s left, loss 2.31``."""
-        count = f"{self.completed:g}" if self.total is None else f"{self.completed:g}/{self.total:g}"
+        done_units = self.completed
+        if self.total is not None and float(self.total).is_integer():  # whole units: those finished (the share
+            done_units = math.floor(self.completed + 1e-9)             # of the one running is in the percent)
+        count = f"{done_units:g}" if self.total is None else f"{done_units:g}/{self.total:g}"
         parts = [count + (f" {self.unit}" if self.unit else "")]
         frac = self.fraction()
         if frac is not None:

@@ -322,8 +322,14 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
         named = chosen if heads is not None else []
         exact_heads = choose_exact(screen, exact, named) if subject.out_weight is not None else {}
         exact_by_layer = _by_layer(sorted(exact_heads))
+        token_store = (ResultsStore(results.root, settings=settings, columns=TOKEN_COLUMNS)
+                       if results is not None and subject.out_weight is not None else None)
+        # a layer is done when its rows and (for a decoder) its per-token rows are stored: one without the
+        # other (a store tampered with, files of another run swapped in, a kill between the two writes) is
+        # computed again, both written anew
         pending = [l for l in sorted(exact_by_layer)
-                   if results is None or not results.is_done(_key(l, exact_by_layer[l]))]
+                   if results is None or not results.is_done(_key(l, exact_by_layer[l]))
+                   or (token_store is not None and not token_store.is_done(_token_key(l, exact_by_layer[l])))]
         low = (LowWeights().prepare(layer_list(subject.model).modules(), subject.out_weight)  # before any forward
                if low_wanted and pending else None)
         if pending and clean is not None and low is not None and clean.linears is None and clean.distributions is None:
