@@ -81,10 +81,12 @@ def _softcap(model: Any) -> float | None:
                                                                      "final_logit_softcapping", None)
 
 
-def open_subject(source: Any, tokenizer: Any = None, device: str = "cpu", name: str | None = None) -> Subject:
+def open_subject(source: Any, tokenizer: Any = None, device: str = "cpu", name: str | None = None,
+                 progress: bool = False) -> Subject:
     """A :class:`Subject` from a GGUF file, an HF directory / hub id, or a loaded transformers model with its
     tokenizer (a Subject is returned as it is). Load once, use twice: ``attnscope.atlas(subject.maps)`` runs the
-    atlas on the same loaded model and ``intervene(subject, atlas=...)`` the interventions."""
+    atlas on the same loaded model and ``intervene(subject, atlas=...)`` the interventions. ``progress``: say so
+    from the first second while a file loads (minutes for a large GGUF file); the device is checked first."""
     from attnscope.heads.maps import MapModel
 
     label: str | None
@@ -92,7 +94,12 @@ def open_subject(source: Any, tokenizer: Any = None, device: str = "cpu", name: 
     if isinstance(source, Subject):
         return source
     if isinstance(source, (str, os.PathLike)):
-        full, tok, label = _load(source, device)
+        from attnscope.devices import check_device
+        from attnscope.progress import phase
+
+        check_device(device)  # before minutes of loading
+        with phase(f"loading {source}", enabled=progress):
+            full, tok, label = _load(source, device)
     else:
         full, tok, label = source, tokenizer, name
     base = getattr(full, "base_model", full)
