@@ -246,7 +246,8 @@ def _same_tables(a: pd.DataFrame, b: pd.DataFrame) -> None:
 def test_the_exact_passes_as_jobs_equal_the_in_process_ones_and_resume(tiny_gguf, tmp_path, monkeypatch):
     """executor="local" (a process pool through run_tasks: the path Slurm jobs take) gives the same table and
     per-token changes; a rerun submits nothing."""
-    from attnscope.interventions import intervene, run
+    from attnscope.interventions import intervene
+    from attnscope.interventions import jobs as jobs_mod
 
     opts = dict(interventions="sym,ablate", exact=3, **SMALL)
     here = intervene(str(tiny_gguf), workers=1, **opts)
@@ -254,7 +255,7 @@ def test_the_exact_passes_as_jobs_equal_the_in_process_ones_and_resume(tiny_gguf
     _same_tables(here.table, jobs.table)
     tkey = ["layer", "head", "intervention", "window", "position"]
     pd.testing.assert_frame_equal(here.token_effects[tkey], jobs.token_effects[tkey])
-    monkeypatch.setattr(run, "exact_job", lambda *a, **k: (_ for _ in ()).throw(AssertionError("submitted again")))
+    monkeypatch.setattr(jobs_mod, "exact_job", lambda *a, **k: (_ for _ in ()).throw(AssertionError("submitted again")))
     again = intervene(str(tiny_gguf), executor="local", workers=2, store=tmp_path / "s", **opts)
     _same_tables(jobs.table, again.table)
 

@@ -12,6 +12,10 @@ Rooms, in the order a run takes them:
 * :mod:`.screen`    -- the first-order screen of every head: one forward and one backward per window, each
   head's softmax recomputed exactly under the intervention; the exact behaviour of every screened head
 * :mod:`.exact`     -- the exact layer passes of the heads that need them (one forward per layer and window)
+* :mod:`.jobs`      -- the exact layer passes as jobs of their own (Slurm, a process pool), one per layer
+* :mod:`.kinds`     -- what an intervention is: sym, anti, their norm-matched forms, scale:A, rank-R parts,
+  ablate, mean, resample, custom functions; the controls
+* :mod:`.stored`    -- what a run keeps in its resumable store and reads back
 * :mod:`.loss`      -- the next-token loss and each copy's change in it, per position
 * :mod:`.deltas`    -- bf16-delta products: the copies' linear layers and loss change from their difference
 * :mod:`.workers`   -- forked one-thread processes sharing the layer passes

@@ -43,8 +43,10 @@ from attnscope.errors import InputError, check_type
 from .attention import layer_list, patched
 from .clean import _Clean, clean_pass
 from .deltas import DESCRIBE, LowWeights, resolve_precision
-from .exact import TOKEN_COLUMNS, _token_frame, layer_pass
+from .exact import TOKEN_COLUMNS, layer_pass
+from .jobs import job_source as _job_source, run_jobs as _run_jobs
 from .kinds import check_custom, custom_kinds, with_controls
+from .stored import (_SCREEN_KEY, _key, _per_window, _screen_record, _stored_screen, _token_effects, _token_key)
 from .screen import SCREEN_DESCRIBE, SCREEN_VERSION, agreement, choose_exact, exact_rule as _exact_rule, screen_pass
 from .selection import (_atlas_table, _check_heads, check_exact, check_head_pairs, check_heads_in,
                         check_intervene_options, check_kinds, head_grid, parse_heads)
@@ -53,7 +55,6 @@ from .workers import can_fork, run_layers, worker_count
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
-    import torch
 
 #: the interventions run when none are named (``mean`` also needs its clean pass: same cost)
 DEFAULT_KINDS = ("sym", "anti", "ablate")
@@ -434,23 +435,6 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
                               becomes=turned)
 
 
-def _token_effects(subject: Subject, text: "torch.Tensor", frames: list["pd.DataFrame"]) -> "pd.DataFrame":
-    """The layers' per-position changes in loss -> :attr:`InterventionResult.token_effects` (model first, the
-    token's text beside its position; text [w, i] the text windows' ids)."""
-    import pandas as pd
-
-    from attnscope.heads.tokens import token_texts
-
-    df = (pd.concat(frames, ignore_index=True) if frames else _token_frame(0, []))
-    texts = np.empty(tuple(text.shape), dtype=object)  # [w, i]
-    for w, row in enumerate(text.tolist()):
-        texts[w, :] = token_texts(subject.maps.tokenizer, row)
-    df.insert(0, "model", subject.name)
-    df.insert(len(df.columns) - 1, "token", texts[df["window"].to_numpy(), df["position"].to_numpy()]
-              if len(df) else np.array([], dtype=object))
-    return df
-
-
 #: ``power=``: the windows are planned for the heads whose per-window spread is at this quantile (the
 #: noisier heads, which the change must be detectable on too)
 POWER_QUANTILE = 0.75
@@ -459,21 +443,6 @@ MAX_PLANNED_WINDOWS = 256
 #: rows resting on fewer windows than this are flagged ``few_units`` (a t interval with under 7 degrees of
 #: freedom is wide, and its normality assumption untestable)
 FEW_WINDOWS = 8
-
-
-def _per_window(screen_rows: "pd.DataFrame", token_frames: "list[pd.DataFrame]") -> "pd.DataFrame":
-    """The per-window deltas behind the table's means: the behaviour rows as the screen measured them (exact), and
-    each exactly measured head's loss change per window (the mean of its per-position changes)."""
-    import pandas as pd
-
-    cols = ["layer", "head", "intervention", "measure", "window", "delta"]
-    parts = [screen_rows.loc[screen_rows["measure"] != "loss", cols]]
-    tokens = [f for f in token_frames if len(f)]
-    if tokens:
-        per = (pd.concat(tokens, ignore_index=True).groupby(["layer", "head", "intervention", "window"], as_index=False)
-               ["delta_loss"].mean().rename(columns={"delta_loss": "delta"}).assign(measure="loss"))
-        parts.append(per[cols])
-    return pd.concat(parts, ignore_index=True)
 
 
 def _fingerprint(fn: Any) -> str:
@@ -487,80 +456,6 @@ def _fingerprint(fn: Any) -> str:
     parts = [code.co_code, repr(code.co_consts).encode(), repr(code.co_names).encode(),
              repr(getattr(fn, "__defaults__", None)).encode()]
     return hashlib.sha256(b"\0".join(parts)).hexdigest()[:16]
-
-
-def _job_source(source: Any) -> Any:
-    """What a job loads: the path or hub id of ``source`` (an opened subject's own), else the object itself."""
-    if isinstance(source, Subject):
-        return getattr(source.maps, "source", None) or source
-    return str(source) if isinstance(source, os.PathLike) else source
-
-
-def _run_jobs(results: Any, layers: list[int], by_layer: dict[int, list[int]], executor: str,
-              slurm: dict[str, Any] | None, workers: int | None, progress: bool, common: dict[str, Any]) -> None:
-    """The exact passes of ``layers`` as jobs of ``executor`` (one per layer) into the store ``results``."""
-    from attnscope.errors import AttnscopeError
-    from attnscope.runs.executors import Task, run_tasks
-
-    tasks = [Task(_key(l, by_layer[l]), {**common, "layer": l, "heads": by_layer[l], "store": str(results.root)})
-             for l in layers]
-    summary = run_tasks(exact_job, tasks, results, executor=executor, workers=workers or 1, slurm=slurm,
-                        progress=progress, desc=f"interventions: exact layer passes as {executor} jobs")
-    if summary.failed:
-        key, why = next(iter(summary.failed.items()))
-        raise AttnscopeError(f"{len(summary.failed)} of {len(tasks)} exact layer jobs failed ({key}: {why}); "
-                             "rerun the same command to retry them (finished layers are kept)")
-
-
-def exact_job(payload: dict[str, Any]) -> "pd.DataFrame":
-    """One exact layer pass as a job of its own (:func:`attnscope.runs.executors.run_tasks`): load the model,
-    the text windows and their clean pass as :func:`intervene` makes them, the layer's loss rows summarised
-    (returned: the executor stores them under the layer's key) and its per-token changes (written here)."""
-    import torch
-
-    from attnscope.heads.maps import make_windows
-    from attnscope.heap import reused_heap
-    from attnscope.runs.store import ResultsStore
-
-    from .summary import summarise
-
-    subject = open_subject(payload["source"], device=payload["device"], name=payload["name"])
-    text = make_windows(subject.maps, payload["data"], payload["windows"], payload["length"])
-    wins = {"text": text}
-    with torch.inference_mode(), patched(subject.model) as ctl, reused_heap():
-        low = (LowWeights().prepare(layer_list(subject.model).modules(), subject.out_weight)
-               if payload["precision"] == "bf16-delta" else None)
-        clean = clean_pass(subject, wins, ctl, for_deltas=low is not None, keep_heads="resample" in payload["kinds"])
-        df, tokens = layer_pass(subject, payload["layer"], payload["heads"], payload["kinds"], wins, clean, ctl, low,
-                                tick=lambda _f: None, with_tokens=True, behaviour=False)
-    ResultsStore(payload["store"], settings=payload["settings"], columns=TOKEN_COLUMNS).write(
-        _token_key(payload["layer"], payload["heads"]), tokens)
-    return summarise(df)
-
-
-#: the results store's key of the screen's per-window rows
-_SCREEN_KEY = "screen"
-
-
-def _screen_record(rows: "pd.DataFrame", patterns: "pd.DataFrame") -> "pd.DataFrame":
-    """The screen's per-window rows and pattern changes as one stored table (pattern changes as rows of
-    measure ``pattern_change``, in ``delta``)."""
-    import pandas as pd
-
-    pat = patterns.rename(columns={"pattern_change": "delta"}).assign(measure="pattern_change", clean=np.nan,
-                                                                       value=np.nan)
-    return pd.concat([rows, pat[rows.columns]], ignore_index=True)
-
-
-def _stored_screen(results: Any) -> tuple["pd.DataFrame | None", "pd.DataFrame | None"]:
-    """The stored screen of a resumed run as (rows, pattern changes), or (None, None)."""
-    if results is None or not results.is_done(_SCREEN_KEY):
-        return None, None
-    df = results.read(_SCREEN_KEY)
-    pat = df["measure"] == "pattern_change"
-    patterns = df[pat].rename(columns={"delta": "pattern_change"})[["layer", "head", "intervention", "window",
-                                                                    "pattern_change"]]
-    return df[~pat].reset_index(drop=True), patterns.reset_index(drop=True)
 
 
 def _by_layer(pairs: Sequence[tuple[int, int]]) -> dict[int, list[int]]:
@@ -582,11 +477,3 @@ def _ranges(layers: Sequence[int]) -> str:
         parts.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
         i = j + 1
     return ", ".join(parts)
-
-
-def _key(layer: int, heads: Sequence[int]) -> str:
-    return f"layer={layer};heads={','.join(map(str, heads))}"
-
-
-def _token_key(layer: int, heads: Sequence[int]) -> str:
-    return f"tokens;{_key(layer, heads)}"
