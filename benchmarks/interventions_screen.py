@@ -100,13 +100,17 @@ def run_model(args) -> None:
 
     source = _path(args.model)
     opts = dict(interventions=args.interventions, windows=args.windows, length=args.length,
-                random_windows=args.random_windows, precision="full", device=args.device)
+                random_windows=args.random_windows, precision="full", device=args.device, data=args.data,
+                controls=False)  # screen against exact: the interventions named, no control beside them
     subject, load = _timed("load", lambda: open_subject(source, device=args.device))
     rows = [load]
     screen, t = _timed("screen alone (exact=0)", lambda: intervene(subject, exact=0, workers=args.workers, **opts))
     rows.append(t)
     auto, t = _timed("default (exact=auto)", lambda: intervene(subject, exact="auto", workers=args.workers, **opts))
     rows.append({**t, "exact_heads": auto.info["exact_heads"]})
+    top, t = _timed("screen + exact top 10% (exact=27 of 270)", lambda: intervene(
+        subject, exact=max(1, round(0.1 * auto.info["heads"])), workers=args.workers, **opts))
+    rows.append({**t, "exact_heads": top.info["exact_heads"], "note": "+ the heads flagged by pattern change"})
     full, t = _timed("whole exact sweep (exact=all)", lambda: intervene(subject, exact="all", workers=args.workers,
                                                                        store=args.store, **opts))
     rows.append({**t, "exact_heads": full.info["exact_heads"], "note": "resumed from --store" if args.store else ""})
@@ -173,6 +177,7 @@ def main() -> None:
     ap.add_argument("--length", type=int, default=256)
     ap.add_argument("--random-windows", type=int, default=4)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--data", default="builtin", help="text corpora (the runs of docs/atlas.md: builtin)")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--exact", type=int, default=32, help="--shape: the exact pass of this many heads")
     ap.add_argument("--store", default=None, help="keep the exact sweep's layers here (resumable)")

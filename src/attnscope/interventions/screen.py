@@ -63,7 +63,9 @@ def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: 
     (layer -> heads). Rows as :func:`.exact.layer_pass` makes them (layer, window, head, intervention, measure,
     clean, value, delta): the exact behaviour rows of the score interventions on every probe, and ``loss``
     rows whose delta is the first-order estimate (decoders only). Pattern changes: layer, head, intervention,
-    window, pattern_change (score interventions, text windows). ``tick()`` after each window."""
+    window, pattern_change (score interventions), output_change (every intervention: the root mean square of
+    the head's output change O' - O over positions and head dims), on the text windows. ``tick()`` after each
+    window."""
     import pandas as pd
     import torch
 
@@ -99,10 +101,23 @@ def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: 
                                              delta=float(v) - float(ref[name][h])) for (k, h), v in zip(pairs, vals))
                         if probe == "text":
                             tv = 0.5 * (new[:, 0].float() - probs[0, hi].detach().float()).abs().sum(-1).mean(-1)  # [s]
-                            patterns.extend(dict(layer=layer, head=h, intervention=k, window=w, pattern_change=float(t))
-                                            for (k, h), t in zip(pairs, tv.tolist()))
-                        if grad:
                             delta_out = own[:, :, 0] - out[0, :, hi].detach().transpose(0, 1)  # [s, i, d]
+                            rms = delta_out.float().pow(2).mean((1, 2)).sqrt()  # [s]
+                            patterns.extend(dict(layer=layer, head=h, intervention=k, window=w, pattern_change=float(t),
+                                                 output_change=float(r))
+                                            for (k, h), t, r in zip(pairs, tv.tolist(), rms.tolist()))
+                    if probe == "text":  # the output interventions' change of the head's output, for the same flag
+                        o = out[0].detach().float()  # [i, h, d]
+                        for kind in kinds:
+                            if is_score(kind):
+                                continue
+                            new_out = (torch.zeros_like(o) if kind == "ablate" else
+                                       clean.means[layer].float().to(o.device).expand_as(o) if kind == "mean" else
+                                       clean.resample_for(w)[layer].float().to(o.device))
+                            rms = (new_out - o)[:, heads].pow(2).mean((0, 2)).sqrt()  # [heads]
+                            patterns.extend(dict(layer=layer, head=h, intervention=kind, window=w,
+                                                 pattern_change=float("nan"), output_change=float(r))
+                                            for h, r in zip(heads, rms.tolist()))
                 if not grad:
                     return None
                 kept[layer] = dict(pairs=pairs, delta_out=delta_out, out=out[0].detach())  # out [i, h, d]
@@ -134,7 +149,8 @@ def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: 
     ctl.plan = Plan()
     cols = ["layer", "window", "head", "intervention", "measure", "clean", "value", "delta"]
     return (pd.DataFrame(rows, columns=cols),
-            pd.DataFrame(patterns, columns=["layer", "head", "intervention", "window", "pattern_change"]))
+            pd.DataFrame(patterns, columns=["layer", "head", "intervention", "window", "pattern_change",
+                                            "output_change"]))
 
 
 def _estimates(kept: dict[str, Any], g: "torch.Tensor", heads: Sequence[int], kinds: Sequence[str],
@@ -170,7 +186,8 @@ def choose_exact(screen: "pd.DataFrame", exact: "str | int", named: Sequence[tup
     """(layer, head) -> why it is measured exactly (a key of :data:`REASONS`), from the summarised screen
     (one ``loss`` row per layer, head and intervention with ``delta`` and ``pattern_change``). ``exact``:
     ``"all"`` (every screened head), ``0`` (none), ``K`` (the K heads with the largest |delta| in any
-    intervention, plus the flagged ones: the :data:`AUTO_SHARE` whose pattern changes most) or ``"auto"``
+    intervention, plus the flagged ones: for each score intervention, the :data:`AUTO_SHARE` of heads whose
+    pattern changes most under it) or ``"auto"``
     (K = :data:`AUTO_SHARE` of the screened heads, at least :data:`AUTO_LEAST`). ``named`` heads are always in."""
     heads = sorted({(int(l), int(h)) for l, h in zip(screen["layer"], screen["head"])})
     chosen: dict[tuple[int, int], str] = {}
@@ -189,10 +206,13 @@ def choose_exact(screen: "pd.DataFrame", exact: "str | int", named: Sequence[tup
         size = loss.assign(a=loss["delta"].abs()).groupby(["layer", "head"])["a"].max()
         for pair in size.sort_values(ascending=False, kind="stable").index[:k]:
             chosen.setdefault((int(pair[0]), int(pair[1])), "top")
-    if "pattern_change" in screen.columns:
-        pc = screen.dropna(subset=["pattern_change"]).groupby(["layer", "head"])["pattern_change"].max()
-        for pair in pc.sort_values(ascending=False, kind="stable").index[:share]:
-            chosen.setdefault((int(pair[0]), int(pair[1])), "flagged")
+    if "pattern_change" in screen.columns:  # per score intervention: its own heads whose pattern changes most
+        rows = screen[(screen["measure"] == "loss") if len(loss) else screen["measure"].notna()]
+        rows = rows.dropna(subset=["pattern_change"])
+        for _kind, sub in rows.groupby("intervention", sort=False):
+            pc = sub.groupby(["layer", "head"])["pattern_change"].max()
+            for pair in pc.sort_values(ascending=False, kind="stable").index[:share]:
+                chosen.setdefault((int(pair[0]), int(pair[1])), "flagged")
     return chosen
 
 
@@ -221,7 +241,8 @@ def agreement(table: "pd.DataFrame") -> dict[str, Any]:
 def exact_rule(exact: "str | int", screened: int) -> str:
     """In words: which heads ``exact`` measures exactly out of ``screened``."""
     share = max(AUTO_LEAST, math.ceil(AUTO_SHARE * screened))
-    flagged = f"the {min(share, screened)} whose attention pattern changes most (largest pattern_change)"
+    flagged = (f"for each score intervention the {min(share, screened)} whose attention pattern changes most under it "
+               "(largest pattern_change)")
     if exact == "all":
         return f"all {screened} screened heads"
     if exact == 0:

@@ -26,8 +26,8 @@ def _screen_record(rows: "pd.DataFrame", patterns: "pd.DataFrame") -> "pd.DataFr
     measure ``pattern_change``, in ``delta``)."""
     import pandas as pd
 
-    pat = patterns.rename(columns={"pattern_change": "delta"}).assign(measure="pattern_change", clean=np.nan,
-                                                                       value=np.nan)
+    pat = patterns.rename(columns={"pattern_change": "delta", "output_change": "value"}).assign(
+        measure="pattern_change", clean=np.nan)  # (output_change rides in value)
     return pd.concat([rows, pat[rows.columns]], ignore_index=True)
 
 
@@ -37,8 +37,8 @@ def _stored_screen(results: Any) -> tuple["pd.DataFrame | None", "pd.DataFrame |
         return None, None
     df = results.read(_SCREEN_KEY)
     pat = df["measure"] == "pattern_change"
-    patterns = df[pat].rename(columns={"delta": "pattern_change"})[["layer", "head", "intervention", "window",
-                                                                    "pattern_change"]]
+    patterns = df[pat].rename(columns={"delta": "pattern_change", "value": "output_change"})[
+        ["layer", "head", "intervention", "window", "pattern_change", "output_change"]]
     return df[~pat].reset_index(drop=True), patterns.reset_index(drop=True)
 
 

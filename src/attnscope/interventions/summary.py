@@ -387,11 +387,13 @@ def summarise_screen(rows: "pd.DataFrame", patterns: "pd.DataFrame") -> "pd.Data
     table (``loss`` rows: the first-order estimate) with ``pattern_change``, the mean over text windows of the
     head's pattern change under each score intervention (NaN for ``ablate`` / ``mean``)."""
     out = summarise(rows)
+    cols = [c for c in ("pattern_change", "output_change") if c in patterns.columns]
     if len(patterns):
-        pc = patterns.groupby(["layer", "head", "intervention"], as_index=False)["pattern_change"].mean()
+        pc = patterns.groupby(["layer", "head", "intervention"], as_index=False)[cols].mean()
         out = out.merge(pc, on=["layer", "head", "intervention"], how="left")
-    else:
-        out["pattern_change"] = np.nan
+    for c in ("pattern_change", "output_change"):
+        if c not in out.columns:
+            out[c] = np.nan
     return out
 
 
@@ -436,6 +438,6 @@ def join_screen(screen: "pd.DataFrame", exact: "Sequence[pd.DataFrame]",
     first = [*KEYS, "n", "clean", "value", "delta", "ci_low", "ci_high", "p", "sd", "detectable_change",
              "ci_low_boot", "ci_high_boot", "p_bh",
              "interval", "exact", "exact_reason", "n_screen", "delta_screen", "ci_low_screen", "ci_high_screen",
-             "p_screen", "p_bh_screen", "pattern_change"]
+             "p_screen", "p_bh_screen", "pattern_change", "output_change"]
     out = out.drop(columns="_order").reset_index(drop=True)
     return out[[c for c in first if c in out.columns] + [c for c in out.columns if c not in first]]
