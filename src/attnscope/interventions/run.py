@@ -138,7 +138,8 @@ def intervene(
     change in loss to first order after the head's exactly recomputed softmax, columns ``*_screen``; the
     behaviour changes exact), then measured exactly by ``exact``: ``"auto"`` (default: the 10% of the
     screened heads with the largest screened change in loss, at least 4, plus the 10% whose attention
-    pattern changes most, where first order is least sure, plus every head named by ``heads`` / ``top``),
+    pattern changes most (for each score intervention, under it), where first order is least sure, plus
+    every head named by ``heads`` / ``top``),
     an integer K (the K largest, plus those flagged and named), ``0`` (the screen alone) or ``"all"`` (every
     head: the full sweep). ``exact`` (True/False) and ``exact_reason`` say which rows were measured; the
     ``delta`` columns of a loss row are empty where it was not.
