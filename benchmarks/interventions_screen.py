@@ -56,8 +56,10 @@ def _peak_mb() -> float:
 def _timed(label: str, fn):
     wall, cpu = time.perf_counter(), time.process_time()
     out = fn()
-    return out, {"run": label, "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
-                 "peak_rss_mb": _peak_mb()}
+    row = {"run": label, "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
+           "peak_rss_mb": _peak_mb()}
+    print(f"measured: {row}", flush=True)  # each row as it is measured (a later failure keeps it)
+    return out, row
 
 
 def agreement_rows(table, auto_heads: set[tuple[int, int]] | None):

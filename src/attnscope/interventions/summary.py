@@ -416,8 +416,7 @@ def join_screen(screen: "pd.DataFrame", exact: "Sequence[pd.DataFrame]",
                                                                        "ci_low_boot", "ci_high_boot"])
     stats = ["n", "value", "delta", "ci_low", "ci_high", "p", "sd", "detectable_change", "ci_low_boot", "ci_high_boot"]
     frames = [f[f["measure"] == "loss"] for f in exact if len(f)]
-    measured = (pd.concat(frames, ignore_index=True)[[*KEYS, *stats]] if frames
-                else pd.DataFrame(columns=[*KEYS, *stats]))
+    measured = (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*KEYS, *stats]))
     measured = measured.reindex(columns=[*KEYS, *stats])  # (a layer stored without the bootstrap: NaN there)
     loss = loss.merge(measured.astype({"layer": int, "head": int}), on=KEYS, how="left")
     loss["n"] = loss["n"].fillna(0).astype(int)
