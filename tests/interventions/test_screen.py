@@ -373,3 +373,19 @@ def test_full_rank_changes_nothing_and_rank_zero_is_the_other_part(tiny_gguf):
                                rtol=1e-3, atol=1e-5)
     np.testing.assert_allclose(loss.xs("sym-rank:0", level="intervention"), loss.xs("anti", level="intervention"),
                                rtol=1e-3, atol=1e-5)
+
+
+def test_a_layer_stored_without_the_bootstrap_columns_joins_with_nan_there():
+    """A store written before the window bootstrap holds layers without ci_low_boot / ci_high_boot: the table is
+    made, those columns empty (it was a KeyError)."""
+    from attnscope.interventions.summary import join_screen
+
+    screen = pd.DataFrame([dict(layer=0, head=0, intervention="sym", measure="loss", n=4, clean=3.0, value=3.1,
+                                delta=0.1, ci_low=0.0, ci_high=0.2, p=0.04, sd=0.05, detectable_change=0.1,
+                                ci_low_boot=0.05, ci_high_boot=0.15, pattern_change=0.3, output_change=0.2)])
+    older = pd.DataFrame([dict(layer=0, head=0, intervention="sym", measure="loss", n=4, clean=3.0, value=3.2,
+                               delta=0.2, ci_low=0.1, ci_high=0.3, p=0.01, sd=0.05, detectable_change=0.1)])
+    out = join_screen(screen, [older], {(0, 0): "all"})
+    row = out.iloc[0]
+    assert row["exact"] and row["delta"] == 0.2 and row["delta_screen"] == 0.1
+    assert np.isnan(row["ci_low_boot"]) and np.isnan(row["ci_high_boot"])
