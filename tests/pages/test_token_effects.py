@@ -73,7 +73,7 @@ def test_listed_changes_show_significant_digits_in_chromium(tmp_path):
     """
     got, err = drive(page, driver, tmp_path)
     assert not script_errors(err)
-    assert got["tiny"][0][0] == '+2.50e-6 nats: " <script>" (window 1, position 4)'
+    assert got["tiny"][0][0] == '+2.50e-6 nats: "·<script>" (window 1, position 4)'  # its space shown
     assert all("+0.0000" not in x and "-0.0000" not in x for x in got["tiny"][0] + got["tiny"][1])
     sci = re.compile(r"[+-]\d\.\d\de-\d+ nats: ")  # ~1e-7 nats: scientific, 3 significant digits
     assert all(sci.match(x) for x in got["tiny"][0] + got["tiny"][1]), got["tiny"]
