@@ -389,3 +389,36 @@ def test_a_layer_stored_without_the_bootstrap_columns_joins_with_nan_there():
     row = out.iloc[0]
     assert row["exact"] and row["delta"] == 0.2 and row["delta_screen"] == 0.1
     assert np.isnan(row["ci_low_boot"]) and np.isnan(row["ci_high_boot"])
+
+
+@needs_gguf
+def test_a_zoo_of_models_intervened_on_pools_into_one_table_resumably(tmp_path, monkeypatch, cli_inproc):
+    """atlas --zoo GROUP --interventions: every runnable model, one pooled table joined by model, the models side
+    by side (interventions_models.csv, the page); a rerun reuses every model."""
+    from attnscope.zoo.registry import ZooEntry
+
+    a = write_llama_gguf_model(tmp_path / "a.gguf", tiny_llama_model(n_layers=2, d=32, n_heads=4, n_kv=2, seed=0))
+    b = write_llama_gguf_model(tmp_path / "b.gguf", tiny_llama_model(n_layers=3, d=32, n_heads=4, n_kv=2, seed=1))
+    entries = [ZooEntry(id=name, family="llama", modality="text", type="decoder", params=None, groups=("t",),
+                        source=str(path)) for name, path in (("tiny-a", a), ("tiny-b", b))]
+    import attnscope.zoo.survey  # noqa: F401 - bound before the patch (as tests/atlas/test_atlas.py does)
+
+    monkeypatch.setattr("attnscope.zoo.registry.select", lambda group, path=None: entries)
+    out = tmp_path / "z"
+    args = ("atlas", "--zoo", "t", "--out", str(out), "--windows", "2", "--length", "40", "--random-windows", "2",
+            "--random-length", "10", "--n-boot", "50", "--interventions", "sym,anti", "--intervention-windows", "3",
+            "--exact", "all", "--intervention-data", "builtin")
+    code, _, err = cli_inproc(*args)
+    assert code == 0, err
+    iv = pd.read_parquet(out / "interventions.parquet")
+    assert set(iv["model"]) == {"tiny-a", "tiny-b"}
+    assert len(iv[(iv["measure"] == "loss")]) == (2 * 4 + 3 * 4) * 3  # every head of both x sym, anti, scale:0.5
+    assert {"symmetry", "previous_token_random"} <= set(iv.columns)  # joined to each model's atlas rows
+    summary = pd.read_csv(out / "interventions_models.csv")
+    assert {"tiny-a", "tiny-b", "all"} <= set(summary["model"])
+    assert "The models side by side" in (out / "atlas.html").read_text()
+    assert (out / "methods.md").is_file()
+    code, _, err = cli_inproc(*args)  # resumed: both models reused
+    assert code == 0 and err.count("reused from the store") == 2, err
+    again = pd.read_parquet(out / "interventions.parquet")
+    pd.testing.assert_frame_equal(again, iv)

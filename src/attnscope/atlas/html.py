@@ -354,6 +354,13 @@ def _fmt(v: float, signed: bool = True) -> str:
     return "&ndash;" if not math.isfinite(v) else (f"{v:+.3f}" if signed else f"{v:.3f}")
 
 
+def _model_prefix(df: "pd.DataFrame", row: Any) -> str:
+    """``"MODEL "`` before a head's name where ``df`` holds several models, else nothing."""
+    if "model" in df.columns and df["model"].nunique() > 1:
+        return f"{getattr(row, 'model', '')} "
+    return ""
+
+
 def interventions_section(table: "pd.DataFrame") -> str:
     """The HTML fragment of :func:`attnscope.interventions.intervene`'s table: per intervention, the change
     in loss over heads (or, for an encoder, why there is none); the heads whose behaviour collapses under
@@ -417,7 +424,8 @@ def interventions_section(table: "pd.DataFrame") -> str:
 
     if len(hit):
         body = "".join(
-            f'<tr><td class="l">L{int(r.layer)}H{int(r.head)}</td><td class="l">{esc(str(r.measure))}</td>'
+            f'<tr><td class="l">{esc(_model_prefix(hit, r))}L{int(r.layer)}H{int(r.head)}</td>'
+            f'<td class="l">{esc(str(r.measure))}</td>'
             f"<td>{_fmt(r.clean, False)}</td><td>{_fmt(r.value, False)}</td><td>{_fmt(r.delta)}</td>"
             f"<td>[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]</td><td>{p_text(r.p_bh)}</td>"
             f"<td>{_fmt(r.sym_vs_control)} ({p_text(r.sym_vs_control_p_bh)})</td>"
@@ -448,7 +456,8 @@ def interventions_section(table: "pd.DataFrame") -> str:
             f"{ALPHA}; otherwise it is <i>undecided</i>, with the reason.")
     turned = becomes(table)
     if len(turned):
-        body = "".join(f'<tr><td class="l">L{int(r.layer)}H{int(r.head)}</td><td class="l">{esc(str(r.intervention))}</td>'
+        body = "".join(f'<tr><td class="l">{esc(_model_prefix(turned, r))}L{int(r.layer)}H{int(r.head)}</td>'
+                       f'<td class="l">{esc(str(r.intervention))}</td>'
                        f'<td class="l">{esc(str(r.was or "-"))}</td><td class="l">{esc(str(r.measure))}</td>'
                        f"<td>{_fmt(r.clean, False)}</td><td>{_fmt(r.value, False)}</td>"
                        f"<td>{_fmt(r.delta)} [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]</td><td>{p_text(r.p_bh)}</td></tr>"
@@ -458,9 +467,28 @@ def interventions_section(table: "pd.DataFrame") -> str:
                   f"<th>delta [95% CI]</th><th>p_bh</th></tr></thead><tbody>{body}</tbody></table>")
     else:
         become = f'<p class="note">No named behaviour rises under a score intervention at p_bh &lt; {ALPHA}.</p>'
+    models = ""
+    if "model" in table.columns and table["model"].nunique() > 1:  # a zoo: the models side by side
+        from attnscope.interventions.summary import across_models
+
+        summary = across_models(table)
+        body = "".join(
+            f'<tr><td class="l">{esc(str(r.intervention))}</td><td class="l">{esc(str(r.measure))}</td>'
+            f'<td class="l">{"<b>all (pooled)</b>" if r.model == "all" else esc(str(r.model))}</td><td>{r.heads}'
+            f'{" (few)" if r.few_units else ""}</td><td>{_fmt(r.median, r.statistic.startswith("change"))}</td>'
+            f"<td>[{_fmt(r.q1, r.statistic.startswith('change'))}, {_fmt(r.q3, r.statistic.startswith('change'))}]</td>"
+            f"<td>{r.collapsed}</td></tr>" for r in summary.itertuples())
+        models = ("<h3>The models side by side</h3><p class=\"note\">Per intervention and behaviour: the heads that "
+                  f"show the behaviour clean (at least {STRONG}), the median and quartiles of the fraction of it they "
+                  f"keep, and how many lose it (below {KEEP:.0%}, p_bh &lt; {ALPHA}); for the loss, the heads measured "
+                  "exactly and their median change (and how many raise it, p_bh &lt; 0.05); <i>all</i>: every model's "
+                  "heads pooled; (few): fewer than 5 heads. interventions_models.csv holds the table.</p>"
+                  "<table><thead><tr><th class=\"l\">intervention</th><th class=\"l\">measure</th><th class=\"l\">"
+                  "model</th><th>heads</th><th>median</th><th>[Q1, Q3]</th><th>lost / raised</th></tr></thead>"
+                  f"<tbody>{body}</tbody></table>")
     return "\n".join(["<h2>Interventions: does a head need its directional part?</h2>", f'<p class="note">{note}</p>',
                       "<h3>Change in loss</h3>", loss, "<h3>Heads whose behaviour collapses under sym</h3>",
-                      f'<p class="note">{rule}</p>', heads, "<h3>What a head becomes</h3>", become])
+                      f'<p class="note">{rule}</p>', heads, "<h3>What a head becomes</h3>", become, models])
 
 
 def token_effects_section(table: "pd.DataFrame") -> str:

@@ -3,6 +3,7 @@
     attnscope atlas SOURCE --out DIR [--probe both|random|text] [--data CORPUS] [--windows N] [--length L] ...
     attnscope atlas --zoo offline-real --out DIR
     attnscope atlas SOURCE --out DIR --interventions sym,anti,ablate [--heads 3.1,4.2 | --top 10:-directionality]
+    attnscope atlas --zoo offline-real --out DIR --interventions sym,anti   # every model, one pooled table
 
 Thin layer over :mod:`attnscope.atlas`: checks the options and DIR before any work (with
 --interventions: the heads against the model's config, --top's columns against the atlas to come),
@@ -76,11 +77,11 @@ def atlas(
                               slurm_options(executor or "this process", slurm_partition, slurm_time, slurm_mem))
     from attnscope.outputs import check_result_names
 
-    check_result_names(out, atlas_file_names(plan is not None))  # a file of the user's: refused before any work
+    check_result_names(out, atlas_file_names(plan is not None, pooled=zoo is not None))  # a user's file: refused now
     opts = dict(probes=probe, data=data, windows=windows, length=length, random_windows=random_windows,
                 random_length=random_length, seed=seed, n_boot=n_boot, batch_size=batch_size, device=device)
     if zoo is not None:
-        _run_zoo(zoo, out, opts, as_json)
+        _run_zoo(zoo, out, opts, as_json, plan)
         return
     from attnscope.atlas import atlas as run_atlas
     from attnscope.progress import phase
@@ -128,8 +129,8 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: 
     from attnscope.interventions.selection import check_exact
     from attnscope.interventions.summary import check_top_columns, parse_top
 
-    if zoo is not None:
-        raise InputError("--interventions runs on one model: give a SOURCE, not --zoo")
+    if zoo is not None and heads is not None:
+        raise InputError("--heads names a model's own heads: with --zoo, choose them per model with --top K:COLUMN")
     if heads is not None and top is not None:
         raise InputError("give --heads or --top, not both")
     if windows < 1:
@@ -259,9 +260,10 @@ def _finish_interventions(table, info: dict | None = None) -> None:
             + (f" and {len(turned) - 4} more (atlas.html)" if len(turned) > 4 else ""))
 
 
-def atlas_file_names(interventions: bool) -> list[str]:
-    """The files an atlas always writes into its folder (with ``interventions``, also those of the interventions;
-    token_effects.parquet only comes with a decoder's interventions, so it is not listed)."""
+def atlas_file_names(interventions: bool, pooled: bool = False) -> list[str]:
+    """The files an atlas always writes into its folder (with ``interventions``, also those of the interventions,
+    and for a zoo (``pooled``) the cross-model summary interventions_models.csv; token_effects.parquet only comes
+    with a single decoder's interventions, so it is not listed)."""
     from attnscope.atlas.build import GEOMETRY
 
     names = ["atlas.parquet", "atlas.csv", "correlations.csv", "atlas.json", *(f"atlas_{x}.png" for x in GEOMETRY),
@@ -269,6 +271,8 @@ def atlas_file_names(interventions: bool) -> list[str]:
     if interventions:
         names += ["interventions.parquet", "interventions.csv", "interventions.json", "interventions_sym.png",
                   "interventions_loss.png", "methods.md"]
+        if pooled:
+            names.append("interventions_models.csv")
     return [*names, "atlas.html"]
 
 
@@ -326,7 +330,11 @@ def write_atlas(table, correlations, info, out: Path, hue: str, maps=None, inter
             (settings or {}).get("source") or info.get("source")))  # the run's methods paragraph (sha256 of the weights)
     makers["atlas.html"] = lambda: atlas_page_parts(table, correlations, info, maps=maps, interventions=interventions,
                                                     views=views, token_effects=effects)  # written piece by piece
-    names = atlas_file_names(interventions is not None)  # the one list, also checked by the CLI before any work
+    if interventions is not None and hue == "model":  # a zoo: the models side by side
+        from attnscope.interventions.summary import across_models
+
+        makers["interventions_models.csv"] = table_bytes(across_models(interventions), "interventions_models.csv")
+    names = atlas_file_names(interventions is not None, pooled=hue == "model")  # the CLI's list, checked first
     if effects is not None:
         makers["token_effects.parquet"] = table_bytes(effects, "token_effects.parquet")
         names.insert(names.index("atlas.html"), "token_effects.parquet")
@@ -385,10 +393,35 @@ def _finish(correlations, model: str, written: list[Path], as_json: bool) -> Non
     say(f"wrote {len(written)} files into {written[0].parent}")
 
 
-def _run_zoo(group: str, out: Path, opts: dict, as_json: bool) -> None:
+def _run_zoo(group: str, out: Path, opts: dict, as_json: bool, plan: dict | None = None) -> None:
     from attnscope.atlas.zoo import run_zoo_atlas
 
     con = stderr_console()
-    res = run_zoo_atlas(group, out, log=lambda m: con.print(m), progress=True, **opts)
-    written = write_atlas(res.table, res.correlations, res.info, out, hue="model", settings={"zoo": group, **opts})
+    iv_opts = None
+    if plan is not None:  # every model's interventions too, each model loaded once for both
+        random_n = plan["windows"] if opts["probes"] in ("both", "random") else 0
+        iv_opts = dict(interventions=list(plan["kinds"]), top=plan["top"], data=plan["data"], windows=plan["windows"],
+                       length=opts["length"], random_windows=random_n, random_length=opts["random_length"],
+                       seed=opts["seed"], device=opts["device"], precision=plan["precision"], exact=plan["exact"],
+                       executor=plan["executor"], slurm=plan["slurm"], controls=plan["controls"], power=plan["power"])
+    res = run_zoo_atlas(group, out, log=lambda m: con.print(m), progress=True, interventions=iv_opts, **opts)
+    pooled = res.info.pop("interventions_table", None)
+    infos = res.info.pop("interventions", None)
+    iv_info = None
+    if pooled is not None:
+        first = next(iter(infos.values()), {}) if infos else {}
+        iv_info = {**first, "model": f"zoo {group}", "models": list(dict.fromkeys(pooled["model"])),
+                   "per_model": infos}
+    written = write_atlas(res.table, res.correlations, res.info, out, hue="model", interventions=pooled,
+                          interventions_info=iv_info, settings={"zoo": group, **opts, "interventions": plan})
     _finish(res.correlations, res.info["model"], written, as_json)
+    if pooled is not None:
+        _finish_interventions(pooled, iv_info)
+        from attnscope.interventions.summary import across_models
+
+        summary = across_models(pooled)
+        show = summary[summary["statistic"].str.startswith("kept") & summary["intervention"].isin(["sym", "anti"])]
+        for (kind, measure), sub in show.groupby(["intervention", "measure"], sort=False):
+            con.print(f"{measure} heads under {kind}, kept fraction (median [Q1, Q3], heads): " + "; ".join(
+                f"{r.model} {r.median:.2f} [{r.q1:.2f}, {r.q3:.2f}] ({r.heads}{', few' if r.few_units else ''})"
+                for r in sub.itertuples()), soft_wrap=True, highlight=False)

@@ -218,6 +218,12 @@ def sym_collapse(table: "pd.DataFrame") -> "pd.DataFrame":
     Columns: model, layer, head, measure, clean, value, delta, ci_low, ci_high, p_bh, sym_vs_control and its
     p_bh, anti_value, anti_ci_low, anti_ci_high, anti_p_bh, anti_vs_control and its p_bh, lives_in, why;
     strongest clean score first."""
+    if "model" in table.columns and table["model"].nunique() > 1:  # several models: each its own heads
+        import pandas as pd
+
+        parts = [sym_collapse(sub) for _m, sub in table.groupby("model", sort=False)]
+        return pd.concat(parts, ignore_index=True).sort_values("clean", ascending=False, kind="stable").reset_index(
+            drop=True)
     named = table["measure"].str.rsplit("_", n=1).str[0].isin(NAMED)
     sym = table[(table["intervention"] == "sym") & named]
     hit = sym[(sym["clean"] >= STRONG) & (sym["value"] < KEEP * sym["clean"]) & (sym["p_bh"] < ALPHA)]
@@ -292,6 +298,10 @@ def becomes(table: "pd.DataFrame") -> "pd.DataFrame":
 
     named = table["measure"].str.rsplit("_", n=1).str[0].isin(NAMED)
     beh = table[named & table["intervention"].map(is_score)]
+    if "model" in beh.columns and beh["model"].nunique() > 1:  # several models: each its own heads
+        parts = [becomes(sub).assign(model=m) for m, sub in beh.groupby("model", sort=False)]
+        out = pd.concat(parts, ignore_index=True)
+        return out[["model", *[c for c in out.columns if c != "model"]]]
     rows = []
     for (layer, head, kind), sub in beh.groupby(["layer", "head", "intervention"], sort=False):
         rise = sub[(sub["delta"] > 0) & (sub["p_bh"] < ALPHA) & (sub["value"] >= STRONG)]
@@ -440,3 +450,43 @@ def join_screen(screen: "pd.DataFrame", exact: "Sequence[pd.DataFrame]",
              "p_screen", "p_bh_screen", "pattern_change", "output_change"]
     out = out.drop(columns="_order").reset_index(drop=True)
     return out[[c for c in first if c in out.columns] + [c for c in out.columns if c not in first]]
+
+
+def across_models(table: "pd.DataFrame") -> "pd.DataFrame":
+    """One pooled interventions table of several models -> per intervention, measure and model (and ``all``,
+    pooled): for each named behaviour (induction, previous token, sink per probe), the heads that show it
+    clean (at least :data:`STRONG`) and the median [Q1, Q3] of the fraction of it they keep (score under the
+    intervention / clean score), with how many of them lose it significantly (below :data:`KEEP`, p_bh <
+    ALPHA); for ``loss``, the heads measured exactly and the median [Q1, Q3] of their change. A row over fewer
+    than 5 heads is flagged ``few_units``. Columns: intervention, measure, model, heads, median, q1, q3,
+    collapsed, statistic, few_units."""
+    import pandas as pd
+
+    from .kinds import order as kind_order
+
+    rows = []
+    named = table["measure"].str.rsplit("_", n=1).str[0].isin(NAMED)
+    strong = table[named & (table["clean"] >= STRONG)]
+    loss = table[(table["measure"] == "loss") & table.get("exact", pd.Series(True, index=table.index)).astype(bool)]
+    for source, value, what in ((strong, "kept", "kept fraction (under / clean)"), (loss, "delta", "change in loss")):
+        if source.empty:
+            continue
+        src = source.assign(kept=source["value"] / source["clean"]) if value == "kept" else source
+        for (kind, measure), sub in src.groupby(["intervention", "measure"], sort=False):
+            for model, part in [*sub.groupby("model", sort=False), ("all", sub)]:
+                x = part[value].to_numpy(float)
+                x = x[np.isfinite(x)]
+                if not len(x):
+                    continue
+                collapsed = (int(((part["value"] < KEEP * part["clean"]) & (part["p_bh"] < ALPHA)).sum())
+                             if value == "kept" else int(((part["p_bh"] < ALPHA) & (part["delta"] > 0)).sum()))
+                rows.append(dict(intervention=kind, measure=measure, model=model, heads=len(x),
+                                 median=float(np.median(x)), q1=float(np.quantile(x, 0.25)),
+                                 q3=float(np.quantile(x, 0.75)), collapsed=collapsed, statistic=what,
+                                 few_units=len(x) < 5))
+    out = pd.DataFrame(rows, columns=["intervention", "measure", "model", "heads", "median", "q1", "q3", "collapsed",
+                                      "statistic", "few_units"])
+    if len(out):
+        out = out.assign(_o=out["intervention"].map(kind_order), _a=out["model"].eq("all")).sort_values(
+            ["_o", "measure", "_a", "model"], kind="stable").drop(columns=["_o", "_a"])
+    return out.reset_index(drop=True)

@@ -196,7 +196,8 @@ def loss_heatmap(table: "pd.DataFrame", title: str = "", *, shape: "tuple[int, i
     """Layer x head heat map of the mean change in loss, one panel per intervention (one shared colour scale):
     the exact change where the head was measured exactly, else its screened estimate (``delta_screen``) with a
     hollow circle on the cell ("est."); heads not run grey. ``shape``: (layers, heads) of the whole model (the
-    grid is not cropped to the heads run); default: the largest layer and head in the table."""
+    grid is not cropped to the heads run); default: the largest layer and head in the table. A table of several
+    models (a ``model`` column with more than one) gets one row of panels per model, each its own grid."""
     import numpy as np
 
     loss = table[table["measure"] == "loss"]
@@ -206,45 +207,53 @@ def loss_heatmap(table: "pd.DataFrame", title: str = "", *, shape: "tuple[int, i
     else:
         loss = loss.assign(_est=False)
     kinds = list(dict.fromkeys(loss["intervention"]))  # the table's order (sym, anti, ablate, mean); plots only draw
+    models = list(dict.fromkeys(loss["model"])) if "model" in loss.columns and loss["model"].nunique() > 1 else [None]
     n = max(1, len(kinds))
-    ncols = min(n, 4)
-    nrows = math.ceil(n / ncols)
+    ncols = min(n, 4) if models == [None] else n
+    rows_per_model = math.ceil(n / ncols)
+    nrows = rows_per_model * len(models)
     fig = figure_for(fig, figsize=(3.3 * ncols, 3.2 * nrows))
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    axes = fig.subplots(nrows, ncols, squeeze=False)
     vals = loss["delta"].to_numpy(float)
     if not kinds or not np.isfinite(vals).any():
-        axes[0].text(0.5, 0.5, "no loss (an encoder has no output matrix)", ha="center", va="center",
-                     transform=axes[0].transAxes)
-        for ax in axes:
+        axes[0, 0].text(0.5, 0.5, "no loss (an encoder has no output matrix)", ha="center", va="center",
+                        transform=axes[0, 0].transAxes)
+        for ax in axes.ravel():
             ax.set_axis_off()
         return fig
-    n_layers, n_heads = int(loss["layer"].max()) + 1, int(loss["head"].max()) + 1
-    if shape is not None:
-        n_layers, n_heads = max(n_layers, int(shape[0])), max(n_heads, int(shape[1]))
     import matplotlib as mpl
 
     scale = color_scale(vals[np.isfinite(vals)], signed=True)
     scale["cmap"] = mpl.colormaps[scale["cmap"]].with_extremes(bad="#e6e6e6")  # heads not run: grey, not 0
     im = None
-    for ax, kind in zip(axes, kinds):
-        grid = np.full((n_layers, n_heads), np.nan)
-        sub = loss[loss["intervention"] == kind]
-        grid[sub["layer"].to_numpy(int), sub["head"].to_numpy(int)] = sub["delta"].to_numpy(float)
-        im = ax.imshow(grid, aspect="auto", origin="lower", interpolation="nearest", **scale)
-        est = sub[sub["_est"].astype(bool)]
-        if len(est):
-            ax.scatter(est["head"].to_numpy(int), est["layer"].to_numpy(int), s=min(40.0, 900.0 / max(n_layers, n_heads)),
-                       facecolors="none", edgecolors="#333", linewidths=0.5)
-        ax.set_title(kind, fontsize=9)
-        ax.set_xlabel("head", fontsize=8)
-        ax.set_ylabel("layer", fontsize=8)
-        ax.tick_params(labelsize=7)
-        integer_ticks(ax.xaxis, n_heads)
-        integer_ticks(ax.yaxis, n_layers)
-    for ax in axes[n:]:
-        ax.set_visible(False)
+    used = []
+    for mi, model in enumerate(models):
+        part = loss if model is None else loss[loss["model"] == model]
+        n_layers, n_heads = int(part["layer"].max()) + 1, int(part["head"].max()) + 1
+        if shape is not None and model is None:
+            n_layers, n_heads = max(n_layers, int(shape[0])), max(n_heads, int(shape[1]))
+        panel = axes[mi * rows_per_model:(mi + 1) * rows_per_model].ravel()
+        for ax, kind in zip(panel, kinds):
+            grid = np.full((n_layers, n_heads), np.nan)
+            sub = part[part["intervention"] == kind]
+            grid[sub["layer"].to_numpy(int), sub["head"].to_numpy(int)] = sub["delta"].to_numpy(float)
+            im = ax.imshow(grid, aspect="auto", origin="lower", interpolation="nearest", **scale)
+            est = sub[sub["_est"].astype(bool)]
+            if len(est):
+                ax.scatter(est["head"].to_numpy(int), est["layer"].to_numpy(int),
+                           s=min(40.0, 900.0 / max(n_layers, n_heads)), facecolors="none", edgecolors="#333",
+                           linewidths=0.5)
+            ax.set_title(kind if model is None else f"{model}: {kind}", fontsize=8 if model else 9)
+            ax.set_xlabel("head", fontsize=8)
+            ax.set_ylabel("layer", fontsize=8)
+            ax.tick_params(labelsize=7)
+            integer_ticks(ax.xaxis, n_heads)
+            integer_ticks(ax.yaxis, n_layers)
+            used.append(ax)
+        for ax in panel[len(kinds):]:
+            ax.set_visible(False)
     if im is not None:
-        fig.colorbar(im, ax=list(axes[:n]), label="delta loss (nats)", shrink=0.8)
+        fig.colorbar(im, ax=used, label="delta loss (nats)", shrink=0.8)
     notes = [title] if title else []
     if loss["_est"].astype(bool).any():
         notes.append("o: screened estimate (est., first order), not measured exactly; grey: not run")
