@@ -305,6 +305,11 @@ def test_controls_custom_and_resample_run_through_both_passes(tiny_gguf):
     np.testing.assert_allclose(beh.xs("mysym", level="intervention"), beh.xs("sym", level="intervention"), atol=1e-6)
     assert np.isfinite(loss["delta"]).all() and np.isfinite(loss["delta_screen"]).all()
     assert "resample" not in set(t.loc[t["measure"] != "loss", "intervention"])  # an output intervention
+    # what a head becomes is on the table too, on every row of its (head, intervention)
+    said = {(r.layer, r.head, r.intervention): r.text for r in res.becomes.itertuples()}
+    assert "becomes" in t.columns
+    assert [x if isinstance(x, str) else None for x in t["becomes"]] == [
+        said.get((r.layer, r.head, r.intervention)) for r in t.itertuples()]
 
 
 def test_norm_matching_keeps_each_querys_spread_over_the_keys_it_sees():

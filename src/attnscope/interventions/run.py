@@ -431,6 +431,12 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
         table = join_atlas(table, atlas_table)
     effects = (_token_effects(subject, text, token_frames) if subject.out_weight is not None else None)
     turned = becomes(table)
+    if len(turned):  # on the table too: every row of a (head, intervention) says what the head becomes
+        said = turned.set_index(["layer", "head", "intervention"])["text"]
+        keys = list(zip(table["layer"], table["head"], table["intervention"]))
+        table["becomes"] = [said.get(k) for k in keys]
+    else:
+        table["becomes"] = None
     turned.insert(0, "model", subject.name)
     return InterventionResult(table=table, info=info, token_effects=effects, screen=screen.assign(model=subject.name),
                               becomes=turned)
