@@ -81,15 +81,19 @@ def _level_stats(q: np.ndarray, kk: np.ndarray, level: str, offsets: list[int] |
         grams.append(g)
     else:
         base = head_stats(q, kk) if level == "head" else layer_stats(q, kk)
+    from .rotary import offset_head_stats, offset_layer_stats
+
+    return _per_offset(base, q, kk, offsets, layout, offset_head_stats if level == "head" else offset_layer_stats)
+
+
+def _per_offset(base: Any, q: np.ndarray, kk: np.ndarray, offsets: list[int] | None,
+                layout: "RotaryLayout | None", at_offsets: Any) -> list[Any]:
+    """``base`` (the form at offset 0) once per offset, each rotary offset's own from ``at_offsets(q, kk, layout,
+    offsets)`` (a model without rotary positions has the one form at every offset); ``[base]`` without offsets."""
     if offsets is None:
         return [base]
     rotated = [o for o in offsets if o != 0] if layout is not None else []
-    by_offset: dict[int, FormStats] = {}
-    if rotated:
-        from .rotary import offset_head_stats, offset_layer_stats
-
-        fn = offset_head_stats if level == "head" else offset_layer_stats
-        by_offset = dict(zip(rotated, fn(q, kk, layout, rotated)))
+    by_offset = dict(zip(rotated, at_offsets(q, kk, layout, rotated))) if rotated else {}
     return [by_offset.get(o, base) for o in offsets]
 
 
@@ -100,14 +104,7 @@ def _level_spectra(q: np.ndarray, kk: np.ndarray, level: str, offsets: list[int]
     from .spectra import layer_spectra, offset_head_spectra, offset_layer_spectra, spectra_with_grams
 
     base = spectra_with_grams(q, kk, grams[0] if grams else None) if level == "head" else layer_spectra(q, kk)
-    if offsets is None:
-        return [base]
-    rotated = [o for o in offsets if o != 0] if layout is not None else []
-    by_offset: dict[int, Spectra] = {}
-    if rotated:
-        fn = offset_head_spectra if level == "head" else offset_layer_spectra
-        by_offset = dict(zip(rotated, fn(q, kk, layout, rotated)))
-    return [by_offset.get(o, base) for o in offsets]
+    return _per_offset(base, q, kk, offsets, layout, offset_head_spectra if level == "head" else offset_layer_spectra)
 
 
 def _score_layer(

@@ -84,7 +84,6 @@ def clean_pass(subject: Subject, windows: dict[str, "torch.Tensor"], ctl: Any,
     outputs (copy 0's in :func:`.deltas.delta_linears`), each kind where it fits its budget
     (:data:`DISTRIBUTION_BUDGET`, :data:`LINEAR_BUDGET`). ``tick()`` is called after each window. With
     ``keep_heads`` (``resample``), every text window's head outputs per layer."""
-    import torch
 
     behaviour: dict[str, list[dict[int, dict[str, np.ndarray]]]] = {}
     sums: dict[int, torch.Tensor] = {}

@@ -211,7 +211,6 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
                top: Any, exact: Any, executor: str | None, slurm: dict[str, Any] | None, custom: dict[str, Any],
                controls: bool) -> InterventionResult:
     """:func:`intervene` with its custom interventions registered (:func:`.kinds.custom_kinds`)."""
-    import pandas as pd
     import torch
 
     from attnscope.heads.maps import make_windows
@@ -301,9 +300,12 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
     with torch.inference_mode(), patched(subject.model) as ctl, reused_heap(), ExitStack() as stack:
         clean = None
 
+        made_for_deltas = False
+
         def clean_once(for_deltas: bool) -> _Clean:
-            nonlocal clean
-            if clean is None:
+            nonlocal clean, made_for_deltas
+            if clean is None or (for_deltas and not made_for_deltas):  # (bf16-delta needs what it keeps)
+                made_for_deltas = for_deltas
                 with phase(f"interventions {mm.name}: clean pass", enabled=progress,
                            total=sum(len(idx) for idx in wins.values()), unit="windows") as bar:
                     clean = clean_pass(subject, wins, ctl, for_deltas=for_deltas, tick=bar.advance,
@@ -334,8 +336,6 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
                    or (token_store is not None and not token_store.is_done(_token_key(l, exact_by_layer[l])))]
         low = (LowWeights().prepare(layer_list(subject.model).modules(), subject.out_weight)  # before any forward
                if low_wanted and pending else None)
-        if pending and clean is not None and low is not None and clean.linears is None and clean.distributions is None:
-            clean = None  # made without bf16-delta's kept outputs: again, with them
         if pending and executor is None:  # (jobs make their own)
             clean_once(for_deltas=low is not None)
         count = worker_count(torch.get_num_threads(), len(pending), device) if workers is None else workers

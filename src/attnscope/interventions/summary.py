@@ -13,6 +13,7 @@ and :func:`join_atlas` choose heads from an atlas table and join the result to i
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -39,16 +40,23 @@ DETECTABLE = (f"smallest true mean change a two-sided 5% t-test detects with {PO
               f"(t(0.975, n-1) + t({POWER}, n-1)) x sd / sqrt(n)")
 
 
+@lru_cache(maxsize=4096)
+def _t_quantile(q: float, df: int) -> float:
+    """Student t quantile (kept: every row of a table asks the same few, and scipy's ppf is slow per call)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(q, df))
+
+
 def detectable_change(sd: float, n: int, power: float = POWER, level: float = LEVEL) -> float:
     """The smallest true mean change a two-sided one-sample t-test at ``1 - level`` detects with probability
     ``power``, from ``n`` windows whose deltas spread by ``sd``: (t(1 - a/2, n-1) + t(power, n-1)) sd / sqrt(n).
     NaN for n < 2 (no spread measured); 0 for sd = 0 (every window the same change). A change below it may
     be real but was too small for these windows: halving it takes about 4x the windows (:func:`windows_needed`)."""
-    from scipy import stats
 
     if n < 2 or not np.isfinite(sd):
         return float("nan")
-    return float((stats.t.ppf(0.5 + level / 2, n - 1) + stats.t.ppf(power, n - 1)) * sd / np.sqrt(n))
+    return float((_t_quantile(0.5 + level / 2, n - 1) + _t_quantile(power, n - 1)) * sd / np.sqrt(n))
 
 
 def windows_needed(sd: float, change: float, power: float = POWER, level: float = LEVEL, most: int = 100_000) -> int:
@@ -85,7 +93,7 @@ def t_interval(x: np.ndarray, level: float = LEVEL) -> tuple[float, float, float
     se = float(x.std(ddof=1)) / np.sqrt(n)
     if se == 0:
         return mean, float("nan"), float("nan"), float("nan"), n
-    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
+    half = _t_quantile(0.5 + level / 2, n - 1) * se
     p = float(2 * stats.t.sf(abs(mean) / se, n - 1))
     return mean, mean - half, mean + half, p, n
 
