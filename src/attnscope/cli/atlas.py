@@ -28,7 +28,7 @@ from ._tables import print_table
 def atlas(
     source: Optional[str] = typer.Argument(None, help="GGUF file, HF model directory / hub id (or give --zoo)."),
     out: Path = typer.Option(..., "--out", "-o", help="Directory for atlas.parquet/.csv, correlations.csv, figures, atlas.html."),
-    zoo: Optional[str] = typer.Option(None, "--zoo", help="Run every runnable model of this zoo group (e.g. offline-real; or FILE.yaml, FILE.yaml:GROUP), resumable."),
+    zoo: Optional[str] = typer.Option(None, "--zoo", help="Run every runnable model of this zoo group (e.g. offline-real; or FILE.yaml, FILE.yaml:GROUP), resumable; with --interventions, every model's interventions too, into one pooled table."),
     probe: str = typer.Option("both", "--probe", help="Behaviour probes: both, random (repeated random tokens) or text."),
     data: str = typer.Option("builtin", "--data", help="Corpus of the text probe: builtin, a text file/dir, enwik8, hf:NAME."),
     windows: int = typer.Option(8, "--windows", help="Text-probe windows."),
@@ -41,7 +41,7 @@ def atlas(
     device: str = typer.Option("cpu", "--device", help="torch device."),
     as_json: bool = typer.Option(False, "--json", help="Print the correlations as JSON records on stdout."),
     threads: Optional[int] = THREADS,
-    interventions: Optional[str] = typer.Option(None, "--interventions", help="Also intervene on each head: any of sym, anti (keep only the symmetric / antisymmetric part of its scores), sym~, anti~ (the same, norm-matched: each query's score spread kept), scale:A (its scores times A, A >= 0), ablate, mean, resample (zero its output, its mean, its output on another window); comma-separated. scale:0.5, the control of sym and anti, runs beside them (--no-controls: not). Writes interventions.parquet/.csv, token_effects.parquet (each head's change in loss at every token) and methods.md (the run's methods paragraph: versions, the weights' sha256, windows, statistics)."),
+    interventions: Optional[str] = typer.Option(None, "--interventions", help="Also intervene on each head: any of sym, anti (keep only the symmetric / antisymmetric part of its scores), sym~, anti~ (the same, norm-matched: each query's score spread kept), scale:A (its scores times A, A >= 0), anti-rank:R, sym-rank:R (that part at its best rank R, the other whole), ablate, mean, resample (zero its output, its mean, its output on another window); comma-separated. scale:0.5, the control of sym and anti, runs beside them (--no-controls: not). Writes interventions.parquet/.csv, token_effects.parquet (each head's change in loss at every token) and methods.md (the run's methods paragraph: versions, the weights' sha256, windows, statistics)."),
     heads: Optional[str] = typer.Option(None, "--heads", help="With --interventions: only these heads, LAYER.HEAD comma-separated (e.g. 3.1,10.4)."),
     top: Optional[str] = typer.Option(None, "--top", help="With --interventions: only the K heads scoring highest on an atlas column, K:COLUMN, or lowest, K:-COLUMN (e.g. 4:-directionality: the most negative d); several joined by commas (e.g. 4:induction_random,4:sink_random)."),
     intervention_windows: int = typer.Option(8, "--intervention-windows", help="With --interventions: text windows (loss and behaviour) and random-probe windows (behaviour) per head (default 8: docs/atlas.md, 'How many windows')."),
