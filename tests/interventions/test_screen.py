@@ -427,3 +427,28 @@ def test_a_zoo_of_models_intervened_on_pools_into_one_table_resumably(tmp_path, 
     assert code == 0 and err.count("reused from the store") == 2, err
     again = pd.read_parquet(out / "interventions.parquet")
     pd.testing.assert_frame_equal(again, iv)
+
+
+def test_the_slurm_executor_is_checked_before_any_work(tmp_path, monkeypatch, cli_inproc):
+    """--executor slurm with a controller that does not answer: one line before the model loads (it used to come
+    after the atlas and the screen, at the first submission)."""
+    import os
+
+    from attnscope.interventions import subject as subject_mod
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for cmd in ("sbatch", "srun"):
+        (bin_dir / cmd).write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "sinfo").write_text("#!/bin/sh\necho 'sinfo: error: Unable to contact slurm controller' >&2\nexit 1\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(subject_mod, "_load", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    code, _, err = cli_inproc("atlas", str(gguf), "--out", str(tmp_path / "o"), "--interventions", "sym",
+                              "--executor", "slurm")
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "Slurm is not reachable (Unable to contact slurm controller)" in err
+    assert not (tmp_path / "o").exists()

@@ -146,6 +146,10 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: 
         check_corpus(corpus)
     if executor is not None and executor not in ("local", "slurm", "inline"):
         raise InputError(f"--executor must be local or slurm (or left out: this process), not {executor!r}")
+    if executor == "slurm":  # before the atlas and the screen, not after them
+        from attnscope.runs.executors import check_slurm
+
+        check_slurm()
     if top is not None:
         plan["top"] = parse_top(top)
         _suggest_top_columns(plan["top"], atlas_columns(probes))

@@ -280,6 +280,25 @@ def _submit_array(ex, fn, todo, store: ResultsStore) -> list:
         raise InputError(f"Slurm did not accept the job: {why}") from None
 
 
+def check_slurm(timeout_s: float = 15.0) -> None:
+    """Before any work that ends in Slurm jobs: ``sbatch`` and ``srun`` on PATH and the controller answering
+    ``sinfo`` (else one line, the cause named: a command that submits only after minutes of its own work would
+    otherwise fail then)."""
+    import shutil
+    import subprocess
+
+    missing = [cmd for cmd in ("sbatch", "srun", "sinfo") if shutil.which(cmd) is None]
+    if missing:
+        raise InputError(f"the slurm executor needs Slurm: {' and '.join(repr(c) for c in missing)} not found on PATH")
+    try:
+        r = subprocess.run(["sinfo", "-h", "-o", "%P"], capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise InputError(f"the slurm executor: the Slurm controller did not answer sinfo within {timeout_s:g} s") from None
+    if r.returncode != 0:
+        said = (r.stderr.strip().splitlines() or ["sinfo failed"])[-1].removeprefix("sinfo: error: ")
+        raise InputError(f"the slurm executor: Slurm is not reachable ({said[:200]})")
+
+
 def _run_slurm(fn, todo, store: ResultsStore, opts: dict[str, Any], record, advance) -> None:
     """One Slurm array task per task via submitit; results land in the same store."""
     import shutil
