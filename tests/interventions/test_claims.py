@@ -103,3 +103,23 @@ def test_becomes_names_the_behaviour_that_rises_most():
     assert r["was"] == "induction_random" and r["measure"] == "previous_token_random"
     assert r["text"].startswith("L16H2: induction_random -> previous_token_random under sym")
     assert r["ci_low"] <= r["delta"] <= r["ci_high"]
+
+
+def test_a_head_that_only_strengthens_its_own_behaviour_becomes_nothing_new():
+    from attnscope.interventions.summary import becomes
+
+    rows = []
+    for measure, clean, value in (("sink_text", 0.70, 0.85), ("sink_random", 0.5, 0.9), ("induction_random", 0.0, 0.0)):
+        for w in range(N):
+            v = value + 0.01 * np.sin(w)
+            rows.append(dict(layer=17, head=3, intervention="sym", measure=measure, window=w, clean=clean, value=v,
+                             delta=v - clean))
+    assert becomes(_table(pd.DataFrame(rows))).empty  # was: "sink_text -> sink_random", the same behaviour
+
+
+def test_an_undecided_claim_says_which_way_the_control_went():
+    from attnscope.interventions.summary import sym_collapse
+
+    keeps_less = {0: {"sym": 0.10, "anti": 0.10, "scale:0.5": 0.05}}  # the control loses even more than anti
+    hit = sym_collapse(_table(_per_window(keeps_less)))
+    assert hit["lives_in"].iloc[0].startswith("undecided") and "vs scale:0.5 +" in hit["why"].iloc[0]

@@ -212,6 +212,11 @@ def _beyond(row: "pd.Series | None", sign: int) -> bool | None:
     return bool(sign * row["vs_control"] > 0 and row["vs_control_p_bh"] < ALPHA)
 
 
+def _vs(row: "pd.Series") -> str:
+    """A row's comparison with its control in words: ``vs scale:0.5 +0.12, p_bh 0.033`` (the sign says which way)."""
+    return f"vs scale:0.5 {row.get('vs_control', np.nan):+.2f}, p_bh {row.get('vs_control_p_bh', np.nan):.2g}"
+
+
 def sym_collapse(table: "pd.DataFrame") -> "pd.DataFrame":
     """The heads whose named behaviour collapses under ``sym`` (clean score >= :data:`STRONG`, under sym below
     :data:`KEEP` of it, ``p_bh`` < :data:`ALPHA`) and where that behaviour lives, ``lives_in``, decided with the
@@ -256,14 +261,14 @@ def sym_collapse(table: "pd.DataFrame") -> "pd.DataFrame":
         if sym_beyond is None:
             why.append("no scale:0.5 control run (controls=True)")
         elif not sym_beyond:
-            why.append(f"sym's loss is not beyond scale:0.5's (p_bh {symrow.get('vs_control_p_bh', np.nan):.2g})")
+            why.append(f"sym's loss is not beyond scale:0.5's ({_vs(symrow)})")
         if keeps:
             if anti_keeps_beyond is False:
-                why.append(f"anti keeps it no more than scale:0.5 does (p_bh {a['vs_control_p_bh']:.2g})")
+                why.append(f"anti keeps it no more than scale:0.5 does ({_vs(a)})")
             verdict = ANTISYMMETRIC
         elif loses:
             if anti_loses_beyond is False:
-                why.append(f"anti's loss is not beyond scale:0.5's (p_bh {a['vs_control_p_bh']:.2g})")
+                why.append(f"anti's loss is not beyond scale:0.5's ({_vs(a)})")
             verdict = BOTH
         else:
             why.append("anti neither keeps it significantly (its 95% interval reaches below "
@@ -296,7 +301,8 @@ def needs_direction(table: "pd.DataFrame") -> "pd.DataFrame":
 def becomes(table: "pd.DataFrame") -> "pd.DataFrame":
     """What each head turns into under each score intervention: per (layer, head, intervention), the named
     behaviour (induction, previous token, sink; per probe) that rises most significantly (largest delta with
-    p_bh < ALPHA) to a score of at least :data:`STRONG`, beside the head's strongest clean behaviour. Columns: layer, head, intervention, was (its
+    p_bh < ALPHA) to a score of at least :data:`STRONG`, beside the head's strongest clean behaviour (a rise of
+    that same behaviour, on either probe, is not a change of kind and is left out). Columns: layer, head, intervention, was (its
     strongest clean measure, if at least :data:`STRONG`), was_clean, measure (the one that rises), clean, value,
     delta, ci_low, ci_high, p_bh, text ("L16H2: induction_random -> previous_token_random under sym");
     heads where none rises significantly are left out."""
@@ -312,11 +318,13 @@ def becomes(table: "pd.DataFrame") -> "pd.DataFrame":
         return out[["model", *[c for c in out.columns if c != "model"]]]
     rows = []
     for (layer, head, kind), sub in beh.groupby(["layer", "head", "intervention"], sort=False):
-        rise = sub[(sub["delta"] > 0) & (sub["p_bh"] < ALPHA) & (sub["value"] >= STRONG)]
+        strongest = sub.loc[sub["clean"].idxmax()]
+        own = str(strongest["measure"]).rsplit("_", 1)[0] if strongest["clean"] >= STRONG else None
+        rise = sub[(sub["delta"] > 0) & (sub["p_bh"] < ALPHA) & (sub["value"] >= STRONG)
+                   & (sub["measure"].str.rsplit("_", n=1).str[0] != own)]  # another behaviour than its own
         if rise.empty:
             continue
         top = rise.loc[rise["delta"].idxmax()]
-        strongest = sub.loc[sub["clean"].idxmax()]
         was = str(strongest["measure"]) if strongest["clean"] >= STRONG else None
         text = (f"L{layer}H{head}: {was or 'no strong behaviour'} -> {top['measure']} under {kind} "
                 f"({top['clean']:.2f} -> {top['value']:.2f}, {top['delta']:+.2f} [{top['ci_low']:+.2f}, "
