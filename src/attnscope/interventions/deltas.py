@@ -19,6 +19,8 @@ CUDA GPU with bf16), full elsewhere (emulated bfloat16 would be slower than floa
 
 from __future__ import annotations
 
+import math
+
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
@@ -219,6 +221,10 @@ def delta_logits(diff: "torch.Tensor", clean_logits: "torch.Tensor", out_low: "t
     return torch.empty_like(clean_logits).copy_(dz).add_(clean_logits)
 
 
+#: the growth of a position's normaliser, sum_v p0 (e^dz - 1), past which it takes the plain route (e^3 - 1)
+GROWN = math.exp(3.0) - 1.0
+
+
 class LossDeltas:
     """The change in mean next-token cross-entropy of copies whose logits differ from a clean copy's by dz.
 
@@ -228,8 +234,9 @@ class LossDeltas:
     rounding (dz in bfloat16) is a fraction of the effect; the sum is taken as sum_v p0 e^dz - sum_v p0 in
     float32, which adds an error of the order of float32's resolution near 1, ~1e-7 nats (and none where
     dz is 0). Never the difference of two losses of ~3 nats each. A position where that fails (an effect
-    so large that the clean distribution keeps < 5% of its weight there, or dz past exp's range) takes the
-    plain route instead, alone: the clean and the copy's logits there as full products (a few positions), and
+    so large that the clean distribution keeps < 5% of its weight there or the normaliser grows past e^3,
+    where dz's bfloat16 rounding would be a larger error than the plain route's, or dz past exp's range) takes
+    the plain route instead, alone: the clean and the copy's logits there as full products (a few positions), and
     the difference of the two cross-entropies (an effect of > 3 nats, far above their rounding).
 
     ``p0`` may come from an earlier forward of the same clean window (it only weighs each dz; the plain
@@ -270,7 +277,8 @@ class LossDeltas:
         shift = grown.mul_(self.p0).sum(-1) - self.total  # [i] sum_v p0 (e^dz - 1)
         dz_target = dz.gather(1, self.target)[:, 0].float()  # [i]
         per = torch.log1p(shift) - dz_target  # [i]
-        far = ~(torch.isfinite(shift) & (shift >= -0.95))  # [i] (NaN: not finite)
+        # the normaliser falls below 5% or grows past e^3 (an effect of > 3 nats either way), or dz past exp's range
+        far = ~(torch.isfinite(shift) & (shift >= -0.95) & (shift <= GROWN))  # [i] (NaN: not finite)
         if bool(far.any()):
             rows = far.nonzero()[:, 0]  # [r]
             h0 = clean_hidden[rows]  # [r, e]
