@@ -1,6 +1,7 @@
-"""The first-order screen (interventions/screen.py): its estimate is the loss's directional derivative along the
+"""The screen (interventions/screen.py): its first-order part is the loss's directional derivative along the
 head's exact output change (checked by finite differences in float64 against an explicit slow reference of the
-symmetric / antisymmetric head), its behaviour rows are the exact pass's, exact= chooses the heads it says, and
+symmetric / antisymmetric head), its second-order part the Gauss-Newton form of that change (a slow reference
+by finite differences of the logits), its behaviour rows are the exact pass's, exact= chooses the heads it says, and
 a screened value is never passed off as a measurement."""
 
 from __future__ import annotations
@@ -284,6 +285,74 @@ def test_slurm_runs_the_exact_passes_as_jobs_on_a_real_cluster(tiny_gguf, tmp_pa
 
 
 @needs_gguf
+@needs_gguf
+@pytest.mark.parametrize("kind", ["sym", "ablate"])
+def test_the_second_order_term_is_half_the_gauss_newton_form_of_the_output_change(tiny_gguf, kind, monkeypatch):
+    """The screen with label draws minus the screen without is 1/2 dz^T (diag p - p p^T) dz / positions summed over
+    positions, dz the logits' change along the head's output change (by finite differences, float64): the
+    Gauss-Newton form, an explicit slow reference; Monte Carlo over 600 draws (relative sd ~6%): to 25%. It is
+    never negative, and the same seed gives the same draws."""
+    import torch
+
+    from attnscope.heads.maps import make_windows
+    from attnscope.interventions.attention import Plan, layer_list, patched
+    from attnscope.interventions.clean import clean_pass, forward
+    from attnscope.interventions.loss import clean_logits
+    from attnscope.interventions.screen import screen_pass
+
+    softmax = torch.nn.functional.softmax
+    monkeypatch.setattr(torch.nn.functional, "softmax", lambda x, dim=-1, dtype=None, **kw: softmax(x, dim=dim))
+    subject = _double_subject(tiny_gguf)
+    layer, head = 0, 1
+    wins = {"text": make_windows(subject.maps, "builtin", 1, 24)}
+    tok = wins["text"][:1]
+    attn = layer_list(subject.model)[layer].self_attn
+    d = attn.head_dim
+    with patched(subject.model) as ctl:
+        with torch.inference_mode():
+            clean = clean_pass(subject, wins, ctl)
+
+        def screened(samples: int, seed: int = 0) -> float:
+            rows, _ = screen_pass(subject, wins, {layer: [head]}, [kind], clean, ctl, samples=samples, seed=seed)
+            return float(rows[rows["measure"] == "loss"]["delta"].iloc[0])
+
+        first, second = screened(0), screened(600)
+        assert screened(600) == second and screened(600, seed=1) != second  # seeded draws
+        # the head's exact output change, then the logits' change along it by central differences
+        got = {}
+        ctl.plan = Plan(on_attention=lambda l, call, out, probs: got.update(
+            {l: (call.query[0].detach(), call.key[0].detach(), call.value[0].detach(), out[0].detach(),
+                 call.kwargs["scaling"])}) if l == layer else None)
+        with torch.no_grad():
+            forward(subject, tok)
+        q, k, v, out, scale = got[layer]
+        o = out[:, head]  # [i, d]
+        delta = -o if kind == "ablate" else _reference_head(q, k, v, head, q.shape[0] // k.shape[0], scale, kind) - o
+
+        def logits_with(eps: float) -> "torch.Tensor":
+            def pre(mod, args):
+                x = args[0].clone()
+                x[0, :, head * d:(head + 1) * d] += eps * delta
+                return (x,)
+
+            ctl.plan = Plan()
+            handle = attn.o_proj.register_forward_pre_hook(pre)
+            try:
+                with torch.no_grad():
+                    hidden = forward(subject, tok)
+            finally:
+                handle.remove()
+            return clean_logits(subject, hidden[0]).double()  # [i - 1, v]
+
+    eps = 1e-5
+    dz = (logits_with(eps) - logits_with(-eps)) / (2 * eps)  # [i - 1, v]
+    p = torch.softmax(logits_with(0.0), -1)
+    form = ((p * dz * dz).sum(-1) - (p * dz).sum(-1) ** 2).mean()  # dz^T (diag p - p p^T) dz, over positions
+    reference = 0.5 * float(form)
+    assert reference > 1e-6 and second - first >= 0
+    assert second - first == pytest.approx(reference, rel=0.25)
+
+
 def test_controls_custom_and_resample_run_through_both_passes(tiny_gguf):
     """A custom function that returns the scores changes nothing (loss 0 on both passes), one that returns the
     symmetric part equals sym, scale:1 changes nothing, scale:0.5 runs beside sym by default; sym~ keeps each

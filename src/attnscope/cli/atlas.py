@@ -48,7 +48,8 @@ def atlas(
     intervention_data: str = typer.Option("builtin,builtin-code", "--intervention-data", help="With --interventions: the text the changes are measured on; several corpora joined by commas take turns (default: CPython's documentation and standard-library code)."),
     power: Optional[float] = typer.Option(None, "--power", help="With --interventions: plan the windows to detect this change in loss (nats, e.g. 0.02) with 80% power: a pilot screen on --intervention-windows windows gives the heads' per-window spread, then the run takes the windows needed (at least --intervention-windows)."),
     controls: bool = typer.Option(True, "--controls/--no-controls", help="With --interventions: run scale:0.5 beside sym and anti, compare each with it per head (vs_control columns) and claim where a behaviour lives only beyond it."),
-    exact: str = typer.Option("auto", "--exact", help="With --interventions: which screened heads are then measured exactly (every head is first screened: one forward and one backward per window, the change in loss to first order after the head's exactly recomputed softmax; behaviour changes are always exact). auto (default): the 10% of heads with the largest screened change in loss (at least 4), plus, for each score intervention (sym, anti, ...), the 10% whose attention pattern changes most under it (where first order is least sure), plus any --heads/--top; K: the K largest plus those; 0: the screen alone; all: every head (the full exact sweep)."),
+    exact: str = typer.Option("auto", "--exact", help="With --interventions: which screened heads are then measured exactly (every head is first screened: per window one forward and 1 + --screen-samples backward passes, the change in loss to second order after the head's exactly recomputed softmax; behaviour changes are always exact). auto (default): the 10% of heads with the largest screened change in loss (at least 4), plus, for each score intervention (sym, anti, ...), the 10% whose attention pattern changes most under it (where the screen is least sure), plus any --heads/--top; K: the K largest plus those; 0: the screen alone; all: every head (the full exact sweep)."),
+    screen_samples: Optional[int] = typer.Option(None, "--screen-samples", help="With --interventions: next-token draws per window behind the screen's second-order term (its Gauss-Newton curvature; each one more backward pass). Default: at least 4 per window and 32 in all; 0: first order alone (faster, far less accurate: docs/atlas.md, 'How far the screen can be trusted')."),
     executor: Optional[str] = typer.Option(None, "--executor", help="With --interventions: slurm (or local: a process pool) sends the exact layer passes as jobs, one per layer, each loading the model itself, into DIR/interventions-store (a rerun resumes); default: this process, its layers shared by --threads worker processes."),
     slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="Slurm partition (--executor slurm)."),
     slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="Minutes per Slurm job (--executor slurm)."),
@@ -74,7 +75,7 @@ def atlas(
     use_threads(threads)
     plan = _intervention_plan(interventions, heads, top, intervention_windows, zoo, intervention_precision, device,
                               source, probe, exact, executor, controls, intervention_data, power,
-                              slurm_options(executor or "this process", slurm_partition, slurm_time, slurm_mem))
+                              screen_samples, slurm_options(executor or "this process", slurm_partition, slurm_time, slurm_mem))
     from attnscope.outputs import check_result_names
 
     check_result_names(out, atlas_file_names(plan is not None, pooled=zoo is not None))  # a user's file: refused now
@@ -110,7 +111,8 @@ def atlas(
 def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: str = "auto",
                        device: str = "cpu", source=None, probes: str = "both", exact: str = "auto",
                        executor: str | None = None, controls: bool = True, data: str = "builtin,builtin-code",
-                       power: float | None = None, slurm: dict | None = None) -> dict | None:
+                       power: float | None = None, screen_samples: int | None = None,
+                       slurm: dict | None = None) -> dict | None:
     """The checked --interventions options (before any work: the heads against the model's config, --top's
     columns against the columns the atlas will have), or None without --interventions."""
     from attnscope.interventions.deltas import PRECISIONS, resolve_precision
@@ -119,9 +121,9 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: 
         raise InputError(f"--intervention-precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
     if interventions is None:
         if heads is not None or top is not None or precision != "auto" or exact != "auto" or executor is not None \
-                or not controls or power is not None:
-            raise InputError("--heads, --top, --exact, --executor, --no-controls, --power and --intervention-precision "
-                             "are options of --interventions; give --interventions too")
+                or not controls or power is not None or screen_samples is not None:
+            raise InputError("--heads, --top, --exact, --executor, --no-controls, --power, --screen-samples and "
+                             "--intervention-precision are options of --interventions; give --interventions too")
         return None
     from attnscope.atlas.build import atlas_columns
     from attnscope.interventions import check_kinds, parse_heads
@@ -137,7 +139,10 @@ def _intervention_plan(interventions, heads, top, windows: int, zoo, precision: 
         raise InputError(f"--intervention-windows must be at least 1, not {windows}")
     plan: dict[str, Any] = {"kinds": check_kinds(interventions), "heads": parse_heads(heads) if heads else None, "top": None,
             "windows": windows, "precision": resolve_precision(precision, device), "exact": check_exact(exact),
-            "executor": executor, "slurm": slurm, "controls": controls, "data": data, "power": power}
+            "executor": executor, "slurm": slurm, "controls": controls, "data": data, "power": power,
+            "screen_samples": screen_samples}
+    if screen_samples is not None and screen_samples < 0:
+        raise InputError(f"--screen-samples must be 0 (first order alone) or more, not {screen_samples}")
     if power is not None and not (power > 0 and power == power and power != float("inf")):
         raise InputError(f"--power must be a change in loss above 0 (nats, e.g. 0.02), not {power}")
     from attnscope.training.data import check_corpus
@@ -184,7 +189,7 @@ def _intervene(subject, res, plan: dict, out: Path, opts: dict):
                    random_length=opts["random_length"], seed=opts["seed"], device=opts["device"],
                    precision=plan["precision"], store=out / "interventions-store", name=res.info["model"],
                    exact=plan["exact"], executor=plan["executor"], slurm=plan["slurm"], controls=plan["controls"],
-                   power=plan["power"],
+                   power=plan["power"], screen_samples=plan.get("screen_samples"),
                    progress=True)  # a long job: progress lines in a log too
     return iv.table, iv.token_effects, iv.info
 
@@ -211,7 +216,7 @@ def _finish_interventions(table, info: dict | None = None) -> None:
         measured = loss[loss["exact"].astype(bool)] if "exact" in loss else loss
         n_exact = measured[["layer", "head"]].drop_duplicates().shape[0]
         rule = (info or {}).get("exact_rule", "")
-        say(f"screen: every head to first order (est.); measured exactly: {n_exact} of {len(heads)} heads"
+        say(f"screen: every head to second order (est.); measured exactly: {n_exact} of {len(heads)} heads"
             + (f" ({rule})" if rule else ""))
         for kind, sub in loss.groupby("intervention", sort=False):
             ex = sub[sub["exact"].astype(bool)] if "exact" in sub else sub
@@ -407,7 +412,8 @@ def _run_zoo(group: str, out: Path, opts: dict, as_json: bool, plan: dict | None
         iv_opts = dict(interventions=list(plan["kinds"]), top=plan["top"], data=plan["data"], windows=plan["windows"],
                        length=opts["length"], random_windows=random_n, random_length=opts["random_length"],
                        seed=opts["seed"], device=opts["device"], precision=plan["precision"], exact=plan["exact"],
-                       executor=plan["executor"], slurm=plan["slurm"], controls=plan["controls"], power=plan["power"])
+                       executor=plan["executor"], slurm=plan["slurm"], controls=plan["controls"], power=plan["power"],
+                       screen_samples=plan.get("screen_samples"))
     res = run_zoo_atlas(group, out, log=lambda m: con.print(m), progress=True, interventions=iv_opts, **opts)
     pooled = res.info.pop("interventions_table", None)
     infos = res.info.pop("interventions", None)

@@ -7,7 +7,6 @@ A thin layer over :func:`attnscope.training.compare.compare`: prints the Markdow
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import List, Optional
 
 import typer

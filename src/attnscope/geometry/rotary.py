@@ -219,7 +219,6 @@ def pair_usage(q: np.ndarray, k: np.ndarray, layout: RotaryLayout) -> dict[str, 
     """
     q, k = _as_f32(q), _as_f32(k)
     h, g, r = _check_factors(q, k)
-    e = q.shape[2]
     kv = np.arange(h) // r
     qt = np.ascontiguousarray(q.swapaxes(-1, -2))  # [h, e, d]
     kt = np.ascontiguousarray(k.swapaxes(-1, -2))  # [g, e, c]

@@ -247,6 +247,8 @@ def methods_text(info: dict[str, Any], table: "pd.DataFrame", atlas_info: dict[s
             if info.get("n_layers") and info.get("n_heads") else "")
     rows.append(("heads intervened on", f"{heads}{grid}"))
     rows += [("screen", str(info.get("screen_method", "not recorded"))),
+             ("screen label draws", f"{info['screen_samples']} per text window" if "screen_samples" in info
+              else "not recorded"),
              ("exact rule", f"{info.get('exact', 'not recorded')}: {info.get('exact_rule', 'not recorded')}"),
              ("heads measured exactly", str(info.get("exact_heads", "not recorded")))]
     agree = _agreement(info.get("agreement"))
@@ -277,8 +279,12 @@ def methods_text(info: dict[str, Any], table: "pd.DataFrame", atlas_info: dict[s
     else:
         para.append(f"The change in the loss ({loss}) was measured on {where}{probe}.")
     if info.get("screen_method"):
-        para.append(f"Every head was first screened ({_head(info['screen_method'], ':')}: one forward and one "
-                    f"backward per text window); {info.get('exact_heads', '?')} "
+        draws = info.get("screen_samples")
+        per_window = ("one forward and one backward per text window" if not draws else
+                      f"one forward and {1 + int(draws)} backward passes per text window, {draws} of them against "
+                      "next tokens drawn from the model's own predictions for the curvature term")
+        para.append(f"Every head was first screened ({_head(info['screen_method'], ':')}: {per_window}); "
+                    f"{info.get('exact_heads', '?')} "
                     f"heads were then measured exactly (exact={info.get('exact', '?')}: "
                     f"{info.get('exact_rule', 'not recorded')})"
                     + (f"; where both were measured, {agree}." if agree else "."))

@@ -47,7 +47,8 @@ from .exact import TOKEN_COLUMNS, layer_pass
 from .jobs import job_source as _job_source, run_jobs as _run_jobs
 from .kinds import check_custom, custom_kinds, with_controls
 from .stored import (_SCREEN_KEY, _key, _per_window, _screen_record, _stored_screen, _token_effects, _token_key)
-from .screen import SCREEN_DESCRIBE, SCREEN_VERSION, agreement, choose_exact, exact_rule as _exact_rule, screen_pass
+from .screen import (SCREEN_DESCRIBE, SCREEN_VERSION, agreement, choose_exact, default_samples,
+                     exact_rule as _exact_rule, screen_pass)
 from .selection import (_atlas_table, _check_heads, check_exact, check_head_pairs, check_heads_in,
                         check_intervene_options, check_kinds, head_grid, parse_heads)
 from .subject import Subject, check_source, open_subject
@@ -112,6 +113,7 @@ def intervene(
     custom: "dict[str, Any] | None" = None,
     controls: bool = True,
     power: float | None = None,
+    screen_samples: int | None = None,
 ) -> InterventionResult:
     """Intervene on every head of ``source`` (or the (layer, head) pairs ``heads``) with each of
     ``interventions`` (sym, anti, ablate, mean, ...): the change in loss on ``windows`` text windows of ``data``
@@ -134,9 +136,11 @@ def intervene(
     both (``attnscope.atlas(subject.maps)``). ``heads``, ``top``, ``device`` and the other options are checked
     before the model loads (head ranges from the config where it can be read alone).
 
-    Every selected head is first screened (:mod:`.screen`: one forward and one backward per text window, the
-    change in loss to first order after the head's exactly recomputed softmax, columns ``*_screen``; the
-    behaviour changes exact), then measured exactly by ``exact``: ``"auto"`` (default: the 10% of the
+    Every selected head is first screened (:mod:`.screen`: per text window one forward, one backward and one
+    backward per label draw; the change in loss to second order after the head's exactly recomputed softmax,
+    the curvature a Gauss-Newton term estimated from ``screen_samples`` draws of next tokens from the model's
+    own predictions per window (None: :func:`.screen.default_samples`, at least 4 per window and 32 in all; 0:
+    first order alone), columns ``*_screen``; the behaviour changes exact), then measured exactly by ``exact``: ``"auto"`` (default: the 10% of the
     screened heads with the largest screened change in loss, at least 4, plus the 10% whose attention
     pattern changes most (for each score intervention, under it), where first order is least sure, plus
     every head named by ``heads`` / ``top``),
@@ -176,7 +180,7 @@ def intervene(
     opts = dict(tokenizer=tokenizer, interventions=interventions, heads=heads, data=data, length=length,
                 random_length=random_length, seed=seed, device=device, precision=precision, name=name,
                 progress=progress, workers=workers, atlas=atlas, top=top, executor=executor, slurm=slurm, custom=custom,
-                controls=controls)
+                controls=controls, screen_samples=screen_samples)
     with custom_kinds(custom):
         planned = None
         if power is not None:  # a pilot: the screen alone on the windows given, their spread -> the windows needed
@@ -209,7 +213,7 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
                length: int | None, random_windows: int, random_length: int | None, seed: int, device: Any,
                precision: str, store: Any, name: str | None, progress: bool, workers: int | None, atlas: Any,
                top: Any, exact: Any, executor: str | None, slurm: dict[str, Any] | None, custom: dict[str, Any],
-               controls: bool) -> InterventionResult:
+               controls: bool, screen_samples: int | None) -> InterventionResult:
     """:func:`intervene` with its custom interventions registered (:func:`.kinds.custom_kinds`)."""
     import torch
 
@@ -230,6 +234,11 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
         raise InputError("resample takes a head's output from another text window: windows must be at least 2",
                          params=("interventions", "windows"))
     exact = check_exact(exact)
+    if screen_samples is not None:
+        check_type(screen_samples, (int, np.integer), "screen_samples", "a number of label draws per window, or None")
+        if isinstance(screen_samples, bool) or screen_samples < 0:
+            raise InputError(f"screen_samples must be 0 (first order alone) or more, not {screen_samples}",
+                             params="screen_samples")
     if type(device).__name__ == "device":  # a torch.device: its name
         device = str(device)
     check_type(device, str, "device", "a torch device name such as cpu or cuda")
@@ -285,7 +294,10 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
     settings = {"model": subject.name, "interventions": list(kinds), "data": str(data), "windows": windows,
                 "length": int(text.shape[1]), "random_windows": random_windows,
                 "random_length": int(wins["random"].shape[1]) if random_windows else None, "seed": seed,
-                "precision": precision, "screen": SCREEN_VERSION}
+                "precision": precision}
+    samples = default_samples(windows) if screen_samples is None else int(screen_samples)
+    # the screen's record is reused only by the same screen; the exact layers do not depend on it
+    screen_settings = {**settings, "screen": SCREEN_VERSION, "screen_samples": samples}
     if custom:  # a store is reused only by the same functions
         settings["custom"] = {k: _fingerprint(fn) for k, fn in custom.items()}
     columns = ["layer", "head", "intervention", "measure"]
@@ -313,15 +325,18 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
             return clean
 
         low_wanted = precision == "bf16-delta" and subject.out_weight is not None
-        screen_rows, patterns = _stored_screen(results)
+        screen_store = (None if results is None else
+                        ResultsStore(results.root, settings=screen_settings, columns=columns))
+        screen_rows, patterns = _stored_screen(screen_store)
         if screen_rows is None:
             low_now = low_wanted and exact != 0  # the clean pass keeps what bf16-delta's exact passes reuse
             base = clean_once(for_deltas=low_now)
-            with phase(f"interventions {mm.name}: screen (1 forward + 1 backward per text window)", enabled=progress,
-                       total=sum(len(idx) for idx in wins.values()), unit="windows") as bar:
-                screen_rows, patterns = screen_pass(subject, wins, by_layer, kinds, base, ctl, tick=bar.advance)
-            if results is not None:
-                results.write(_SCREEN_KEY, _screen_record(screen_rows, patterns))
+            with phase(f"interventions {mm.name}: screen (per text window 1 forward, 1 + {samples} backward)",
+                       enabled=progress, total=sum(len(idx) for idx in wins.values()), unit="windows") as bar:
+                screen_rows, patterns = screen_pass(subject, wins, by_layer, kinds, base, ctl, tick=bar.advance,
+                                                    samples=samples, seed=seed)
+            if screen_store is not None:
+                screen_store.write(_SCREEN_KEY, _screen_record(screen_rows, patterns))
         screen = summarise_screen(screen_rows, patterns)
         named = chosen if heads is not None else []
         exact_heads = choose_exact(screen, exact, named) if subject.out_weight is not None else {}
@@ -418,7 +433,7 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
             "none: an encoder has no next-token loss (its behaviour changes are exact from the screen)",
             "loss": "mean next-token cross-entropy (nats) per window" if subject.out_weight is not None else
             "none (no output matrix: an encoder)",
-            "screen_method": SCREEN_DESCRIBE,
+            "screen_method": SCREEN_DESCRIBE, "screen": SCREEN_VERSION, "screen_samples": samples,
             "products": f"{precision}: {DESCRIBE[precision]}",
             "interval": "mean over windows, 95% t interval (n windows); p: one-sample t-test; p_bh: "
                         "Benjamini-Hochberg across heads per intervention and measure (the same for the "

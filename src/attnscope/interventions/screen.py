@@ -1,4 +1,4 @@
-"""The first-order screen: every selected head and intervention from one forward and one backward per window.
+"""The screen: every selected head and intervention from one forward and a few backward passes per window.
 
 Einstein legend: w window, i query position, j key position, h head, s (intervention, head) pair, d head dim.
 
@@ -6,17 +6,26 @@ Per text window, one clean forward with the gradient on: at every layer with a s
 registered attention function (:attr:`.attention.Plan.on_attention`) hands over the layer's post-rotary
 q, k, v, its head outputs O [i, h, d] and maps A [h, i, j]. There, for each score intervention (``sym``,
 ``anti``) the head's softmax is recomputed exactly on the layer's clean input (the "QK-fix" of AtP*,
-Kramar et al. 2024: the softmax is not linearised) giving A' and O' = A' v; a zero leaf added to O lets one
-backward give G = dL/dO for every head. The change in the window's loss is then estimated to first order
-after the softmax:
+Kramar et al. 2024: the softmax is not linearised) giving A' and O' = A' v, so dO = O' - O is the head's exact
+output change (``ablate``: O' = 0; ``mean``: O' = the head's mean clean output). A zero leaf added to O lets
+one backward give G = dL/dO for every head. The change in the window's loss is then estimated to second
+order after the softmax:
 
-    delta_screen = sum_{i,d} G[i, h, d] (O'[i, h, d] - O[i, h, d])
+    delta_screen = sum_{i,d} G[i, h, d] dO[i, h, d]  +  1/2 dO^T GGN dO
 
-(``ablate``: O' = 0; ``mean``: O' = the head's mean clean output). This is exact when the rest of the model
-is linear in the head's output, and misses most where the head's pattern changes most; so each score
-intervention's ``pattern_change`` is kept beside it: the total variation between A' and A per query,
-1/2 sum_j |A'_ij - A_ij|, averaged over the queries (0: the same pattern, 1: disjoint), the flag that sends
-a head to the exact pass (:func:`choose_exact`).
+First order alone misses most of the large effects: a trained model sits near a minimum of its loss, so G
+is small and of either sign while every large intervention raises the loss (SmolLM2: Spearman rho 0.56-0.65
+with the exact change; docs/atlas.md). The curvature is the Gauss-Newton matrix GGN of the mean next-token
+loss (the Hessian without the model's own second derivatives: J^T (diag p - p p^T) J per position, J the
+logits' Jacobian), never negative, estimated by Monte Carlo shared by every head: ``samples`` more backward
+passes, each of the loss against next tokens drawn from the model's own predictions at every position; such a
+gradient G_y has E[(G_y . dO)^2] = dO^T GGN dO / positions (the cross-position terms have mean 0), so the
+term is positions / 2 times the mean of (G_y . dO)^2 over the draws (seeded by the run's seed and the window).
+Its Monte Carlo noise is part of the per-window spread, so the intervals over windows carry it.
+
+Each score intervention's ``pattern_change`` is kept beside the estimate: the total variation between A' and
+A per query, 1/2 sum_j |A'_ij - A_ij|, averaged over the queries (0: the same pattern, 1: disjoint), the flag
+that sends a head to the exact pass (:func:`choose_exact`) where the downstream softmaxes may bend further.
 
 The head's own map under a score intervention depends only on its layer's clean input, so its behaviour
 changes (the atlas's metrics of A' against A) are exact here, on the text windows and on the random probe's
@@ -41,24 +50,31 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: ``exact="auto"``: the share of the screened heads confirmed exactly for the size of their screened change
 #: in loss (the largest |delta_screen| over the interventions), and the share confirmed because their pattern
-#: changes most (the largest pattern_change over the score interventions): where first order is least sure
+#: changes most (the largest pattern_change over the score interventions): where the screen is least sure
 AUTO_SHARE = 0.10
 #: ... and at least this many heads for each reason (all of them where fewer are screened)
 AUTO_LEAST = 4
+#: the second-order term's label draws: at least this many per text window ...
+SAMPLES_PER_WINDOW = 4
+#: ... and at least this many over all the windows (SmolLM2, docs/atlas.md: Spearman rho with the exact change
+#: 0.56-0.65 at first order, 0.88-0.92 with 16 draws in all, 0.92-0.93 with 32)
+SAMPLES_IN_ALL = 32
 #: what the settings of a store record about the screen (a store made by another screen is not reused)
-SCREEN_VERSION = "qk-fix first order, 1"
-SCREEN_DESCRIBE = ("first order after the softmax (QK-fix): sum over positions of dL/dO times (O' - O), O the head's "
-                   "output, O' its output with its softmax recomputed exactly under the intervention; one forward and "
-                   "one backward per text window; pattern_change: total variation between the intervened and the "
-                   "clean attention per query, averaged over queries")
+SCREEN_VERSION = "qk-fix, first order + sampled Gauss-Newton second order, 2"
+SCREEN_DESCRIBE = ("second order after the softmax (QK-fix): sum over positions of dL/dO times (O' - O), plus one half "
+                   "(O' - O)^T GGN (O' - O) with the Gauss-Newton curvature GGN estimated from gradients against next "
+                   "tokens drawn from the model's own predictions; O the head's output, O' its output with its softmax "
+                   "recomputed exactly under the intervention; one forward, one backward and one backward per draw per "
+                   "text window; pattern_change: total variation between the intervened and the clean attention per "
+                   "query, averaged over queries")
 #: why a head was measured exactly (the table's ``exact_reason``)
 REASONS = {"named": "named (heads / top)", "all": "exact=all", "top": "largest screened change in loss",
-           "flagged": "pattern changes most (first order least sure)"}
+           "flagged": "pattern changes most (the screen least sure)"}
 
 
 def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: dict[int, list[int]],
-                kinds: Sequence[str], clean: _Clean, ctl: Any, tick: Callable[[], None] | None = None
-                ) -> tuple["pd.DataFrame", "pd.DataFrame"]:
+                kinds: Sequence[str], clean: _Clean, ctl: Any, tick: Callable[[], None] | None = None,
+                samples: int = 0, seed: int = 0) -> tuple["pd.DataFrame", "pd.DataFrame"]:
     """(per-window rows, per-window pattern changes) of every (intervention, head) of ``by_layer``
     (layer -> heads). Rows as :func:`.exact.layer_pass` makes them (layer, window, head, intervention, measure,
     clean, value, delta): the exact behaviour rows of the score interventions on every probe, and ``loss``
@@ -133,14 +149,22 @@ def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: 
                     target = tok[0, 1:].to(hidden.device)
                     loss = position_cross_entropy(subject, clean_logits(subject, hidden[0]), target).mean()
                     order = sorted(leaves)
-                    grads = torch.autograd.grad(loss, [leaves[l] for l in order])
+                    grads = torch.autograd.grad(loss, [leaves[l] for l in order], retain_graph=samples > 0)
+                    drawn = _drawn_grads(subject, hidden[0], [leaves[l] for l in order], samples,
+                                         seed=_window_seed(seed, w))
                 base = float(clean.loss[w])
-                for layer, g in zip(order, grads):
+                for li, (layer, g) in enumerate(zip(order, grads)):
                     other = clean.resample_for(w).get(layer)
-                    est = _estimates(kept[layer], g[0], by_layer[layer], kinds, clean.means.get(layer), other)
+                    first = _estimates(kept[layer], g[0], by_layer[layer], kinds, clean.means.get(layer), other)
+                    # second order: 1/2 delta^T GGN delta = 1/2 positions x mean over draws of (g_y . delta)^2
+                    dots = [_estimates(kept[layer], gy[li][0], by_layer[layer], kinds, clean.means.get(layer), other)
+                            for gy in drawn]
+                    n_pos = int(target.numel())
+                    est = {key: v + (0.5 * n_pos * sum(d[key] ** 2 for d in dots) / len(dots) if dots else 0.0)
+                           for key, v in first.items()}
                     rows.extend(dict(layer=layer, window=w, head=h, intervention=k, measure="loss", clean=base,
                                      value=base + v, delta=v) for (k, h), v in est.items())
-                del kept, leaves, grads, hidden, loss
+                del kept, leaves, grads, drawn, hidden, loss
             else:
                 with torch.no_grad():
                     forward(subject, tok)
@@ -151,6 +175,41 @@ def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: 
     return (pd.DataFrame(rows, columns=cols),
             pd.DataFrame(patterns, columns=["layer", "head", "intervention", "window", "pattern_change",
                                             "output_change"]))
+
+
+def _window_seed(seed: int, window: int) -> int:
+    """The seed of one text window's label draws (the run's seed and the window: the same run, the same draws)."""
+    return (int(seed) * 1_000_003 + 7919 * (window + 1)) % (2**63 - 1)
+
+
+def _drawn_grads(subject: Subject, hidden: "torch.Tensor", leaves: list["torch.Tensor"], samples: int,
+                 seed: int) -> list[tuple["torch.Tensor", ...]]:
+    """``samples`` gradients (one tuple over ``leaves`` each) of the window's mean next-token loss, each against
+    next tokens drawn from the model's own predictions at every position. Such a gradient g_y has
+    E[(g_y . delta)^2] = delta^T GGN delta / positions for the Gauss-Newton matrix GGN of the mean loss (the
+    cross-position terms have mean 0), the Monte Carlo behind the second-order term. ``hidden`` [i, e] with
+    its graph; the last draw frees it."""
+    import torch
+
+    if samples <= 0:
+        return []
+    logits = clean_logits(subject, hidden)  # [i - 1, v]
+    z = logits.detach().float()
+    if subject.softcap:
+        z = torch.tanh(z / subject.softcap) * subject.softcap
+    gen = torch.Generator(device=z.device).manual_seed(seed)
+    y = torch.multinomial(torch.softmax(z, -1), samples, replacement=True, generator=gen).T  # [k, i - 1]
+    out = []
+    for k in range(samples):
+        loss_k = position_cross_entropy(subject, logits, y[k]).mean()
+        out.append(torch.autograd.grad(loss_k, leaves, retain_graph=k < samples - 1))
+    return out
+
+
+def default_samples(windows: int) -> int:
+    """The label draws per text window of the default screen: at least :data:`SAMPLES_PER_WINDOW`, and
+    :data:`SAMPLES_IN_ALL` over the run's ``windows``."""
+    return max(SAMPLES_PER_WINDOW, math.ceil(SAMPLES_IN_ALL / max(1, windows)))
 
 
 def _estimates(kept: dict[str, Any], g: "torch.Tensor", heads: Sequence[int], kinds: Sequence[str],
