@@ -28,7 +28,7 @@ def _info() -> dict:
             "precision": "bf16-delta", "n_layers": 12, "n_heads": 6, "heads": 3, "exact": "auto", "exact_heads": 2,
             "exact_rule": "the 4 heads with the largest screened |change in loss|",
             "loss": "mean next-token cross-entropy (nats) per window",
-            "screen_method": "first order after the softmax (QK-fix)",
+            "screen_method": "first order after the softmax (QK-fix)", "screen_samples": 11,
             "products": "bf16-delta: intervened copies' linear layers in bfloat16",
             "interval": "mean over windows, 95% t interval (n windows); p: one-sample t-test",
             "detectable_change": "smallest true mean change a two-sided 5% t-test detects with 80% power",
@@ -60,7 +60,8 @@ def test_the_methods_text_holds_each_fact_of_the_run():
                  "enwik8", "7 text windows of 193 tokens", "5 windows of 61 repeated random tokens", "seed 1234",
                  "`sym`", "`anti`", "`ablate`", "`scale:0.5`", "as the control of `sym` and `anti`",
                  "3 heads of 72 (12 layers x 6 heads)", "first order after the softmax (QK-fix)",
-                 "2 heads were then measured exactly", "exact=auto", "the 4 heads with the largest screened",
+                 "2 heads were then measured exactly", "exact=auto", "| screen label draws | 11 per text window |",
+                 "one forward and 12 backward passes per text window, 11 of them against next tokens drawn", "the 4 heads with the largest screened",
                  "Spearman rho +0.88 over 2 heads", "L3H1", "95% t interval", "80% power", "Benjamini-Hochberg",
                  "4321 resamples", "| atlas resamples (n_boot) | 4321 |", "| atlas seed | 99 |",
                  "| atlas text windows | 11 x 129 tokens |", "| atlas cluster k | 4 |"):

@@ -202,27 +202,34 @@ def _screen_table(deltas: dict[tuple[int, int], float], patterns: dict[tuple[int
     return pd.DataFrame(rows)
 
 
-def test_choose_exact_takes_the_largest_the_flagged_and_the_named():
+def test_choose_exact_takes_each_interventions_largest_and_the_named_but_none_for_the_controls():
     from attnscope.interventions.screen import AUTO_LEAST, choose_exact
 
-    heads = [(l, h) for l in range(10) for h in range(10)]  # 100 heads: auto takes 10 + 10
+    heads = [(l, h) for l in range(10) for h in range(10)]  # 100 heads: auto takes each intervention's 10
     rng = np.random.default_rng(0)
     deltas = {p: float(v) for p, v in zip(heads, rng.normal(size=100))}
-    patterns = {p: float(v) for p, v in zip(heads, rng.uniform(size=100))}
-    table = _screen_table(deltas, patterns)
-    by_size = sorted(heads, key=lambda p: -abs(deltas[p]))
-    by_pattern = sorted(heads, key=lambda p: -patterns[p])
-    auto = choose_exact(table, "auto", named=[(9, 9)])
-    assert {p for p, why in auto.items() if why == "top"} == set(by_size[:10])
-    assert {p for p, why in auto.items() if why == "flagged"} == set(by_pattern[:10]) - set(by_size[:10])
+    other = {p: float(v) for p, v in zip(heads, rng.normal(size=100))}
+    control = {p: float(v) for p, v in zip(heads, rng.normal(size=100))}
+    patterns = {p: 0.5 for p in heads}
+    table = pd.concat([_screen_table(deltas, patterns), _screen_table(other, patterns).assign(intervention="ablate"),
+                       _screen_table(control, patterns).assign(intervention="scale:0.5")])
+
+    def largest(d, k):
+        return set(sorted(heads, key=lambda p: -abs(d[p]))[:k])
+
+    auto = choose_exact(table, "auto", named=[(9, 9)], skip=["scale:0.5"])
+    assert {p for p, why in auto.items() if why == "top"} == (largest(deltas, 10) | largest(other, 10)) - {(9, 9)}
     assert auto[(9, 9)] == "named"
-    three = choose_exact(table, 3)
-    assert {p for p, why in three.items() if why == "top"} == set(by_size[:3])
+    with_control = choose_exact(table, "auto")  # not skipped: the control's own largest come in too
+    assert set(with_control) == largest(deltas, 10) | largest(other, 10) | largest(control, 10)
+    three = choose_exact(table, 3, skip=["scale:0.5"])
+    assert set(three) == largest(deltas, 3) | largest(other, 3) and set(three.values()) == {"top"}
     assert choose_exact(table, 0) == {} and choose_exact(table, 0, named=[(1, 1)]) == {(1, 1): "named"}
     assert set(choose_exact(table, "all")) == set(heads)
     small = _screen_table({(0, h): float(h) for h in range(6)}, {(0, h): 0.1 for h in range(6)})
-    assert sum(why == "top" for why in choose_exact(small, "auto").values()) == min(AUTO_LEAST, 6)
-    assert math.isfinite(AUTO_LEAST)
+    assert set(choose_exact(small, "auto")) == {(0, h) for h in range(6 - AUTO_LEAST, 6)}
+    tiny = _screen_table({(0, h): float(h) for h in range(2)}, {(0, h): 0.1 for h in range(2)})
+    assert set(choose_exact(tiny, "auto")) == {(0, 0), (0, 1)}  # fewer than AUTO_LEAST: all of them
 
 
 @pytest.mark.parametrize("exact, needle", [("some", "auto, all or a number"), (-1, "at least 0"), (1.5, "float"),

@@ -140,12 +140,12 @@ def intervene(
     backward per label draw; the change in loss to second order after the head's exactly recomputed softmax,
     the curvature a Gauss-Newton term estimated from ``screen_samples`` draws of next tokens from the model's
     own predictions per window (None: :func:`.screen.default_samples`, at least 4 per window and 32 in all; 0:
-    first order alone), columns ``*_screen``; the behaviour changes exact), then measured exactly by ``exact``: ``"auto"`` (default: the 10% of the
-    screened heads with the largest screened change in loss, at least 4, plus the 10% whose attention
-    pattern changes most (for each score intervention, under it), where first order is least sure, plus
-    every head named by ``heads`` / ``top``),
-    an integer K (the K largest, plus those flagged and named), ``0`` (the screen alone) or ``"all"`` (every
-    head: the full sweep). ``exact`` (True/False) and ``exact_reason`` say which rows were measured; the
+    first order alone), columns ``*_screen``; the behaviour changes exact), then measured exactly by ``exact``:
+    ``"auto"`` (default: for each intervention, not counting the controls added beside them, the 10% of the
+    screened heads with the largest screened |change in loss| under it, at least 4, plus every head named by
+    ``heads`` / ``top``), an integer K (the K largest of each intervention, plus the named), ``0`` (the screen
+    alone) or ``"all"`` (every head: the full sweep). A head measured exactly is measured under every
+    intervention. ``exact`` (True/False) and ``exact_reason`` say which rows were measured; the
     ``delta`` columns of a loss row are empty where it was not.
 
     ``executor``: None (this process, with ``workers`` forked processes) or ``"slurm"`` / ``"local"``: the
@@ -228,7 +228,9 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
 
     kinds = check_intervene_options(interventions, windows, random_windows, seed)
     check_type(controls, bool, "controls", "True or False")
+    added: tuple[str, ...] = ()  # the controls added beside the interventions asked for: they choose no exact heads
     if controls:
+        added = tuple(k for k in with_controls(kinds) if k not in kinds)
         kinds = with_controls(kinds)
     if "resample" in kinds and windows < 2:
         raise InputError("resample takes a head's output from another text window: windows must be at least 2",
@@ -339,7 +341,7 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
                 screen_store.write(_SCREEN_KEY, _screen_record(screen_rows, patterns))
         screen = summarise_screen(screen_rows, patterns)
         named = chosen if heads is not None else []
-        exact_heads = choose_exact(screen, exact, named) if subject.out_weight is not None else {}
+        exact_heads = choose_exact(screen, exact, named, skip=added) if subject.out_weight is not None else {}
         exact_by_layer = _by_layer(sorted(exact_heads))
         token_store = (ResultsStore(results.root, settings=settings, columns=TOKEN_COLUMNS)
                        if results is not None and subject.out_weight is not None else None)

@@ -24,8 +24,9 @@ term is positions / 2 times the mean of (G_y . dO)^2 over the draws (seeded by t
 Its Monte Carlo noise is part of the per-window spread, so the intervals over windows carry it.
 
 Each score intervention's ``pattern_change`` is kept beside the estimate: the total variation between A' and
-A per query, 1/2 sum_j |A'_ij - A_ij|, averaged over the queries (0: the same pattern, 1: disjoint), the flag
-that sends a head to the exact pass (:func:`choose_exact`) where the downstream softmaxes may bend further.
+A per query, 1/2 sum_j |A'_ij - A_ij|, averaged over the queries (0: the same pattern, 1: disjoint). It was
+the first-order screen's reliability flag; the second-order screen ranks the heads it flagged itself, so
+:func:`choose_exact` chooses by the screened change alone.
 
 The head's own map under a score intervention depends only on its layer's clean input, so its behaviour
 changes (the atlas's metrics of A' against A) are exact here, on the text windows and on the random probe's
@@ -48,11 +49,12 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
     import torch
 
-#: ``exact="auto"``: the share of the screened heads confirmed exactly for the size of their screened change
-#: in loss (the largest |delta_screen| over the interventions), and the share confirmed because their pattern
-#: changes most (the largest pattern_change over the score interventions): where the screen is least sure
+#: ``exact="auto"``: for each intervention, the share of the screened heads with the largest |screened change
+#: in loss| confirmed exactly (SmolLM2, docs/atlas.md: 64 of 270 heads for sym, anti, ablate, holding 10, 10
+#: and 9 of each one's exact top 10; the old extra flag, the 10% whose pattern changes most, added 5-14 heads
+#: and at most one of a top 20)
 AUTO_SHARE = 0.10
-#: ... and at least this many heads for each reason (all of them where fewer are screened)
+#: ... and at least this many heads (all of them where fewer are screened)
 AUTO_LEAST = 4
 #: the second-order term's label draws: at least this many per text window ...
 SAMPLES_PER_WINDOW = 4
@@ -68,8 +70,7 @@ SCREEN_DESCRIBE = ("second order after the softmax (QK-fix): sum over positions 
                    "text window; pattern_change: total variation between the intervened and the clean attention per "
                    "query, averaged over queries")
 #: why a head was measured exactly (the table's ``exact_reason``)
-REASONS = {"named": "named (heads / top)", "all": "exact=all", "top": "largest screened change in loss",
-           "flagged": "pattern changes most (the screen least sure)"}
+REASONS = {"named": "named (heads / top)", "all": "exact=all", "top": "largest screened change in loss"}
 
 
 def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: dict[int, list[int]],
@@ -240,14 +241,14 @@ def _estimates(kept: dict[str, Any], g: "torch.Tensor", heads: Sequence[int], ki
     return {key: est[key] for key in sorted(est, key=lambda kh: (order(kh[0]), kh[1]))}
 
 
-def choose_exact(screen: "pd.DataFrame", exact: "str | int", named: Sequence[tuple[int, int]] = ()
-                 ) -> dict[tuple[int, int], str]:
+def choose_exact(screen: "pd.DataFrame", exact: "str | int", named: Sequence[tuple[int, int]] = (),
+                 skip: Sequence[str] = ()) -> dict[tuple[int, int], str]:
     """(layer, head) -> why it is measured exactly (a key of :data:`REASONS`), from the summarised screen
-    (one ``loss`` row per layer, head and intervention with ``delta`` and ``pattern_change``). ``exact``:
-    ``"all"`` (every screened head), ``0`` (none), ``K`` (the K heads with the largest |delta| in any
-    intervention, plus the flagged ones: for each score intervention, the :data:`AUTO_SHARE` of heads whose
-    pattern changes most under it) or ``"auto"``
-    (K = :data:`AUTO_SHARE` of the screened heads, at least :data:`AUTO_LEAST`). ``named`` heads are always in."""
+    (one ``loss`` row per layer, head and intervention with ``delta``). ``exact``: ``"all"`` (every screened
+    head), ``0`` (none), ``K`` (for each intervention, the K heads with the largest screened |delta| under it) or
+    ``"auto"`` (K = :data:`AUTO_SHARE` of the screened heads, at least :data:`AUTO_LEAST`). The interventions of
+    ``skip`` (the controls added by default: every exact head is measured under them anyway) choose none.
+    ``named`` heads are always in."""
     heads = sorted({(int(l), int(h)) for l, h in zip(screen["layer"], screen["head"])})
     chosen: dict[tuple[int, int], str] = {}
     for pair in named:
@@ -258,21 +259,18 @@ def choose_exact(screen: "pd.DataFrame", exact: "str | int", named: Sequence[tup
         return chosen
     if exact == 0 or not heads:
         return chosen
-    share = max(AUTO_LEAST, math.ceil(AUTO_SHARE * len(heads)))
-    k = share if exact == "auto" else int(exact)
-    loss = screen[screen["measure"] == "loss"]
-    if len(loss):
-        size = loss.assign(a=loss["delta"].abs()).groupby(["layer", "head"])["a"].max()
+    k = auto_count(len(heads)) if exact == "auto" else int(exact)
+    loss = screen[(screen["measure"] == "loss") & ~screen["intervention"].isin(list(skip))]
+    for _kind, sub in loss.groupby("intervention", sort=False):
+        size = sub.assign(a=sub["delta"].abs()).groupby(["layer", "head"])["a"].max()
         for pair in size.sort_values(ascending=False, kind="stable").index[:k]:
             chosen.setdefault((int(pair[0]), int(pair[1])), "top")
-    if "pattern_change" in screen.columns:  # per score intervention: its own heads whose pattern changes most
-        rows = screen[(screen["measure"] == "loss") if len(loss) else screen["measure"].notna()]
-        rows = rows.dropna(subset=["pattern_change"])
-        for _kind, sub in rows.groupby("intervention", sort=False):
-            pc = sub.groupby(["layer", "head"])["pattern_change"].max()
-            for pair in pc.sort_values(ascending=False, kind="stable").index[:share]:
-                chosen.setdefault((int(pair[0]), int(pair[1])), "flagged")
     return chosen
+
+
+def auto_count(screened: int) -> int:
+    """``exact="auto"``: how many heads of each intervention are measured exactly, of ``screened``."""
+    return min(screened, max(AUTO_LEAST, math.ceil(AUTO_SHARE * screened)))
 
 
 def agreement(table: "pd.DataFrame") -> dict[str, Any]:
@@ -299,13 +297,10 @@ def agreement(table: "pd.DataFrame") -> dict[str, Any]:
 
 def exact_rule(exact: "str | int", screened: int) -> str:
     """In words: which heads ``exact`` measures exactly out of ``screened``."""
-    share = max(AUTO_LEAST, math.ceil(AUTO_SHARE * screened))
-    flagged = (f"for each score intervention the {min(share, screened)} whose attention pattern changes most under it "
-               "(largest pattern_change)")
     if exact == "all":
         return f"all {screened} screened heads"
     if exact == 0:
         return "none (the screen alone), but any named by heads / top"
-    k = share if exact == "auto" else int(exact)
-    return (f"the {min(k, screened)} heads with the largest screened |change in loss| in any intervention, plus "
-            f"{flagged}, plus any named by heads / top")
+    k = auto_count(screened) if exact == "auto" else min(int(exact), screened)
+    return (f"for each intervention (not the controls added beside them), the {k} heads with the largest screened "
+            "|change in loss| under it, plus any named by heads / top")
