@@ -360,6 +360,37 @@ def test_the_second_order_term_is_half_the_gauss_newton_form_of_the_output_chang
     assert second - first == pytest.approx(reference, rel=0.25)
 
 
+@pytest.mark.parametrize("softcap", [None, 3.0])
+def test_the_drawn_gradients_share_the_output_product_and_equal_autograd_of_the_drawn_loss(softcap):
+    """Each draw's gradient (the output matrix's part shared between the draws) equals autograd's gradient of the
+    mean cross-entropy against the same drawn tokens, with and without a final softcap (float64)."""
+    import types
+
+    import torch
+
+    from attnscope.interventions.loss import clean_logits, position_cross_entropy
+    from attnscope.interventions.screen import _drawn_grads
+
+    g = torch.Generator().manual_seed(3)
+    i, e, v = 7, 5, 11
+    w = torch.randn(v, e, generator=g, dtype=torch.float64)
+    a = torch.randn(e, e, generator=g, dtype=torch.float64)
+    subject = types.SimpleNamespace(softcap=softcap, out_weight=w)
+    leaf = torch.randn(i, e, generator=g, dtype=torch.float64, requires_grad=True)
+    hidden = torch.tanh(leaf @ a) * 3  # [i, e] a model below the output
+    got = _drawn_grads(subject, hidden, [leaf], 4, seed=5)
+    z = clean_logits(subject, hidden.detach())
+    if softcap:
+        z = torch.tanh(z / softcap) * softcap
+    y = torch.multinomial(torch.softmax(z.float(), -1), 4, replacement=True,
+                          generator=torch.Generator().manual_seed(5)).T  # the same draws
+    for k in range(4):
+        h = torch.tanh(leaf @ a) * 3
+        want = torch.autograd.grad(position_cross_entropy(subject, clean_logits(subject, h), y[k]).mean(), leaf)[0]
+        torch.testing.assert_close(got[k][0], want, rtol=1e-5, atol=1e-7)  # (the softmax in float32)
+    assert _drawn_grads(subject, torch.tanh(leaf @ a), [leaf], 0, seed=5) == []
+
+
 def test_controls_custom_and_resample_run_through_both_passes(tiny_gguf):
     """A custom function that returns the scores changes nothing (loss 0 on both passes), one that returns the
     symmetric part equals sym, scale:1 changes nothing, scale:0.5 runs beside sym by default; sym~ keeps each

@@ -186,24 +186,40 @@ def _window_seed(seed: int, window: int) -> int:
 def _drawn_grads(subject: Subject, hidden: "torch.Tensor", leaves: list["torch.Tensor"], samples: int,
                  seed: int) -> list[tuple["torch.Tensor", ...]]:
     """``samples`` gradients (one tuple over ``leaves`` each) of the window's mean next-token loss, each against
-    next tokens drawn from the model's own predictions at every position. Such a gradient g_y has
+    next tokens y drawn from the model's own predictions at every position. Such a gradient g_y has
     E[(g_y . delta)^2] = delta^T GGN delta / positions for the Gauss-Newton matrix GGN of the mean loss (the
-    cross-position terms have mean 0), the Monte Carlo behind the second-order term. ``hidden`` [i, e] with
-    its graph; the last draw frees it."""
+    cross-position terms have mean 0), the Monte Carlo behind the second-order term. ``hidden`` [i, e] (the
+    final hidden state, with its graph; the last draw frees it).
+
+    The output matrix's part of each backward is shared: with z = h W^T (softcapped: c tanh(z / c), slope
+    s = 1 - tanh^2), dL_y/dh = ((s p) W - s_y W_y) / positions, so (s p) W is one product for every draw and
+    each draw adds a row gather; only the model below h is run backward per draw."""
     import torch
 
     if samples <= 0:
         return []
-    logits = clean_logits(subject, hidden)  # [i - 1, v]
-    z = logits.detach().float()
-    if subject.softcap:
-        z = torch.tanh(z / subject.softcap) * subject.softcap
-    gen = torch.Generator(device=z.device).manual_seed(seed)
-    y = torch.multinomial(torch.softmax(z, -1), samples, replacement=True, generator=gen).T  # [k, i - 1]
+    with torch.no_grad():
+        z = clean_logits(subject, hidden.detach()).float()  # [i - 1, v]
+        slope = None
+        if subject.softcap:
+            t = torch.tanh(z / subject.softcap)
+            z, slope = t * subject.softcap, 1 - t * t  # [i - 1, v]
+        p = torch.softmax(z, -1)  # [i - 1, v]
+        gen = torch.Generator(device=p.device).manual_seed(seed)
+        y = torch.multinomial(p, samples, replacement=True, generator=gen).T  # [k, i - 1]
+        w = subject.out_weight
+        shared = ((p if slope is None else p * slope).to(w.dtype) @ w).float()  # [i - 1, e]
+        n = z.shape[0]
+        del z, p
     out = []
     for k in range(samples):
-        loss_k = position_cross_entropy(subject, logits, y[k]).mean()
-        out.append(torch.autograd.grad(loss_k, leaves, retain_graph=k < samples - 1))
+        with torch.no_grad():
+            at = w[y[k]].float()  # [i - 1, e] W_y
+            if slope is not None:
+                at = at * slope.gather(1, y[k][:, None])
+            dh = torch.zeros_like(hidden)  # [i, e] (the last position predicts nothing)
+            dh[:-1] = ((shared - at) / n).to(hidden.dtype)
+        out.append(torch.autograd.grad(hidden, leaves, grad_outputs=dh, retain_graph=k < samples - 1))
     return out
 
 
