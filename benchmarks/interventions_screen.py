@@ -115,7 +115,7 @@ def run_model(args) -> None:
     rows.append({**t, "note": f"{screen.info['screen_samples']} label draws per window"})
     auto, t = _timed("default (exact=auto)", lambda: intervene(subject, exact="auto", workers=args.workers, **opts))
     rows.append({**t, "exact_heads": auto.info["exact_heads"],
-                 "note": "the 10% largest screened + the 10% flagged by pattern change"})
+                 "note": "per intervention, the 10% largest screened changes"})
     full, t = _timed("whole exact sweep (exact=all)", lambda: intervene(subject, exact="all", workers=args.workers,
                                                                        store=args.store, **opts))
     rows.append({**t, "exact_heads": full.info["exact_heads"], "note": "resumed from --store" if args.store else ""})

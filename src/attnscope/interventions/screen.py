@@ -59,7 +59,7 @@ AUTO_LEAST = 4
 #: the second-order term's label draws: at least this many per text window ...
 SAMPLES_PER_WINDOW = 4
 #: ... and at least this many over all the windows (SmolLM2, docs/atlas.md: Spearman rho with the exact change
-#: 0.56-0.65 at first order, 0.88-0.92 with 16 draws in all, 0.92-0.93 with 32)
+#: 0.56-0.65 at first order, 0.85-0.89 with 8 draws in all, 0.88-0.92 with 16, 0.91-0.93 with 32)
 SAMPLES_IN_ALL = 32
 #: what the settings of a store record about the screen (a store made by another screen is not reused)
 SCREEN_VERSION = "qk-fix, first order + sampled Gauss-Newton second order, 2"
