@@ -5,6 +5,7 @@
 #     bash benchmarks/gpu_issue41.sh            # writes $OUT (default gpu-issue41/) : issue41.md, log.txt, tables
 #     ONLY=sparse,train,test bash benchmarks/gpu_issue41.sh    # about 6 minutes (H200, 2026-11-28)
 #     ONLY=mfu,geometry,eager bash benchmarks/gpu_issue41.sh   # about 6 minutes
+#     ONLY=screen bash benchmarks/gpu_issue41.sh               # issue 51: the interventions screen, 8B shape
 #
 # 1. sparse attention: byte-sparse-8h through FlexAttention vs flash causal SDPA at L 4096, 16384, 65536,
 #    forward and backward separately, peak memory, the kernel options used; at L 16384 also the variants the
@@ -13,8 +14,10 @@
 #    (SPARSE_SEQ=8192,16384,32768: one table per length, the same tokens per step: from which length a pattern pays);
 # 3. trainer MFU, bert-base shape, mlm and clm, compiled (the CUDA default) and eager, beside Hugging Face;
 # 4. the geometry-logging share of training time at --score-every 100;
-# 5. pytest -m gpu (training, sparse, geometry, interventions); last, if time is left, the eager trainer MFU.
-# ONLY picks steps by key: sparse, train, mfu, geometry, test, eager (default all). Each step has its own time limit (T_* variables, seconds) and is skipped once the run passes T_ALL, so the
+# 5. pytest -m gpu (training, sparse, geometry, interventions); last, if time is left, the eager trainer MFU;
+# 6. (issue 51) the interventions screen of a Llama-3-8B-shaped model (random bf16 weights): every head x
+#    (sym, anti, ablate), then the exact pass of the 11 largest per intervention (about 32 heads), peak memory.
+# ONLY picks steps by key: sparse, train, mfu, geometry, test, eager, screen (default all). Each step has its own time limit (T_* variables, seconds) and is skipped once the run passes T_ALL, so the
 # earlier tables always come back. Exit 1 (one line on stderr naming them) when a step failed or ran past its
 # limit. Packages the machine lacks: put wheels in $WHEELS (installed to a temp dir), e.g. for a Python 3.12 GPU
 # machine without gguf and submitit, fetched where there is a network:
@@ -23,15 +26,15 @@
 set -u
 # checked before anything runs: a typo in ONLY or a T_* limit would otherwise skip steps (or fail them) silently,
 # on a device whose minutes are counted
-KEYS="sparse train test mfu geometry eager"
-ONLY=$(printf %s "${ONLY:-sparse,train,test,mfu,geometry,eager}" | tr -d ' ')
+KEYS="sparse train test mfu geometry eager screen"
+ONLY=$(printf %s "${ONLY:-sparse,train,test,mfu,geometry,eager,screen}" | tr -d ' ')
 set -f  # ONLY=* is a bad key, not this folder's file names
 for k in ${ONLY//,/ }; do
   case " $KEYS " in *" $k "*) ;; *) echo "gpu_issue41.sh: ONLY takes a comma list of ${KEYS// /, }; not '$k'" >&2; exit 2 ;; esac
 done
 set +f
 [ -n "${ONLY//,/}" ] || { echo "gpu_issue41.sh: ONLY names no step (take some of ${KEYS// /, })" >&2; exit 2; }
-for v in T_ALL T_SPARSE T_TRAIN_SPARSE T_MFU T_GEOMETRY T_TEST T_MFU_EAGER; do
+for v in T_ALL T_SPARSE T_TRAIN_SPARSE T_MFU T_GEOMETRY T_TEST T_MFU_EAGER T_SCREEN; do
   case ${!v-} in ""|*[!0-9]*) [ -z "${!v-}" ] || { echo "gpu_issue41.sh: $v must be whole seconds, not '${!v}'" >&2; exit 2; } ;; esac
 done
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
@@ -70,12 +73,14 @@ step test "pytest -m gpu" "${T_TEST:-100}" $PY -m pytest -q -m gpu -p no:cachepr
   tests/geometry tests/interventions
 step eager "trainer MFU (eager)" "${T_MFU_EAGER:-80}" $PY benchmarks/training_gpu.py --only mfu --no-compile --steps 8 \
   --warmup 3 --md "$OUTD/training_mfu_eager.md"
+step screen "interventions screen, llama-3-8b shape" "${T_SCREEN:-300}" $PY benchmarks/interventions_screen.py \
+  --shape llama-3-8b --device cuda --exact 11 --append "$OUTD/screen.md"
 echo "== done at ${SECONDS}s"
 } 2>&1 | tee "$OUTD/log.txt"
 {
 echo "# Issue 41 measurements ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), $(date -u +%F))"
 echo
-for f in sparse_attention training_sparse training_mfu training_mfu_eager geometry; do
+for f in sparse_attention training_sparse training_mfu training_mfu_eager geometry screen; do
   [ -f "$OUTD/$f.md" ] && { cat "$OUTD/$f.md"; echo; } || echo "($f: not measured in this run; see log.txt)"
 done
 echo "## pytest -m gpu"

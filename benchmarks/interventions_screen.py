@@ -17,7 +17,8 @@ within the heads the default run measured exactly, and the largest misses with t
     OMP_NUM_THREADS=2 python benchmarks/interventions_screen.py smollm2 [--store runs/screen-smollm2]
         [--append docs/benchmarks/interventions_screen.md]
     python benchmarks/interventions_screen.py --shape llama-3-8b --device cuda   # random bf16 weights: the
-        screen of all 1024 heads x 3 and the exact pass of the top 32 (a GPU; no download)
+        screen of all 1024 heads x 3 and the exact pass of the top 11 per intervention, about 32 heads (a GPU; no
+        download)
 """
 
 from __future__ import annotations
@@ -168,7 +169,8 @@ def run_shape(args) -> None:
                 random_windows=args.random_windows, device=args.device, tokenizer=tok, name=args.shape, workers=1)
     screen, t0 = _timed("screen alone (exact=0)", lambda: intervene(model, exact=0, **opts))
     peak0 = torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan")
-    top, t1 = _timed(f"screen + exact top {args.exact}", lambda: intervene(model, exact=args.exact, **opts))
+    top, t1 = _timed(f"screen + exact top {args.exact} per intervention", lambda: intervene(model, exact=args.exact,
+                                                                                       **opts))
     peak1 = torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan")
     import pandas as pd
 
@@ -192,7 +194,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--data", default="builtin", help="text corpora (the runs of docs/atlas.md: builtin)")
     ap.add_argument("--workers", type=int, default=None)
-    ap.add_argument("--exact", type=int, default=32, help="--shape: the exact pass of this many heads")
+    ap.add_argument("--exact", type=int, default=11, help="--shape: the exact pass of the K largest screened heads of "
+                    "each intervention (11: about 32 heads)")
     ap.add_argument("--store", default=None, help="keep the exact sweep's layers here (resumable)")
     ap.add_argument("--save", default=None, help="write the exact sweep's table (screen and exact columns) to this parquet")
     ap.add_argument("--append", default=None, help="append the section to this Markdown file")

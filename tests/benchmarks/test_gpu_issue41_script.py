@@ -72,3 +72,11 @@ def test_a_failing_step_keeps_the_other_tables_and_exits_1(tmp_path):
     assert r.stderr.strip().splitlines()[-1] == "gpu_issue41.sh: failed or cut short: geometry logging (exit 3)"
     assert (tmp_path / "out" / "issue41.md").is_file()
     assert "ran: benchmarks/training_gpu.py --only mfu" in (tmp_path / "out" / "log.txt").read_text()
+
+
+def test_the_screen_step_times_the_8b_shape_and_joins_the_summary(tmp_path):
+    """Issue 51's interventions screen: the llama-3-8b shape on cuda, the 11 largest per intervention exact."""
+    log = _run(tmp_path, ONLY="screen")
+    ran = [line for line in log.splitlines() if line.startswith("ran: benchmarks/")]
+    assert len(ran) == 1 and "interventions_screen.py --shape llama-3-8b --device cuda --exact 11" in ran[0]
+    assert "(screen: not measured in this run; see log.txt)" in (tmp_path / "out" / "issue41.md").read_text()
