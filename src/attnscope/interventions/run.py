@@ -80,7 +80,7 @@ class InterventionResult:
     #: prediction of token j, ``token`` its text). Per (head, intervention, window) the mean of delta_loss is
     #: that window's loss delta, whose mean over windows is the table's. None for an encoder (no loss).
     token_effects: "pd.DataFrame | None" = None
-    #: the first-order screen of every selected head, summarised over windows (the rows of ``table`` before the
+    #: the screen of every selected head, summarised over windows (the rows of ``table`` before the
     #: exact pass: ``loss`` rows hold the estimate in ``delta``; :mod:`.screen`)
     screen: "pd.DataFrame | None" = None
     #: what each head turns into under each score intervention (:func:`.summary.becomes`)

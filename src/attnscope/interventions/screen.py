@@ -79,7 +79,7 @@ def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: 
     """(per-window rows, per-window pattern changes) of every (intervention, head) of ``by_layer``
     (layer -> heads). Rows as :func:`.exact.layer_pass` makes them (layer, window, head, intervention, measure,
     clean, value, delta): the exact behaviour rows of the score interventions on every probe, and ``loss``
-    rows whose delta is the first-order estimate (decoders only). Pattern changes: layer, head, intervention,
+    rows whose delta is the estimate (first order, plus second order with ``samples``; decoders only). Pattern changes: layer, head, intervention,
     window, pattern_change (score interventions), output_change (every intervention: the root mean square of
     the head's output change O' - O over positions and head dims), on the text windows. ``tick()`` after each
     window."""
