@@ -598,3 +598,17 @@ def test_the_screen_reports_its_progress_draw_by_draw(tiny_gguf):
             clean = clean_pass(subject, wins, ctl)
             screen_pass(subject, wins, {0: [1]}, ["sym"], clean, ctl, tick=lambda n=1: ticks.append(n), samples=3)
     assert len(ticks) > 2 and sum(ticks) == pytest.approx(2.0)
+
+
+@needs_gguf
+def test_a_stored_screen_is_not_reused_for_a_custom_intervention_of_other_code(tiny_gguf, tmp_path):
+    """The screen's record carries the custom functions' fingerprints, as the exact layers' do: the same name with
+    other code is screened again."""
+    from attnscope.interventions import intervene
+
+    store = tmp_path / "store"
+    small = dict(windows=2, length=24, random_windows=0, exact=0, controls=False, store=store, workers=1)
+    same = intervene(str(tiny_gguf), interventions="mine", custom={"mine": lambda s, q, k, l, h: s}, **small)
+    zeroed = intervene(str(tiny_gguf), interventions="mine", custom={"mine": lambda s, q, k, l, h: s * 0}, **small)
+    loss = lambda r: r.table.loc[r.table["measure"] == "loss", "delta_screen"].abs().max()  # noqa: E731
+    assert loss(same) < 1e-6 < loss(zeroed)

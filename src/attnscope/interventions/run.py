@@ -297,11 +297,11 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
                 "length": int(text.shape[1]), "random_windows": random_windows,
                 "random_length": int(wins["random"].shape[1]) if random_windows else None, "seed": seed,
                 "precision": precision}
+    if custom:  # a store is reused only by the same functions
+        settings["custom"] = {k: _fingerprint(fn) for k, fn in custom.items()}
     samples = default_samples(windows) if screen_samples is None else int(screen_samples)
     # the screen's record is reused only by the same screen; the exact layers do not depend on it
     screen_settings = {**settings, "screen": SCREEN_VERSION, "screen_samples": samples}
-    if custom:  # a store is reused only by the same functions
-        settings["custom"] = {k: _fingerprint(fn) for k, fn in custom.items()}
     columns = ["layer", "head", "intervention", "measure"]
     results = None
     if store is not None:
