@@ -299,7 +299,8 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
                 "precision": precision}
     if custom:  # a store is reused only by the same functions
         settings["custom"] = {k: _fingerprint(fn) for k, fn in custom.items()}
-    samples = default_samples(windows) if screen_samples is None else int(screen_samples)
+    samples = (0 if subject.out_weight is None else  # an encoder: no loss, no draws
+               default_samples(windows) if screen_samples is None else int(screen_samples))
     # the screen's record is reused only by the same screen; the exact layers do not depend on it
     screen_settings = {**settings, "screen": SCREEN_VERSION, "screen_samples": samples}
     columns = ["layer", "head", "intervention", "measure"]
