@@ -612,3 +612,17 @@ def test_a_stored_screen_is_not_reused_for_a_custom_intervention_of_other_code(t
     zeroed = intervene(str(tiny_gguf), interventions="mine", custom={"mine": lambda s, q, k, l, h: s * 0}, **small)
     loss = lambda r: r.table.loc[r.table["measure"] == "loss", "delta_screen"].abs().max()  # noqa: E731
     assert loss(same) < 1e-6 < loss(zeroed)
+
+
+@needs_gguf
+def test_a_first_order_screen_is_called_first_order_on_the_console_and_in_the_methods(tiny_gguf, tmp_path, cli_inproc):
+    """--screen-samples 0 is the first-order screen: the console and methods.md do not call it second order."""
+    out = tmp_path / "o"
+    code, _, err = cli_inproc("atlas", str(tiny_gguf), "--out", str(out), "--windows", "2", "--length", "40",
+                              "--random-windows", "2", "--random-length", "10", "--n-boot", "50",
+                              "--interventions", "sym", "--intervention-windows", "2", "--exact", "0",
+                              "--screen-samples", "0")
+    assert code == 0, err
+    assert "every head to first order" in err and "second order" not in err
+    methods = (out / "methods.md").read_text()
+    assert "first order after the softmax" in methods and "second order" not in methods and "GGN" not in methods

@@ -71,6 +71,11 @@ SCREEN_DESCRIBE = ("second order after the softmax (QK-fix): sum over positions 
                    "recomputed exactly under the intervention; one forward, one backward and one backward per draw per "
                    "text window; pattern_change: total variation between the intervened and the clean attention per "
                    "query, averaged over queries")
+#: ... and with no label draws (``samples=0``): the first-order screen alone
+SCREEN_DESCRIBE_FIRST = ("first order after the softmax (QK-fix): sum over positions of dL/dO times (O' - O), O the "
+                         "head's output, O' its output with its softmax recomputed exactly under the intervention; one "
+                         "forward and one backward per text window; pattern_change: total variation between the "
+                         "intervened and the clean attention per query, averaged over queries")
 #: why a head was measured exactly (the table's ``exact_reason``)
 REASONS = {"named": "named (heads / top)", "all": "exact=all", "top": "largest screened change in loss"}
 
@@ -81,7 +86,7 @@ def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: 
     """(per-window rows, per-window pattern changes) of every (intervention, head) of ``by_layer``
     (layer -> heads). Rows as :func:`.exact.layer_pass` makes them (layer, window, head, intervention, measure,
     clean, value, delta): the exact behaviour rows of the score interventions on every probe, and ``loss``
-    rows whose delta is the first-order estimate (decoders only). Pattern changes: layer, head, intervention,
+    rows whose delta is the screen's estimate (decoders only). Pattern changes: layer, head, intervention,
     window, pattern_change (score interventions), output_change (every intervention: the root mean square of
     the head's output change O' - O over positions and head dims), on the text windows. ``tick(share)`` as a
     window's work goes (the shares of a window add up to 1: a text window's after its backward and each draw)."""
