@@ -12,6 +12,8 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "heads"))
+sys.path.insert(0, str(Path(__file__).parent))
+from _requires import skip_unless_bert_calls_the_interface  # noqa: E402
 from _tiny_gguf import tiny_llama_model, write_llama_gguf_model  # noqa: E402
 
 needs_gguf = pytest.mark.skipif(
@@ -211,3 +213,15 @@ def test_a_hub_id_is_fingerprinted_from_its_cached_files_without_the_network(tmp
     assert got["available"] and "cached files" in got["kind"]
     assert got["files"][0]["sha256"] == hashlib.sha256((snap / "model.safetensors").read_bytes()).hexdigest()
     assert got["stored"] == {"F16": 1} and got["quantised"] is False
+
+
+def test_an_encoders_screen_records_no_draws_and_no_backward(minilm_dir):
+    """An encoder has no loss: its screen draws no labels and runs no backward, and its methods say so."""
+    from attnscope.interventions import intervene
+    from attnscope.interventions.methods import methods_text
+
+    skip_unless_bert_calls_the_interface()
+    res = intervene(str(minilm_dir), interventions="ablate", heads=[(0, 1)], windows=2, length=16, random_windows=0)
+    assert res.info["screen_samples"] == 0
+    text = methods_text(res.info, res.table, versions=VERSIONS)
+    assert "backward" not in text.split("| setting |")[0] and "drawn" not in text.split("| setting |")[0]

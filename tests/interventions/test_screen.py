@@ -378,7 +378,7 @@ def test_the_drawn_gradients_share_the_output_product_and_equal_autograd_of_the_
     subject = types.SimpleNamespace(softcap=softcap, out_weight=w)
     leaf = torch.randn(i, e, generator=g, dtype=torch.float64, requires_grad=True)
     hidden = torch.tanh(leaf @ a) * 3  # [i, e] a model below the output
-    got = _drawn_grads(subject, hidden, [leaf], 4, seed=5)
+    got = list(_drawn_grads(subject, hidden, [leaf], 4, seed=5))
     z = clean_logits(subject, hidden.detach())
     if softcap:
         z = torch.tanh(z / softcap) * softcap
@@ -388,7 +388,7 @@ def test_the_drawn_gradients_share_the_output_product_and_equal_autograd_of_the_
         h = torch.tanh(leaf @ a) * 3
         want = torch.autograd.grad(position_cross_entropy(subject, clean_logits(subject, h), y[k]).mean(), leaf)[0]
         torch.testing.assert_close(got[k][0], want, rtol=1e-5, atol=1e-7)  # (the softmax in float32)
-    assert _drawn_grads(subject, torch.tanh(leaf @ a), [leaf], 0, seed=5) == []
+    assert list(_drawn_grads(subject, torch.tanh(leaf @ a), [leaf], 0, seed=5)) == []
 
 
 def test_controls_custom_and_resample_run_through_both_passes(tiny_gguf):
@@ -559,3 +559,70 @@ def test_the_slurm_executor_is_checked_before_any_work(tmp_path, monkeypatch, cl
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert "Slurm is not reachable (Unable to contact slurm controller)" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_draws_are_made_one_at_a_time_so_a_huge_number_holds_no_more_memory():
+    """The draws' gradients come one at a time, as they are used (never all of them held, nor all the labels drawn
+    up front): the first of 10^12 draws is there at once, as large as one."""
+    import types
+
+    import torch
+
+    from attnscope.interventions.screen import _drawn_grads
+
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(11, 5, generator=g, dtype=torch.float64)
+    subject = types.SimpleNamespace(softcap=None, out_weight=w)
+    leaf = torch.randn(7, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    hidden = torch.tanh(leaf) * 3
+    first = next(iter(_drawn_grads(subject, hidden, [leaf], 10**12, seed=5)))
+    assert first[0].shape == leaf.shape and bool(torch.isfinite(first[0]).all())
+
+
+@needs_gguf
+def test_the_screen_reports_its_progress_draw_by_draw(tiny_gguf):
+    """A window with many draws is long: the screen's progress moves within it, and adds up to one per window."""
+    import torch
+
+    from attnscope.heads.maps import make_windows
+    from attnscope.interventions import open_subject
+    from attnscope.interventions.attention import patched
+    from attnscope.interventions.clean import clean_pass
+    from attnscope.interventions.screen import screen_pass
+
+    subject = open_subject(str(tiny_gguf))
+    wins = {"text": make_windows(subject.maps, "builtin", 2, 16)}
+    ticks: list[float] = []
+    with patched(subject.model) as ctl:
+        with torch.inference_mode():
+            clean = clean_pass(subject, wins, ctl)
+            screen_pass(subject, wins, {0: [1]}, ["sym"], clean, ctl, tick=lambda n=1: ticks.append(n), samples=3)
+    assert len(ticks) > 2 and sum(ticks) == pytest.approx(2.0)
+
+
+@needs_gguf
+def test_a_stored_screen_is_not_reused_for_a_custom_intervention_of_other_code(tiny_gguf, tmp_path):
+    """The screen's record carries the custom functions' fingerprints, as the exact layers' do: the same name with
+    other code is screened again."""
+    from attnscope.interventions import intervene
+
+    store = tmp_path / "store"
+    small = dict(windows=2, length=24, random_windows=0, exact=0, controls=False, store=store, workers=1)
+    same = intervene(str(tiny_gguf), interventions="mine", custom={"mine": lambda s, q, k, l, h: s}, **small)
+    zeroed = intervene(str(tiny_gguf), interventions="mine", custom={"mine": lambda s, q, k, l, h: s * 0}, **small)
+    loss = lambda r: r.table.loc[r.table["measure"] == "loss", "delta_screen"].abs().max()  # noqa: E731
+    assert loss(same) < 1e-6 < loss(zeroed)
+
+
+@needs_gguf
+def test_a_first_order_screen_is_called_first_order_on_the_console_and_in_the_methods(tiny_gguf, tmp_path, cli_inproc):
+    """--screen-samples 0 is the first-order screen: the console and methods.md do not call it second order."""
+    out = tmp_path / "o"
+    code, _, err = cli_inproc("atlas", str(tiny_gguf), "--out", str(out), "--windows", "2", "--length", "40",
+                              "--random-windows", "2", "--random-length", "10", "--n-boot", "50",
+                              "--interventions", "sym", "--intervention-windows", "2", "--exact", "0",
+                              "--screen-samples", "0")
+    assert code == 0, err
+    assert "every head to first order" in err and "second order" not in err
+    methods = (out / "methods.md").read_text()
+    assert "first order after the softmax" in methods and "second order" not in methods and "GGN" not in methods

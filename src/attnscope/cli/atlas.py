@@ -216,7 +216,8 @@ def _finish_interventions(table, info: dict | None = None) -> None:
         measured = loss[loss["exact"].astype(bool)] if "exact" in loss else loss
         n_exact = measured[["layer", "head"]].drop_duplicates().shape[0]
         rule = (info or {}).get("exact_rule", "")
-        say(f"screen: every head to second order (est.); measured exactly: {n_exact} of {len(heads)} heads"
+        order = "first" if (info or {}).get("screen_samples", 1) == 0 else "second"  # 0 draws: first order alone
+        say(f"screen: every head to {order} order (est.); measured exactly: {n_exact} of {len(heads)} heads"
             + (f" ({rule})" if rule else ""))
         for kind, sub in loss.groupby("intervention", sort=False):
             ex = sub[sub["exact"].astype(bool)] if "exact" in sub else sub

@@ -9,8 +9,8 @@ Rooms, in the order a run takes them:
 * :mod:`.attention` -- the attention function registered with transformers (``attnscope_intervene``),
   :func:`~.attention.patched` (switch a model to it) and :class:`~.attention.Plan` (what it does)
 * :mod:`.clean`     -- the clean pass: every head's behaviour, the clean loss, mean outputs, kept layer outputs
-* :mod:`.screen`    -- the second-order screen of every head: one forward and a few backward passes per window,
-  each head's softmax recomputed exactly under the intervention; the exact behaviour of every screened head
+* :mod:`.screen`    -- the second-order screen of every head: one forward and a few backward passes per
+  window, each head's softmax recomputed exactly under the intervention; the exact behaviour of every screened head
 * :mod:`.exact`     -- the exact layer passes of the heads that need them (one forward per layer and window)
 * :mod:`.jobs`      -- the exact layer passes as jobs of their own (Slurm, a process pool), one per layer
 * :mod:`.kinds`     -- what an intervention is: sym, anti, their norm-matched forms, scale:A, rank-R parts,

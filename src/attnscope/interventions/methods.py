@@ -283,7 +283,10 @@ def methods_text(info: dict[str, Any], table: "pd.DataFrame", atlas_info: dict[s
         per_window = ("one forward and one backward per text window" if not draws else
                       f"one forward and {1 + int(draws)} backward passes per text window, {draws} of them against "
                       "next tokens drawn from the model's own predictions for the curvature term")
-        para.append(f"Every head was first screened ({_head(info['screen_method'], ':')}: {per_window}); "
+        screened = ("Every head's behaviour changes were measured exactly in one forward per window (no loss to "
+                    "screen)" if loss.startswith("none") else
+                    f"Every head was first screened ({_head(info['screen_method'], ':')}: {per_window})")
+        para.append(f"{screened}; "
                     f"{info.get('exact_heads', '?')} "
                     f"heads were then measured exactly (exact={info.get('exact', '?')}: "
                     f"{info.get('exact_rule', 'not recorded')})"

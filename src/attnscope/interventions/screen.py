@@ -36,7 +36,7 @@ changes (the atlas's metrics of A' against A) are exact here, on the text window
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 
 from .attention import AttentionCall, Plan
@@ -61,6 +61,8 @@ SAMPLES_PER_WINDOW = 4
 #: ... and at least this many over all the windows (SmolLM2, docs/atlas.md: Spearman rho with the exact change
 #: 0.56-0.65 at first order, 0.85-0.89 with 8 draws in all, 0.88-0.92 with 16, 0.91-0.93 with 32)
 SAMPLES_IN_ALL = 32
+#: the label draws are made this many at a time (a window's draws up to it are one multinomial)
+DRAW_CHUNK = 64
 #: what the settings of a store record about the screen (a store made by another screen is not reused)
 SCREEN_VERSION = "qk-fix, first order + sampled Gauss-Newton second order, 2"
 SCREEN_DESCRIBE = ("second order after the softmax (QK-fix): sum over positions of dL/dO times (O' - O), plus one half "
@@ -69,20 +71,25 @@ SCREEN_DESCRIBE = ("second order after the softmax (QK-fix): sum over positions 
                    "recomputed exactly under the intervention; one forward, one backward and one backward per draw per "
                    "text window; pattern_change: total variation between the intervened and the clean attention per "
                    "query, averaged over queries")
+#: ... and with no label draws (``samples=0``): the first-order screen alone
+SCREEN_DESCRIBE_FIRST = ("first order after the softmax (QK-fix): sum over positions of dL/dO times (O' - O), O the "
+                         "head's output, O' its output with its softmax recomputed exactly under the intervention; one "
+                         "forward and one backward per text window; pattern_change: total variation between the "
+                         "intervened and the clean attention per query, averaged over queries")
 #: why a head was measured exactly (the table's ``exact_reason``)
 REASONS = {"named": "named (heads / top)", "all": "exact=all", "top": "largest screened change in loss"}
 
 
 def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: dict[int, list[int]],
-                kinds: Sequence[str], clean: _Clean, ctl: Any, tick: Callable[[], None] | None = None,
+                kinds: Sequence[str], clean: _Clean, ctl: Any, tick: Callable[[float], None] | None = None,
                 samples: int = 0, seed: int = 0) -> tuple["pd.DataFrame", "pd.DataFrame"]:
     """(per-window rows, per-window pattern changes) of every (intervention, head) of ``by_layer``
     (layer -> heads). Rows as :func:`.exact.layer_pass` makes them (layer, window, head, intervention, measure,
     clean, value, delta): the exact behaviour rows of the score interventions on every probe, and ``loss``
-    rows whose delta is the estimate (first order, plus second order with ``samples``; decoders only). Pattern changes: layer, head, intervention,
+    rows whose delta is the screen's estimate (decoders only). Pattern changes: layer, head, intervention,
     window, pattern_change (score interventions), output_change (every intervention: the root mean square of
-    the head's output change O' - O over positions and head dims), on the text windows. ``tick()`` after each
-    window."""
+    the head's output change O' - O over positions and head dims), on the text windows. ``tick(share)`` as a
+    window's work goes (the shares of a window add up to 1: a text window's after its backward and each draw)."""
     import pandas as pd
     import torch
 
@@ -151,26 +158,37 @@ def screen_pass(subject: Subject, windows: dict[str, "torch.Tensor"], by_layer: 
                     loss = position_cross_entropy(subject, clean_logits(subject, hidden[0]), target).mean()
                     order = sorted(leaves)
                     grads = torch.autograd.grad(loss, [leaves[l] for l in order], retain_graph=samples > 0)
-                    drawn = _drawn_grads(subject, hidden[0], [leaves[l] for l in order], samples,
-                                         seed=_window_seed(seed, w))
-                base = float(clean.loss[w])
-                for li, (layer, g) in enumerate(zip(order, grads)):
-                    other = clean.resample_for(w).get(layer)
-                    first = _estimates(kept[layer], g[0], by_layer[layer], kinds, clean.means.get(layer), other)
-                    # second order: 1/2 delta^T GGN delta = 1/2 positions x mean over draws of (g_y . delta)^2
-                    dots = [_estimates(kept[layer], gy[li][0], by_layer[layer], kinds, clean.means.get(layer), other)
-                            for gy in drawn]
+                    share = 1.0 / (1 + samples)  # of the window's progress: the backward, then each draw
+                    if tick is not None:
+                        tick(share)
+                    other = {l: clean.resample_for(w).get(l) for l in order}
+                    first = {l: _estimates(kept[l], g[0], by_layer[l], kinds, clean.means.get(l), other[l])
+                             for l, g in zip(order, grads)}
+                    # second order: 1/2 delta^T GGN delta = 1/2 positions x mean over draws of (g_y . delta)^2, the
+                    # draws one at a time (each used and freed: memory bounded whatever their number)
+                    squares = {l: dict.fromkeys(first[l], 0.0) for l in order}
+                    for gy in _drawn_grads(subject, hidden[0], [leaves[l] for l in order], samples,
+                                           seed=_window_seed(seed, w)):
+                        for l, g in zip(order, gy):
+                            for key, d in _estimates(kept[l], g[0], by_layer[l], kinds, clean.means.get(l),
+                                                     other[l]).items():
+                                squares[l][key] += d * d
+                        del gy
+                        if tick is not None:
+                            tick(share)
                     n_pos = int(target.numel())
-                    est = {key: v + (0.5 * n_pos * sum(d[key] ** 2 for d in dots) / len(dots) if dots else 0.0)
-                           for key, v in first.items()}
+                base = float(clean.loss[w])
+                for layer in order:
+                    est = {key: v + (0.5 * n_pos * squares[layer][key] / samples if samples else 0.0)
+                           for key, v in first[layer].items()}
                     rows.extend(dict(layer=layer, window=w, head=h, intervention=k, measure="loss", clean=base,
                                      value=base + v, delta=v) for (k, h), v in est.items())
-                del kept, leaves, grads, drawn, hidden, loss
+                del kept, leaves, grads, hidden, loss
             else:
                 with torch.no_grad():
                     forward(subject, tok)
-            if tick is not None:
-                tick()
+                if tick is not None:
+                    tick(1.0)
     ctl.plan = Plan()
     cols = ["layer", "window", "head", "intervention", "measure", "clean", "value", "delta"]
     return (pd.DataFrame(rows, columns=cols),
@@ -184,8 +202,9 @@ def _window_seed(seed: int, window: int) -> int:
 
 
 def _drawn_grads(subject: Subject, hidden: "torch.Tensor", leaves: list["torch.Tensor"], samples: int,
-                 seed: int) -> list[tuple["torch.Tensor", ...]]:
-    """``samples`` gradients (one tuple over ``leaves`` each) of the window's mean next-token loss, each against
+                 seed: int) -> Iterator[tuple["torch.Tensor", ...]]:
+    """``samples`` gradients (one tuple over ``leaves`` each, one at a time: the labels drawn :data:`DRAW_CHUNK`
+    at a time, each gradient made when the last is used) of the window's mean next-token loss, each against
     next tokens y drawn from the model's own predictions at every position. Such a gradient g_y has
     E[(g_y . delta)^2] = delta^T GGN delta / positions for the Gauss-Newton matrix GGN of the mean loss (the
     cross-position terms have mean 0), the Monte Carlo behind the second-order term. ``hidden`` [i, e] (the
@@ -197,7 +216,7 @@ def _drawn_grads(subject: Subject, hidden: "torch.Tensor", leaves: list["torch.T
     import torch
 
     if samples <= 0:
-        return []
+        return
     with torch.no_grad():
         z = clean_logits(subject, hidden.detach()).float()  # [i - 1, v]
         slope = None
@@ -206,21 +225,21 @@ def _drawn_grads(subject: Subject, hidden: "torch.Tensor", leaves: list["torch.T
             z, slope = t * subject.softcap, 1 - t * t  # [i - 1, v]
         p = torch.softmax(z, -1)  # [i - 1, v]
         gen = torch.Generator(device=p.device).manual_seed(seed)
-        y = torch.multinomial(p, samples, replacement=True, generator=gen).T  # [k, i - 1]
         w = subject.out_weight
         shared = ((p if slope is None else p * slope).to(w.dtype) @ w).float()  # [i - 1, e]
         n = z.shape[0]
-        del z, p
-    out = []
-    for k in range(samples):
+        del z
+    for start in range(0, samples, DRAW_CHUNK):
         with torch.no_grad():
-            at = w[y[k]].float()  # [i - 1, e] W_y
-            if slope is not None:
-                at = at * slope.gather(1, y[k][:, None])
-            dh = torch.zeros_like(hidden)  # [i, e] (the last position predicts nothing)
-            dh[:-1] = ((shared - at) / n).to(hidden.dtype)
-        out.append(torch.autograd.grad(hidden, leaves, grad_outputs=dh, retain_graph=k < samples - 1))
-    return out
+            y = torch.multinomial(p, min(DRAW_CHUNK, samples - start), replacement=True, generator=gen).T  # [c, i - 1]
+        for k in range(len(y)):
+            with torch.no_grad():
+                at = w[y[k]].float()  # [i - 1, e] W_y
+                if slope is not None:
+                    at = at * slope.gather(1, y[k][:, None])
+                dh = torch.zeros_like(hidden)  # [i, e] (the last position predicts nothing)
+                dh[:-1] = ((shared - at) / n).to(hidden.dtype)
+            yield torch.autograd.grad(hidden, leaves, grad_outputs=dh, retain_graph=start + k < samples - 1)
 
 
 def default_samples(windows: int) -> int:

@@ -410,7 +410,7 @@ SCREEN_COLUMNS = {"n": "n_screen", "delta": "delta_screen", "ci_low": "ci_low_sc
 
 def summarise_screen(rows: "pd.DataFrame", patterns: "pd.DataFrame") -> "pd.DataFrame":
     """The screen's per-window rows (:func:`attnscope.interventions.screen.screen_pass`) -> :func:`summarise`'s
-    table (``loss`` rows: the first-order estimate) with ``pattern_change``, the mean over text windows of the
+    table (``loss`` rows: the screen's estimate) with ``pattern_change``, the mean over text windows of the
     head's pattern change under each score intervention (NaN for ``ablate`` / ``mean``)."""
     out = summarise(rows)
     cols = [c for c in ("pattern_change", "output_change") if c in patterns.columns]
