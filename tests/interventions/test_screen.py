@@ -7,7 +7,6 @@ a screened value is never passed off as a measurement."""
 from __future__ import annotations
 
 import importlib.util
-import math
 import sys
 from pathlib import Path
 
@@ -166,7 +165,7 @@ def test_behaviour_rows_are_the_exact_passes_and_loss_rows_carry_both(tiny_gguf)
 
 @needs_gguf
 def test_exact_zero_is_the_screen_alone_and_never_a_measured_value(tiny_gguf, tmp_path):
-    from attnscope.interventions import intervene, run
+    from attnscope.interventions import intervene
 
     res = intervene(str(tiny_gguf), interventions="sym,ablate", exact=0, workers=1, **SMALL)
     loss = res.table[res.table["measure"] == "loss"]
@@ -194,6 +193,49 @@ def test_a_resumed_run_reuses_the_stored_screen(tiny_gguf, tmp_path, monkeypatch
     monkeypatch.setattr(run, "layer_pass", lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed")))
     again = intervene(str(tiny_gguf), interventions="sym", exact=3, store=store, workers=1, **SMALL)
     pd.testing.assert_frame_equal(first.table, again.table)
+
+
+def _as_written_by_the_first_order_code(store) -> int:
+    """Rewrite every file of ``store`` with the settings the 2026-11-28 code recorded (its screen named, no draws)."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from attnscope.interventions.run import OLD_SCREEN
+
+    n = 0
+    for path in (store / "tasks").glob("*.parquet"):
+        t = pq.read_table(path)
+        meta = json.loads(t.schema.metadata[b"attnscope"])
+        meta["settings"].pop("screen_samples", None)
+        meta["settings"]["screen"] = OLD_SCREEN
+        pq.write_table(t.replace_schema_metadata({**t.schema.metadata, b"attnscope": json.dumps(meta).encode()}), path)
+        n += 1
+    return n
+
+
+def test_exact_layers_stored_by_the_first_order_code_are_reused_in_full_precision(tiny_gguf, tmp_path, monkeypatch):
+    """A store of yesterday's code: its screen is made again (another screen), its exact layers are reused (they
+    do not depend on the screen), the table's exact columns unchanged; in bf16-delta (whose loss routing changed
+    since) they are computed again."""
+    from attnscope.interventions import intervene, run
+
+    store = tmp_path / "store"
+    opts = dict(interventions="sym", exact="all", store=store, workers=1, **SMALL)
+    first = intervene(str(tiny_gguf), precision="full", **opts)
+    assert _as_written_by_the_first_order_code(store) >= 4  # the screen, 3 layers and their tokens
+    monkeypatch.setattr(run, "layer_pass", lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed")))
+    again = intervene(str(tiny_gguf), precision="full", **opts)
+    exact_cols = ["layer", "head", "intervention", "measure", "delta", "ci_low", "ci_high", "p", "n"]
+    pd.testing.assert_frame_equal(first.table[exact_cols], again.table[exact_cols])
+    assert not list((store / "set-aside").glob("layer=*"))  # only the screen was set aside
+    monkeypatch.undo()
+    low = tmp_path / "low"
+    intervene(str(tiny_gguf), precision="bf16-delta", **{**opts, "store": low})
+    _as_written_by_the_first_order_code(low)
+    monkeypatch.setattr(run, "layer_pass", lambda *a, **k: (_ for _ in ()).throw(AssertionError("recomputed")))
+    with pytest.raises(AssertionError, match="recomputed"):
+        intervene(str(tiny_gguf), precision="bf16-delta", **{**opts, "store": low})
 
 
 def _screen_table(deltas: dict[tuple[int, int], float], patterns: dict[tuple[int, int], float]) -> pd.DataFrame:

@@ -301,6 +301,9 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
         settings["custom"] = {k: _fingerprint(fn) for k, fn in custom.items()}
     samples = (0 if subject.out_weight is None else  # an encoder: no loss, no draws
                default_samples(windows) if screen_samples is None else int(screen_samples))
+    # the exact layers of the 2026-11-28 code recorded its screen, on which they do not depend: reused in full
+    # precision (bf16-delta's loss routing changed since, 2026-11-29)
+    older = [{**settings, "screen": OLD_SCREEN}] if precision == "full" else []
     # the screen's record is reused only by the same screen; the exact layers do not depend on it
     screen_settings = {**settings, "screen": SCREEN_VERSION, "screen_samples": samples}
     columns = ["layer", "head", "intervention", "measure"]
@@ -308,7 +311,7 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
     if store is not None:
         from attnscope.runs.store import ResultsStore
 
-        results = ResultsStore(store, settings=settings, columns=columns)
+        results = ResultsStore(store, settings=settings, columns=columns, also=older)
     by_layer = _by_layer(chosen)
     from attnscope.heap import reused_heap
 
@@ -344,7 +347,7 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
         named = chosen if heads is not None else []
         exact_heads = choose_exact(screen, exact, named, skip=added) if subject.out_weight is not None else {}
         exact_by_layer = _by_layer(sorted(exact_heads))
-        token_store = (ResultsStore(results.root, settings=settings, columns=TOKEN_COLUMNS)
+        token_store = (ResultsStore(results.root, settings=settings, columns=TOKEN_COLUMNS, also=older)
                        if results is not None and subject.out_weight is not None else None)
         # a layer is done when its rows and (for a decoder) its per-token rows are stored: one without the
         # other (a store tampered with, files of another run swapped in, a kill between the two writes) is
@@ -365,7 +368,8 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
             keep = ResultsStore(tmp, settings=settings, columns=columns)
         # the per-position changes in loss beside each layer's rows, in the same directory (written first:
         # a layer stored as done has them, unless an older attnscope stored it)
-        keep_tokens = None if keep is None else ResultsStore(keep.root, settings=settings, columns=TOKEN_COLUMNS)
+        keep_tokens = (None if keep is None else
+                       ResultsStore(keep.root, settings=settings, columns=TOKEN_COLUMNS, also=older))
         here: dict[int, pd.DataFrame] = {}
         here_tokens: dict[int, pd.DataFrame] = {}
         text_only = {"text": text}
@@ -466,6 +470,8 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
 POWER_QUANTILE = 0.75
 #: ``power=`` plans at most this many windows (more is a sign the change is too small for this text)
 MAX_PLANNED_WINDOWS = 256
+#: what the 2026-11-28 code recorded as the screen in every stored file's settings
+OLD_SCREEN = "qk-fix first order, 1"
 #: rows resting on fewer windows than this are flagged ``few_units`` (a t interval with under 7 degrees of
 #: freedom is wide, and its normality assumption untestable)
 FEW_WINDOWS = 8

@@ -63,7 +63,9 @@ class ResultsStore:
 
     ``settings``: what every result must have been computed with (JSON-able; stored in each file).
     ``columns``: columns every result table must have. ``key_column``: a column that must hold only
-    the task's key (e.g. ``model`` for the zoo survey). All three are optional.
+    the task's key (e.g. ``model`` for the zoo survey). ``also``: older spellings of the same settings
+    (what an earlier attnscope recorded for results provably equal to these), accepted as these. All are
+    optional.
     """
 
     def __init__(
@@ -72,12 +74,14 @@ class ResultsStore:
         settings: dict[str, Any] | None = None,
         columns: Sequence[str] = (),
         key_column: str | None = None,
+        also: Sequence[dict[str, Any]] = (),
     ) -> None:
         self.root = Path(root)
         self.tasks_dir = self.root / "tasks"
         self.failed_dir = self.root / "failed"
         self.aside_dir = self.root / "set-aside"
         self.settings = _canonical(settings or {})
+        self.also = [_canonical(a) for a in also]
         self.columns = tuple(columns)
         self.key_column = key_column
         if self.root.exists() and not self.root.is_dir():
@@ -114,7 +118,7 @@ class ResultsStore:
         if not isinstance(meta, dict) or meta.get("key") != key:
             other = meta.get("key") if isinstance(meta, dict) else None
             raise InvalidResult(f"it holds the result of {other!r}, not {key!r}")
-        if meta.get("settings") != self.settings:
+        if meta.get("settings") != self.settings and meta.get("settings") not in self.also:
             old, new = meta.get("settings") or {}, self.settings
             diff = ", ".join(f"{k}={old.get(k)!r} (now {new.get(k)!r})" for k in sorted(set(old) | set(new))
                              if old.get(k) != new.get(k)) if isinstance(old, dict) else repr(old)
