@@ -222,6 +222,6 @@ def test_an_encoders_screen_records_no_draws_and_no_backward(minilm_dir):
 
     skip_unless_bert_calls_the_interface()
     res = intervene(str(minilm_dir), interventions="ablate", heads=[(0, 1)], windows=2, length=16, random_windows=0)
-    assert res.info["screen_samples"] == 0
+    assert res.info["screen_samples"] == 0 and res.info["screen_method"].startswith("behaviour only")
     text = methods_text(res.info, res.table, versions=VERSIONS)
     assert "backward" not in text.split("| setting |")[0] and "drawn" not in text.split("| setting |")[0]

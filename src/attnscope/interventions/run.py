@@ -47,8 +47,8 @@ from .exact import TOKEN_COLUMNS, layer_pass
 from .jobs import job_source as _job_source, run_jobs as _run_jobs
 from .kinds import check_custom, custom_kinds, with_controls
 from .stored import (_SCREEN_KEY, _key, _per_window, _screen_record, _stored_screen, _token_effects, _token_key)
-from .screen import (SCREEN_DESCRIBE, SCREEN_DESCRIBE_FIRST, SCREEN_VERSION, agreement, choose_exact,
-                     default_samples, exact_rule as _exact_rule, screen_pass)
+from .screen import (SCREEN_DESCRIBE, SCREEN_DESCRIBE_ENCODER, SCREEN_DESCRIBE_FIRST, SCREEN_VERSION, agreement,
+                     choose_exact, default_samples, exact_rule as _exact_rule, screen_pass)
 from .selection import (_atlas_table, _check_heads, check_exact, check_head_pairs, check_heads_in,
                         check_intervene_options, check_kinds, head_grid, parse_heads)
 from .subject import Subject, check_source, open_subject
@@ -440,7 +440,8 @@ def _intervene(source: Any, *, tokenizer: Any, interventions: Any, heads: Any, d
             "none: an encoder has no next-token loss (its behaviour changes are exact from the screen)",
             "loss": "mean next-token cross-entropy (nats) per window" if subject.out_weight is not None else
             "none (no output matrix: an encoder)",
-            "screen_method": SCREEN_DESCRIBE if samples else SCREEN_DESCRIBE_FIRST, "screen": SCREEN_VERSION,
+            "screen_method": (SCREEN_DESCRIBE if samples else SCREEN_DESCRIBE_FIRST) if subject.out_weight is not None
+            else SCREEN_DESCRIBE_ENCODER, "screen": SCREEN_VERSION,
             "screen_samples": samples,
             "products": f"{precision}: {DESCRIBE[precision]}",
             "interval": "mean over windows, 95% t interval (n windows); p: one-sample t-test; p_bh: "

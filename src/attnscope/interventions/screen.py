@@ -76,6 +76,11 @@ SCREEN_DESCRIBE_FIRST = ("first order after the softmax (QK-fix): sum over posit
                          "head's output, O' its output with its softmax recomputed exactly under the intervention; one "
                          "forward and one backward per text window; pattern_change: total variation between the "
                          "intervened and the clean attention per query, averaged over queries")
+#: ... and for an encoder (no loss: behaviour only)
+SCREEN_DESCRIBE_ENCODER = ("behaviour only (an encoder has no next-token loss): each head's attention recomputed "
+                           "exactly under the intervention on its layer's clean input, one forward per window; "
+                           "pattern_change: total variation between the intervened and the clean attention per "
+                           "query, averaged over queries")
 #: why a head was measured exactly (the table's ``exact_reason``)
 REASONS = {"named": "named (heads / top)", "all": "exact=all", "top": "largest screened change in loss"}
 

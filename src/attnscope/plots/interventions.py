@@ -256,7 +256,7 @@ def loss_heatmap(table: "pd.DataFrame", title: str = "", *, shape: "tuple[int, i
         fig.colorbar(im, ax=used, label="delta loss (nats)", shrink=0.8)
     notes = [title] if title else []
     if loss["_est"].astype(bool).any():
-        notes.append("o: screened estimate (est., second order), not measured exactly; grey: not run")
+        notes.append("o: screened estimate (est.), not measured exactly; grey: not run")
     if notes:
         fig.suptitle("\n".join(notes), fontsize=9)
     return fig
