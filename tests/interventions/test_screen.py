@@ -55,6 +55,53 @@ def _reference_head(q, k, v, head: int, groups: int, scale: float, kind: str):
     return torch.softmax(s, -1) @ v[head // groups]
 
 
+def _output_change(subject, ctl, tok, layer: int, head: int, kind: str, clean):
+    """The head's exact output change dO [i, d] under ``kind`` (sym/anti from the slow reference, float64)."""
+    import torch
+
+    from attnscope.interventions.attention import Plan
+    from attnscope.interventions.clean import forward
+
+    got = {}
+    ctl.plan = Plan(on_attention=lambda l, call, out, probs: got.update(
+        {l: (call.query[0].detach(), call.key[0].detach(), call.value[0].detach(), out[0].detach(),
+             call.kwargs["scaling"])}) if l == layer else None)
+    with torch.no_grad():
+        forward(subject, tok)
+    q, k, v, out, scale = got[layer]
+    o = out[:, head]  # [i, d]
+    if kind in ("sym", "anti"):
+        return _reference_head(q, k, v, head, q.shape[0] // k.shape[0], scale, kind) - o
+    return -o if kind == "ablate" else clean.means[layer][head].double() - o
+
+
+def _logits_with(subject, ctl, tok, layer: int, head: int, delta, eps: float):
+    """The logits [i - 1, v] (float64) with eps x ``delta`` added to the head's output at the output projection's
+    input."""
+    import torch
+
+    from attnscope.interventions.attention import Plan, layer_list
+    from attnscope.interventions.clean import forward
+    from attnscope.interventions.loss import clean_logits
+
+    attn = layer_list(subject.model)[layer].self_attn
+    d = attn.head_dim
+
+    def pre(mod, args):
+        x = args[0].clone()
+        x[0, :, head * d:(head + 1) * d] += eps * delta
+        return (x,)
+
+    ctl.plan = Plan()
+    handle = attn.o_proj.register_forward_pre_hook(pre)
+    try:
+        with torch.no_grad():
+            hidden = forward(subject, tok)
+    finally:
+        handle.remove()
+    return clean_logits(subject, hidden[0]).double()
+
+
 @needs_gguf
 @pytest.mark.parametrize("kind", ["sym", "anti", "ablate", "mean"])
 def test_the_screen_is_the_derivative_of_the_loss_along_the_heads_exact_output_change(tiny_gguf, kind, monkeypatch):
@@ -64,9 +111,8 @@ def test_the_screen_is_the_derivative_of_the_loss_along_the_heads_exact_output_c
     import torch
 
     from attnscope.heads.maps import make_windows
-    from attnscope.interventions.attention import Plan, layer_list, patched
-    from attnscope.interventions.clean import clean_pass, forward
-    from attnscope.interventions.loss import clean_logits
+    from attnscope.interventions.attention import patched
+    from attnscope.interventions.clean import clean_pass
     from attnscope.interventions.screen import screen_pass
 
     softmax = torch.nn.functional.softmax  # the eager attention's float32 softmax: in the input's float64 here
@@ -75,43 +121,15 @@ def test_the_screen_is_the_derivative_of_the_loss_along_the_heads_exact_output_c
     layer, head = 1, 2
     wins = {"text": make_windows(subject.maps, "builtin", 1, 24)}
     tok = wins["text"][:1]
-    attn = layer_list(subject.model)[layer].self_attn
-    d = attn.head_dim
     with patched(subject.model) as ctl:
         with torch.inference_mode():
             clean = clean_pass(subject, wins, ctl)
         rows, _ = screen_pass(subject, wins, {layer: [head]}, [kind], clean, ctl)
         est = float(rows[(rows["measure"] == "loss")]["delta"].iloc[0])
-        got = {}
-        ctl.plan = Plan(on_attention=lambda l, call, out, probs: got.update(
-            {l: (call.query[0].detach(), call.key[0].detach(), call.value[0].detach(), out[0].detach(),
-                 call.kwargs["scaling"])}) if l == layer else None)
-        with torch.no_grad():
-            forward(subject, tok)
-        q, k, v, out, scale = got[layer]
-        groups = q.shape[0] // k.shape[0]
-        o = out[:, head]  # [i, d]
-        if kind in ("sym", "anti"):
-            delta = _reference_head(q, k, v, head, groups, scale, kind) - o
-        elif kind == "ablate":
-            delta = -o
-        else:
-            delta = clean.means[layer][head].double() - o
+        delta = _output_change(subject, ctl, tok, layer, head, kind, clean)
 
-        def loss_with(eps: float) -> float:
-            def pre(mod, args):
-                x = args[0].clone()
-                x[0, :, head * d:(head + 1) * d] += eps * delta
-                return (x,)
-
-            ctl.plan = Plan()
-            handle = attn.o_proj.register_forward_pre_hook(pre)
-            try:
-                with torch.no_grad():
-                    hidden = forward(subject, tok)
-            finally:
-                handle.remove()
-            logits = clean_logits(subject, hidden[0]).double()  # float64 here (the screen's own loss: float32)
+        def loss_with(eps: float) -> float:  # float64 here (the screen's own loss: float32)
+            logits = _logits_with(subject, ctl, tok, layer, head, delta, eps)
             return float(torch.nn.functional.cross_entropy(logits, tok[0, 1:]))
 
         eps = 1e-4
@@ -214,6 +232,7 @@ def _as_written_by_the_first_order_code(store) -> int:
     return n
 
 
+@needs_gguf
 def test_exact_layers_stored_by_the_first_order_code_are_reused_in_full_precision(tiny_gguf, tmp_path, monkeypatch):
     """A store of yesterday's code: its screen is made again (another screen), its exact layers are reused (they
     do not depend on the screen), the table's exact columns unchanged; in bf16-delta (whose loss routing changed
@@ -334,7 +353,6 @@ def test_slurm_runs_the_exact_passes_as_jobs_on_a_real_cluster(tiny_gguf, tmp_pa
 
 
 @needs_gguf
-@needs_gguf
 @pytest.mark.parametrize("kind", ["sym", "ablate"])
 def test_the_second_order_term_is_half_the_gauss_newton_form_of_the_output_change(tiny_gguf, kind, monkeypatch):
     """The screen with label draws minus the screen without is 1/2 dz^T (diag p - p p^T) dz / positions summed over
@@ -344,9 +362,8 @@ def test_the_second_order_term_is_half_the_gauss_newton_form_of_the_output_chang
     import torch
 
     from attnscope.heads.maps import make_windows
-    from attnscope.interventions.attention import Plan, layer_list, patched
-    from attnscope.interventions.clean import clean_pass, forward
-    from attnscope.interventions.loss import clean_logits
+    from attnscope.interventions.attention import patched
+    from attnscope.interventions.clean import clean_pass
     from attnscope.interventions.screen import screen_pass
 
     softmax = torch.nn.functional.softmax
@@ -355,8 +372,6 @@ def test_the_second_order_term_is_half_the_gauss_newton_form_of_the_output_chang
     layer, head = 0, 1
     wins = {"text": make_windows(subject.maps, "builtin", 1, 24)}
     tok = wins["text"][:1]
-    attn = layer_list(subject.model)[layer].self_attn
-    d = attn.head_dim
     with patched(subject.model) as ctl:
         with torch.inference_mode():
             clean = clean_pass(subject, wins, ctl)
@@ -368,34 +383,11 @@ def test_the_second_order_term_is_half_the_gauss_newton_form_of_the_output_chang
         first, second = screened(0), screened(600)
         assert screened(600) == second and screened(600, seed=1) != second  # seeded draws
         # the head's exact output change, then the logits' change along it by central differences
-        got = {}
-        ctl.plan = Plan(on_attention=lambda l, call, out, probs: got.update(
-            {l: (call.query[0].detach(), call.key[0].detach(), call.value[0].detach(), out[0].detach(),
-                 call.kwargs["scaling"])}) if l == layer else None)
-        with torch.no_grad():
-            forward(subject, tok)
-        q, k, v, out, scale = got[layer]
-        o = out[:, head]  # [i, d]
-        delta = -o if kind == "ablate" else _reference_head(q, k, v, head, q.shape[0] // k.shape[0], scale, kind) - o
-
-        def logits_with(eps: float) -> "torch.Tensor":
-            def pre(mod, args):
-                x = args[0].clone()
-                x[0, :, head * d:(head + 1) * d] += eps * delta
-                return (x,)
-
-            ctl.plan = Plan()
-            handle = attn.o_proj.register_forward_pre_hook(pre)
-            try:
-                with torch.no_grad():
-                    hidden = forward(subject, tok)
-            finally:
-                handle.remove()
-            return clean_logits(subject, hidden[0]).double()  # [i - 1, v]
-
-    eps = 1e-5
-    dz = (logits_with(eps) - logits_with(-eps)) / (2 * eps)  # [i - 1, v]
-    p = torch.softmax(logits_with(0.0), -1)
+        delta = _output_change(subject, ctl, tok, layer, head, kind, clean)
+        eps = 1e-5
+        dz = (_logits_with(subject, ctl, tok, layer, head, delta, eps)
+              - _logits_with(subject, ctl, tok, layer, head, delta, -eps)) / (2 * eps)  # [i - 1, v]
+        p = torch.softmax(_logits_with(subject, ctl, tok, layer, head, delta, 0.0), -1)
     form = ((p * dz * dz).sum(-1) - (p * dz).sum(-1) ** 2).mean()  # dz^T (diag p - p p^T) dz, over positions
     reference = 0.5 * float(form)
     assert reference > 1e-6 and second - first >= 0
@@ -433,6 +425,7 @@ def test_the_drawn_gradients_share_the_output_product_and_equal_autograd_of_the_
     assert list(_drawn_grads(subject, torch.tanh(leaf @ a), [leaf], 0, seed=5)) == []
 
 
+@needs_gguf
 def test_controls_custom_and_resample_run_through_both_passes(tiny_gguf):
     """A custom function that returns the scores changes nothing (loss 0 on both passes), one that returns the
     symmetric part equals sym, scale:1 changes nothing, scale:0.5 runs beside sym by default; sym~ keeps each

@@ -1,5 +1,5 @@
 """The helpers every figure module shares: a Figure to draw on (new, or the caller's ``ax`` / ``fig``),
-integer ticks on index axes, a model's readable name, and the one atomic writer (see :mod:`attnscope.plots`
+integer ticks on index axes, a label's cheapest place, a model's readable name, and the one atomic writer (see :mod:`attnscope.plots`
 for the convention)."""
 
 from __future__ import annotations
@@ -34,6 +34,17 @@ def axes_for(ax: "Axes | None", **figure_kwargs: Any) -> tuple["Figure", "Axes"]
 def figure_for(fig: "Figure | None", **figure_kwargs: Any) -> "Figure":
     """The caller's (empty) ``fig`` to fill with panels, or a new constrained-layout figure."""
     return fig if fig is not None else new_figure(layout="constrained", **figure_kwargs)
+
+
+def cheaper_label(best: "tuple | None", cost: Any, text: Any, box: Any) -> tuple:
+    """Of two candidate places for a label, the cheaper: ``best`` (cost, text, box; None at first) or this one.
+    The other's text is taken off the axes, so trying places leaves one label drawn."""
+    if best is None or cost < best[0]:
+        if best is not None:
+            best[1].remove()
+        return (cost, text, box)
+    text.remove()
+    return best
 
 
 def integer_ticks(axis: Any, n: int, max_ticks: int = 12) -> None:

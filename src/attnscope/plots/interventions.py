@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .base import color_scale, figure_for, integer_colorbar, integer_colors, integer_ticks, laid_out
+from .base import cheaper_label, color_scale, figure_for, integer_colorbar, integer_colors, integer_ticks, laid_out
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -175,12 +175,7 @@ def name_points(ax: "Axes", xs: Sequence[float], ys: Sequence[float], names: Seq
                 covered = int(((dots[:, 0] >= box.x0) & (dots[:, 0] <= box.x1) & (dots[:, 1] >= box.y0)
                                & (dots[:, 1] <= box.y1)).sum())
                 cost = (not fits, crosses, covered, r)
-                if best is None or cost < best[0]:
-                    if best is not None:
-                        best[1].remove()
-                    best = (cost, text, box)
-                else:
-                    text.remove()
+                best = cheaper_label(best, cost, text, box)
                 if cost[:3] == (False, False, 0):
                     break
             if best is not None and best[0][:3] == (False, False, 0):

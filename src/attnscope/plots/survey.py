@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from attnscope.zoo.registry import MODALITY_ORDER, STACK_ORDER
 
-from .base import figure_for, laid_out, model_label
+from .base import cheaper_label, figure_for, laid_out, model_label
 from .geometry import STACK_COLORS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -126,12 +126,7 @@ def _label_points(ax: "Any", sub: "pd.DataFrame", col: str, renderer: Any) -> No
                 box = text.get_window_extent(renderer)
                 outside = box.width * box.height - overlap(box, inside)
                 cost = 10 * outside + sum(overlap(box, other) for other in placed)
-                if best is None or cost < best[0]:
-                    if best is not None:
-                        best[1].remove()
-                    best = (cost, text, box)
-                else:
-                    text.remove()
+                best = cheaper_label(best, cost, text, box)
         placed.append(best[2])
 
 
