@@ -187,13 +187,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", nargs="?", default="smollm2", help=f"{', '.join(MODELS)} or a path")
     ap.add_argument("--shape", choices=sorted(SHAPES), help="random weights of this shape instead of a model")
-    ap.add_argument("--interventions", default="sym,anti,ablate")
-    ap.add_argument("--windows", type=int, default=4)
-    ap.add_argument("--length", type=int, default=256)
-    ap.add_argument("--random-windows", type=int, default=4)
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--interventions", default="sym,anti,ablate", help="comma-separated, as atlas --interventions "
+                    "(no control is added: the screen is judged against the exact pass of the same interventions)")
+    ap.add_argument("--windows", type=int, default=4, help="text windows (loss and behaviour)")
+    ap.add_argument("--length", type=int, default=256, help="tokens per text window")
+    ap.add_argument("--random-windows", type=int, default=4, help="repeated-random-token windows (behaviour only)")
+    ap.add_argument("--device", default="cpu", help="torch device (cuda for --shape llama-3-8b)")
     ap.add_argument("--data", default="builtin", help="text corpora (the runs of docs/atlas.md: builtin)")
-    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--workers", type=int, default=None, help="processes sharing the exact layer passes (default: "
+                    "intervene()'s: one per CPU thread with 2 to 4 threads)")
     ap.add_argument("--exact", type=int, default=11, help="--shape: the exact pass of the K largest screened heads of "
                     "each intervention (11: about 32 heads)")
     ap.add_argument("--store", default=None, help="keep the exact sweep's layers here (resumable)")
